@@ -1,0 +1,1 @@
+"""Composition: CLI, paths, settings and engine supervision."""

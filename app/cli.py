@@ -1,0 +1,203 @@
+"""The `homerack` command line (the contract is in DESIGN.md)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import sys
+from contextlib import contextmanager
+
+from .paths import paths
+
+
+def _store(quiet: bool = False):
+    from engine.gguf_file import GGUFInspector
+    from engine.models import ModelStore
+
+    where = paths()
+    store = ModelStore(where.models, GGUFInspector(where.gguf_cache))
+    store.install_starters(log=(lambda _m: None) if quiet else
+                           (lambda m: print(m, file=sys.stderr, flush=True)))
+    return store
+
+
+# -- serve ------------------------------------------------------------------------
+
+def cmd_serve(args) -> int:
+    from engine.generation import Engine, EngineSettings
+    from engine.llama_runtime import LoadSettings
+    from engine.server import ServeConfig, serve
+
+    from .engine_proc import EngineAddress, remove_engine_file, write_engine_file
+
+    token = args.token or os.environ.get("HOMERACK_TOKEN") or secrets.token_urlsafe(32)
+    store = _store()
+    if args.model:
+        store.resolve(args.model)  # an unknown model fails now, not at the first request
+    settings = EngineSettings(
+        load=LoadSettings(n_ctx=args.ctx, n_threads=args.threads or _default_threads()),
+        max_queue=args.queue_size)
+    engine = Engine(store, settings)
+    engine_file = paths().engine_file
+
+    def ready(url: str) -> None:
+        write_engine_file(engine_file, EngineAddress(url, token, os.getpid()))
+        print(f"listening on {url}", flush=True)
+        if args.model:
+            engine.preload(store.resolve(args.model))
+
+    try:
+        serve(engine, ServeConfig(args.host, args.port, token), ready)
+    finally:
+        remove_engine_file(engine_file, os.getpid())
+    return 0
+
+
+def _default_threads() -> int:
+    import psutil
+
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 2
+
+
+# -- chat -------------------------------------------------------------------------
+
+@contextmanager
+def engine_client(model: str | None):
+    """A client of this user's running engine, or of one started for this command."""
+    from .client import EngineClient
+    from .engine_proc import EngineProcess, find_running
+
+    address = find_running(paths().engine_file)
+    process = None
+    if address is None:
+        _store()  # install the starter models first, with visible progress
+        process = EngineProcess(["--model", model] if model else [])
+        address = process.wait_ready()
+    client = EngineClient(address)
+    try:
+        yield client
+    finally:
+        client.close()
+        if process:
+            process.stop()
+
+
+def _stream_reply(client, messages, args) -> str:
+    from .client import Reply
+
+    reply = Reply()
+    for piece in client.stream_chat(messages, reply, model=args.model,
+                                    max_tokens=args.max_tokens, seed=args.seed,
+                                    temperature=args.temperature):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    for note in reply.notes:
+        print(f"[note] {note}", file=sys.stderr)
+    if args.verbose and reply.usage:
+        timings = reply.usage.get("timings", {})
+        print(f"[{reply.usage['completion_tokens']} tokens, "
+              f"{timings.get('decode_tokens_per_s', 0):.1f} tok/s, "
+              f"first token after {timings.get('time_to_first_token_s', 0):.2f} s]",
+              file=sys.stderr)
+    return reply.text
+
+
+def cmd_chat(args) -> int:
+    from .client import EngineError
+
+    messages = [{"role": "system", "content": args.system}] if args.system else []
+    try:
+        with engine_client(args.model) as client:
+            if args.prompt is not None:
+                messages.append({"role": "user", "content": args.prompt})
+                _stream_reply(client, messages, args)
+                return 0
+            return _interactive(client, messages, args)
+    except (EngineError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _interactive(client, messages, args) -> int:
+    print("Homerack chat. Ctrl+D to quit.", file=sys.stderr)
+    while True:
+        try:
+            prompt = input("> ")
+        except (EOFError, KeyboardInterrupt):
+            print(file=sys.stderr)
+            return 0
+        if not prompt.strip():
+            continue
+        messages.append({"role": "user", "content": prompt})
+        messages.append({"role": "assistant", "content": _stream_reply(client, messages, args)})
+
+
+# -- models -----------------------------------------------------------------------
+
+def cmd_models(args) -> int:
+    from pathlib import Path
+
+    from engine.errors import HomerackError
+    from engine.models import DEFAULT_MODEL
+
+    store = _store(quiet=args.quiet)
+    if args.action == "add":
+        try:
+            model = store.add(Path(args.path))
+        except HomerackError as exc:
+            print(f"error: {exc.message}", file=sys.stderr)
+            return 1
+        print(f"added {model.id}")
+        return 0
+    if args.quiet:
+        return 0
+    for model in store.list():
+        mark = "*" if model.id == DEFAULT_MODEL else " "
+        print(f"{mark} {model.id:<32} {model.size_bytes / 2**20:8.1f} MiB  {model.path}")
+    return 0
+
+
+# -- entry ------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="homerack", description=__doc__)
+    sub = parser.add_subparsers(dest="command")
+
+    serve = sub.add_parser("serve", help="run the engine API")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    serve.add_argument("--model", help="load this model at start")
+    serve.add_argument("--token", help="API token (default: $HOMERACK_TOKEN or a new one)")
+    serve.add_argument("--ctx", type=int, default=4096, help="context size in tokens")
+    serve.add_argument("--threads", type=int, default=0)
+    serve.add_argument("--queue-size", type=int, default=16)
+    serve.set_defaults(func=cmd_serve)
+
+    chat = sub.add_parser("chat", help="chat in the terminal")
+    chat.add_argument("prompt", nargs="?", help="one prompt (interactive without it)")
+    chat.add_argument("--model")
+    chat.add_argument("--system", help="system prompt")
+    chat.add_argument("--max-tokens", type=int)
+    chat.add_argument("--seed", type=int)
+    chat.add_argument("--temperature", type=float)
+    chat.add_argument("-v", "--verbose", action="store_true", help="print speed figures")
+    chat.set_defaults(func=cmd_chat)
+
+    models = sub.add_parser("models", help="list local models, or add one")
+    models.add_argument("action", nargs="?", choices=["list", "add"], default="list")
+    models.add_argument("path", nargs="?", help="a .gguf file (with add)")
+    models.add_argument("--quiet", action="store_true", help="only install the starters")
+    models.set_defaults(func=cmd_models)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command is None:
+        # The desktop app arrives with its own issue; until then, chat in the terminal.
+        args = build_parser().parse_args(["chat"])
+    if args.command == "models" and args.action == "add" and not args.path:
+        build_parser().error("models add needs a path")
+    return args.func(args)

@@ -1,0 +1,72 @@
+"""A small client of the engine API for the CLI and the desktop app."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import httpx
+
+from .engine_proc import EngineAddress
+
+
+class EngineError(Exception):
+    """The engine answered with an error (its message is for people)."""
+
+
+@dataclass
+class Reply:
+    """Filled in as a streamed reply arrives."""
+    text: str = ""
+    finish_reason: str | None = None
+    usage: dict | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class EngineClient:
+    def __init__(self, address: EngineAddress, timeout: float = 600.0):
+        self.address = address
+        self._http = httpx.Client(base_url=address.url, timeout=timeout,
+                                  headers={"Authorization": f"Bearer {address.token}"})
+
+    def models(self) -> list[dict]:
+        return self._checked(self._http.get("/v1/models")).json()["data"]
+
+    def stream_chat(self, messages: list[dict], reply: Reply, **options) -> Iterator[str]:
+        """Yield text pieces as they arrive; `reply` gets the finish reason and usage."""
+        body = {"messages": messages, "stream": True,
+                "stream_options": {"include_usage": True},
+                **{k: v for k, v in options.items() if v is not None}}
+        with self._http.stream("POST", "/v1/chat/completions", json=body) as response:
+            if response.status_code != 200:
+                response.read()
+                self._checked(response)
+            for line in response.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if "error" in chunk:
+                    raise EngineError(chunk["error"]["message"])
+                reply.notes.extend(chunk.get("homerack", {}).get("notes", []))
+                if chunk.get("usage"):
+                    reply.usage = chunk["usage"]
+                for choice in chunk["choices"]:
+                    reply.finish_reason = choice.get("finish_reason") or reply.finish_reason
+                    text = choice["delta"].get("content")
+                    if text:
+                        reply.text += text
+                        yield text
+
+    @staticmethod
+    def _checked(response: httpx.Response) -> httpx.Response:
+        if response.status_code >= 400:
+            try:
+                message = response.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = response.text
+            raise EngineError(f"{response.status_code}: {message}")
+        return response
+
+    def close(self) -> None:
+        self._http.close()

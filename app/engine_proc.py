@@ -1,0 +1,112 @@
+"""Finding, starting and stopping this user's engine process.
+
+A running engine records its address, token and pid in a user-only runtime file; clients
+(the CLI, the desktop app) use it when it answers, or start their own engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+LISTENING = "listening on "
+
+
+@dataclass(frozen=True)
+class EngineAddress:
+    url: str
+    token: str
+    pid: int
+
+
+def write_engine_file(path: Path, address: EngineAddress) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(asdict(address), handle)
+    os.replace(tmp, path)
+
+
+def read_engine_file(path: Path) -> EngineAddress | None:
+    try:
+        return EngineAddress(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def remove_engine_file(path: Path, pid: int) -> None:
+    current = read_engine_file(path)
+    if current and current.pid == pid:
+        path.unlink(missing_ok=True)
+
+
+def answers(address: EngineAddress, timeout: float = 2.0) -> bool:
+    """True when an engine is there and accepts this token."""
+    try:
+        reply = httpx.get(f"{address.url}/v1/models", timeout=timeout,
+                          headers={"Authorization": f"Bearer {address.token}"})
+    except httpx.HTTPError:
+        return False
+    return reply.status_code == 200
+
+
+def find_running(engine_file: Path) -> EngineAddress | None:
+    address = read_engine_file(engine_file)
+    return address if address and answers(address) else None
+
+
+class EngineProcess:
+    """A `homerack serve` child process, started with a fresh token."""
+
+    def __init__(self, args: list[str] = (), env: dict | None = None):
+        import secrets
+
+        self.token = secrets.token_urlsafe(32)
+        child_env = dict(os.environ if env is None else env, HOMERACK_TOKEN=self.token,
+                         PYTHONUNBUFFERED="1")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "app", "serve", "--port", "0", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env)
+        self.output: list[str] = []
+
+    def wait_ready(self, timeout: float = 120.0) -> EngineAddress:
+        """Read the child's output until it says where it listens."""
+        result: dict = {}
+
+        def read():
+            for line in self.process.stdout:
+                self.output.append(line.rstrip())
+                if line.startswith(LISTENING):
+                    result["url"] = line[len(LISTENING):].strip()
+                    break
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout)
+        if "url" not in result:
+            self.stop()
+            tail = "\n".join(self.output[-20:])
+            raise RuntimeError(f"the engine did not start:\n{tail}")
+        threading.Thread(target=self._drain, daemon=True).start()
+        return EngineAddress(result["url"], self.token, self.process.pid)
+
+    def _drain(self) -> None:
+        for line in self.process.stdout:
+            self.output.append(line.rstrip())
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()

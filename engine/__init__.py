@@ -1,0 +1,1 @@
+"""Homerack's inference engine. Knows nothing of Qt."""

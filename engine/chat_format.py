@@ -1,0 +1,100 @@
+"""Chat prompt formatting: the model's own Jinja template from its GGUF metadata.
+
+A model without a template gets its architecture's known format, and the result says a
+fallback was used (llama-cpp-python silently falls back to "llama-2" instead).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .errors import InvalidRequest
+from .gguf_file import GGUFInfo
+
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% set first_user_prefix = '' %}"
+    "{% if messages[0]['role'] == 'system' %}"
+    "{% set first_user_prefix = messages[0]['content'] + '\n\n' %}"
+    "{% set messages = messages[1:] %}"
+    "{% endif %}"
+    "{% for message in messages %}"
+    "{% set role = 'model' if message['role'] == 'assistant' else 'user' %}"
+    "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '')"
+    " + message['content'] | trim + '<end_of_turn>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+# Known formats by architecture, with the text that ends a turn in each.
+_FALLBACKS = {
+    "gemma": ("gemma", GEMMA_TEMPLATE, ("<end_of_turn>",)),
+    "gemma2": ("gemma", GEMMA_TEMPLATE, ("<end_of_turn>",)),
+    "gemma3": ("gemma", GEMMA_TEMPLATE, ("<end_of_turn>",)),
+}
+_DEFAULT_FALLBACK = ("chatml", CHATML_TEMPLATE, ("<|im_end|>",))
+
+# End-of-turn markers worth stopping on when a template uses them.
+_KNOWN_TURN_ENDS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<|endoftext|>")
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    name: str
+    template: str
+    bos_token: str
+    eos_token: str
+    fallback: bool
+    turn_ends: tuple[str, ...]
+
+    def render(self, messages: list[dict]) -> str:
+        try:
+            return _compile(self.template).render(
+                messages=messages,
+                add_generation_prompt=True,
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
+            )
+        except TemplateError as exc:
+            raise InvalidRequest(f"the model's chat template rejected these messages: {exc}",
+                                 param="messages") from exc
+
+    def describe(self) -> str:
+        if self.fallback:
+            return f"{self.name} (fallback: the model file has no chat template)"
+        return f"{self.name} (from the model file)"
+
+
+def _raise_exception(message: str):
+    raise TemplateError(message)
+
+
+@lru_cache(maxsize=16)
+def _compile(template: str):
+    # The same environment settings Hugging Face uses for chat templates.
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols"])
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env.from_string(template)
+
+
+def chat_format_for(info: GGUFInfo) -> ChatFormat:
+    bos, eos = info.bos_token or "", info.eos_token or ""
+    if info.chat_template:
+        ends = tuple(t for t in _KNOWN_TURN_ENDS if t in info.chat_template)
+        return ChatFormat("model template", info.chat_template, bos, eos, False, ends)
+    name, template, ends = _FALLBACKS.get(info.architecture, _DEFAULT_FALLBACK)
+    return ChatFormat(name, template, bos, eos, True, ends)

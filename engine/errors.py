@@ -1,0 +1,65 @@
+"""One error hierarchy for the engine. Each error carries the HTTP status and the
+OpenAI-style error type the API answers with, so the API maps them in one place."""
+
+from __future__ import annotations
+
+
+class HomerackError(Exception):
+    status = 500
+    kind = "server_error"
+    param: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None):
+        super().__init__(message)
+        self.message = message
+        if param is not None:
+            self.param = param
+
+
+class ModelNotFound(HomerackError):
+    status = 404
+    kind = "model_not_found"
+    param = "model"
+
+
+class InvalidModelFile(HomerackError):
+    """Not a GGUF file, or a truncated one. Checked before llama.cpp opens it,
+    because llama.cpp can abort the whole process on a bad file."""
+    status = 400
+    kind = "invalid_model_file"
+    param = "model"
+
+
+class ModelLoadFailed(HomerackError):
+    status = 500
+    kind = "model_load_failed"
+    param = "model"
+
+
+class InvalidRequest(HomerackError):
+    status = 400
+    kind = "invalid_request_error"
+
+
+class ContextLengthExceeded(InvalidRequest):
+    kind = "context_length_exceeded"
+    param = "messages"
+
+
+class QueueFull(HomerackError):
+    status = 503
+    kind = "queue_full"
+
+    def __init__(self, message: str, retry_after_s: int):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class StarterModelMissing(HomerackError):
+    status = 500
+    kind = "starter_model_missing"
+
+
+class Unauthorized(HomerackError):
+    status = 401
+    kind = "invalid_api_key"

@@ -1,0 +1,315 @@
+"""The engine's generation loop: one worker thread owns the loaded model.
+
+Requests queue FIFO in a bounded queue; the worker takes one at a time, loads the model
+it names if needed, evaluates only the part of the prompt not already in the sequence's
+KV memory, then samples token by token, checking for cancellation after every token.
+Results go back through the job's `emit` callback as small frozen events.
+
+The loop is written around sequences (a seq id plus the tokens its KV memory holds) so
+that speculative decoding, the multi-conversation prompt cache and batching can be
+added as steps of this one loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .chat_format import ChatFormat, chat_format_for
+from .errors import ContextLengthExceeded, HomerackError, InvalidRequest, QueueFull
+from .llama_runtime import LlamaModel, LoadSettings, Sampler, SamplingParams
+from .models import LocalModel, ModelStore
+from .text_stream import TextStream
+
+
+# -- requests and events --------------------------------------------------------
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    model: LocalModel
+    messages: tuple[dict, ...] | None = None  # a chat, rendered with the model's template
+    prompt: str | None = None                 # or a raw completion prompt
+    max_tokens: int | None = None
+    sampling: SamplingParams = SamplingParams()
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Started:
+    model: str
+    prompt_tokens: int
+    cached_tokens: int
+    max_tokens: int
+    n_ctx: int
+    chat_format: str | None
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Delta:
+    text: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    queue_s: float
+    time_to_first_token_s: float
+    prompt_tokens_per_s: float
+    decode_tokens_per_s: float
+
+
+@dataclass(frozen=True)
+class Finished:
+    finish_reason: str  # "stop", "length" or "cancelled"
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: HomerackError
+
+
+Event = Started | Delta | Finished | Failed
+
+
+@dataclass
+class Job:
+    id: int
+    request: GenerationRequest
+    emit: Callable[[Event], None]
+    submitted: float = field(default_factory=time.perf_counter)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    load: LoadSettings = LoadSettings()
+    max_queue: int = 16
+
+
+# -- the loaded model and its sequence ------------------------------------------
+
+@dataclass
+class Sequence:
+    seq_id: int
+    tokens: list[int] = field(default_factory=list)  # what its KV memory holds
+
+
+@dataclass
+class Loaded:
+    model: LocalModel
+    llama: LlamaModel
+    chat_format: ChatFormat
+    turn_end_tokens: frozenset[int]
+    sequence: Sequence
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class Engine:
+    def __init__(self, store: ModelStore, settings: EngineSettings = EngineSettings()):
+        self.store = store
+        self.settings = settings
+        self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=settings.max_queue)
+        self._ids = itertools.count(1)
+        self._loaded: Loaded | None = None
+        self._busy = False
+        self._mean_job_s = 2.0
+        self._thread = threading.Thread(target=self._work, name="homerack-engine", daemon=True)
+        self._thread.start()
+
+    # -- called from any thread ---------------------------------------------
+
+    def submit(self, request: GenerationRequest, emit: Callable[[Event], None]) -> Job:
+        job = Job(next(self._ids), request, emit)
+        try:
+            self._queue.put_nowait(job)
+        except queue.Full:
+            wait = math.ceil(self._mean_job_s * (self._queue.qsize() + 1))
+            raise QueueFull(f"the engine queue is full ({self.settings.max_queue} waiting); "
+                            "retry shortly", retry_after_s=max(1, wait)) from None
+        return job
+
+    def preload(self, model: LocalModel, emit: Callable[[Event], None] = lambda _e: None) -> Job:
+        """Load a model ahead of the first request (a request with nothing to generate)."""
+        return self.submit(GenerationRequest(model=model), emit)
+
+    def status(self) -> dict:
+        loaded = self._loaded
+        return {
+            "model": loaded.model.id if loaded else None,
+            "n_ctx": loaded.llama.n_ctx if loaded else None,
+            "busy": self._busy,
+            "queued": self._queue.qsize(),
+            "max_queue": self.settings.max_queue,
+        }
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=30)
+
+    # -- the worker thread ----------------------------------------------------
+
+    def _work(self) -> None:
+        while (job := self._queue.get()) is not None:
+            self._busy = True
+            started = time.perf_counter()
+            try:
+                self._run(job)
+            except HomerackError as exc:
+                job.emit(Failed(exc))
+            except Exception as exc:  # a bug must not kill the worker
+                job.emit(Failed(HomerackError(f"internal error: {exc!r}")))
+            finally:
+                self._busy = False
+                self._mean_job_s = 0.8 * self._mean_job_s + 0.2 * (time.perf_counter() - started)
+        if self._loaded:
+            self._loaded.llama.close()
+
+    def _run(self, job: Job) -> None:
+        if job.cancelled.is_set():
+            return
+        queue_s = time.perf_counter() - job.submitted
+        loaded = self._ensure_loaded(job.request.model)
+        if job.request.messages is None and job.request.prompt is None:
+            return  # a preload
+        prompt, notes = self._prompt_tokens(loaded, job.request)
+        max_tokens, clamp_note = self._budget(loaded, job.request, len(prompt))
+        notes += clamp_note
+        t0 = time.perf_counter()
+        cached = self._prefill(loaded, prompt, job)
+        job.emit(Started(loaded.model.id, len(prompt), cached, max_tokens, loaded.llama.n_ctx,
+                         loaded.chat_format.describe() if job.request.messages else None,
+                         tuple(notes)))
+        self._generate(loaded, job, max_tokens, t0, queue_s, len(prompt), cached)
+
+    def _ensure_loaded(self, model: LocalModel) -> Loaded:
+        if self._loaded and self._loaded.model.path == model.path:
+            return self._loaded
+        info = self.store.inspector.inspect(model.path)  # before llama.cpp ever opens it
+        if self._loaded:
+            self._loaded.llama.close()
+            self._loaded = None
+        n_ctx = min(self.settings.load.n_ctx, info.context_length or self.settings.load.n_ctx)
+        settings = LoadSettings(**{**self.settings.load.__dict__, "n_ctx": n_ctx})
+        llama = LlamaModel(model.path, settings)
+        fmt = chat_format_for(info)
+        turn_ends = set()
+        for text in fmt.turn_ends:
+            ids = llama.tokenize(text, add_special=False, parse_special=True)
+            if len(ids) == 1:
+                turn_ends.add(ids[0])
+        self._loaded = Loaded(model, llama, fmt, frozenset(turn_ends), Sequence(0))
+        return self._loaded
+
+    def _prompt_tokens(self, loaded: Loaded, request: GenerationRequest) -> tuple[list[int], list[str]]:
+        llama, notes = loaded.llama, []
+        if request.messages is not None:
+            text = loaded.chat_format.render(list(request.messages))
+            if loaded.chat_format.fallback:
+                notes.append(f"chat format: {loaded.chat_format.describe()}")
+            tokens = llama.tokenize(text, add_special=False, parse_special=True)
+            if llama.add_bos and (not tokens or tokens[0] != llama.bos):
+                tokens.insert(0, llama.bos)
+        else:
+            tokens = llama.tokenize(request.prompt or "", add_special=True, parse_special=True)
+        if not tokens:
+            raise InvalidRequest("the prompt is empty", param="prompt")
+        return tokens, notes
+
+    def _budget(self, loaded: Loaded, request: GenerationRequest, n_prompt: int) -> tuple[int, list[str]]:
+        n_ctx = loaded.llama.n_ctx
+        room = n_ctx - n_prompt
+        if room <= 0:
+            raise ContextLengthExceeded(
+                f"the prompt has {n_prompt} tokens but the context holds {n_ctx}; "
+                "shorten the conversation")
+        wanted = request.max_tokens or room
+        if wanted > room:
+            return room, [f"max_tokens {wanted} does not fit the {n_ctx}-token context after "
+                          f"the {n_prompt}-token prompt; clamped to {room}"]
+        return wanted, []
+
+    def _prefill(self, loaded: Loaded, prompt: list[int], job: Job) -> int:
+        """Evaluate what the sequence's KV memory lacks; return how many were reused."""
+        seq, llama = loaded.sequence, loaded.llama
+        keep = min(common_prefix(seq.tokens, prompt), len(prompt) - 1)
+        if llama.n_swa:  # sliding-window memory cannot be cut back to an arbitrary point
+            keep = 0
+        if keep < len(seq.tokens) and not llama.forget(seq.seq_id, keep):
+            llama.forget(seq.seq_id, 0)
+            keep = 0
+        seq.tokens = prompt[:keep]
+        llama.decode(prompt[keep:], keep, seq.seq_id)
+        seq.tokens = list(prompt)
+        return keep
+
+    def _generate(self, loaded: Loaded, job: Job, max_tokens: int, t0: float,
+                  queue_s: float, n_prompt: int, cached: int) -> None:
+        llama, seq = loaded.llama, loaded.sequence
+        request = job.request
+        stream = TextStream(request.stop + loaded.chat_format.turn_ends)
+        sampler = Sampler(request.sampling, llama.n_vocab)
+        t_first = None
+        produced, reason = 0, "length"
+        try:
+            while produced < max_tokens:
+                if job.cancelled.is_set():
+                    reason = "cancelled"
+                    break
+                token = sampler.sample(llama)
+                produced += 1
+                if t_first is None:
+                    t_first = time.perf_counter()
+                if llama.is_end_of_generation(token) or token in loaded.turn_end_tokens:
+                    reason = "stop"
+                    break
+                text = stream.feed(llama.piece(token))
+                if text:
+                    job.emit(Delta(text))
+                if stream.stopped:
+                    reason = "stop"
+                    break
+                if produced < max_tokens:
+                    llama.decode([token], len(seq.tokens), seq.seq_id)
+                    seq.tokens.append(token)
+        finally:
+            sampler.close()
+        tail = stream.flush()
+        if tail:
+            job.emit(Delta(tail))
+        job.emit(Finished(reason, self._usage(t0, t_first, queue_s, n_prompt, cached, produced)))
+
+    @staticmethod
+    def _usage(t0, t_first, queue_s, n_prompt, cached, produced) -> Usage:
+        now = time.perf_counter()
+        t_first = t_first or now
+        prompt_s = max(t_first - t0, 1e-9)
+        decode_s = now - t_first
+        return Usage(
+            prompt_tokens=n_prompt,
+            completion_tokens=produced,
+            cached_tokens=cached,
+            queue_s=round(queue_s, 4),
+            time_to_first_token_s=round(prompt_s, 4),
+            prompt_tokens_per_s=round((n_prompt - cached) / prompt_s, 2),
+            decode_tokens_per_s=round((produced - 1) / decode_s, 2) if produced > 1 and decode_s > 0 else 0.0,
+        )

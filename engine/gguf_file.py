@@ -1,0 +1,134 @@
+"""GGUF files: validation and the metadata the engine needs, read with the `gguf` package.
+
+llama.cpp can abort the whole process on a malformed file, so every file is checked here
+before llama.cpp opens it: the header must parse and every tensor's data must lie inside
+the file (a truncated download fails that). Parsing a real model's vocabulary takes
+seconds, so results are cached by (path, size, mtime), in memory and on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .errors import InvalidModelFile
+
+GGUF_MAGIC = b"GGUF"
+_CACHE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class GGUFInfo:
+    path: str
+    size_bytes: int
+    architecture: str
+    name: str
+    block_count: int
+    context_length: int
+    chat_template: str | None
+    bos_token: str | None
+    eos_token: str | None
+    add_bos_token: bool
+    tensor_count: int
+
+
+def _field(reader, key: str, default=None):
+    field = reader.fields.get(key)
+    if field is None:
+        return default
+    return field.contents()
+
+
+def _token_text(reader, token_id) -> str | None:
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    if tokens is None or token_id is None or not 0 <= int(token_id) < len(tokens.data):
+        return None
+    return tokens.contents(int(token_id))
+
+
+def _check_extent(reader, path: Path, size: int) -> None:
+    for tensor in reader.tensors:
+        end = int(tensor.data_offset) + int(tensor.n_bytes)
+        if end > size:
+            raise InvalidModelFile(
+                f"{path.name} is truncated: tensor {tensor.name} needs bytes up to {end:,} "
+                f"but the file has {size:,} (an incomplete download?)"
+            )
+
+
+def _parse(path: Path) -> GGUFInfo:
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        if handle.read(4) != GGUF_MAGIC:
+            raise InvalidModelFile(f"{path.name} is not a GGUF model file (wrong magic bytes)")
+    from gguf import GGUFReader  # imported late: it is only needed for new files
+
+    try:
+        reader = GGUFReader(path, "r")
+    except Exception as exc:  # the reader raises many kinds on damaged files
+        raise InvalidModelFile(f"{path.name} is damaged or truncated: {exc}") from exc
+    _check_extent(reader, path, size)
+    arch = _field(reader, "general.architecture")
+    if not arch:
+        raise InvalidModelFile(f"{path.name} has no general.architecture: not a model file")
+    return GGUFInfo(
+        path=str(path),
+        size_bytes=size,
+        architecture=str(arch),
+        name=str(_field(reader, "general.name", path.stem)),
+        block_count=int(_field(reader, f"{arch}.block_count", 0)),
+        context_length=int(_field(reader, f"{arch}.context_length", 0)),
+        chat_template=_field(reader, "tokenizer.chat_template"),
+        bos_token=_token_text(reader, _field(reader, "tokenizer.ggml.bos_token_id")),
+        eos_token=_token_text(reader, _field(reader, "tokenizer.ggml.eos_token_id")),
+        add_bos_token=bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
+        tensor_count=len(reader.tensors),
+    )
+
+
+class GGUFInspector:
+    """Validates files and caches what it read, keyed by path, size and mtime."""
+
+    def __init__(self, cache_file: Path | None = None):
+        self._cache_file = cache_file
+        self._lock = threading.Lock()
+        self._entries: dict[str, dict] = self._load()
+
+    def inspect(self, path: str | os.PathLike) -> GGUFInfo:
+        path = Path(path)
+        try:
+            stat = path.stat()
+        except OSError as exc:
+            raise InvalidModelFile(f"cannot read {path}: {exc.strerror}") from exc
+        key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+        with self._lock:
+            cached = self._entries.get(key)
+        if cached is not None:
+            return GGUFInfo(**cached)
+        info = _parse(path)
+        with self._lock:
+            self._entries[key] = asdict(info)
+            self._save()
+        return info
+
+    def _load(self) -> dict[str, dict]:
+        if self._cache_file is None:
+            return {}
+        try:
+            data = json.loads(self._cache_file.read_text())
+        except (OSError, ValueError):
+            return {}
+        if data.get("version") != _CACHE_VERSION:
+            return {}
+        return data.get("entries", {})
+
+    def _save(self) -> None:
+        if self._cache_file is None:
+            return
+        self._cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._cache_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"version": _CACHE_VERSION, "entries": self._entries}))
+        os.replace(tmp, self._cache_file)

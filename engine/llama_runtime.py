@@ -1,0 +1,204 @@
+"""A loaded llama.cpp model on llama-cpp-python's low-level API.
+
+Not thread-safe: one engine worker thread owns each instance (a llama.cpp context must
+not be used from two threads). Everything here is a thin, verb-named wrapper over one
+or two C calls; the generation loop that uses them lives in generation.py.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import secrets
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as llama
+from llama_cpp import _logger as llama_logger
+
+from .errors import HomerackError, ModelLoadFailed
+
+_init_lock = threading.Lock()
+_initialized = False
+
+
+def _ensure_backend() -> None:
+    global _initialized
+    with _init_lock:
+        if not _initialized:
+            llama_logger.set_verbose(bool(os.environ.get("HOMERACK_LLAMA_VERBOSE")))
+            llama.llama_backend_init()
+            _initialized = True
+
+
+class DecodeFailed(HomerackError):
+    kind = "decode_failed"
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    n_ctx: int = 4096
+    n_batch: int = 512
+    n_threads: int = 2
+    n_gpu_layers: int = 0
+    n_seq_max: int = 1
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.8
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    seed: int | None = None
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+
+
+class Sampler:
+    """A llama.cpp sampler chain built from SamplingParams; greedy at temperature 0."""
+
+    def __init__(self, params: SamplingParams, n_vocab: int):
+        chain = llama.llama_sampler_chain_init(llama.llama_sampler_chain_default_params())
+        if params.frequency_penalty or params.presence_penalty:
+            llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_penalties(
+                n_vocab, 64, 1.0, params.frequency_penalty, params.presence_penalty))
+        if params.temperature <= 0:
+            llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_greedy())
+        else:
+            seed = params.seed if params.seed is not None else secrets.randbits(32)
+            for stage in (
+                llama.llama_sampler_init_top_k(params.top_k),
+                llama.llama_sampler_init_top_p(params.top_p, 1),
+                llama.llama_sampler_init_min_p(params.min_p, 1),
+                llama.llama_sampler_init_temp(params.temperature),
+                llama.llama_sampler_init_dist(seed & 0xFFFFFFFF),
+            ):
+                llama.llama_sampler_chain_add(chain, stage)
+        self._chain = chain
+
+    def sample(self, model: "LlamaModel", index: int = -1) -> int:
+        """Sample from the logits at batch output `index` (and accept the token)."""
+        return llama.llama_sampler_sample(self._chain, model.ctx, index)
+
+    def close(self) -> None:
+        if self._chain:
+            llama.llama_sampler_free(self._chain)
+            self._chain = None
+
+
+class LlamaModel:
+    def __init__(self, path: Path, settings: LoadSettings):
+        _ensure_backend()
+        self.path = path
+        self.settings = settings
+        mparams = llama.llama_model_default_params()
+        mparams.n_gpu_layers = settings.n_gpu_layers
+        self.model = llama.llama_model_load_from_file(str(path).encode(), mparams)
+        if not self.model:
+            raise ModelLoadFailed(f"llama.cpp could not load {path.name}")
+        self.vocab = llama.llama_model_get_vocab(self.model)
+        self.ctx = llama.llama_init_from_model(self.model, self._context_params(settings))
+        if not self.ctx:
+            llama.llama_model_free(self.model)
+            raise ModelLoadFailed(
+                f"llama.cpp could not create a {settings.n_ctx}-token context for {path.name} "
+                "(not enough memory?)")
+        self.memory = llama.llama_get_memory(self.ctx)
+        self.n_ctx = llama.llama_n_ctx(self.ctx)
+        self.n_vocab = llama.llama_vocab_n_tokens(self.vocab)
+        self.n_swa = llama.llama_model_n_swa(self.model)
+        self._batch = llama.llama_batch_init(settings.n_batch, 0, settings.n_seq_max)
+        self._pieces: dict[int, bytes] = {}
+
+    @staticmethod
+    def _context_params(settings: LoadSettings):
+        cparams = llama.llama_context_default_params()
+        cparams.n_ctx = settings.n_ctx
+        cparams.n_batch = settings.n_batch
+        cparams.n_ubatch = settings.n_batch
+        cparams.n_seq_max = settings.n_seq_max
+        cparams.n_threads = settings.n_threads
+        cparams.n_threads_batch = settings.n_threads
+        return cparams
+
+    # -- vocabulary -------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        buf = (llama.llama_token * capacity)()
+        n = llama.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special,
+                                 parse_special)
+        if n < 0:
+            capacity = -n
+            buf = (llama.llama_token * capacity)()
+            n = llama.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special,
+                                     parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token stands for (special tokens render as nothing)."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            buf = ctypes.create_string_buffer(64)
+            n = llama.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = llama.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+            cached = self._pieces[token] = buf.raw[:n]
+        return cached
+
+    def is_end_of_generation(self, token: int) -> bool:
+        return llama.llama_vocab_is_eog(self.vocab, token)
+
+    @property
+    def add_bos(self) -> bool:
+        return llama.llama_vocab_get_add_bos(self.vocab)
+
+    @property
+    def bos(self) -> int:
+        return llama.llama_vocab_bos(self.vocab)
+
+    # -- evaluation -------------------------------------------------------------
+
+    def decode(self, tokens: list[int], start: int, seq_id: int = 0) -> None:
+        """Evaluate tokens at positions start.. for one sequence, in n_batch chunks.
+        Logits are kept only for the last token: that is all sampling needs."""
+        step = self.settings.n_batch
+        for offset in range(0, len(tokens), step):
+            chunk = tokens[offset:offset + step]
+            last_chunk = offset + step >= len(tokens)
+            self._fill_batch(chunk, start + offset, seq_id, last_chunk)
+            self._decode_batch()
+
+    def _fill_batch(self, tokens: list[int], start: int, seq_id: int, want_last: bool) -> None:
+        batch = self._batch
+        for i, token in enumerate(tokens):
+            batch.token[i] = token
+            batch.pos[i] = start + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = seq_id
+            batch.logits[i] = 0
+        if want_last:
+            batch.logits[len(tokens) - 1] = 1
+        batch.n_tokens = len(tokens)
+
+    def _decode_batch(self) -> None:
+        rc = llama.llama_decode(self.ctx, self._batch)
+        if rc != 0:
+            reason = "no room left in the KV cache" if rc == 1 else f"llama_decode returned {rc}"
+            raise DecodeFailed(f"evaluation failed: {reason}")
+
+    def forget(self, seq_id: int, from_pos: int) -> bool:
+        """Drop a sequence's KV entries from from_pos on. False when the memory cannot
+        remove part of a sequence (then the caller drops it whole)."""
+        return llama.llama_memory_seq_rm(self.memory, seq_id, from_pos, -1)
+
+    def close(self) -> None:
+        if self.ctx:
+            llama.llama_batch_free(self._batch)
+            llama.llama_free(self.ctx)
+            llama.llama_model_free(self.model)
+            self.ctx = self.model = None

