@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import signal
 import sys
 from contextlib import contextmanager
 
@@ -47,6 +48,8 @@ def cmd_serve(args) -> int:
         if args.model:
             engine.preload(store.resolve(args.model))
 
+    # uvicorn re-raises the signal it stopped on; exit through `finally` to clean up.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         serve(engine, ServeConfig(args.host, args.port, token), ready)
     finally:

@@ -186,6 +186,7 @@ class Engine:
 
     def _run(self, job: Job) -> None:
         if job.cancelled.is_set():
+            job.emit(Finished("cancelled", Usage(0, 0, 0, 0.0, 0.0, 0.0, 0.0)))
             return
         queue_s = time.perf_counter() - job.submitted
         loaded = self._ensure_loaded(job.request.model)

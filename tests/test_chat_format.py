@@ -1,0 +1,45 @@
+from dataclasses import replace
+
+import pytest
+
+from engine.chat_format import chat_format_for
+from engine.errors import InvalidRequest
+from engine.gguf_file import GGUFInfo
+
+BASE = GGUFInfo(path="x.gguf", size_bytes=1, architecture="gemma3", name="x", block_count=1,
+                context_length=1, chat_template=None, bos_token="<bos>", eos_token="<eos>",
+                add_bos_token=True, tensor_count=1)
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_model_template_is_rendered_with_its_own_tokens():
+    fmt = chat_format_for(replace(BASE, chat_template=CHATML, architecture="llama"))
+    text = fmt.render([{"role": "user", "content": "hi"}])
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert not fmt.fallback and fmt.turn_ends == ("<|im_end|>",)
+
+
+def test_gemma_without_template_gets_gemma_format_and_says_so():
+    fmt = chat_format_for(BASE)
+    text = fmt.render([{"role": "system", "content": "Be brief."},
+                       {"role": "user", "content": "hi"},
+                       {"role": "assistant", "content": "hello"},
+                       {"role": "user", "content": "bye"}])
+    assert text == ("<bos><start_of_turn>user\nBe brief.\n\nhi<end_of_turn>\n"
+                    "<start_of_turn>model\nhello<end_of_turn>\n"
+                    "<start_of_turn>user\nbye<end_of_turn>\n<start_of_turn>model\n")
+    assert fmt.fallback and "fallback" in fmt.describe()
+    assert fmt.turn_ends == ("<end_of_turn>",)
+
+
+def test_unknown_architecture_without_template_falls_back_to_chatml_visibly():
+    fmt = chat_format_for(replace(BASE, architecture="mystery"))
+    assert fmt.fallback and fmt.name == "chatml"
+
+
+def test_template_raise_exception_becomes_a_request_error():
+    template = "{{ raise_exception('roles must alternate') }}"
+    fmt = chat_format_for(replace(BASE, chat_template=template))
+    with pytest.raises(InvalidRequest, match="roles must alternate"):
+        fmt.render([{"role": "user", "content": "x"}])

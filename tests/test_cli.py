@@ -1,0 +1,89 @@
+"""The `homerack` command as a user runs it (real processes)."""
+
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from conftest import GEMMA, ROOT, STARTER
+
+pytestmark = pytest.mark.slow
+
+
+def homerack(*args, home, timeout=180, **kwargs):
+    env = dict(os.environ, HOMERACK_HOME=str(home))
+    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, env=env, text=True,
+                          capture_output=True, timeout=timeout, **kwargs)
+
+
+def test_models_lists_both_starters_with_the_chat_model_preselected(home):
+    result = homerack("models", home=home)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("*") and STARTER in line for line in lines)
+    assert any(GEMMA in line for line in lines)
+
+
+def test_models_add_accepts_a_gguf_and_refuses_junk(tmp_path, tiny_model, starters_dir):
+    home = tmp_path / "home"
+    (home / "data").mkdir(parents=True)
+    (home / "data" / "models").symlink_to(starters_dir)  # starters already there: no copy
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"\0" * 100)
+    refused = homerack("models", "add", str(junk), home=home)
+    assert refused.returncode == 1 and "not a GGUF" in refused.stderr
+    added = homerack("models", "add", str(tiny_model), home=home)
+    assert added.returncode == 0, added.stderr
+    assert "tiny" in homerack("models", home=home).stdout
+    (starters_dir / "tiny.gguf").unlink()
+
+
+def test_chat_starts_an_engine_and_seed_repeats(home):
+    args = ("chat", "Name a color.", "--seed", "7", "--temperature", "1.0", "--max-tokens", "12")
+    first = homerack(*args, home=home)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip()
+    assert homerack(*args, home=home).stdout == first.stdout
+
+
+def test_chat_uses_the_running_engine(home, tmp_path):
+    serve_home = tmp_path / "served"
+    (serve_home / "data").mkdir(parents=True)
+    (serve_home / "data" / "models").symlink_to(home / "data" / "models")
+    env = dict(os.environ, HOMERACK_HOME=str(serve_home), HOMERACK_TOKEN="sekret")
+    server = subprocess.Popen([sys.executable, "-m", "app", "serve", "--model", STARTER],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().startswith("listening on http://127.0.0.1:")
+        engine_file = serve_home / "run" / "engine.json"
+        assert stat.S_IMODE(engine_file.stat().st_mode) == 0o600
+        reply = homerack("chat", "What is the capital of France?", "--system",
+                         "You are a helpful assistant.", "--temperature", "0", home=serve_home)
+        assert reply.returncode == 0, reply.stderr
+        assert "Paris" in reply.stdout
+        # No second engine was started: the running one served the request.
+        assert "installing" not in reply.stderr
+    finally:
+        server.terminate()
+        server.wait(10)
+    assert not (serve_home / "run" / "engine.json").exists()
+
+
+def test_serve_generates_a_token_when_none_is_given(home, tmp_path):
+    serve_home = tmp_path / "served"
+    (serve_home / "data").mkdir(parents=True)
+    (serve_home / "data" / "models").symlink_to(home / "data" / "models")
+    env = {k: v for k, v in os.environ.items() if k != "HOMERACK_TOKEN"}
+    env["HOMERACK_HOME"] = str(serve_home)
+    server = subprocess.Popen([sys.executable, "-m", "app", "serve"], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        server.stdout.readline()
+        import json
+        token = json.loads((serve_home / "run" / "engine.json").read_text())["token"]
+        assert len(token) >= 32
+    finally:
+        server.terminate()
+        server.wait(10)
