@@ -162,6 +162,29 @@ def cmd_models(args) -> int:
     return 0
 
 
+# -- desktop ----------------------------------------------------------------------
+
+def cmd_install_desktop(_args) -> int:
+    from .desktop import install_desktop
+
+    entry, icon = install_desktop()
+    print(f"installed {entry}\ninstalled {icon}")
+    return 0
+
+
+def launch_desktop() -> int:
+    """The window, or a terminal chat where Qt is missing (a server install)."""
+    from engine.models import DEFAULT_MODEL
+
+    try:
+        from ui.app import main as gui_main  # composition: the CLI starts the app
+    except ImportError as exc:
+        print(f"the desktop app is unavailable ({exc}); chatting in the terminal",
+              file=sys.stderr)
+        return cmd_chat(build_parser().parse_args(["chat"]))
+    return gui_main(["--model", DEFAULT_MODEL])
+
+
 # -- entry ------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -193,14 +216,16 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("path", nargs="?", help="a .gguf file (with add)")
     models.add_argument("--quiet", action="store_true", help="only install the starters")
     models.set_defaults(func=cmd_models)
+
+    desktop = sub.add_parser("install-desktop", help="add Homerack to the desktop menu")
+    desktop.set_defaults(func=cmd_install_desktop)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command is None:
-        # The desktop app arrives with its own issue; until then, chat in the terminal.
-        args = build_parser().parse_args(["chat"])
+        return launch_desktop()
     if args.command == "models" and args.action == "add" and not args.path:
         build_parser().error("models add needs a path")
     return args.func(args)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import httpx
 
@@ -22,6 +22,7 @@ class Reply:
     finish_reason: str | None = None
     usage: dict | None = None
     notes: list[str] = field(default_factory=list)
+    n_ctx: int | None = None
 
 
 class EngineClient:
@@ -33,8 +34,13 @@ class EngineClient:
     def models(self) -> list[dict]:
         return self._checked(self._http.get("/v1/models")).json()["data"]
 
-    def stream_chat(self, messages: list[dict], reply: Reply, **options) -> Iterator[str]:
-        """Yield text pieces as they arrive; `reply` gets the finish reason and usage."""
+    def health(self) -> dict:
+        return self._checked(self._http.get("/health", timeout=5)).json()
+
+    def stream_chat(self, messages: list[dict], reply: Reply,
+                    should_stop: Callable[[], bool] = lambda: False, **options) -> Iterator[str]:
+        """Yield text pieces as they arrive; `reply` gets the finish reason and usage.
+        When should_stop() turns true the stream is closed, which cancels the generation."""
         body = {"messages": messages, "stream": True,
                 "stream_options": {"include_usage": True},
                 **{k: v for k, v in options.items() if v is not None}}
@@ -43,12 +49,17 @@ class EngineClient:
                 response.read()
                 self._checked(response)
             for line in response.iter_lines():
+                if should_stop():
+                    reply.finish_reason = "stopped"
+                    return
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
                 chunk = json.loads(line[6:])
                 if "error" in chunk:
                     raise EngineError(chunk["error"]["message"])
-                reply.notes.extend(chunk.get("homerack", {}).get("notes", []))
+                extension = chunk.get("homerack", {})
+                reply.notes.extend(extension.get("notes", []))
+                reply.n_ctx = extension.get("n_ctx", reply.n_ctx)
                 if chunk.get("usage"):
                     reply.usage = chunk["usage"]
                 for choice in chunk["choices"]:

@@ -142,23 +142,22 @@ def create_app(engine: Engine, token: str, on_startup=None) -> FastAPI:
              "owned_by": "local", **m.as_dict(), "loaded": m.id == loaded}
             for m in engine.store.list()]}
 
-    def _model_for(name: str | None):
-        return engine.store.resolve(name or engine.status()["model"])
+    def _generation_request(body, **content) -> GenerationRequest:
+        model = engine.store.resolve(body.model or engine.status()["model"])
+        return GenerationRequest(model=model, max_tokens=body.token_limit(),
+                                 sampling=body.sampling(), stop=body.stop_strings(),
+                                 ignore_eos=body.ignore_eos, **content)
 
     @app.post("/v1/chat/completions", dependencies=[Depends(require_token)])
     async def chat_completions(body: ChatCompletionRequest, http: Request):
-        request = GenerationRequest(
-            model=_model_for(body.model),
-            messages=tuple(m.as_template_input() for m in body.messages),
-            max_tokens=body.token_limit(), sampling=body.sampling(), stop=body.stop_strings())
-        return await _respond(_Kind(chat=True), request, body, http)
+        messages = tuple(m.as_template_input() for m in body.messages)
+        return await _respond(_Kind(chat=True), _generation_request(body, messages=messages),
+                              body, http)
 
     @app.post("/v1/completions", dependencies=[Depends(require_token)])
     async def completions(body: CompletionRequest, http: Request):
-        request = GenerationRequest(
-            model=_model_for(body.model), prompt=body.prompt,
-            max_tokens=body.token_limit(), sampling=body.sampling(), stop=body.stop_strings())
-        return await _respond(_Kind(chat=False), request, body, http)
+        return await _respond(_Kind(chat=False), _generation_request(body, prompt=body.prompt),
+                              body, http)
 
     async def _respond(kind: _Kind, request: GenerationRequest, body, http: Request):
         channel = _Channel()

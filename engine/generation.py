@@ -37,6 +37,7 @@ class GenerationRequest:
     max_tokens: int | None = None
     sampling: SamplingParams = SamplingParams()
     stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,8 @@ class Engine:
         return {
             "model": loaded.model.id if loaded else None,
             "n_ctx": loaded.llama.n_ctx if loaded else None,
+            "offload": (f"{self.settings.load.n_gpu_layers} layers on GPU"
+                        if self.settings.load.n_gpu_layers else "CPU"),
             "busy": self._busy,
             "queued": self._queue.qsize(),
             "max_queue": self.settings.max_queue,
@@ -280,7 +283,8 @@ class Engine:
                 produced += 1
                 if t_first is None:
                     t_first = time.perf_counter()
-                if llama.is_end_of_generation(token) or token in loaded.turn_end_tokens:
+                if not request.ignore_eos and (llama.is_end_of_generation(token)
+                                               or token in loaded.turn_end_tokens):
                     reason = "stop"
                     break
                 text = stream.feed(llama.piece(token))

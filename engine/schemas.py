@@ -46,6 +46,7 @@ class _Sampling(BaseModel):
     frequency_penalty: float = Field(0.0, ge=-2, le=2)
     presence_penalty: float = Field(0.0, ge=-2, le=2)
     n: int = Field(1, ge=1, le=1, description="only one choice per request is supported")
+    ignore_eos: bool = False  # llama-server's extension: generate exactly max_tokens
 
     @field_validator("stop")
     @classmethod

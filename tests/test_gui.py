@@ -1,0 +1,253 @@
+"""The desktop app with pytest-qt (offscreen), over a real engine process it supervises."""
+
+import os
+import signal
+import time
+
+import httpx
+import pytest
+from PySide6.QtCore import QElapsedTimer, Qt, QTimer, QUrl
+from PySide6.QtGui import QGuiApplication
+
+from conftest import STARTER
+
+pytestmark = pytest.mark.slow
+
+PARIS = "What is the capital of France?"
+LONG = "Write a very long story about a dragon who learns to bake bread."
+
+
+@pytest.fixture
+def gui_home(tmp_path, home, monkeypatch):
+    root = tmp_path / "gui-home"
+    (root / "data").mkdir(parents=True)
+    (root / "data" / "models").symlink_to(home / "data" / "models")
+    monkeypatch.setenv("HOMERACK_HOME", str(root))
+    return root
+
+
+@pytest.fixture
+def open_window(qtbot, gui_home):
+    from ui.app import create_window
+
+    windows = []
+
+    def make(serve_args=("--model", STARTER, "--ctx", "2048"), wait=True):
+        window = create_window(list(serve_args))
+        qtbot.addWidget(window)
+        window.show()
+        windows.append(window)
+        if wait:
+            qtbot.waitUntil(lambda: window.client is not None, timeout=90_000)
+        return window
+
+    yield make
+    for window in windows:
+        window.close()
+
+
+def messages(window):
+    return window.history.messages(window.conversation.id)
+
+
+def wait_reply(qtbot, window, timeout=90_000):
+    qtbot.waitUntil(lambda: window.stream_task is None, timeout=timeout)
+
+
+def set_long_replies(window):
+    window.max_tokens.setValue(1500)
+    window.temperature.setValue(0.8)
+
+
+def test_prompt_streams_an_answer(qtbot, open_window):
+    window = open_window()
+    window.temperature.setValue(0)
+    seen = []
+    qtbot.keyClicks(window.composer, PARIS)
+    qtbot.keyClick(window.composer, Qt.Key_Return)
+    assert window.stream_task is not None
+    window.stream_task.signals.progress.connect(lambda _p: seen.append(window.view.toPlainText()))
+    wait_reply(qtbot, window)
+    assert len(seen) > 1, "the reply did not stream"
+    assert any("Paris" not in text for text in seen)  # shown before it was complete
+    reply = messages(window)[-1]
+    assert reply.role == "assistant" and "Paris" in reply.content and reply.status == "complete"
+    assert "Paris" in window.view.toPlainText()
+    assert "tokens/s: " in window.metrics.text("speed") and "–" not in window.metrics.text("speed")
+    assert "/ 2048" in window.metrics.text("context")
+
+
+def test_shift_enter_inserts_a_newline_and_ctrl_n_starts_a_chat(qtbot, open_window):
+    window = open_window()
+    qtbot.keyClicks(window.composer, "line one")
+    qtbot.keyClick(window.composer, Qt.Key_Return, Qt.ShiftModifier)
+    qtbot.keyClicks(window.composer, "line two")
+    assert window.composer.toPlainText() == "line one\nline two"
+    assert window.stream_task is None
+    qtbot.keyClick(window, Qt.Key_N, Qt.ControlModifier)
+    assert window.conversation is not None and messages(window) == []
+
+
+def test_stop_mid_stream_keeps_the_partial_reply(qtbot, open_window):
+    window = open_window()
+    set_long_replies(window)
+    window.send(LONG)
+    qtbot.waitUntil(lambda: len(window.stream_text) > 40, timeout=60_000)
+    qtbot.keyClick(window, Qt.Key_Escape)
+    wait_reply(qtbot, window, timeout=10_000)
+    reply = messages(window)[-1]
+    assert reply.status == "stopped" and len(reply.content) > 40
+    health = httpx.get(f"{window.supervisor.address.url}/health").json()
+    deadline = time.time() + 5
+    while health["busy"] and time.time() < deadline:
+        time.sleep(0.05)
+        health = httpx.get(f"{window.supervisor.address.url}/health").json()
+    assert not health["busy"], "the engine kept generating after Stop"
+
+
+def test_regenerate_and_edit_and_resend(qtbot, open_window):
+    window = open_window()
+    window.max_tokens.setValue(20)
+    window.send("Name a fruit.")
+    wait_reply(qtbot, window)
+    first = messages(window)
+    window.regenerate_button.click()
+    wait_reply(qtbot, window)
+    second = messages(window)
+    assert len(second) == len(first) == 2
+    assert second[-1].id != first[-1].id and second[-1].role == "assistant"
+
+    window.edit_button.click()
+    assert window.composer.toPlainText() == "Name a fruit."
+    assert messages(window) == []
+    window.composer.setPlainText("Name a vegetable.")
+    qtbot.keyClick(window.composer, Qt.Key_Return)
+    wait_reply(qtbot, window)
+    assert [m.content for m in messages(window)][0] == "Name a vegetable."
+    assert messages(window)[-1].role == "assistant"
+
+
+def test_conversations_persist_and_switch(qtbot, open_window):
+    window = open_window()
+    window.max_tokens.setValue(12)
+    window.send("First conversation question")
+    wait_reply(qtbot, window)
+    first_id = window.conversation.id
+    qtbot.keyClick(window, Qt.Key_N, Qt.ControlModifier)
+    window.send("Second conversation question")
+    wait_reply(qtbot, window)
+    window.open_conversation(first_id)
+    assert "First conversation question" in window.view.toPlainText()
+    assert "Second conversation" not in window.view.toPlainText()
+    window.close()
+
+    reopened = open_window()
+    titles = [reopened.conversation_list.item(i).text()
+              for i in range(reopened.conversation_list.count())]
+    assert titles == ["Second conversation question", "First conversation question"]
+    reopened.conversation_list.setCurrentRow(1)
+    assert "First conversation question" in reopened.view.toPlainText()
+    assert len(messages(reopened)) == 2
+    reopened.search.setText("Second")
+    assert reopened.conversation_list.count() == 1
+
+
+def test_killed_engine_is_survived_and_restarted(qtbot, open_window):
+    window = open_window()
+    window.send("Say hello.")
+    wait_reply(qtbot, window)
+    set_long_replies(window)
+    window.send(LONG)
+    qtbot.waitUntil(lambda: len(window.stream_text) > 20, timeout=60_000)
+    old_pid = window.supervisor.pid()
+    os.kill(old_pid, signal.SIGKILL)
+    qtbot.waitUntil(lambda: window.banner.isVisible()
+                    and "killed" in window.banner.label.text(), timeout=10_000)
+    wait_reply(qtbot, window, timeout=10_000)
+    qtbot.waitUntil(lambda: window.client is not None, timeout=90_000)
+    assert window.supervisor.pid() != old_pid
+    assert "restarted" in window.banner.label.text()
+    history = messages(window)
+    assert [m.status for m in history] == ["complete", "complete", "complete", "interrupted"]
+    assert "interrupted" in window.view.toPlainText()
+
+    window.max_tokens.setValue(30)
+    window.temperature.setValue(0)
+    window.send(PARIS)
+    wait_reply(qtbot, window)
+    assert messages(window)[-1].status == "complete"
+    assert "Paris" in messages(window)[-1].content
+
+
+def test_event_loop_stays_responsive_while_streaming(qtbot, open_window):
+    window = open_window()
+    set_long_replies(window)
+    window.max_tokens.setValue(300)
+    clock, gaps = QElapsedTimer(), []
+    ticker = QTimer(interval=10)
+
+    def tick():
+        if clock.isValid():
+            gaps.append(clock.restart())
+        else:
+            clock.start()
+
+    ticker.timeout.connect(tick)
+    ticker.start()
+    window.send(LONG)
+    wait_reply(qtbot, window)
+    ticker.stop()
+    assert len(messages(window)[-1].content) > 200 and len(gaps) > 50
+    print(f"\nlargest gap between 10 ms ticks while streaming: {max(gaps)} ms")
+    assert max(gaps) < 100
+
+
+def test_engine_that_fails_to_start_offers_retry(qtbot, open_window):
+    window = open_window(("--model", "no-such-model"), wait=False)
+    qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=60_000)
+    assert "could not start" in window.banner.label.text()
+    assert "no-such-model" in window.banner.label.text()
+    assert window.banner.action.isVisible() and window.banner.action.text() == "Retry"
+    window.supervisor.serve_args = ["--model", STARTER]
+    window.banner.action.click()
+    qtbot.waitUntil(lambda: window.client is not None, timeout=90_000)
+
+
+def test_code_blocks_render_with_copy_links(qtbot, open_window):
+    from ui.markdown import Shown
+
+    window = open_window(wait=False)
+    code = "def add(a, b):\n    return a + b\n"
+    window.view.show_messages([
+        Shown("1", "user", "Show me a function and a table."),
+        Shown("2", "assistant", f"Here:\n\n```python\n{code}```\n\n| a | b |\n|---|---|\n"
+                                "| 1 | 2 |\n\n- one\n- two")])
+    html = window.view.toHtml()
+    assert "copycode:0" in html and "copymsg:2" in html
+    window.view.anchorClicked.emit(QUrl("copycode:0"))
+    assert QGuiApplication.clipboard().text() == code
+
+
+def test_screenshot_of_a_finished_conversation(qtbot, open_window, tmp_path_factory):
+    window = open_window()
+    window.temperature.setValue(0)
+    window.max_tokens.setValue(60)
+    window.send(PARIS)
+    wait_reply(qtbot, window)
+    window.send("Write a Python function that adds two numbers, in a code block.")
+    wait_reply(qtbot, window)
+    path = tmp_path_factory.getbasetemp() / "homerack-main-window.png"
+    assert window.grab().save(str(path))
+    print(f"\nscreenshot: {path}")
+    assert path.stat().st_size > 10_000
+
+
+def test_install_desktop_entry(tmp_path, monkeypatch):
+    from app.desktop import install_desktop
+
+    entry, icon = install_desktop(tmp_path)
+    text = entry.read_text()
+    assert "[Desktop Entry]" in text and "Icon=homerack" in text
+    exec_line = next(line for line in text.splitlines() if line.startswith("Exec="))
+    assert os.path.exists(exec_line[5:].split()[0])
+    assert icon.read_text().startswith("<svg")

@@ -1,0 +1,26 @@
+"""Starts the desktop app: the window plus the engine it supervises."""
+
+from __future__ import annotations
+
+import sys
+
+from PySide6.QtWidgets import QApplication
+
+from app.paths import paths
+from app.supervisor import EngineSupervisor
+
+from .main_window import MainWindow
+
+
+def create_window(serve_args: list[str] | None = None) -> MainWindow:
+    where = paths()
+    return MainWindow(where, EngineSupervisor(where.engine_file, serve_args or []))
+
+
+def main(serve_args: list[str] | None = None) -> int:
+    app = QApplication.instance() or QApplication(sys.argv)
+    app.setApplicationName("Homerack")
+    app.setDesktopFileName("homerack")
+    window = create_window(serve_args)
+    window.show()
+    return app.exec()

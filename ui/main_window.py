@@ -1,0 +1,448 @@
+"""The main window: conversations on the left, the chat on the right, figures below.
+
+All engine calls run as tasks (ui.tasks) off the UI thread. Errors reach one place,
+`show_error`, which shows them in the banner above the chat.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QIcon, QKeySequence, QShortcut
+from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QFrame, QHBoxLayout,
+                               QInputDialog, QLabel, QLineEdit, QListWidget, QListWidgetItem,
+                               QMainWindow, QPlainTextEdit, QProgressBar, QPushButton,
+                               QSpinBox, QSplitter, QVBoxLayout, QWidget)
+
+from app.client import EngineClient, Reply
+from app.history import Conversation, History
+from app.paths import Paths
+from app.settings import Sampling, load_sampling, save_sampling
+from app.supervisor import EngineSupervisor
+
+from .chat_view import ChatView
+from .composer import Composer
+from .markdown import Shown
+from .metrics import MetricsBar
+from .tasks import Task, start_task
+
+STREAM_KEY = "streaming"
+
+
+def _stream_reply(task: Task, client: EngineClient, messages: list[dict], options: dict) -> Reply:
+    reply = Reply()
+    for piece in client.stream_chat(messages, reply, should_stop=task.cancelled.is_set, **options):
+        task.report(piece)
+    return reply
+
+
+def _wait_for_model(task: Task, client: EngineClient) -> dict:
+    """Poll until the engine has its model loaded (it loads at start)."""
+    import time
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not task.cancelled.is_set():
+        health = client.health()
+        if health.get("model") and not health.get("busy"):
+            return {"health": health, "models": client.models()}
+        time.sleep(0.2)
+    raise TimeoutError("the model did not finish loading within two minutes")
+
+
+class Banner(QFrame):
+    """One line above the chat: errors (red) and notices, with an optional action."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("banner")
+        layout = QHBoxLayout(self)
+        self.label = QLabel()
+        self.label.setWordWrap(True)
+        self.action = QPushButton()
+        layout.addWidget(self.label, 1)
+        layout.addWidget(self.action)
+        self._callback = None
+        self.action.clicked.connect(lambda: self._callback and self._callback())
+        self.hide()
+
+    def show_message(self, text: str, error: bool, action: str | None = None, callback=None):
+        self.setProperty("error", error)
+        self.setStyleSheet("#banner { background: %s; border-radius: 4px; }"
+                           % ("#f8d7da" if error else "#e2ecf8"))
+        self.label.setText(text)
+        self._callback = callback
+        self.action.setVisible(bool(action))
+        self.action.setText(action or "")
+        self.show()
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, paths: Paths, supervisor: EngineSupervisor):
+        super().__init__()
+        self.paths = paths
+        self.history = History(paths.data / "history.sqlite3")
+        self.sampling = load_sampling(paths.data / "settings.json")
+        self.supervisor = supervisor
+        self.client: EngineClient | None = None
+        self.conversation: Conversation | None = None
+        self.stream_task: Task | None = None
+        self.stream_conversation: int | None = None
+        self.stream_text = ""
+        self.last_death: str | None = None
+        self._checking = False
+        self.setWindowTitle("Homerack")
+        icon = paths_icon()
+        if icon:
+            self.setWindowIcon(icon)
+        self._build()
+        self._shortcuts()
+        self.refresh_conversations()
+        self.watchdog = QTimer(self, interval=500)
+        self.watchdog.timeout.connect(self._check_engine)
+        self.start_engine()
+
+    # -- layout -----------------------------------------------------------------
+
+    def _build(self) -> None:
+        self.search = QLineEdit(placeholderText="Search conversations")
+        self.search.textChanged.connect(self.refresh_conversations)
+        self.conversation_list = QListWidget()
+        self.conversation_list.currentItemChanged.connect(self._on_conversation_selected)
+        new, rename, delete = (QPushButton(t) for t in ("New", "Rename", "Delete"))
+        new.clicked.connect(self.new_conversation)
+        rename.clicked.connect(self.rename_conversation)
+        delete.clicked.connect(self.delete_conversation)
+        sidebar = QWidget()
+        side = QVBoxLayout(sidebar)
+        side.addWidget(self.search)
+        side.addWidget(self.conversation_list, 1)
+        row = QHBoxLayout()
+        for button in (new, rename, delete):
+            row.addWidget(button)
+        side.addLayout(row)
+
+        self.banner = Banner()
+        self.model_box = QComboBox()
+        self.model_box.setMinimumWidth(240)
+        self.model_box.activated.connect(self._on_model_chosen)
+        self.settings_button = QPushButton("Settings", checkable=True)
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Model:"))
+        top.addWidget(self.model_box, 1)
+        top.addWidget(self.settings_button)
+        self.settings_panel = self._build_settings()
+        self.settings_button.toggled.connect(self.settings_panel.setVisible)
+        self.settings_panel.hide()
+
+        self.view = ChatView()
+        self.view.copied.connect(lambda _t: self.statusBar().showMessage("Copied", 2000))
+        self.composer = Composer()
+        self.composer.submitted.connect(self.send)
+        self.send_button = QPushButton("Send")
+        self.send_button.clicked.connect(lambda: self.send(self.composer.toPlainText().strip()))
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.clicked.connect(self.stop)
+        self.regenerate_button = QPushButton("Regenerate")
+        self.regenerate_button.clicked.connect(self.regenerate)
+        self.edit_button = QPushButton("Edit last")
+        self.edit_button.clicked.connect(self.edit_last)
+        buttons = QHBoxLayout()
+        for button in (self.edit_button, self.regenerate_button, self.stop_button,
+                       self.send_button):
+            buttons.addWidget(button)
+        buttons.insertStretch(0)
+
+        chat = QWidget()
+        main = QVBoxLayout(chat)
+        main.addWidget(self.banner)
+        main.addLayout(top)
+        main.addWidget(self.settings_panel)
+        main.addWidget(self.view, 1)
+        main.addWidget(self.composer)
+        main.addLayout(buttons)
+
+        splitter = QSplitter()
+        splitter.addWidget(sidebar)
+        splitter.addWidget(chat)
+        splitter.setSizes([240, 760])
+        self.setCentralWidget(splitter)
+
+        self.metrics = MetricsBar()
+        self.progress = QProgressBar(maximumWidth=140, textVisible=False)
+        self.progress.setRange(0, 0)
+        self.statusBar().addPermanentWidget(self.metrics)
+        self.statusBar().addPermanentWidget(self.progress)
+        self.resize(1040, 720)
+        self._update_buttons()
+
+    def _build_settings(self) -> QWidget:
+        panel = QWidget()
+        form = QFormLayout(panel)
+        self.system_prompt = QPlainTextEdit(placeholderText="System prompt for this conversation")
+        self.system_prompt.setMaximumHeight(70)
+        self.system_prompt.textChanged.connect(self._on_system_prompt)
+        self.temperature = QDoubleSpinBox(minimum=0, maximum=2, singleStep=0.1, decimals=2)
+        self.top_p = QDoubleSpinBox(minimum=0.05, maximum=1, singleStep=0.05, decimals=2)
+        self.max_tokens = QSpinBox(minimum=1, maximum=32768)
+        self.seed = QSpinBox(minimum=-1, maximum=2**31 - 1, specialValueText="random")
+        self.temperature.setValue(self.sampling.temperature)
+        self.top_p.setValue(self.sampling.top_p)
+        self.max_tokens.setValue(self.sampling.max_tokens)
+        self.seed.setValue(self.sampling.seed)
+        for widget in (self.temperature, self.top_p, self.max_tokens, self.seed):
+            widget.valueChanged.connect(self._on_sampling)
+        form.addRow("System prompt", self.system_prompt)
+        form.addRow("Temperature", self.temperature)
+        form.addRow("Top-p", self.top_p)
+        form.addRow("Max tokens", self.max_tokens)
+        form.addRow("Seed", self.seed)
+        return panel
+
+    def _shortcuts(self) -> None:
+        QShortcut(QKeySequence(Qt.Key_Escape), self, activated=self.stop)
+        QShortcut(QKeySequence("Ctrl+N"), self, activated=self.new_conversation)
+
+    def _update_buttons(self) -> None:
+        streaming = self.stream_task is not None
+        ready = self.client is not None
+        self.send_button.setEnabled(ready and not streaming)
+        self.stop_button.setEnabled(streaming)
+        has_reply = bool(self.conversation and self.history.messages(self.conversation.id))
+        self.regenerate_button.setEnabled(ready and not streaming and has_reply)
+        self.edit_button.setEnabled(not streaming and has_reply)
+
+    # -- errors and notices: the one place they are shown -------------------------
+
+    def show_error(self, error, action: str | None = None, callback=None) -> None:
+        self.banner.show_message(str(error), True, action, callback)
+
+    def show_notice(self, text: str) -> None:
+        self.banner.show_message(text, False)
+
+    # -- the engine ---------------------------------------------------------------
+
+    def start_engine(self) -> None:
+        self.client = None
+        self.watchdog.stop()
+        self.progress.show()
+        self.statusBar().showMessage("Starting the engine…")
+        start_task(lambda _task: self.supervisor.start(), on_done=self._on_engine_started,
+                   on_error=self._on_engine_failed)
+        self._update_buttons()
+
+    def _on_engine_started(self, address) -> None:
+        client = EngineClient(address)
+        self.statusBar().showMessage("Loading the model…")
+        start_task(_wait_for_model, client, on_done=lambda r: self._on_model_ready(client, r),
+                   on_error=self._on_engine_failed)
+
+    def _on_model_ready(self, client: EngineClient, result: dict) -> None:
+        self.client = client
+        self.progress.hide()
+        self.statusBar().showMessage("Ready", 3000)
+        if self.last_death:
+            self.show_notice(f"The engine was restarted ({self.last_death}). "
+                             "Every completed message was kept.")
+            self.last_death = None
+        self._fill_models(result["models"], result["health"])
+        self.watchdog.start()
+        self._update_buttons()
+
+    def _on_engine_failed(self, error) -> None:
+        self.progress.hide()
+        self.statusBar().clearMessage()
+        self.show_error(f"The engine could not start: {error}", "Retry", self.start_engine)
+
+    def _fill_models(self, models: list[dict], health: dict) -> None:
+        current = (self.conversation and self.conversation.model) or health.get("model")
+        self.model_box.clear()
+        for model in models:
+            self.model_box.addItem(f"{model['id']}  ({model['size_bytes'] / 2**20:.0f} MiB)",
+                                   model["id"])
+        index = self.model_box.findData(current)
+        self.model_box.setCurrentIndex(max(index, 0))
+        loaded = next((m for m in models if m["id"] == health.get("model")), None)
+        if loaded:
+            self.metrics.set("device", f"{health.get('offload', 'CPU')} · "
+                                       f"{loaded['size_bytes'] / 2**20:.0f} MiB weights")
+            self.metrics.set("context", f"0 / {health.get('n_ctx')}")
+
+    def _check_engine(self) -> None:
+        if self._checking:
+            return
+        self._checking = True
+        start_task(lambda _task: self.supervisor.check(), on_done=self._on_engine_checked,
+                   on_error=lambda _e: setattr(self, "_checking", False))
+
+    def _on_engine_checked(self, death: str | None) -> None:
+        self._checking = False
+        if death and self.client is not None:
+            self.last_death = death
+            if self.stream_task:
+                self.stream_task.cancel()
+            self.show_error(f"{death[0].upper()}{death[1:]}. Restarting it; "
+                            "your conversations are safe.")
+            self.start_engine()
+
+    # -- conversations ------------------------------------------------------------
+
+    def refresh_conversations(self) -> None:
+        self.conversation_list.blockSignals(True)
+        self.conversation_list.clear()
+        for conversation in self.history.conversations(self.search.text().strip()):
+            item = QListWidgetItem(conversation.title)
+            item.setData(Qt.UserRole, conversation.id)
+            self.conversation_list.addItem(item)
+            if self.conversation and conversation.id == self.conversation.id:
+                self.conversation_list.setCurrentItem(item)
+        self.conversation_list.blockSignals(False)
+
+    def new_conversation(self) -> Conversation:
+        self.conversation = self.history.create(model=self.model_box.currentData())
+        self.refresh_conversations()
+        self._show_conversation()
+        self.composer.setFocus()
+        return self.conversation
+
+    def open_conversation(self, conversation_id: int) -> None:
+        self.conversation = self.history.get(conversation_id)
+        self.system_prompt.blockSignals(True)
+        self.system_prompt.setPlainText(self.conversation.system_prompt)
+        self.system_prompt.blockSignals(False)
+        index = self.model_box.findData(self.conversation.model)
+        if index >= 0:
+            self.model_box.setCurrentIndex(index)
+        self._show_conversation()
+
+    def rename_conversation(self) -> None:
+        if not self.conversation:
+            return
+        title, ok = QInputDialog.getText(self, "Rename", "Title:", text=self.conversation.title)
+        if ok and title.strip():
+            self.history.update(self.conversation.id, title=title.strip())
+            self.conversation = self.history.get(self.conversation.id)
+            self.refresh_conversations()
+
+    def delete_conversation(self) -> None:
+        if not self.conversation or self.stream_conversation == self.conversation.id:
+            return
+        self.history.delete(self.conversation.id)
+        self.conversation = None
+        self.refresh_conversations()
+        self._show_conversation()
+
+    def _on_conversation_selected(self, item, _previous) -> None:
+        if item is not None:
+            self.open_conversation(item.data(Qt.UserRole))
+
+    def _on_model_chosen(self, _index: int) -> None:
+        if self.conversation:
+            self.history.update(self.conversation.id, model=self.model_box.currentData())
+
+    def _on_system_prompt(self) -> None:
+        if self.conversation:
+            self.history.update(self.conversation.id,
+                                system_prompt=self.system_prompt.toPlainText())
+            self.conversation = self.history.get(self.conversation.id)
+
+    def _on_sampling(self) -> None:
+        self.sampling = Sampling(self.temperature.value(), self.top_p.value(),
+                                 self.max_tokens.value(), self.seed.value())
+        save_sampling(self.paths.data / "settings.json", self.sampling)
+
+    def _show_conversation(self) -> None:
+        shown = []
+        if self.conversation:
+            shown = [Shown(str(m.id), m.role, m.content, m.status)
+                     for m in self.history.messages(self.conversation.id)]
+            if self.stream_conversation == self.conversation.id:
+                shown.append(Shown(STREAM_KEY, "assistant", self.stream_text))
+        self.view.show_messages(shown)
+        self._update_buttons()
+
+    # -- chatting -------------------------------------------------------------------
+
+    def send(self, text: str) -> None:
+        if not text or self.stream_task or self.client is None:
+            return
+        conversation = self.conversation or self.new_conversation()
+        self.history.add_message(conversation.id, "user", text)
+        if conversation.title == "New chat":
+            self.history.update(conversation.id, title=text.splitlines()[0][:48])
+            self.conversation = self.history.get(conversation.id)
+            self.refresh_conversations()
+        self.composer.clear()
+        self._generate()
+
+    def _generate(self) -> None:
+        conversation = self.conversation
+        messages = ([{"role": "system", "content": conversation.system_prompt}]
+                    if conversation.system_prompt.strip() else [])
+        messages += [{"role": m.role, "content": m.content}
+                     for m in self.history.messages(conversation.id) if m.content]
+        options = {**self.sampling.as_request(), "model": self.model_box.currentData()}
+        self.stream_conversation, self.stream_text = conversation.id, ""
+        self._show_conversation()
+        self.stream_task = start_task(_stream_reply, self.client, messages, options,
+                                      on_progress=self._on_piece, on_done=self._on_reply,
+                                      on_error=self._on_stream_failed)
+        self._update_buttons()
+
+    def _on_piece(self, piece: str) -> None:
+        self.stream_text += piece
+        if self.conversation and self.conversation.id == self.stream_conversation:
+            self.view.set_last(Shown(STREAM_KEY, "assistant", self.stream_text))
+
+    def _on_reply(self, reply: Reply) -> None:
+        status = "stopped" if reply.finish_reason == "stopped" else "complete"
+        self._finish_stream(status)
+        self.metrics.show_usage(reply.usage, reply.n_ctx)
+
+    def _on_stream_failed(self, error) -> None:
+        self._finish_stream("interrupted")
+        if self.last_death is None and self.client is not None:
+            self.show_error(f"The reply failed: {error}")
+
+    def _finish_stream(self, status: str) -> None:
+        self.history.add_message(self.stream_conversation, "assistant", self.stream_text, status)
+        self.stream_task, self.stream_conversation, self.stream_text = None, None, ""
+        self._show_conversation()
+
+    def stop(self) -> None:
+        if self.stream_task:
+            self.stream_task.cancel()
+
+    def regenerate(self) -> None:
+        """Replace the last reply with a new one."""
+        if not self.conversation or self.stream_task or self.client is None:
+            return
+        messages = self.history.messages(self.conversation.id)
+        if messages and messages[-1].role == "assistant":
+            self.history.delete_messages_from(self.conversation.id, messages[-1].id)
+        if self.history.messages(self.conversation.id):
+            self._generate()
+
+    def edit_last(self) -> None:
+        """Put the last prompt back into the composer and drop it and what followed."""
+        if not self.conversation or self.stream_task:
+            return
+        users = [m for m in self.history.messages(self.conversation.id) if m.role == "user"]
+        if users:
+            self.history.delete_messages_from(self.conversation.id, users[-1].id)
+            self.composer.setPlainText(users[-1].content)
+            self.composer.setFocus()
+            self._show_conversation()
+
+    def closeEvent(self, event) -> None:
+        self.watchdog.stop()
+        if self.stream_task:
+            self.stream_task.cancel()
+        self.supervisor.stop()
+        self.history.close()
+        super().closeEvent(event)
+
+
+def paths_icon() -> QIcon | None:
+    from .resources import icon_path
+
+    path = icon_path()
+    return QIcon(str(path)) if path.exists() else None

@@ -1,0 +1,51 @@
+"""The status area's live figures. Each figure is a named field, so later features
+(draft acceptance, cache hits, cluster stages) add theirs with `set`."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
+
+FIELDS = (
+    ("speed", "tokens/s"),
+    ("ttft", "first token"),
+    ("context", "context"),
+    ("device", "device"),
+)
+
+
+class MetricsBar(QWidget):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(4, 0, 4, 0)
+        self._labels: dict[str, QLabel] = {}
+        self._titles = dict(FIELDS)
+        for key, _title in FIELDS:
+            self._add(key)
+        layout.addStretch()
+
+    def _add(self, key: str) -> QLabel:
+        label = QLabel(f"{self._titles.get(key, key)}: –")
+        label.setObjectName(f"metric-{key}")
+        self.layout().insertWidget(len(self._labels), label)
+        self._labels[key] = label
+        return label
+
+    def set(self, key: str, value: str, title: str | None = None) -> None:
+        if title:
+            self._titles[key] = title
+        label = self._labels.get(key) or self._add(key)
+        label.setText(f"{self._titles.get(key, key)}: {value}")
+        label.setMinimumWidth(label.sizeHint().width())  # the status bar must not clip it
+
+    def text(self, key: str) -> str:
+        return self._labels[key].text()
+
+    def show_usage(self, usage: dict | None, n_ctx: int | None) -> None:
+        if not usage:
+            return
+        timings = usage.get("timings", {})
+        self.set("speed", f"{timings.get('decode_tokens_per_s', 0):.1f}")
+        self.set("ttft", f"{timings.get('time_to_first_token_s', 0) * 1000:.0f} ms")
+        used = usage.get("total_tokens", 0)
+        self.set("context", f"{used} / {n_ctx}" if n_ctx else str(used))

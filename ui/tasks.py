@@ -1,0 +1,59 @@
+"""The one way the app runs long work: off the UI thread, reporting back by signals.
+
+A task function receives its Task first, so it can report progress (streamed text) and
+see whether it was cancelled. Results, progress and errors arrive on the UI thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+
+
+class TaskSignals(QObject):
+    progress = Signal(object)
+    done = Signal(object)
+    failed = Signal(object)
+
+
+class Task(QRunnable):
+    _running: set["Task"] = set()  # keeps Python wrappers alive until they finish
+
+    def __init__(self, fn: Callable[..., Any], *args):
+        super().__init__()
+        self.setAutoDelete(False)
+        self.signals = TaskSignals()
+        self.cancelled = threading.Event()
+        self._fn, self._args = fn, args
+
+    def report(self, value) -> None:
+        self.signals.progress.emit(value)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+    def run(self) -> None:
+        try:
+            result = self._fn(self, *self._args)
+        except Exception as exc:  # delivered to the UI thread, shown in one place
+            self.signals.failed.emit(exc)
+        else:
+            self.signals.done.emit(result)
+        finally:
+            Task._running.discard(self)
+
+
+def start_task(fn: Callable[..., Any], *args, on_done=None, on_progress=None,
+               on_error=None, pool: QThreadPool | None = None) -> Task:
+    task = Task(fn, *args)
+    if on_done:
+        task.signals.done.connect(on_done)
+    if on_progress:
+        task.signals.progress.connect(on_progress)
+    if on_error:
+        task.signals.failed.connect(on_error)
+    Task._running.add(task)
+    (pool or QThreadPool.globalInstance()).start(task)
+    return task
