@@ -176,7 +176,11 @@ def launch_desktop() -> int:
     """The window, or a terminal chat where Qt is missing (a server install)."""
     from engine.models import DEFAULT_MODEL
 
+    headless = (sys.platform.startswith("linux") and not os.environ.get("QT_QPA_PLATFORM")
+                and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")))
     try:
+        if headless:
+            raise ImportError("no display")
         from ui.app import main as gui_main  # composition: the CLI starts the app
     except ImportError as exc:
         print(f"the desktop app is unavailable ({exc}); chatting in the terminal",

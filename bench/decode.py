@@ -32,61 +32,70 @@ from engine.models import STARTERS  # noqa: E402
 PROMPT = "Once upon a time"
 
 
-def anchor_tps(bins: Path, model: Path, threads: int, tokens: int, reps: int) -> float:
+def anchor_once(bins: Path, model: Path, threads: int, tokens: int) -> float:
     result = subprocess.run(
         [str(bins / "llama-bench"), "-m", str(model), "-t", str(threads), "-p", "0",
-         "-n", str(tokens), "-r", str(reps), "-o", "json"],
+         "-n", str(tokens), "-r", "1", "-o", "json"],
         capture_output=True, text=True, check=True)
     return float(json.loads(result.stdout)[0]["avg_ts"])
 
 
-def direct_tps(model: Path, threads: int, tokens: int, reps: int) -> float:
+def direct_once(llm, tokens: int) -> float:
+    llm.reset()
+    stamps = [time.perf_counter() for _ in llm.create_completion(
+        PROMPT, max_tokens=tokens, temperature=0, stream=True)]
+    return (len(stamps) - 1) / (stamps[-1] - stamps[0])
+
+
+def api_once(http: httpx.Client, model_id: str, tokens: int, rep: int) -> tuple[float, float]:
+    """(client-measured tok/s, engine-reported tok/s)."""
+    # A new prompt each rep, so no run reuses the previous one's KV memory.
+    body = {"model": model_id, "prompt": f"{PROMPT} ({rep})", "max_tokens": tokens,
+            "temperature": 0, "stream": True, "ignore_eos": True,
+            "stream_options": {"include_usage": True}}
+    stamps, usage = [], None
+    with http.stream("POST", "/v1/completions", json=body) as reply:
+        for line in reply.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if chunk["choices"] and chunk["choices"][0]["text"]:
+                stamps.append(time.perf_counter())
+            usage = chunk.get("usage") or usage
+    return (len(stamps) - 1) / (stamps[-1] - stamps[0]), usage["timings"]["decode_tokens_per_s"]
+
+
+def measure(bins: Path, model_id: str, path: Path, threads: int, tokens: int, reps: int):
+    """Medians of the three, interleaved rep by rep so drift on a noisy machine hits all."""
     from llama_cpp import Llama
 
-    llm = Llama(str(model), n_ctx=2048, n_threads=threads, n_threads_batch=threads,
+    engine = EngineProcess(["--threads", str(threads), "--ctx", "2048", "--model", model_id])
+    address = engine.wait_ready()
+    llm = Llama(str(path), n_ctx=2048, n_threads=threads, n_threads_batch=threads,
                 verbose=False)
-    rates = []
-    for _ in range(reps):
-        llm.reset()
-        stamps = []
-        for _chunk in llm.create_completion(PROMPT, max_tokens=tokens, temperature=0,
-                                            stream=True, logit_bias=None):
-            stamps.append(time.perf_counter())
-        rates.append((len(stamps) - 1) / (stamps[-1] - stamps[0]))
-    del llm
-    return statistics.median(rates)
-
-
-def api_tps(address, model_id: str, tokens: int, reps: int) -> tuple[float, float]:
-    """(client-measured tok/s, engine-reported tok/s), medians over reps."""
-    body = {"model": model_id, "prompt": PROMPT, "max_tokens": tokens, "temperature": 0,
-            "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
-    headers = {"Authorization": f"Bearer {address.token}"}
-    client_rates, engine_rates = [], []
-    with httpx.Client(base_url=address.url, headers=headers, timeout=300) as http:
-        http.post("/v1/completions", json={**body, "stream": False, "max_tokens": 4})  # load
-        for rep in range(reps):
-            stamps, usage = [], None
-            # A new prompt each rep, so no run reuses the previous one's KV memory.
-            with http.stream("POST", "/v1/completions",
-                             json={**body, "prompt": f"{PROMPT} ({rep})"}) as reply:
-                for line in reply.iter_lines():
-                    if not line.startswith("data: {"):
-                        continue
-                    chunk = json.loads(line[6:])
-                    if chunk["choices"] and chunk["choices"][0]["text"]:
-                        stamps.append(time.perf_counter())
-                    usage = chunk.get("usage") or usage
-            client_rates.append((len(stamps) - 1) / (stamps[-1] - stamps[0]))
-            engine_rates.append(usage["timings"]["decode_tokens_per_s"])
-    return statistics.median(client_rates), statistics.median(engine_rates)
+    runs = {"anchor": [], "direct": [], "api": [], "engine": []}
+    try:
+        with httpx.Client(base_url=address.url, timeout=300,
+                          headers={"Authorization": f"Bearer {address.token}"}) as http:
+            api_once(http, model_id, 8, -1)  # warm-up (and the model load)
+            direct_once(llm, 8)
+            for rep in range(reps):
+                runs["anchor"].append(anchor_once(bins, path, threads, tokens))
+                api, engine_side = api_once(http, model_id, tokens, rep)
+                runs["api"].append(api)
+                runs["engine"].append(engine_side)
+                runs["direct"].append(direct_once(llm, tokens))
+    finally:
+        engine.stop()
+        del llm
+    return {name: statistics.median(values) for name, values in runs.items()}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=min(os.cpu_count() or 2, 8))
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
 
     sys.path.insert(0, str(ROOT / "bench"))
@@ -97,15 +106,9 @@ def main() -> int:
     rows = []
     for starter in STARTERS:
         path = models / f"{starter.id}.gguf"
-        engine = EngineProcess(["--threads", str(args.threads), "--ctx", "2048"])
-        address = engine.wait_ready()
-        try:
-            api, engine_side = api_tps(address, starter.id, args.tokens, args.reps)
-        finally:
-            engine.stop()
-        direct = direct_tps(path, args.threads, args.tokens, args.reps)
-        anchor = anchor_tps(bins, path, args.threads, args.tokens, args.reps)
-        rows.append((starter.id, anchor, direct, api, engine_side))
+        result = measure(bins, starter.id, path, args.threads, args.tokens, args.reps)
+        rows.append((starter.id, result["anchor"], result["direct"], result["api"],
+                     result["engine"]))
 
     print(f"\ndecode, {args.tokens} tokens, {args.threads} threads, median of {args.reps}")
     print(f"{'model':<28} {'llama-bench':>11} {'direct':>15} {'api (client)':>17} {'api (engine)':>14}")
