@@ -38,7 +38,8 @@ def cmd_serve(args) -> int:
         store.resolve(args.model)  # an unknown model fails now, not at the first request
     settings = EngineSettings(
         load=LoadSettings(n_ctx=args.ctx, n_threads=args.threads or _default_threads()),
-        max_queue=args.queue_size)
+        max_queue=args.queue_size, cache=_cache_limits(args),
+        cache_folder=paths().cache / "kv" if args.cache_disk_mib else None)
     engine = Engine(store, settings)
     engine_file = paths().engine_file
 
@@ -55,6 +56,18 @@ def cmd_serve(args) -> int:
     finally:
         remove_engine_file(engine_file, os.getpid())
     return 0
+
+
+def _cache_limits(args):
+    import psutil
+
+    from engine.prompt_cache import CacheLimits
+
+    if args.no_prompt_cache:
+        return None
+    ram = (args.cache_ram_mib << 20 if args.cache_ram_mib is not None
+           else psutil.virtual_memory().available // 4)
+    return CacheLimits(ram_bytes=ram, disk_bytes=args.cache_disk_mib << 20)
 
 
 def _default_threads() -> int:
@@ -203,6 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--ctx", type=int, default=4096, help="context size in tokens")
     serve.add_argument("--threads", type=int, default=0)
     serve.add_argument("--queue-size", type=int, default=16)
+    serve.add_argument("--cache-ram-mib", type=int,
+                       help="prompt cache RAM budget (default: a quarter of available RAM)")
+    serve.add_argument("--cache-disk-mib", type=int, default=4096,
+                       help="prompt cache disk budget; 0 keeps it in RAM only")
+    serve.add_argument("--no-prompt-cache", action="store_true")
     serve.set_defaults(func=cmd_serve)
 
     chat = sub.add_parser("chat", help="chat in the terminal")

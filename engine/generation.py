@@ -18,12 +18,15 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from .chat_format import ChatFormat, chat_format_for
 from .errors import ContextLengthExceeded, HomerackError, InvalidRequest, QueueFull
-from .llama_runtime import LlamaModel, LoadSettings, Sampler, SamplingParams
+from .llama_runtime import (LlamaModel, LoadSettings, Sampler, SamplingParams, build_id,
+                            model_fingerprint)
 from .models import LocalModel, ModelStore
+from .prompt_cache import CacheLimits, PromptCache, common_prefix
 from .text_stream import TextStream
 
 
@@ -97,6 +100,8 @@ class Job:
 class EngineSettings:
     load: LoadSettings = LoadSettings()
     max_queue: int = 16
+    cache: CacheLimits | None = None  # None: no prompt cache
+    cache_folder: Path | None = None  # None: RAM tier only
 
 
 # -- the loaded model and its sequence ------------------------------------------
@@ -114,15 +119,7 @@ class Loaded:
     chat_format: ChatFormat
     turn_end_tokens: frozenset[int]
     sequence: Sequence
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+    cache: PromptCache | None
 
 
 class Engine:
@@ -161,6 +158,7 @@ class Engine:
             "offload": (f"{self.settings.load.n_gpu_layers} layers on GPU"
                         if self.settings.load.n_gpu_layers else "CPU"),
             "busy": self._busy,
+            "prompt_cache": self.cache_status(),
             "queued": self._queue.qsize(),
             "max_queue": self.settings.max_queue,
         }
@@ -204,6 +202,9 @@ class Engine:
                          loaded.chat_format.describe() if job.request.messages else None,
                          tuple(notes)))
         self._generate(loaded, job, max_tokens, t0, queue_s, len(prompt), cached)
+        if loaded.cache:
+            loaded.cache.save(loaded.sequence.tokens,
+                              loaded.llama.snapshot(loaded.sequence.seq_id))
 
     def _ensure_loaded(self, model: LocalModel) -> Loaded:
         if self._loaded and self._loaded.model.path == model.path:
@@ -221,8 +222,15 @@ class Engine:
             ids = llama.tokenize(text, add_special=False, parse_special=True)
             if len(ids) == 1:
                 turn_ends.add(ids[0])
-        self._loaded = Loaded(model, llama, fmt, frozenset(turn_ends), Sequence(0))
+        self._loaded = Loaded(model, llama, fmt, frozenset(turn_ends), Sequence(0),
+                              self._prompt_cache(model))
         return self._loaded
+
+    def _prompt_cache(self, model: LocalModel) -> PromptCache | None:
+        if self.settings.cache is None:
+            return None
+        return PromptCache(model_fingerprint(model.path), build_id(),
+                           self.settings.cache_folder, self.settings.cache)
 
     def _prompt_tokens(self, loaded: Loaded, request: GenerationRequest) -> tuple[list[int], list[str]]:
         llama, notes = loaded.llama, []
@@ -253,11 +261,15 @@ class Engine:
         return wanted, []
 
     def _prefill(self, loaded: Loaded, prompt: list[int], job: Job) -> int:
-        """Evaluate what the sequence's KV memory lacks; return how many were reused."""
+        """Evaluate what the sequence's KV memory lacks; return how many were reused.
+        The longest prefix comes from the live sequence or from the prompt cache."""
         seq, llama = loaded.sequence, loaded.llama
+        hit = loaded.cache.best(prompt) if loaded.cache else None
+        if hit and hit.length > common_prefix(seq.tokens, prompt):
+            state = loaded.cache.fetch(hit)
+            restored = state is not None and llama.restore(seq.seq_id, state)
+            seq.tokens = list(hit.entry.tokens) if restored else []
         keep = min(common_prefix(seq.tokens, prompt), len(prompt) - 1)
-        if llama.n_swa:  # sliding-window memory cannot be cut back to an arbitrary point
-            keep = 0
         if keep < len(seq.tokens) and not llama.forget(seq.seq_id, keep):
             llama.forget(seq.seq_id, 0)
             keep = 0
@@ -302,6 +314,14 @@ class Engine:
         if tail:
             job.emit(Delta(tail))
         job.emit(Finished(reason, self._usage(t0, t_first, queue_s, n_prompt, cached, produced)))
+
+    def cache_status(self) -> dict | None:
+        loaded = self._loaded
+        if not loaded or not loaded.cache:
+            return None
+        cache = loaded.cache
+        return {"entries": len(cache.entries()), "ram_bytes": cache.ram_bytes(),
+                "disk_bytes": cache.disk_bytes(), **cache.stats}
 
     @staticmethod
     def _usage(t0, t_first, queue_s, n_prompt, cached, produced) -> Usage:

@@ -8,6 +8,7 @@ or two C calls; the generation loop that uses them lives in generation.py.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import secrets
 import threading
@@ -21,6 +22,25 @@ from .errors import HomerackError, ModelLoadFailed
 
 _init_lock = threading.Lock()
 _initialized = False
+
+
+def build_id() -> str:
+    """Identifies the llama.cpp build, whose state files only it may load."""
+    lib = Path(llama.__file__).parent / "lib" / "libllama.so"
+    size = lib.stat().st_size if lib.exists() else 0
+    return f"llama-cpp-python {llama.__version__} libllama {size}"
+
+
+def model_fingerprint(path: Path, kv_type: str = "f16") -> str:
+    """Cheap identity of a model file: its size and first and last 4 MiB."""
+    digest = hashlib.sha256()
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        digest.update(handle.read(4 << 20))
+        handle.seek(max(0, size - (4 << 20)))
+        digest.update(handle.read(4 << 20))
+    digest.update(f"{size} kv={kv_type}".encode())
+    return digest.hexdigest()
 
 
 def _ensure_backend() -> None:
@@ -121,6 +141,9 @@ class LlamaModel:
         cparams.n_seq_max = settings.n_seq_max
         cparams.n_threads = settings.n_threads
         cparams.n_threads_batch = settings.n_threads
+        # A full-size sliding-window cache can be cut back to any prefix, which the
+        # prompt cache relies on (a pruned one cannot).
+        cparams.swa_full = True
         return cparams
 
     # -- vocabulary -------------------------------------------------------------
@@ -195,6 +218,26 @@ class LlamaModel:
         """Drop a sequence's KV entries from from_pos on. False when the memory cannot
         remove part of a sequence (then the caller drops it whole)."""
         return llama.llama_memory_seq_rm(self.memory, seq_id, from_pos, -1)
+
+    # -- state -------------------------------------------------------------------
+
+    def snapshot(self, seq_id: int) -> bytearray:
+        """A copy of one sequence's KV state."""
+        size = llama.llama_state_seq_get_size(self.ctx, seq_id)
+        state = bytearray(size)
+        written = llama.llama_state_seq_get_data(
+            self.ctx, (ctypes.c_uint8 * size).from_buffer(state), size, seq_id)
+        del state[written:]
+        return state
+
+    def restore(self, seq_id: int, state: bytearray) -> bool:
+        """Replace a sequence's KV state with a snapshot; False if llama.cpp refused it."""
+        self.forget(seq_id, 0)
+        buffer = (ctypes.c_uint8 * len(state)).from_buffer(state)
+        if llama.llama_state_seq_set_data(self.ctx, buffer, len(state), seq_id) == 0:
+            self.forget(seq_id, 0)
+            return False
+        return True
 
     def close(self) -> None:
         if self.ctx:

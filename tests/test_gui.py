@@ -75,6 +75,7 @@ def test_prompt_streams_an_answer(qtbot, open_window):
     assert "Paris" in window.view.toPlainText()
     assert "tokens/s: " in window.metrics.text("speed") and "–" not in window.metrics.text("speed")
     assert "/ 2048" in window.metrics.text("context")
+    assert "of" in window.metrics.text("cache")
 
 
 def test_shift_enter_inserts_a_newline_and_ctrl_n_starts_a_chat(qtbot, open_window):

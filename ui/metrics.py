@@ -9,6 +9,7 @@ FIELDS = (
     ("speed", "tokens/s"),
     ("ttft", "first token"),
     ("context", "context"),
+    ("cache", "cached prompt"),
     ("device", "device"),
 )
 
@@ -47,5 +48,7 @@ class MetricsBar(QWidget):
         timings = usage.get("timings", {})
         self.set("speed", f"{timings.get('decode_tokens_per_s', 0):.1f}")
         self.set("ttft", f"{timings.get('time_to_first_token_s', 0) * 1000:.0f} ms")
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+        self.set("cache", f"{cached} of {usage.get('prompt_tokens', 0)} tokens")
         used = usage.get("total_tokens", 0)
         self.set("context", f"{used} / {n_ctx}" if n_ctx else str(used))

@@ -1,0 +1,308 @@
+"""Saved KV states of token sequences, reused by the longest matching prefix.
+
+Two tiers hold the same kind of entry (the tokens a state covers, and the state bytes
+from llama.cpp's per-sequence state API): RAM, bounded by bytes, and a disk folder that
+survives restarts, bounded by bytes too; both evict the least recently used. Lookup
+does not scan entries: every entry is indexed under chained hashes of its token prefix
+at each block boundary (as in vLLM's prefix caching), so finding the longest cached
+prefix of a prompt costs one dictionary probe per block of the prompt.
+
+A disk file carries the model fingerprint, the llama.cpp build and a sha256 of the
+state; a file that does not match, or is damaged, is deleted and never loaded.
+"""
+
+from __future__ import annotations
+
+import array
+import hashlib
+import json
+import logging
+import os
+import queue
+import struct
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+BLOCK = 32
+MAGIC = b"HRKVSTAT"
+FORMAT = 1
+_HEAD = struct.Struct("<8sII")  # magic, format, header length
+
+
+def prefix_hashes(tokens, salt: str) -> list[int]:
+    """Chained hashes of the prefixes tokens[:BLOCK], tokens[:2*BLOCK], ..."""
+    out, h = [], hash(salt)
+    for start in range(0, len(tokens) - BLOCK + 1, BLOCK):
+        h = hash((h, tuple(tokens[start:start + BLOCK])))
+        out.append(h)
+    return out
+
+
+def common_prefix(a, b) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@dataclass(eq=False)
+class Entry:
+    key: str
+    tokens: tuple[int, ...]
+    size: int
+    state: bytearray | None = None  # in RAM
+    path: Path | None = None        # on disk
+    pending: bool = False           # a disk write is queued
+    last_used: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class Hit:
+    entry: Entry
+    length: int  # tokens of the prompt the entry covers
+
+
+@dataclass(frozen=True)
+class CacheLimits:
+    ram_bytes: int
+    disk_bytes: int
+    min_tokens: int = BLOCK  # shorter matches are not worth a restore
+
+
+class PromptCache:
+    def __init__(self, fingerprint: str, build: str, folder: Path | None, limits: CacheLimits):
+        self.fingerprint, self.build, self.limits = fingerprint, build, limits
+        self.folder = folder / fingerprint[:32] if folder else None
+        self._entries: dict[str, Entry] = {}
+        self._index: dict[int, set[str]] = {}
+        self._lock = threading.RLock()
+        self._writes: queue.Queue = queue.Queue()
+        self.stats = {"hits_ram": 0, "hits_disk": 0, "rejected_files": 0}
+        if self.folder:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._scan()
+            threading.Thread(target=self._write_loop, name="homerack-kv-writer",
+                             daemon=True).start()
+
+    # -- lookup -------------------------------------------------------------------
+
+    def best(self, prompt: list[int]) -> Hit | None:
+        """The entry covering the longest prefix of the prompt, if long enough."""
+        with self._lock:
+            hashes = prefix_hashes(prompt, self.fingerprint)
+            for depth in range(len(hashes) - 1, -1, -1):
+                keys = self._index.get(hashes[depth])
+                if keys:
+                    hits = [Hit(self._entries[k], common_prefix(self._entries[k].tokens, prompt))
+                            for k in keys]
+                    hit = max(hits, key=lambda h: (h.length, h.entry.state is not None))
+                    return hit if hit.length >= self.limits.min_tokens else None
+        return None
+
+    def fetch(self, hit: Hit) -> bytearray | None:
+        """The entry's state, from RAM or from a verified disk file."""
+        entry = hit.entry
+        with self._lock:
+            entry.last_used = time.monotonic()
+            if entry.state is not None:
+                self.stats["hits_ram"] += 1
+                return entry.state
+            path = entry.path
+        state = self._read_verified(path) if path else None
+        with self._lock:
+            if state is None:
+                self._drop_file(entry)
+                return None
+            self.stats["hits_disk"] += 1
+            os.utime(path)  # recency for disk eviction
+            entry.state = state
+            self._evict_ram()
+            return state
+
+    # -- saving ---------------------------------------------------------------------
+
+    def save(self, tokens: list[int], state: bytearray) -> None:
+        """Keep the state of `tokens`; entries it extends become redundant."""
+        tokens = tuple(tokens)
+        if len(tokens) < self.limits.min_tokens or len(state) > self.limits.ram_bytes:
+            return
+        with self._lock:
+            for old in self._prefixes_of(tokens):
+                self._remove(old)
+            entry = Entry(uuid.uuid4().hex, tokens, len(state), state=state,
+                          pending=self.folder is not None)
+            self._add(entry)
+            self._evict_ram()
+        if self.folder:
+            self._writes.put((entry, state))
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait until background disk writes are done (tests, shutdown)."""
+        deadline = time.monotonic() + timeout
+        while self._writes.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def ram_bytes(self) -> int:
+        with self._lock:
+            return sum(e.size for e in self._entries.values() if e.state is not None)
+
+    def disk_bytes(self) -> int:
+        with self._lock:
+            return sum(e.size for e in self._entries.values() if e.path is not None)
+
+    def entries(self) -> list[Entry]:
+        with self._lock:
+            return list(self._entries.values())
+
+    # -- bookkeeping ----------------------------------------------------------------
+
+    def _prefixes_of(self, tokens: tuple[int, ...]) -> list[Entry]:
+        candidates = set()
+        for h in prefix_hashes(tokens, self.fingerprint):
+            candidates |= self._index.get(h, set())
+        return [self._entries[k] for k in candidates
+                if len(self._entries[k].tokens) <= len(tokens)
+                and tokens[:len(self._entries[k].tokens)] == self._entries[k].tokens]
+
+    def _add(self, entry: Entry) -> None:
+        self._entries[entry.key] = entry
+        for h in prefix_hashes(entry.tokens, self.fingerprint):
+            self._index.setdefault(h, set()).add(entry.key)
+
+    def _remove(self, entry: Entry) -> None:
+        if self._entries.pop(entry.key, None) is None:
+            return
+        for h in prefix_hashes(entry.tokens, self.fingerprint):
+            keys = self._index.get(h)
+            if keys:
+                keys.discard(entry.key)
+                if not keys:
+                    del self._index[h]
+        if entry.path:
+            entry.path.unlink(missing_ok=True)
+            entry.path = None
+        entry.state = None
+
+    def _evict_ram(self) -> None:
+        in_ram = sorted((e for e in self._entries.values() if e.state is not None),
+                        key=lambda e: e.last_used)
+        total = sum(e.size for e in in_ram)
+        for entry in in_ram:
+            if total <= self.limits.ram_bytes:
+                break
+            total -= entry.size
+            entry.state = None
+            if entry.path is None and not entry.pending:
+                self._remove(entry)
+
+    def _evict_disk(self) -> None:
+        on_disk = sorted((e for e in self._entries.values() if e.path is not None),
+                         key=lambda e: e.path.stat().st_mtime if e.path.exists() else 0)
+        total = sum(e.size for e in on_disk)
+        for entry in on_disk:
+            if total <= self.limits.disk_bytes:
+                break
+            total -= entry.size
+            self._drop_file(entry)
+
+    def _drop_file(self, entry: Entry) -> None:
+        if entry.path:
+            entry.path.unlink(missing_ok=True)
+            entry.path = None
+        if entry.state is None:
+            self._remove(entry)
+
+    # -- disk format ------------------------------------------------------------------
+
+    def _write_loop(self) -> None:
+        while True:
+            entry, state = self._writes.get()
+            try:
+                self._write(entry, state)
+            except OSError as exc:  # a full disk loses a cache entry, nothing else
+                log.warning("could not write a prompt cache file: %s", exc)
+            finally:
+                with self._lock:
+                    entry.pending = False
+                    if entry.state is None and entry.path is None:
+                        self._remove(entry)
+                self._writes.task_done()
+
+    def _write(self, entry: Entry, state: bytearray) -> None:
+        with self._lock:
+            if entry.key not in self._entries or entry.size > self.limits.disk_bytes:
+                return
+        header = json.dumps({"fingerprint": self.fingerprint, "build": self.build,
+                             "n_tokens": len(entry.tokens), "state_size": len(state),
+                             "sha256": hashlib.sha256(state).hexdigest()}).encode()
+        path = self.folder / f"{entry.key}.hrkv"
+        tmp = path.with_suffix(".tmp")
+        with tmp.open("wb") as out:
+            out.write(_HEAD.pack(MAGIC, FORMAT, len(header)))
+            out.write(header)
+            out.write(array.array("i", entry.tokens).tobytes())
+            out.write(state)
+        os.replace(tmp, path)
+        with self._lock:
+            if entry.key not in self._entries:  # superseded while it was written
+                path.unlink(missing_ok=True)
+                return
+            entry.path = path
+            self._evict_disk()
+
+    def _read_header(self, handle) -> tuple[dict, tuple[int, ...]]:
+        """Checks the file is ours and returns its header and tokens; the handle is
+        left at the start of the state bytes."""
+        magic, version, length = _HEAD.unpack(handle.read(_HEAD.size))
+        if magic != MAGIC or version != FORMAT:
+            raise ValueError("not a prompt cache file of this format")
+        header = json.loads(handle.read(length))
+        if header["fingerprint"] != self.fingerprint:
+            raise ValueError("saved by another model")
+        if header["build"] != self.build:
+            raise ValueError("saved by another llama.cpp build")
+        tokens = array.array("i")
+        tokens.frombytes(handle.read(4 * header["n_tokens"]))
+        if len(tokens) != header["n_tokens"]:
+            raise ValueError("truncated")
+        return header, tuple(tokens)
+
+    def _scan(self) -> None:
+        for tmp in self.folder.glob("*.tmp"):
+            tmp.unlink(missing_ok=True)
+        for path in sorted(self.folder.glob("*.hrkv"), key=lambda p: p.stat().st_mtime):
+            try:
+                with path.open("rb") as handle:
+                    header, tokens = self._read_header(handle)
+                    if path.stat().st_size != handle.tell() + header["state_size"]:
+                        raise ValueError("truncated")
+            except (OSError, ValueError, KeyError, struct.error) as exc:
+                log.warning("removing prompt cache file %s: %s", path.name, exc)
+                self.stats["rejected_files"] += 1
+                path.unlink(missing_ok=True)
+                continue
+            self._add(Entry(path.stem, tokens, header["state_size"], path=path))
+        self._evict_disk()
+
+    def _read_verified(self, path: Path) -> bytearray | None:
+        try:
+            with path.open("rb") as handle:
+                header, _tokens = self._read_header(handle)
+                state = bytearray(header["state_size"])
+                if handle.readinto(state) != len(state) or handle.read(1):
+                    raise ValueError("wrong length")
+            if hashlib.sha256(state).hexdigest() != header["sha256"]:
+                raise ValueError("checksum mismatch")
+            return state
+        except (OSError, ValueError, KeyError, struct.error) as exc:
+            log.warning("rejecting prompt cache file %s: %s", path.name, exc)
+            self.stats["rejected_files"] += 1
+            return None
+
