@@ -95,7 +95,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=min(os.cpu_count() or 2, 8))
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=7)
     args = parser.parse_args()
 
     sys.path.insert(0, str(ROOT / "bench"))
