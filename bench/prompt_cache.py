@@ -89,13 +89,16 @@ def alternate(url, token, model, rounds: int) -> dict:
     for n in range(rounds):
         for name in TOPICS:
             back[name].append(ttft(url, token, follow_up(conv[name], n), model)[0])
-    return {"first": first, "back": {k: statistics.median(v) for k, v in back.items()}}
+    return {"first": first, "back": {k: statistics.median(v) for k, v in back.items() if v}}
 
 
 def homerack(threads: int, *extra: str):
     engine = EngineProcess(["--threads", str(threads), "--ctx", "4096",
                             "--model", DEFAULT_MODEL, *extra])
-    return engine, engine.wait_ready()
+    address = engine.wait_ready()
+    while not httpx.get(f"{address.url}/health").json()["model"]:  # loaded before timing
+        time.sleep(0.05)
+    return engine, address
 
 
 def free_port() -> int:
