@@ -38,7 +38,7 @@ def cmd_serve(args) -> int:
         store.resolve(args.model)  # an unknown model fails now, not at the first request
     settings = EngineSettings(
         load=LoadSettings(n_ctx=args.ctx, n_threads=args.threads or _default_threads()),
-        max_queue=args.queue_size, cache=_cache_limits(args),
+        max_queue=args.queue_size, cache=_cache_limits(args), speculation=args.speculation,
         cache_folder=paths().cache / "kv" if args.cache_disk_mib else None)
     engine = Engine(store, settings)
     engine_file = paths().engine_file
@@ -105,7 +105,8 @@ def _stream_reply(client, messages, args) -> str:
     reply = Reply()
     for piece in client.stream_chat(messages, reply, model=args.model,
                                     max_tokens=args.max_tokens, seed=args.seed,
-                                    temperature=args.temperature):
+                                    temperature=args.temperature, draft_model=args.draft,
+                                    speculation="lookup" if args.lookup else None):
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
@@ -117,6 +118,11 @@ def _stream_reply(client, messages, args) -> str:
               f"{timings.get('decode_tokens_per_s', 0):.1f} tok/s, "
               f"first token after {timings.get('time_to_first_token_s', 0):.2f} s]",
               file=sys.stderr)
+        spec = reply.usage.get("speculative")
+        if spec:
+            print(f"[speculative {spec['mode']}: {spec['accepted']}/{spec['drafted']} drafts "
+                  f"accepted, {spec['speedup'] or '?'}x{'; ' + spec['note'] if spec.get('note') else ''}]",
+                  file=sys.stderr)
     return reply.text
 
 
@@ -221,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--cache-disk-mib", type=int, default=4096,
                        help="prompt cache disk budget; 0 keeps it in RAM only")
     serve.add_argument("--no-prompt-cache", action="store_true")
+    serve.add_argument("--speculation", choices=["off", "lookup", "draft"], default="off",
+                       help="default speculative decoding for requests that do not choose "
+                            "(draft: the smallest compatible local model)")
     serve.set_defaults(func=cmd_serve)
 
     chat = sub.add_parser("chat", help="chat in the terminal")
@@ -230,6 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--max-tokens", type=int)
     chat.add_argument("--seed", type=int)
     chat.add_argument("--temperature", type=float)
+    chat.add_argument("--draft", metavar="MODEL",
+                      help="speculative decoding with this draft model ('auto' picks one)")
+    chat.add_argument("--lookup", action="store_true", help="prompt-lookup speculative decoding")
     chat.add_argument("-v", "--verbose", action="store_true", help="print speed figures")
     chat.set_defaults(func=cmd_chat)
 

@@ -18,7 +18,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from .errors import HomerackError, QueueFull, Unauthorized
+from .errors import HomerackError, ModelNotFound, QueueFull, Unauthorized
 from .generation import (Delta, Engine, Failed, Finished, GenerationRequest, Job, Started,
                          Usage)
 from .schemas import ChatCompletionRequest, CompletionRequest
@@ -51,6 +51,7 @@ def _usage_json(usage: Usage) -> dict:
             "prompt_tokens_per_s": usage.prompt_tokens_per_s,
             "decode_tokens_per_s": usage.decode_tokens_per_s,
         },
+        **({"speculative": usage.speculative} if usage.speculative else {}),
     }
 
 
@@ -144,9 +145,18 @@ def create_app(engine: Engine, token: str, on_startup=None) -> FastAPI:
 
     def _generation_request(body, **content) -> GenerationRequest:
         model = engine.store.resolve(body.model or engine.status()["model"])
+        draft, speculation = None, body.speculation
+        if body.draft_model:
+            speculation = speculation or "draft"
+            if body.draft_model != "auto":
+                try:
+                    draft = engine.store.resolve(body.draft_model)
+                except ModelNotFound as exc:
+                    raise ModelNotFound(exc.message, param="draft_model") from None
         return GenerationRequest(model=model, max_tokens=body.token_limit(),
                                  sampling=body.sampling(), stop=body.stop_strings(),
-                                 ignore_eos=body.ignore_eos, **content)
+                                 ignore_eos=body.ignore_eos, speculation=speculation,
+                                 draft_model=draft, cache_prompt=body.cache_prompt, **content)
 
     @app.post("/v1/chat/completions", dependencies=[Depends(require_token)])
     async def chat_completions(body: ChatCompletionRequest, http: Request):

@@ -17,16 +17,19 @@ import math
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from .chat_format import ChatFormat, chat_format_for
+from .draft import check_pair, pick_draft
 from .errors import ContextLengthExceeded, HomerackError, InvalidRequest, QueueFull
 from .llama_runtime import (LlamaModel, LoadSettings, Sampler, SamplingParams, build_id,
                             model_fingerprint)
 from .models import LocalModel, ModelStore
 from .prompt_cache import CacheLimits, PromptCache, common_prefix
+from .speculative import (LookupDrafter, ModelDrafter, SpecController, Speculation, SpecStats,
+                          speculative_step)
 from .text_stream import TextStream
 
 
@@ -41,6 +44,9 @@ class GenerationRequest:
     sampling: SamplingParams = SamplingParams()
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    speculation: str | None = None  # "off", "lookup" or "draft"; None: the engine default
+    draft_model: LocalModel | None = None  # None with "draft": picked automatically
+    cache_prompt: bool = True  # False: evaluate the whole prompt afresh (as llama-server)
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,7 @@ class Usage:
     time_to_first_token_s: float
     prompt_tokens_per_s: float
     decode_tokens_per_s: float
+    speculative: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,8 @@ class EngineSettings:
     max_queue: int = 16
     cache: CacheLimits | None = None  # None: no prompt cache
     cache_folder: Path | None = None  # None: RAM tier only
+    speculation: str = "off"          # the default for requests that do not say
+    spec_min_speedup: float = 0.95    # below this measured gain speculation turns off
 
 
 # -- the loaded model and its sequence ------------------------------------------
@@ -120,6 +129,12 @@ class Loaded:
     turn_end_tokens: frozenset[int]
     sequence: Sequence
     cache: PromptCache | None
+    drafters: dict = field(default_factory=dict)  # draft model path or "lookup" -> drafter
+
+    def close(self) -> None:
+        for drafter in self.drafters.values():
+            drafter.close()
+        self.llama.close()
 
 
 class Engine:
@@ -129,6 +144,7 @@ class Engine:
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=settings.max_queue)
         self._ids = itertools.count(1)
         self._loaded: Loaded | None = None
+        self._controllers: dict[tuple, SpecController] = {}
         self._busy = False
         self._mean_job_s = 2.0
         self._thread = threading.Thread(target=self._work, name="homerack-engine", daemon=True)
@@ -183,7 +199,7 @@ class Engine:
                 self._busy = False
                 self._mean_job_s = 0.8 * self._mean_job_s + 0.2 * (time.perf_counter() - started)
         if self._loaded:
-            self._loaded.llama.close()
+            self._loaded.close()
 
     def _run(self, job: Job) -> None:
         if job.cancelled.is_set():
@@ -196,13 +212,14 @@ class Engine:
         prompt, notes = self._prompt_tokens(loaded, job.request)
         max_tokens, clamp_note = self._budget(loaded, job.request, len(prompt))
         notes += clamp_note
+        spec = self._speculation(loaded, job.request, notes)
         t0 = time.perf_counter()
         cached = self._prefill(loaded, prompt, job)
         job.emit(Started(loaded.model.id, len(prompt), cached, max_tokens, loaded.llama.n_ctx,
                          loaded.chat_format.describe() if job.request.messages else None,
                          tuple(notes)))
-        self._generate(loaded, job, max_tokens, t0, queue_s, len(prompt), cached)
-        if loaded.cache:
+        self._generate(loaded, job, max_tokens, t0, queue_s, len(prompt), cached, spec)
+        if loaded.cache and job.request.cache_prompt:
             loaded.cache.save(loaded.sequence.tokens,
                               loaded.llama.snapshot(loaded.sequence.seq_id))
 
@@ -211,7 +228,7 @@ class Engine:
             return self._loaded
         info = self.store.inspector.inspect(model.path)  # before llama.cpp ever opens it
         if self._loaded:
-            self._loaded.llama.close()
+            self._loaded.close()
             self._loaded = None
         n_ctx = min(self.settings.load.n_ctx, info.context_length or self.settings.load.n_ctx)
         settings = LoadSettings(**{**self.settings.load.__dict__, "n_ctx": n_ctx})
@@ -264,7 +281,10 @@ class Engine:
         """Evaluate what the sequence's KV memory lacks; return how many were reused.
         The longest prefix comes from the live sequence or from the prompt cache."""
         seq, llama = loaded.sequence, loaded.llama
-        hit = loaded.cache.best(prompt) if loaded.cache else None
+        if not job.request.cache_prompt:
+            llama.forget(seq.seq_id, 0)
+            seq.tokens = []
+        hit = loaded.cache.best(prompt) if loaded.cache and job.request.cache_prompt else None
         if hit and hit.length > common_prefix(seq.tokens, prompt):
             state = loaded.cache.fetch(hit)
             restored = state is not None and llama.restore(seq.seq_id, state)
@@ -278,42 +298,76 @@ class Engine:
         seq.tokens = list(prompt)
         return keep
 
+    def _speculation(self, loaded: Loaded, request: GenerationRequest,
+                     notes: list[str]) -> Speculation | None:
+        mode = request.speculation or self.settings.speculation
+        if mode == "off":
+            return None
+        if mode == "lookup":
+            key = "lookup"
+            if key not in loaded.drafters:
+                loaded.drafters[key] = LookupDrafter()
+        else:
+            draft = request.draft_model or pick_draft(loaded.model, self.store.list(),
+                                                      self.store.inspector)
+            if draft is None:
+                notes.append("no compatible draft model is installed: speculation is off")
+                return None
+            check_pair(loaded.model, draft, self.store.inspector)
+            key = str(draft.path)
+            if key not in loaded.drafters:
+                settings = LoadSettings(**{**self.settings.load.__dict__,
+                                           "n_ctx": loaded.llama.n_ctx})
+                loaded.drafters[key] = ModelDrafter(LlamaModel(draft.path, settings), draft.id)
+        controller = self._controllers.setdefault(
+            (str(loaded.model.path), key), SpecController(min_speedup=self.settings.spec_min_speedup))
+        controller.start_request()
+        drafter = loaded.drafters[key]
+        return Speculation(drafter, controller, SpecStats(mode, model=drafter.model_id))
+
     def _generate(self, loaded: Loaded, job: Job, max_tokens: int, t0: float,
-                  queue_s: float, n_prompt: int, cached: int) -> None:
+                  queue_s: float, n_prompt: int, cached: int, spec: Speculation | None) -> None:
         llama, seq = loaded.llama, loaded.sequence
-        request = job.request
-        stream = TextStream(request.stop + loaded.chat_format.turn_ends)
-        sampler = Sampler(request.sampling, llama.n_vocab)
+        out = Output(job, loaded, max_tokens)
+        sampler = Sampler(job.request.sampling, llama.n_vocab)
         t_first = None
-        produced, reason = 0, "length"
         try:
-            while produced < max_tokens:
-                if job.cancelled.is_set():
-                    reason = "cancelled"
-                    break
-                token = sampler.sample(llama)
-                produced += 1
-                if t_first is None:
-                    t_first = time.perf_counter()
-                if not request.ignore_eos and (llama.is_end_of_generation(token)
-                                               or token in loaded.turn_end_tokens):
-                    reason = "stop"
-                    break
-                text = stream.feed(llama.piece(token))
-                if text:
-                    job.emit(Delta(text))
-                if stream.stopped:
-                    reason = "stop"
-                    break
-                if produced < max_tokens:
-                    llama.decode([token], len(seq.tokens), seq.seq_id)
-                    seq.tokens.append(token)
+            last = sampler.sample(llama)
+            t_first = time.perf_counter()
+            going = out.take(last)
+            if going and spec:
+                spec.drafter.follow([*seq.tokens, last])
+            while going:
+                room = min(max_tokens - out.produced, llama.n_ctx - len(seq.tokens))
+                tokens = self._step(loaded, last, sampler, spec, room)
+                going = all(out.take(token) for token in tokens)
+                last = tokens[-1]
         finally:
             sampler.close()
-        tail = stream.flush()
-        if tail:
-            job.emit(Delta(tail))
-        job.emit(Finished(reason, self._usage(t0, t_first, queue_s, n_prompt, cached, produced)))
+        usage = self._usage(t0, t_first, queue_s, n_prompt, cached, out.produced)
+        if spec:
+            usage = replace(usage, speculative={**spec.stats.as_dict(spec.controller),
+                                                "note": spec.controller.note})
+            spec.controller.note = None
+        out.finish(usage)
+
+    @staticmethod
+    def _step(loaded: Loaded, last: int, sampler: Sampler, spec: Speculation | None,
+              room: int) -> list[int]:
+        """Evaluate `last` and pick what follows: one token, or a speculative round."""
+        llama, seq = loaded.llama, loaded.sequence
+        if spec is not None and not spec.controller.wants_plain() and room >= 2:
+            tokens = speculative_step(llama, seq.tokens, last, spec.drafter, spec.controller,
+                                      sampler, seq.seq_id, spec.stats, room)
+            if tokens:
+                return tokens
+        started = time.perf_counter()
+        llama.decode([last], len(seq.tokens), seq.seq_id)
+        seq.tokens.append(last)
+        token = sampler.sample(llama)
+        if spec and spec.controller.wants_plain():
+            spec.controller.record_plain(time.perf_counter() - started)
+        return [token]
 
     def cache_status(self) -> dict | None:
         loaded = self._loaded
@@ -338,3 +392,38 @@ class Engine:
             prompt_tokens_per_s=round((n_prompt - cached) / prompt_s, 2),
             decode_tokens_per_s=round((produced - 1) / decode_s, 2) if produced > 1 and decode_s > 0 else 0.0,
         )
+
+
+class Output:
+    """Emits one request's tokens as text and decides when generation stops."""
+
+    def __init__(self, job: Job, loaded: Loaded, max_tokens: int):
+        self.job, self.loaded, self.max_tokens = job, loaded, max_tokens
+        self.stream = TextStream(job.request.stop + loaded.chat_format.turn_ends)
+        self.produced = 0
+        self.reason = "length"
+
+    def take(self, token: int) -> bool:
+        """Emit a token; False when generation must stop."""
+        if self.job.cancelled.is_set():
+            self.reason = "cancelled"
+            return False
+        self.produced += 1
+        llama = self.loaded.llama
+        if not self.job.request.ignore_eos and (llama.is_end_of_generation(token)
+                                                or token in self.loaded.turn_end_tokens):
+            self.reason = "stop"
+            return False
+        text = self.stream.feed(llama.piece(token))
+        if text:
+            self.job.emit(Delta(text))
+        if self.stream.stopped:
+            self.reason = "stop"
+            return False
+        return self.produced < self.max_tokens
+
+    def finish(self, usage: Usage) -> None:
+        tail = self.stream.flush()
+        if tail:
+            self.job.emit(Delta(tail))
+        self.job.emit(Finished(self.reason, usage))

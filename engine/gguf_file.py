@@ -8,6 +8,7 @@ seconds, so results are cached by (path, size, mtime), in memory and on disk.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -17,7 +18,7 @@ from pathlib import Path
 from .errors import InvalidModelFile
 
 GGUF_MAGIC = b"GGUF"
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,9 @@ class GGUFInfo:
     eos_token: str | None
     add_bos_token: bool
     tensor_count: int
+    tokenizer: str
+    vocab_size: int
+    vocab_hash: str  # tokenizer model, tokens, token types and special ids
 
 
 def _field(reader, key: str, default=None):
@@ -47,6 +51,17 @@ def _token_text(reader, token_id) -> str | None:
     if tokens is None or token_id is None or not 0 <= int(token_id) < len(tokens.data):
         return None
     return tokens.contents(int(token_id))
+
+
+def _vocab_hash(reader) -> str:
+    digest = hashlib.sha256()
+    for key in ("tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
+                "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"):
+        field = reader.fields.get(key)
+        digest.update(key.encode())
+        for part in field.parts[2:] if field else ():  # type, lengths and data
+            digest.update(part.tobytes())
+    return digest.hexdigest()
 
 
 def _check_extent(reader, path: Path, size: int) -> None:
@@ -86,6 +101,10 @@ def _parse(path: Path) -> GGUFInfo:
         eos_token=_token_text(reader, _field(reader, "tokenizer.ggml.eos_token_id")),
         add_bos_token=bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
         tensor_count=len(reader.tensors),
+        tokenizer=str(_field(reader, "tokenizer.ggml.model", "")),
+        vocab_size=len(reader.fields["tokenizer.ggml.tokens"].data)
+        if "tokenizer.ggml.tokens" in reader.fields else 0,
+        vocab_hash=_vocab_hash(reader),
     )
 
 

@@ -32,7 +32,7 @@ def build_id() -> str:
     return f"llama-cpp-python {llama.__version__} libllama {size}"
 
 
-def model_fingerprint(path: Path, kv_type: str = "f16") -> str:
+def model_fingerprint(path: Path) -> str:
     """Cheap identity of a model file: its size and first and last 4 MiB."""
     digest = hashlib.sha256()
     size = path.stat().st_size
@@ -40,7 +40,7 @@ def model_fingerprint(path: Path, kv_type: str = "f16") -> str:
         digest.update(handle.read(4 << 20))
         handle.seek(max(0, size - (4 << 20)))
         digest.update(handle.read(4 << 20))
-    digest.update(f"{size} kv={kv_type}".encode())
+    digest.update(str(size).encode())
     return digest.hexdigest()
 
 
@@ -84,9 +84,8 @@ class Sampler:
     fraction of building llama.cpp's candidate array (262k entries for Gemma)."""
 
     def __init__(self, params: SamplingParams, n_vocab: int):
-        self._argmax = (params.temperature <= 0 and not params.frequency_penalty
-                        and not params.presence_penalty)
-        self._n_vocab = n_vocab
+        self.greedy = params.temperature <= 0
+        self._argmax = self.greedy and not params.frequency_penalty and not params.presence_penalty
         chain = llama.llama_sampler_chain_init(llama.llama_sampler_chain_default_params())
         if params.frequency_penalty or params.presence_penalty:
             llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_penalties(
@@ -108,8 +107,7 @@ class Sampler:
     def sample(self, model: "LlamaModel", index: int = -1) -> int:
         """Sample from the logits at batch output `index` (and accept the token)."""
         if self._argmax:
-            logits = llama.llama_get_logits_ith(model.ctx, index)
-            return int(np.ctypeslib.as_array(logits, shape=(self._n_vocab,)).argmax())
+            return int(model.logits(index).argmax())
         return llama.llama_sampler_sample(self._chain, model.ctx, index)
 
     def close(self) -> None:
@@ -196,27 +194,35 @@ class LlamaModel:
 
     # -- evaluation -------------------------------------------------------------
 
-    def decode(self, tokens: list[int], start: int, seq_id: int = 0) -> None:
+    def decode(self, tokens: list[int], start: int, seq_id: int = 0,
+               all_logits: bool = False) -> None:
         """Evaluate tokens at positions start.. for one sequence, in n_batch chunks.
-        Logits are kept only for the last token: that is all sampling needs."""
+        Logits are kept for the last token only (all sampling needs), or for every
+        token when verifying a draft (then the tokens must fit one batch)."""
         step = self.settings.n_batch
         for offset in range(0, len(tokens), step):
             chunk = tokens[offset:offset + step]
             last_chunk = offset + step >= len(tokens)
-            self._fill_batch(chunk, start + offset, seq_id, last_chunk)
+            self._fill_batch(chunk, start + offset, seq_id, last_chunk, all_logits)
             self._decode_batch()
 
-    def _fill_batch(self, tokens: list[int], start: int, seq_id: int, want_last: bool) -> None:
+    def _fill_batch(self, tokens: list[int], start: int, seq_id: int, want_last: bool,
+                    want_all: bool) -> None:
         batch = self._batch
         for i, token in enumerate(tokens):
             batch.token[i] = token
             batch.pos[i] = start + i
             batch.n_seq_id[i] = 1
             batch.seq_id[i][0] = seq_id
-            batch.logits[i] = 0
+            batch.logits[i] = want_all
         if want_last:
             batch.logits[len(tokens) - 1] = 1
         batch.n_tokens = len(tokens)
+
+    def logits(self, index: int = -1) -> np.ndarray:
+        """The logits at a batch output, as a view (no copy)."""
+        return np.ctypeslib.as_array(llama.llama_get_logits_ith(self.ctx, index),
+                                     shape=(self.n_vocab,))
 
     def _decode_batch(self) -> None:
         rc = llama.llama_decode(self.ctx, self._batch)

@@ -47,6 +47,9 @@ class _Sampling(BaseModel):
     presence_penalty: float = Field(0.0, ge=-2, le=2)
     n: int = Field(1, ge=1, le=1, description="only one choice per request is supported")
     ignore_eos: bool = False  # llama-server's extension: generate exactly max_tokens
+    speculation: Literal["off", "lookup", "draft"] | None = None  # None: the engine default
+    draft_model: str | None = None  # a model id, or "auto"; implies speculation "draft"
+    cache_prompt: bool = True  # llama-server's extension: False evaluates the prompt afresh
 
     @field_validator("stop")
     @classmethod

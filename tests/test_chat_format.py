@@ -8,7 +8,8 @@ from engine.gguf_file import GGUFInfo
 
 BASE = GGUFInfo(path="x.gguf", size_bytes=1, architecture="gemma3", name="x", block_count=1,
                 context_length=1, chat_template=None, bos_token="<bos>", eos_token="<eos>",
-                add_bos_token=True, tensor_count=1)
+                add_bos_token=True, tensor_count=1, tokenizer="llama", vocab_size=3,
+                vocab_hash="x")
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
           "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 

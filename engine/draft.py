@@ -1,0 +1,74 @@
+"""Draft models for speculative decoding: which pairs are compatible, which draft to
+pick, and the helper that requantizes a model (a heavier target of the same vocabulary).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import InvalidRequest
+from .gguf_file import GGUFInfo, GGUFInspector
+from .models import LocalModel
+
+# A draft must cost well under the target per token, or speculation cannot pay.
+MAX_DRAFT_SIZE_RATIO = 0.5
+
+
+class IncompatibleDraft(InvalidRequest):
+    kind = "incompatible_draft"
+    param = "draft_model"
+
+
+def vocab_difference(target: GGUFInfo, draft: GGUFInfo) -> str | None:
+    """None when the tokenizers are identical; otherwise the difference, in words."""
+    if target.tokenizer != draft.tokenizer:
+        return f"tokenizer types differ ({target.tokenizer} vs {draft.tokenizer})"
+    if target.vocab_size != draft.vocab_size:
+        return f"vocabulary sizes differ ({target.vocab_size:,} vs {draft.vocab_size:,} tokens)"
+    if (target.bos_token, target.eos_token) != (draft.bos_token, draft.eos_token):
+        return (f"special tokens differ (bos/eos {target.bos_token}/{target.eos_token} vs "
+                f"{draft.bos_token}/{draft.eos_token})")
+    if target.vocab_hash != draft.vocab_hash:
+        return "the token lists differ"
+    return None
+
+
+def check_pair(target: LocalModel, draft: LocalModel, inspector: GGUFInspector) -> None:
+    problem = vocab_difference(inspector.inspect(target.path), inspector.inspect(draft.path))
+    if problem:
+        raise IncompatibleDraft(
+            f"{draft.id} cannot draft for {target.id}: {problem}; a draft model must use "
+            "exactly the same tokenizer as the main model")
+
+
+def pick_draft(target: LocalModel, candidates: list[LocalModel],
+               inspector: GGUFInspector) -> LocalModel | None:
+    """The smallest compatible local model that is cheap enough next to the target."""
+    target_info = inspector.inspect(target.path)
+    usable = []
+    for model in candidates:
+        if model.path == target.path or model.size_bytes > MAX_DRAFT_SIZE_RATIO * target.size_bytes:
+            continue
+        try:
+            info = inspector.inspect(model.path)
+        except InvalidRequest:
+            continue
+        if vocab_difference(target_info, info) is None:
+            usable.append(model)
+    return min(usable, key=lambda m: m.size_bytes, default=None)
+
+
+def requantize(source: Path, target: Path, ftype: int, threads: int = 0) -> Path:
+    """Write `source` requantized to llama.cpp file type `ftype` (0 = all F32, 1 = F16)."""
+    import llama_cpp as llama
+
+    params = llama.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.allow_requantize = True
+    params.nthread = threads
+    tmp = target.with_name(target.name + ".partial")
+    if llama.llama_model_quantize(str(source).encode(), str(tmp).encode(), params) != 0:
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError(f"llama.cpp could not requantize {source.name}")
+    tmp.replace(target)
+    return target

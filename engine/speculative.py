@@ -1,0 +1,242 @@
+"""Speculative decoding: a drafter proposes tokens, the main model checks them all in one
+batch and keeps those it agrees with.
+
+Exactness: at each checked position the main model's own sampler picks a token from
+the main model's distribution given the accepted prefix; a draft token is kept only when
+it equals that pick, and the first pick that differs is emitted in its place. So every
+emitted token is what plain decoding would sample (greedy: identical output).
+
+Drafters: a small model with the same tokenizer (its KV cache follows the accepted text
+incrementally) or prompt lookup (continue an earlier occurrence of the latest n-gram).
+The controller adapts the draft length and turns speculation off for a pair and
+workload where it measures slower than plain decoding, retrying later.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .llama_runtime import LlamaModel, Sampler
+from .prompt_cache import common_prefix
+
+TIE_MARGIN = 0.1  # logits; see verify()
+
+
+@dataclass
+class SpecStats:
+    """One request's figures."""
+    mode: str
+    model: str | None = None
+    drafted: int = 0
+    accepted: int = 0
+    rounds: int = 0
+
+    def as_dict(self, controller: "SpecController") -> dict:
+        return {"mode": self.mode, "draft_model": self.model, "drafted": self.drafted, "accepted": self.accepted,
+                "acceptance": round(self.accepted / self.drafted, 3) if self.drafted else None,
+                "speedup": controller.speedup(), "enabled": controller.enabled,
+                "draft_length": controller.k}
+
+
+class ModelDrafter:
+    """A draft model whose KV cache (sequence 0) follows the text incrementally."""
+
+    def __init__(self, llama: LlamaModel, model_id: str, min_prob: float = 0.25):
+        self.llama, self.model_id, self.min_prob = llama, model_id, min_prob
+        self.tokens: list[int] = []  # what its KV memory holds
+        self._work = np.empty(llama.n_vocab, dtype=np.float32)
+
+    def follow(self, context: list[int]) -> None:
+        """Catch up with a new prompt (outside the timed rounds)."""
+        self._sync(context)
+
+    def propose(self, context: list[int], k: int) -> list[int]:
+        """Up to k greedy guesses following `context`, stopping at an unsure one."""
+        self._sync(context)
+        drafts: list[int] = []
+        while len(drafts) < k:
+            token, prob = self._best()
+            if prob < self.min_prob:
+                break
+            drafts.append(token)
+            if len(drafts) < k:
+                self.llama.decode([token], len(self.tokens))
+                self.tokens.append(token)
+        return drafts
+
+    def _sync(self, context: list[int]) -> None:
+        """Bring the draft's KV to exactly `context`, evaluating only what it lacks."""
+        keep = min(common_prefix(self.tokens, context), len(context) - 1)
+        if keep < len(self.tokens) and not self.llama.forget(0, keep):
+            self.llama.forget(0, 0)
+            keep = 0
+        self.llama.decode(context[keep:], keep)
+        self.tokens = list(context)
+
+    def _best(self) -> tuple[int, float]:
+        logits = self.llama.logits()
+        token = int(logits.argmax())
+        np.subtract(logits, logits[token], out=self._work)
+        np.exp(self._work, out=self._work)
+        return token, float(1.0 / self._work.sum())
+
+    def close(self) -> None:
+        self.llama.close()
+
+
+class LookupDrafter:
+    """Prompt lookup: propose what followed the latest earlier occurrence of the last
+    n tokens (n = 3, 2, 1). Free to run; pays off on text that repeats its context."""
+
+    model_id = None
+    ngram = (3, 2, 1)
+
+    def __init__(self):
+        self._context: list[int] = []
+        self._last_seen: dict[tuple[int, ...], int] = {}  # n-gram -> position after it
+
+    def follow(self, context: list[int]) -> None:
+        self._index(context)
+
+    def propose(self, context: list[int], k: int) -> list[int]:
+        self._index(context)
+        for n in self.ngram:
+            position = self._last_seen.get(tuple(context[-n:])) if len(context) > n else None
+            if position is not None:
+                return context[position:position + k]
+        return []
+
+    def _index(self, context: list[int]) -> None:
+        if context[:len(self._context)] != self._context:  # a new text: start over
+            self._context, self._last_seen = [], {}
+        start = len(self._context)
+        # Index n-grams that end before the final token, so a match has a continuation.
+        for end in range(max(start, 1), len(context)):
+            for n in self.ngram:
+                if end >= n:
+                    self._last_seen[tuple(context[end - n:end])] = end
+        self._context = list(context)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class SpecController:
+    """Draft length and on/off for one (main model, drafter) pair, from measurements.
+
+    The draft length follows the running acceptance rate a: a run of drafts survives
+    about 1/(1-a) tokens, so longer drafts only waste work. Speculation turns off when
+    its measured rate falls below `min_speedup` of plain decoding's after enough rounds,
+    and is tried again a few requests later."""
+    k: int = 6
+    k_max: int = 16
+    acceptance: float = 0.8          # running rate, per drafted token
+    min_speedup: float = 0.95
+    min_rounds: int = 10             # evidence needed before turning off
+    probe_tokens: int = 12           # plain tokens timed to know the baseline
+    retry_after_requests: int = 4
+    plain_tps: float | None = None
+    spec_tps: float | None = None
+    enabled: bool = True
+    requests_off: int = 0
+    spec_rounds: int = 0
+    note: str | None = None
+    _plain: list[float] = field(default_factory=list)
+
+    def start_request(self) -> None:
+        if not self.enabled:
+            self.requests_off += 1
+            if self.requests_off > self.retry_after_requests:  # the workload may differ now
+                self.enabled, self.spec_tps, self.spec_rounds = True, None, 0
+                self.note = "speculation re-enabled for a new trial"
+
+    def wants_plain(self) -> bool:
+        """True while the plain baseline still needs timing, or speculation is off."""
+        return not self.enabled or self.plain_tps is None
+
+    def record_plain(self, seconds: float) -> None:
+        self._plain.append(seconds)
+        if len(self._plain) >= self.probe_tokens:
+            rate = len(self._plain) / sum(self._plain)
+            self.plain_tps = rate if self.plain_tps is None else 0.5 * self.plain_tps + 0.5 * rate
+            self._plain.clear()
+
+    def record_round(self, proposed: int, accepted: int, emitted: int, seconds: float) -> None:
+        rate = emitted / seconds
+        self.spec_tps = rate if self.spec_tps is None else 0.9 * self.spec_tps + 0.1 * rate
+        self.spec_rounds += 1
+        self.acceptance = 0.8 * self.acceptance + 0.2 * (accepted / proposed)
+        self.k = max(2, min(self.k_max, round(1 / max(1 - self.acceptance, 1e-3)) + 1))
+        if self.spec_rounds >= self.min_rounds and self.speedup() < self.min_speedup:
+            self.enabled, self.requests_off = False, 0
+            self.note = (f"speculation turned off: {self.speedup():.2f}x of plain decoding "
+                         "for this pair and workload")
+
+    def speedup(self) -> float | None:
+        if self.plain_tps and self.spec_tps:
+            return round(self.spec_tps / self.plain_tps, 3)
+        return None
+
+
+@dataclass
+class Speculation:
+    """What one request speculates with."""
+    drafter: object  # ModelDrafter or LookupDrafter
+    controller: SpecController
+    stats: SpecStats
+
+
+def near_tie(logits: np.ndarray, margin: float) -> bool:
+    """True when another token's logit is within `margin` of the best one."""
+    return np.count_nonzero(logits > logits.max() - margin) > 1
+
+
+def verify(target: LlamaModel, tokens: list[int], last: int, drafts: list[int],
+           sampler: Sampler, seq_id: int) -> list[int]:
+    """One verification pass. `tokens` are those in the target's KV; `last` was sampled
+    but not yet evaluated. Returns the accepted drafts followed by the target's own pick
+    (a correction, or a bonus when all drafts were kept); `tokens` is updated to what
+    the KV then holds: `last` and every returned token but the final one, which becomes
+    the new `last`.
+
+    Greedy exactness: llama.cpp's batched kernels sum in another order than its
+    single-token ones (logits differ by up to ~0.03 here), which could flip a near tie.
+    A position whose best two logits are that close is left to a lone evaluation, as
+    plain decoding does it: the round stops before it (and may return nothing)."""
+    start = len(tokens)
+    target.decode([last, *drafts], start, seq_id, all_logits=True)
+    emitted: list[int] = []
+    for i, draft in enumerate([*drafts, None]):
+        if sampler.greedy and near_tie(target.logits(i), TIE_MARGIN):
+            break
+        pick = sampler.sample(target, i)
+        emitted.append(pick)
+        if pick != draft:
+            break
+    if emitted:
+        tokens.append(last)
+        tokens.extend(emitted[:-1])
+    target.forget(seq_id, len(tokens))  # roll back the rejected positions
+    return emitted
+
+
+def speculative_step(target: LlamaModel, tokens: list[int], last: int, drafter,
+                     controller: SpecController, sampler: Sampler, seq_id: int,
+                     stats: SpecStats, limit: int) -> list[int]:
+    """Draft, verify, measure: one round. Returns the tokens to emit; none when the
+    very next token must be decided by a plain step."""
+    started = time.perf_counter()
+    drafts = drafter.propose([*tokens, last], min(controller.k, limit - 1))
+    emitted = verify(target, tokens, last, drafts, sampler, seq_id)
+    accepted = common_prefix(emitted, drafts)
+    stats.drafted += len(drafts)
+    stats.accepted += accepted
+    stats.rounds += 1
+    if drafts:
+        controller.record_round(len(drafts), accepted, len(emitted),
+                                time.perf_counter() - started)
+    return emitted

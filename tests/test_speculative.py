@@ -1,0 +1,239 @@
+"""Speculative decoding on real model pairs: exactness, sampling, pairing, auto-off."""
+
+import os
+
+import numpy as np
+import openai
+import pytest
+
+from app.engine_proc import EngineProcess
+from conftest import GEMMA, STARTER
+from engine.draft import IncompatibleDraft, check_pair, pick_draft, requantize
+from engine.generation import Engine, EngineSettings, Failed, Finished, GenerationRequest
+from engine.gguf_file import GGUFInspector
+from engine.llama_runtime import LoadSettings, SamplingParams
+from engine.models import ModelStore
+from engine.speculative import LookupDrafter, SpecController
+from test_engine import Collector
+
+pytestmark = pytest.mark.slow
+
+GREEDY = SamplingParams(temperature=0)
+PROMPTS = [
+    "def fibonacci(n):\n",
+    "import numpy as np\n\ndef normalize(v):\n",
+    "class Stack:\n    def __init__(self):\n",
+    "SELECT name, COUNT(*) FROM orders",
+    "for (int i = 0; i < n; i++) {",
+    "<html>\n<head>\n<title>",
+    "The history of the Roman Empire",
+    "Once upon a time, in a small village,",
+    "The three primary colors are",
+    "My favourite recipe for bread is",
+    "1. Preheat the oven.\n2.",
+    "Shopping list:\n- eggs\n- milk\n-",
+    "Q: What is the boiling point of water?\nA:",
+    "Dear Sir or Madam,\n\nI am writing to",
+    "The quick brown fox",
+    "In 1969, astronauts",
+    "Photosynthesis is the process by which",
+    "Monday: gym. Tuesday: gym. Wednesday:",
+    "a b c d e f g",
+    "Hello",
+    "The mitochondria is",
+    "Rust and Go are both",
+]
+
+
+@pytest.fixture(scope="session")
+def spec_store(tmp_path_factory, starters_dir):
+    """The starters plus heavier targets of the same vocabularies, made by the engine's
+    own requantize helper: Gemma in all-F32 and SmolLM2 in F16."""
+    folder = tmp_path_factory.mktemp("spec-models")
+    for model in (GEMMA, STARTER):
+        (folder / f"{model}.gguf").symlink_to(starters_dir / f"{model}.gguf")
+    requantize(folder / f"{GEMMA}.gguf", folder / "gemma-f32.gguf", ftype=0)
+    requantize(folder / f"{STARTER}.gguf", folder / "smollm2-f16.gguf", ftype=1)
+    return ModelStore(folder, GGUFInspector())
+
+
+def engine_for(store, **settings):
+    load = settings.pop("load", LoadSettings(n_ctx=1024, n_threads=2))
+    return Engine(store, EngineSettings(load, **settings))
+
+
+def generate(engine, **request):
+    """Each run evaluates its prompt afresh: reusing KV computed in another batch shape
+    changes llama.cpp's rounding, which is not what these tests are about."""
+    collector = Collector()
+    engine.submit(GenerationRequest(cache_prompt=False, **request), collector)
+    started, text, done = collector.result(timeout=300)
+    assert isinstance(done, Finished), done
+    return text, done.usage
+
+
+def test_greedy_output_is_identical_with_a_draft_on_twenty_prompts(spec_store):
+    engine = engine_for(spec_store)
+    target, draft = spec_store.resolve("gemma-f32"), spec_store.resolve(GEMMA)
+    drafted = accepted = 0
+    try:
+        for prompt in PROMPTS:
+            plain, _ = generate(engine, model=target, prompt=prompt, max_tokens=32,
+                                sampling=GREEDY, ignore_eos=True, speculation="off")
+            fast, usage = generate(engine, model=target, prompt=prompt, max_tokens=32,
+                                   sampling=GREEDY, ignore_eos=True, speculation="draft",
+                                   draft_model=draft)
+            assert fast == plain, prompt
+            drafted += usage.speculative["drafted"]
+            accepted += usage.speculative["accepted"]
+    finally:
+        engine.close()
+    assert drafted > 150 and accepted / drafted > 0.6
+
+
+def test_chat_api_with_a_draft_is_identical(spec_store, tmp_path):
+    home = tmp_path / "home"
+    (home / "data").mkdir(parents=True)
+    (home / "data" / "models").symlink_to(spec_store.folder)
+    process = EngineProcess(["--ctx", "1024", "--model", "smollm2-f16"],
+                            env=dict(os.environ, HOMERACK_HOME=str(home)))
+    address = process.wait_ready()
+    client = openai.OpenAI(base_url=f"{address.url}/v1", api_key=address.token, max_retries=0)
+
+    def chat(prompt, **extra):
+        return client.chat.completions.create(
+            model="smollm2-f16", messages=[{"role": "user", "content": prompt}],
+            temperature=0, max_tokens=24, extra_body={"cache_prompt": False, **extra})
+    try:
+        for prompt in PROMPTS:
+            plain = chat(prompt, speculation="off")
+            fast = chat(prompt, draft_model=STARTER)
+            assert fast.choices[0].message.content == plain.choices[0].message.content
+            stats = fast.usage.model_extra["speculative"]
+            assert stats["draft_model"] == STARTER and stats["drafted"] >= stats["accepted"]
+        with pytest.raises(openai.BadRequestError, match="tokenizer"):
+            chat("hi", draft_model=GEMMA)
+        with pytest.raises(openai.NotFoundError):
+            chat("hi", draft_model="no-such-draft")
+    finally:
+        process.stop()
+
+
+def chi_square_permutation_p(a: list, b: list, rounds: int = 2000) -> float:
+    """p-value of a two-sample chi-square statistic, by permuting the labels."""
+    labels = np.array([0] * len(a) + [1] * len(b))
+    values = np.array(a + b)
+    categories, codes = np.unique(values, return_inverse=True)
+
+    def statistic(lab):
+        table = np.zeros((2, len(categories)))
+        np.add.at(table, (lab, codes), 1)
+        expected = table.sum(1, keepdims=True) * table.sum(0, keepdims=True) / table.sum()
+        return ((table - expected) ** 2 / expected).sum()
+
+    observed = statistic(labels)
+    rng = np.random.default_rng(0)
+    hits = sum(statistic(rng.permutation(labels)) >= observed for _ in range(rounds))
+    return (hits + 1) / (rounds + 1)
+
+
+def test_sampling_with_a_draft_keeps_the_target_distribution(spec_store):
+    engine = engine_for(spec_store, spec_min_speedup=0.0)  # keep speculating: short requests
+    target, draft = spec_store.resolve("gemma-f32"), spec_store.resolve(GEMMA)
+    prompt = "My favourite animal is the"
+
+    def second_tokens(mode, seeds):
+        """Three tokens' text: the second and third come from a verification pass."""
+        return [generate(engine, model=target, prompt=prompt, max_tokens=3,
+                         sampling=SamplingParams(temperature=0.8, seed=seed),
+                         ignore_eos=True, speculation=mode,
+                         draft_model=draft if mode == "draft" else None)[0]
+                for seed in seeds]
+
+    try:
+        generate(engine, model=target, prompt=prompt, max_tokens=40, sampling=GREEDY,
+                 speculation="draft", draft_model=draft)  # times the plain baseline
+        plain = second_tokens("off", range(0, 150))
+        speculative = second_tokens("draft", range(1000, 1150))
+        controller = next(iter(engine._controllers.values()))
+    finally:
+        engine.close()
+    assert controller.spec_rounds > 100  # the samples really went through verification
+    p = chi_square_permutation_p(plain, speculative)
+    assert p > 0.01, f"speculative samples differ in distribution (p={p:.4f})"
+    # The test can fail: a biased sampler (always taking the draft) is caught.
+    assert chi_square_permutation_p(plain, [plain[0]] * 150) < 0.01
+
+
+def test_incompatible_draft_is_refused_naming_the_difference(spec_store):
+    with pytest.raises(IncompatibleDraft, match="tokenizer types differ|vocabulary sizes"):
+        check_pair(spec_store.resolve(GEMMA), spec_store.resolve(STARTER),
+                   spec_store.inspector)
+    engine = engine_for(spec_store)
+    collector = Collector()
+    engine.submit(GenerationRequest(model=spec_store.resolve(GEMMA), prompt="hi",
+                                    speculation="draft", draft_model=spec_store.resolve(STARTER)),
+                  collector)
+    _, _, done = collector.result()
+    engine.close()
+    assert isinstance(done, Failed) and isinstance(done.error, IncompatibleDraft)
+
+
+def test_automatic_draft_is_the_smallest_compatible_model(spec_store):
+    pick = pick_draft(spec_store.resolve("gemma-f32"), spec_store.list(), spec_store.inspector)
+    assert pick.id == GEMMA
+    assert pick_draft(spec_store.resolve(GEMMA), spec_store.list(), spec_store.inspector) is None
+
+
+def test_a_slow_draft_switches_speculation_off(spec_store):
+    """The all-F32 model as the draft of its own Q4 version costs more than it saves."""
+    engine = engine_for(spec_store)
+    target, slow = spec_store.resolve(GEMMA), spec_store.resolve("gemma-f32")
+    try:
+        text, usage = generate(engine, model=target, prompt="The history of the Roman Empire",
+                               max_tokens=96, sampling=GREEDY, ignore_eos=True,
+                               speculation="draft", draft_model=slow)
+        plain, _ = generate(engine, model=target, prompt="The history of the Roman Empire",
+                            max_tokens=96, sampling=GREEDY, ignore_eos=True, speculation="off")
+    finally:
+        engine.close()
+    stats = usage.speculative
+    assert stats["enabled"] is False and "turned off" in stats["note"]
+    assert stats["speedup"] < 0.95
+    assert len(text) > 100 and len(plain) > 100
+
+
+def test_generation_past_n_batch_tokens_of_context(spec_store):
+    engine = engine_for(spec_store, load=LoadSettings(n_ctx=1024, n_batch=64, n_threads=2))
+    target, draft = spec_store.resolve("gemma-f32"), spec_store.resolve(GEMMA)
+    prompt = " ".join(PROMPTS)  # well over 64 tokens
+    try:
+        plain, usage = generate(engine, model=target, prompt=prompt, max_tokens=80,
+                                sampling=GREEDY, ignore_eos=True, speculation="off")
+        fast, spec_usage = generate(engine, model=target, prompt=prompt, max_tokens=80,
+                                    sampling=GREEDY, ignore_eos=True, speculation="draft",
+                                    draft_model=draft)
+    finally:
+        engine.close()
+    assert usage.prompt_tokens + 80 > 128
+    assert fast == plain and spec_usage.completion_tokens == 80
+
+
+def test_prompt_lookup_proposes_repeated_text():
+    drafter = LookupDrafter()
+    context = [1, 2, 3, 4, 5, 9, 9, 1, 2, 3]
+    assert drafter.propose(context, 3) == [4, 5, 9]
+    assert drafter.propose(context + [7], 3) == []
+
+
+def test_controller_adapts_the_draft_length_and_turns_itself_off():
+    controller = SpecController(plain_tps=10.0)
+    for _ in range(5):
+        controller.record_round(controller.k, controller.k, controller.k + 1, 0.2)
+    assert controller.k == controller.k_max and controller.enabled
+    for _ in range(30):
+        controller.record_round(controller.k, 0, 1, 0.2)  # 5 tok/s: half of plain
+    assert controller.k == 2 and not controller.enabled and "turned off" in controller.note
+    for _ in range(controller.retry_after_requests + 1):
+        controller.start_request()
+    assert controller.enabled
