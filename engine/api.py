@@ -144,7 +144,8 @@ def create_app(engine: Engine, token: str, on_startup=None) -> FastAPI:
             for m in engine.store.list()]}
 
     def _generation_request(body, **content) -> GenerationRequest:
-        model = engine.store.resolve(body.model or engine.status()["model"])
+        default = engine.default_model()
+        model = engine.store.resolve(body.model) if body.model or not default else default
         draft, speculation = None, body.speculation
         if body.draft_model:
             speculation = speculation or "draft"

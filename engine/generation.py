@@ -144,6 +144,7 @@ class Engine:
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=settings.max_queue)
         self._ids = itertools.count(1)
         self._loaded: Loaded | None = None
+        self._default: LocalModel | None = None
         self._controllers: dict[tuple, SpecController] = {}
         self._busy = False
         self._mean_job_s = 2.0
@@ -163,8 +164,14 @@ class Engine:
         return job
 
     def preload(self, model: LocalModel, emit: Callable[[Event], None] = lambda _e: None) -> Job:
-        """Load a model ahead of the first request (a request with nothing to generate)."""
+        """Load a model ahead of the first request (a request with nothing to generate).
+        It is also the model of requests that name none."""
+        self._default = model
         return self.submit(GenerationRequest(model=model), emit)
+
+    def default_model(self) -> LocalModel | None:
+        """The model a request without one gets: the loaded one, or the preloaded one."""
+        return self._loaded.model if self._loaded else self._default
 
     def status(self) -> dict:
         loaded = self._loaded

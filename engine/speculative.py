@@ -128,8 +128,10 @@ class LookupDrafter:
 class SpecController:
     """Draft length and on/off for one (main model, drafter) pair, from measurements.
 
-    The draft length follows the running acceptance rate a: a run of drafts survives
-    about 1/(1-a) tokens, so longer drafts only waste work. Speculation turns off when
+    The draft length maximises expected tokens per second: with acceptance rate a, k
+    drafts yield (1 - a^(k+1)) / (1 - a) tokens and cost k draft steps plus one
+    verification (about a plain step, a little more per extra position); the draft
+    step's and the plain step's times are measured. Speculation turns off when
     its measured rate falls below `min_speedup` of plain decoding's after enough rounds,
     and is tried again a few requests later."""
     k: int = 6
@@ -141,6 +143,8 @@ class SpecController:
     retry_after_requests: int = 4
     plain_tps: float | None = None
     spec_tps: float | None = None
+    draft_s: float | None = None     # seconds per drafted token
+    verify_extra: float = 0.05       # a verification's cost per extra position, in plain steps
     enabled: bool = True
     requests_off: int = 0
     spec_rounds: int = 0
@@ -165,16 +169,32 @@ class SpecController:
             self.plain_tps = rate if self.plain_tps is None else 0.5 * self.plain_tps + 0.5 * rate
             self._plain.clear()
 
-    def record_round(self, proposed: int, accepted: int, emitted: int, seconds: float) -> None:
+    def record_round(self, proposed: int, accepted: int, emitted: int, seconds: float,
+                     draft_seconds: float) -> None:
         rate = emitted / seconds
         self.spec_tps = rate if self.spec_tps is None else 0.9 * self.spec_tps + 0.1 * rate
         self.spec_rounds += 1
         self.acceptance = 0.8 * self.acceptance + 0.2 * (accepted / proposed)
-        self.k = max(2, min(self.k_max, round(1 / max(1 - self.acceptance, 1e-3)) + 1))
+        per_draft = draft_seconds / proposed
+        self.draft_s = per_draft if self.draft_s is None else 0.8 * self.draft_s + 0.2 * per_draft
+        if self.plain_tps:  # what each extra verified position costs, in plain steps
+            extra = ((seconds - draft_seconds) * self.plain_tps - 1) / proposed
+            self.verify_extra = 0.8 * self.verify_extra + 0.2 * min(max(extra, 0.0), 1.0)
+        self.k = self.best_k()
         if self.spec_rounds >= self.min_rounds and self.speedup() < self.min_speedup:
             self.enabled, self.requests_off = False, 0
             self.note = (f"speculation turned off: {self.speedup():.2f}x of plain decoding "
                          "for this pair and workload")
+
+    def best_k(self) -> int:
+        if not self.plain_tps or not self.draft_s:
+            return self.k
+        a, plain_s = min(self.acceptance, 0.999), 1 / self.plain_tps
+
+        def tokens_per_second(k: int) -> float:
+            cost = k * self.draft_s + plain_s * (1 + self.verify_extra * k)
+            return (1 - a ** (k + 1)) / (1 - a) / cost
+        return max(range(2, self.k_max + 1), key=tokens_per_second)
 
     def speedup(self) -> float | None:
         if self.plain_tps and self.spec_tps:
@@ -231,6 +251,7 @@ def speculative_step(target: LlamaModel, tokens: list[int], last: int, drafter,
     very next token must be decided by a plain step."""
     started = time.perf_counter()
     drafts = drafter.propose([*tokens, last], min(controller.k, limit - 1))
+    drafted = time.perf_counter()
     emitted = verify(target, tokens, last, drafts, sampler, seq_id)
     accepted = common_prefix(emitted, drafts)
     stats.drafted += len(drafts)
@@ -238,5 +259,5 @@ def speculative_step(target: LlamaModel, tokens: list[int], last: int, drafter,
     stats.rounds += 1
     if drafts:
         controller.record_round(len(drafts), accepted, len(emitted),
-                                time.perf_counter() - started)
+                                time.perf_counter() - started, drafted - started)
     return emitted

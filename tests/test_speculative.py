@@ -228,11 +228,15 @@ def test_prompt_lookup_proposes_repeated_text():
 
 def test_controller_adapts_the_draft_length_and_turns_itself_off():
     controller = SpecController(plain_tps=10.0)
-    for _ in range(5):
-        controller.record_round(controller.k, controller.k, controller.k + 1, 0.2)
+    for _ in range(12):  # cheap drafts (1/50 of a plain step), all accepted: long drafts
+        controller.record_round(controller.k, controller.k, controller.k + 1, 0.2,
+                                controller.k * 0.002)
     assert controller.k == controller.k_max and controller.enabled
-    for _ in range(30):
-        controller.record_round(controller.k, 0, 1, 0.2)  # 5 tok/s: half of plain
+    for _ in range(12):  # drafts at 40% of a plain step, 80% accepted: shorter is better
+        controller.record_round(10, 8, 9, 0.5, 0.4)
+    assert 2 < controller.k < controller.k_max
+    for _ in range(30):  # nothing accepted, 5 tok/s: half of plain
+        controller.record_round(controller.k, 0, 1, 0.2, controller.k * 0.04)
     assert controller.k == 2 and not controller.enabled and "turned off" in controller.note
     for _ in range(controller.retry_after_requests + 1):
         controller.start_request()
