@@ -13,10 +13,16 @@ class Sampling:
     top_p: float = 0.95
     max_tokens: int = 1024
     seed: int = -1  # -1: a new random seed each time
+    speculation: str = "off"  # "off", "lookup", or "draft:<model id>" ("draft:auto" picks)
 
     def as_request(self) -> dict:
-        return {"temperature": self.temperature, "top_p": self.top_p,
-                "max_tokens": self.max_tokens, "seed": None if self.seed < 0 else self.seed}
+        request = {"temperature": self.temperature, "top_p": self.top_p,
+                   "max_tokens": self.max_tokens, "seed": None if self.seed < 0 else self.seed}
+        if self.speculation.startswith("draft:"):
+            request["draft_model"] = self.speculation.split(":", 1)[1]
+        else:
+            request["speculation"] = self.speculation
+        return request
 
 
 def load_sampling(path: Path) -> Sampling:

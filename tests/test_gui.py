@@ -252,3 +252,17 @@ def test_install_desktop_entry(tmp_path, monkeypatch):
     exec_line = next(line for line in text.splitlines() if line.startswith("Exec="))
     assert os.path.exists(exec_line[5:].split()[0])
     assert icon.read_text().startswith("<svg")
+
+
+def test_speculation_setting_reaches_the_engine_and_the_status_bar(qtbot, open_window):
+    window = open_window()
+    assert window.speculation.findData(f"draft:{STARTER}") >= 0  # local models offered
+    window.speculation.setCurrentIndex(window.speculation.findData("lookup"))
+    window.max_tokens.setValue(40)
+    window.send("Repeat after me: one two three, one two three, one two three.")
+    wait_reply(qtbot, window)
+    assert window.metrics.text("speculation").startswith("speculation: lookup")
+    window.speculation.setCurrentIndex(window.speculation.findData("draft:gemma-3-270m-q4_k_m"))
+    window.send("Hello again.")
+    wait_reply(qtbot, window)
+    assert "tokenizer" in window.banner.label.text()  # an incompatible draft, said plainly

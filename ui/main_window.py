@@ -184,6 +184,9 @@ class MainWindow(QMainWindow):
         self.top_p = QDoubleSpinBox(minimum=0.05, maximum=1, singleStep=0.05, decimals=2)
         self.max_tokens = QSpinBox(minimum=1, maximum=32768)
         self.seed = QSpinBox(minimum=-1, maximum=2**31 - 1, specialValueText="random")
+        self.speculation = QComboBox()
+        self._fill_speculation([])
+        self.speculation.currentIndexChanged.connect(self._on_sampling)
         self.temperature.setValue(self.sampling.temperature)
         self.top_p.setValue(self.sampling.top_p)
         self.max_tokens.setValue(self.sampling.max_tokens)
@@ -195,7 +198,19 @@ class MainWindow(QMainWindow):
         form.addRow("Top-p", self.top_p)
         form.addRow("Max tokens", self.max_tokens)
         form.addRow("Seed", self.seed)
+        form.addRow("Speculative decoding", self.speculation)
         return panel
+
+    def _fill_speculation(self, models: list[dict]) -> None:
+        """Off, prompt lookup, an automatic draft, or any local model as the draft."""
+        self.speculation.blockSignals(True)
+        self.speculation.clear()
+        choices = [("Off", "off"), ("Prompt lookup", "lookup"), ("Draft model: automatic", "draft:auto")]
+        choices += [(f"Draft model: {m['id']}", f"draft:{m['id']}") for m in models]
+        for label, value in choices:
+            self.speculation.addItem(label, value)
+        self.speculation.setCurrentIndex(max(self.speculation.findData(self.sampling.speculation), 0))
+        self.speculation.blockSignals(False)
 
     def _shortcuts(self) -> None:
         QShortcut(QKeySequence(Qt.Key_Escape), self, activated=self.stop)
@@ -260,6 +275,7 @@ class MainWindow(QMainWindow):
                                    model["id"])
         index = self.model_box.findData(current)
         self.model_box.setCurrentIndex(max(index, 0))
+        self._fill_speculation(models)
         loaded = next((m for m in models if m["id"] == health.get("model")), None)
         if loaded:
             self.metrics.set("device", f"{health.get('offload', 'CPU')} · "
@@ -346,7 +362,8 @@ class MainWindow(QMainWindow):
 
     def _on_sampling(self) -> None:
         self.sampling = Sampling(self.temperature.value(), self.top_p.value(),
-                                 self.max_tokens.value(), self.seed.value())
+                                 self.max_tokens.value(), self.seed.value(),
+                                 self.speculation.currentData() or "off")
         save_sampling(self.paths.data / "settings.json", self.sampling)
 
     def _show_conversation(self) -> None:

@@ -10,6 +10,7 @@ FIELDS = (
     ("ttft", "first token"),
     ("context", "context"),
     ("cache", "cached prompt"),
+    ("speculation", "speculation"),
     ("device", "device"),
 )
 
@@ -52,3 +53,15 @@ class MetricsBar(QWidget):
         self.set("cache", f"{cached} of {usage.get('prompt_tokens', 0)} tokens")
         used = usage.get("total_tokens", 0)
         self.set("context", f"{used} / {n_ctx}" if n_ctx else str(used))
+        self.set("speculation", describe_speculation(usage.get("speculative")))
+
+
+def describe_speculation(spec: dict | None) -> str:
+    if not spec:
+        return "off"
+    if not spec.get("enabled"):
+        return f"{spec['mode']}: paused (slower than plain)"
+    acceptance = spec.get("acceptance")
+    accepted = f"{spec['accepted']}/{spec['drafted']} accepted" if acceptance is not None else "no drafts"
+    speedup = f", {spec['speedup']:.2f}x" if spec.get("speedup") else ""
+    return f"{spec['mode']}: {accepted}{speedup}"
