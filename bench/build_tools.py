@@ -7,11 +7,16 @@ installed llama-cpp-python vendors (its sdist), for anchors in the benchmarks.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
+from contextlib import contextmanager
 from pathlib import Path
+
+import httpx
 
 import llama_cpp
 
@@ -47,6 +52,31 @@ def build() -> Path:
         for target in TARGETS:
             (build_dir / "bin" / target).replace(bins / target)
     return bins
+
+
+@contextmanager
+def llama_server(bins: Path, args: list[str]):
+    """A llama-server on a free loopback port, ready to answer; yields its URL."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen([str(bins / "llama-server"), *args, "--host", "127.0.0.1",
+                               "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(30)
 
 
 if __name__ == "__main__":

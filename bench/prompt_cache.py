@@ -17,9 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from app.engine_proc import EngineProcess  # noqa: E402
+from build_tools import build, llama_server  # noqa: E402
 from app.paths import paths  # noqa: E402
 from engine.models import DEFAULT_MODEL  # noqa: E402
 
@@ -101,32 +101,10 @@ def homerack(threads: int, *extra: str):
     return engine, address
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def anchor(bins: Path, model: Path, threads: int, rounds: int) -> dict:
-    port = free_port()
-    server = subprocess.Popen(
-        [str(bins / "llama-server"), "-m", str(model), "-c", "4096", "-np", "1",
-         "-t", str(threads), "--host", "127.0.0.1", "--port", str(port), "--jinja"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+    args = ["-m", str(model), "-c", "4096", "-np", "1", "-t", str(threads), "--jinja"]
+    with llama_server(bins, args) as url:
         return alternate(url, None, None, rounds)
-    finally:
-        server.terminate()
-        server.wait(30)
 
 
 def main() -> int:
@@ -134,7 +112,6 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=min(os.cpu_count() or 2, 8))
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    from build_tools import build
 
     bins = build()
     # Its own home: the disk-tier run empties the prompt cache folder.
@@ -154,7 +131,7 @@ def main() -> int:
         engine.stop()
 
     kv = paths().cache / "kv"
-    subprocess.run(["rm", "-rf", str(kv)], check=True)
+    shutil.rmtree(kv, ignore_errors=True)
     engine, address = homerack(args.threads)
     try:
         alternate(address.url, address.token, DEFAULT_MODEL, 0)  # writes both to disk

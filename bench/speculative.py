@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from app.engine_proc import EngineProcess  # noqa: E402
+from build_tools import build, llama_server  # noqa: E402
 from app.paths import paths  # noqa: E402
 from engine.draft import requantize  # noqa: E402
 from engine.gguf_file import GGUFInspector  # noqa: E402
@@ -85,31 +84,13 @@ def run_homerack(threads: int, tokens: int) -> dict:
     return results
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def run_anchor(bins: Path, models: Path, threads: int, tokens: int, draft: bool) -> dict:
-    port = free_port()
-    args = [str(bins / "llama-server"), "-m", str(models / f"{TARGET}.gguf"), "-c", "2048",
-            "-np", "1", "-t", str(threads), "--host", "127.0.0.1", "--port", str(port)]
+    args = ["-m", str(models / f"{TARGET}.gguf"), "-c", "2048", "-np", "1", "-t", str(threads)]
     if draft:
         args += ["-md", str(models / f"{DRAFT}.gguf"), "--spec-type", "draft-simple",
                  "--spec-draft-n-max", "8", "-td", str(threads)]
-    server = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
     results = {}
-    try:
-        deadline = time.time() + 180
-        while time.time() < deadline:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
+    with llama_server(bins, args) as url:
         complete(url, None, "Warm up", 16, {})
         for kind, prompts in PROMPTS.items():
             rates, drafted, accepted = [], 0, 0
@@ -120,9 +101,6 @@ def run_anchor(bins: Path, models: Path, threads: int, tokens: int, draft: bool)
                 drafted += timings.get("draft_n", 0)
                 accepted += timings.get("draft_n_accepted", 0)
             results[kind] = (statistics.median(rates), accepted / drafted if drafted else None)
-    finally:
-        server.terminate()
-        server.wait(30)
     return results
 
 
@@ -131,7 +109,6 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=min(os.cpu_count() or 2, 8))
     parser.add_argument("--tokens", type=int, default=128)
     args = parser.parse_args()
-    from build_tools import build
 
     bins = build()
     os.environ["HOMERACK_HOME"] = str(ROOT / ".cache" / "bench-home")

@@ -118,7 +118,7 @@ def test_disk_budget_evicts_oldest_files(tmp_path):
 
 # -- inside the engine ---------------------------------------------------------------
 
-from engine.generation import Engine, EngineSettings, GenerationRequest  # noqa: E402
+from engine.generation import Engine, EngineSettings  # noqa: E402
 from engine.llama_runtime import LoadSettings, SamplingParams  # noqa: E402
 from test_engine import run  # noqa: E402
 
