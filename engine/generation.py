@@ -89,6 +89,7 @@ class Failed:
 
 
 Event = Started | Delta | Finished | Failed
+CANCELLED = Finished("cancelled", Usage(0, 0, 0, 0.0, 0.0, 0.0, 0.0))
 
 
 @dataclass
@@ -135,6 +136,15 @@ class Loaded:
         for drafter in self.drafters.values():
             drafter.close()
         self.llama.close()
+
+    def reset(self) -> None:
+        """Forget all KV state: after a failure it may not match the token lists."""
+        self.llama.forget(self.sequence.seq_id, 0)
+        self.sequence.tokens = []
+        for drafter in self.drafters.values():
+            if isinstance(drafter, ModelDrafter):
+                drafter.llama.forget(0, 0)
+                drafter.tokens = []
 
 
 class Engine:
@@ -198,10 +208,12 @@ class Engine:
             started = time.perf_counter()
             try:
                 self._run(job)
-            except HomerackError as exc:
-                job.emit(Failed(exc))
-            except Exception as exc:  # a bug must not kill the worker
-                job.emit(Failed(HomerackError(f"internal error: {exc!r}")))
+            except Exception as exc:  # a bug or a failed decode must not kill the worker
+                if self._loaded:
+                    self._loaded.reset()
+                error = exc if isinstance(exc, HomerackError) else \
+                    HomerackError(f"internal error: {exc!r}")
+                job.emit(Failed(error))
             finally:
                 self._busy = False
                 self._mean_job_s = 0.8 * self._mean_job_s + 0.2 * (time.perf_counter() - started)
@@ -210,7 +222,7 @@ class Engine:
 
     def _run(self, job: Job) -> None:
         if job.cancelled.is_set():
-            job.emit(Finished("cancelled", Usage(0, 0, 0, 0.0, 0.0, 0.0, 0.0)))
+            job.emit(CANCELLED)
             return
         queue_s = time.perf_counter() - job.submitted
         loaded = self._ensure_loaded(job.request.model)
@@ -222,6 +234,9 @@ class Engine:
         spec = self._speculation(loaded, job.request, notes)
         t0 = time.perf_counter()
         cached = self._prefill(loaded, prompt, job)
+        if cached is None:
+            job.emit(CANCELLED)
+            return
         job.emit(Started(loaded.model.id, len(prompt), cached, max_tokens, loaded.llama.n_ctx,
                          loaded.chat_format.describe() if job.request.messages else None,
                          tuple(notes)))
@@ -284,9 +299,10 @@ class Engine:
                           f"the {n_prompt}-token prompt; clamped to {room}"]
         return wanted, []
 
-    def _prefill(self, loaded: Loaded, prompt: list[int], job: Job) -> int:
+    def _prefill(self, loaded: Loaded, prompt: list[int], job: Job) -> int | None:
         """Evaluate what the sequence's KV memory lacks; return how many were reused.
-        The longest prefix comes from the live sequence or from the prompt cache."""
+        The longest prefix comes from the live sequence or from the prompt cache.
+        None when the job was cancelled meanwhile."""
         seq, llama = loaded.sequence, loaded.llama
         if not job.request.cache_prompt:
             llama.forget(seq.seq_id, 0)
@@ -301,8 +317,13 @@ class Engine:
             llama.forget(seq.seq_id, 0)
             keep = 0
         seq.tokens = prompt[:keep]
-        llama.decode(prompt[keep:], keep, seq.seq_id)
-        seq.tokens = list(prompt)
+        step = llama.settings.n_batch
+        for start in range(keep, len(prompt), step):  # checking for cancellation per chunk
+            if job.cancelled.is_set():
+                return None
+            chunk = prompt[start:start + step]
+            llama.decode(chunk, start, seq.seq_id)
+            seq.tokens.extend(chunk)
         return keep
 
     def _speculation(self, loaded: Loaded, request: GenerationRequest,

@@ -124,3 +124,26 @@ def test_full_queue_is_refused_with_a_retry_hint(engine, tiny_store):
             refused.append(exc)
     gate.set()
     assert len(accepted) >= 2 and refused and refused[0].retry_after_s >= 1
+
+
+@pytest.mark.slow
+def test_cancel_during_a_long_prompt_stops_the_prefill(starters_dir):
+    import time
+
+    from engine.gguf_file import GGUFInspector
+    from engine.models import ModelStore
+
+    store = ModelStore(starters_dir, GGUFInspector())
+    engine = Engine(store, EngineSettings(LoadSettings(n_ctx=4096, n_batch=256)))
+    model = store.resolve("smollm2-135m-instruct-q4_1")
+    run(engine, model=model, prompt="hi", max_tokens=1)  # loaded
+    collector = Collector()
+    job = engine.submit(GenerationRequest(model=model, prompt="word " * 3000, max_tokens=5),
+                        collector)
+    time.sleep(0.5)
+    job.cancel()
+    cancelled_at = time.perf_counter()
+    _, _, done = collector.result()
+    engine.close()
+    assert done.finish_reason == "cancelled"
+    assert time.perf_counter() - cancelled_at < 3  # the whole prompt takes ~12 s here
