@@ -133,6 +133,8 @@ class Loaded:
     drafters: dict = field(default_factory=dict)  # draft model path or "lookup" -> drafter
 
     def close(self) -> None:
+        if self.cache:
+            self.cache.flush()  # states being written survive a clean shutdown
         for drafter in self.drafters.values():
             drafter.close()
         self.llama.close()

@@ -162,8 +162,7 @@ def test_engine_restart_reuses_the_disk_tier(tiny_store, tmp_path):
     model = tiny_store.resolve("tiny")
     first = make_engine(tiny_store, tmp_path, cached=True)
     run(first, model=model, prompt=A, max_tokens=8, sampling=GREEDY)
-    first._loaded.cache.flush()
-    first.close()
+    first.close()  # waits for the background write
     second = make_engine(tiny_store, tmp_path, cached=True)
     _, _, done = run(second, model=model, prompt=A + " the", max_tokens=4, sampling=GREEDY)
     assert done.usage.cached_tokens >= done.usage.prompt_tokens - 4
