@@ -57,6 +57,9 @@ class DecodeFailed(HomerackError):
     kind = "decode_failed"
 
 
+MAX_OUTPUTS = 32
+
+
 @dataclass(frozen=True)
 class LoadSettings:
     n_ctx: int = 4096
@@ -152,6 +155,10 @@ class LlamaModel:
         # A full-size sliding-window cache can be cut back to any prefix, which the
         # prompt cache relies on (a pruned one cannot).
         cparams.swa_full = True
+        # llama.cpp reserves compute memory for logits at every position of a ubatch
+        # (n_vocab x n_ubatch floats: 512 MiB for Gemma 3). The loop needs one per chunk,
+        # or one per verified draft position: 32 covers the longest draft.
+        cparams.n_outputs_max = MAX_OUTPUTS
         return cparams
 
     # -- vocabulary -------------------------------------------------------------

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .llama_runtime import LlamaModel, Sampler
+from .llama_runtime import MAX_OUTPUTS, LlamaModel, Sampler
 from .prompt_cache import common_prefix
 
 TIE_MARGIN = 0.1  # logits; see verify()
@@ -135,7 +135,7 @@ class SpecController:
     its measured rate falls below `min_speedup` of plain decoding's after enough rounds,
     and is tried again a few requests later."""
     k: int = 6
-    k_max: int = 16
+    k_max: int = min(16, MAX_OUTPUTS - 1)
     acceptance: float = 0.8          # running rate, per drafted token
     min_speedup: float = 0.95
     min_rounds: int = 10             # evidence needed before turning off
