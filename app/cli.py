@@ -181,6 +181,65 @@ def cmd_models(args) -> int:
     return 0
 
 
+# -- hardware and plans ---------------------------------------------------------
+
+def cmd_hardware(args) -> int:
+    import json
+
+    from engine.hardware import probe
+
+    hardware = probe()
+    if args.json:
+        print(json.dumps(hardware.as_dict(), indent=2))
+        return 0
+    for device in hardware.devices:
+        print(f"{device.name:<10} {device.kind:<6} {device.free_bytes / 2**30:7.1f} of "
+              f"{device.total_bytes / 2**30:7.1f} GiB free  {device.description}")
+    print(f"RAM        {hardware.ram_available_bytes / 2**30:7.1f} of "
+          f"{hardware.ram_total_bytes / 2**30:7.1f} GiB available; "
+          f"{hardware.cpu_cores} CPU cores")
+    return 0
+
+
+def cmd_plan(args) -> int:
+    import json
+
+    from engine.errors import HomerackError
+    from engine.gguf_file import read_shape
+    from engine.hardware import probe, simulated
+    from engine.planner import Preferences, plan
+
+    try:
+        model = _store(quiet=True).resolve(args.model)
+        _store(quiet=True).inspector.inspect(model.path)  # refuses bad files first
+    except HomerackError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 1
+    if args.vram is not None or args.ram is not None:
+        real = probe()
+        hardware = simulated(tuple(args.vram or ()),
+                             args.ram if args.ram is not None else real.ram_available_bytes / 2**30,
+                             real.cpu_cores)
+    else:
+        hardware = probe()
+    result = plan(hardware, read_shape(model.path), Preferences(ctx=args.ctx))
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2))
+        return 0 if result.fits else 2
+    print(f"{result.model}: {'fits' if result.fits else 'DOES NOT FIT'} — "
+          f"n_gpu_layers {result.n_gpu_layers}, n_ctx {result.n_ctx}, KV {result.kv_type}"
+          + (f", split {list(result.tensor_split)}" if result.tensor_split else ""))
+    print(f"{'device':<8}{'weights':>10}{'KV':>10}{'compute':>10}{'output':>9}{'total':>10}"
+          f"{'budget':>11}  (MiB)")
+    for use in result.uses:
+        print(f"{use.device:<8}" + "".join(f"{v / 2**20:>10.1f}" for v in
+              (use.weights, use.kv, use.compute)) + f"{use.output / 2**20:>9.1f}"
+              f"{use.total / 2**20:>10.1f}{use.budget / 2**20:>11.0f}")
+    for reason in result.reasons:
+        print(f"- {reason}")
+    return 0 if result.fits else 2
+
+
 # -- desktop ----------------------------------------------------------------------
 
 def cmd_install_desktop(_args) -> int:
@@ -250,6 +309,19 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("path", nargs="?", help="a .gguf file (with add)")
     models.add_argument("--quiet", action="store_true", help="only install the starters")
     models.set_defaults(func=cmd_models)
+
+    hardware = sub.add_parser("hardware", help="devices and memory as the engine sees them")
+    hardware.add_argument("--json", action="store_true")
+    hardware.set_defaults(func=cmd_hardware)
+
+    plan = sub.add_parser("plan", help="how a model would run on this machine")
+    plan.add_argument("model", help="a model id or a .gguf path")
+    plan.add_argument("--ctx", type=int, default=4096, help="wanted context")
+    plan.add_argument("--json", action="store_true")
+    plan.add_argument("--vram", type=float, nargs="*", metavar="GIB",
+                      help="simulate GPUs with this much memory each")
+    plan.add_argument("--ram", type=float, metavar="GIB", help="simulate this much RAM")
+    plan.set_defaults(func=cmd_plan)
 
     desktop = sub.add_parser("install-desktop", help="add Homerack to the desktop menu")
     desktop.set_defaults(func=cmd_install_desktop)

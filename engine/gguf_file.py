@@ -12,12 +12,13 @@ import hashlib
 import json
 import os
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .errors import InvalidModelFile
 
 GGUF_MAGIC = b"GGUF"
+KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32}  # per element
 _CACHE_VERSION = 2
 
 
@@ -106,6 +107,73 @@ def _parse(path: Path) -> GGUFInfo:
         if "tokenizer.ggml.tokens" in reader.fields else 0,
         vocab_hash=_vocab_hash(reader),
     )
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    name: str
+    n_layers: int
+    n_embd: int
+    n_ff: int
+    n_head_kv: int
+    head_dim_k: int
+    head_dim_v: int
+    n_vocab: int
+    context_length: int
+    layer_bytes: tuple[int, ...]
+    embd_bytes: int
+    output_bytes: int  # 0 when the output reuses the token embeddings (tied)
+    other_bytes: int = 0
+
+    @property
+    def weights_bytes(self) -> int:
+        return sum(self.layer_bytes) + self.embd_bytes + self.output_bytes + self.other_bytes
+
+    def kv_bytes_per_token(self, kv_type: str) -> float:
+        """For one layer."""
+        return self.n_head_kv * (self.head_dim_k + self.head_dim_v) * KV_BYTES[kv_type]
+
+    def scaled(self, name: str, file_bytes: int) -> "ModelShape":
+        """The same model in another quantization of the given size (before download)."""
+        ratio = file_bytes / self.weights_bytes
+        return replace(self, name=name, layer_bytes=tuple(int(b * ratio) for b in self.layer_bytes),
+                       embd_bytes=int(self.embd_bytes * ratio),
+                       output_bytes=int(self.output_bytes * ratio))
+
+
+def read_shape(path: Path) -> ModelShape:
+    """Layer sizes and attention shape from a GGUF file's tensors and metadata."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(path, "r")
+    arch = _field(reader, "general.architecture")
+    n_layers = int(_field(reader, f"{arch}.block_count"))
+    layers = [0] * n_layers
+    embd = output = other = 0
+    for tensor in reader.tensors:
+        if tensor.name.startswith("blk."):
+            layers[int(tensor.name.split(".")[1])] += int(tensor.n_bytes)
+        elif tensor.name == "token_embd.weight":
+            embd = int(tensor.n_bytes)
+        elif tensor.name == "output.weight":
+            output = int(tensor.n_bytes)
+        else:
+            other += int(tensor.n_bytes)
+    n_embd = int(_field(reader, f"{arch}.embedding_length"))
+    n_head = int(_field(reader, f"{arch}.attention.head_count"))
+    n_head_kv = _field(reader, f"{arch}.attention.head_count_kv", n_head)
+    if isinstance(n_head_kv, list):  # per-layer counts: plan for the largest
+        n_head_kv = max(n_head_kv)
+    head_dim = n_embd // n_head
+    return ModelShape(
+        name=path.stem, n_layers=n_layers, n_embd=n_embd,
+        n_ff=int(_field(reader, f"{arch}.feed_forward_length", 4 * n_embd)),
+        n_head_kv=int(n_head_kv),
+        head_dim_k=int(_field(reader, f"{arch}.attention.key_length", head_dim)),
+        head_dim_v=int(_field(reader, f"{arch}.attention.value_length", head_dim)),
+        n_vocab=len(reader.fields["tokenizer.ggml.tokens"].data),
+        context_length=int(_field(reader, f"{arch}.context_length", 0)),
+        layer_bytes=tuple(layers), embd_bytes=embd, output_bytes=output, other_bytes=other)
 
 
 class GGUFInspector:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import secrets
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,11 +46,31 @@ def model_fingerprint(path: Path) -> str:
     return digest.hexdigest()
 
 
+_BUFFER_LINE = re.compile(r"(\S+)\s+(model|KV|compute|output) buffer size =\s+([\d.]+) MiB")
+_buffers: list[tuple[str, str, int]] | None = None  # collected while a model loads
+
+
+@llama.llama_log_callback
+def _log(level: int, text: bytes, _user_data) -> None:
+    """llama.cpp's log: buffer sizes are recorded (they are the measured memory use);
+    everything is printed only when HOMERACK_LLAMA_VERBOSE is set."""
+    line = text.decode("utf-8", "replace")
+    if _buffers is not None:
+        match = _BUFFER_LINE.search(line)
+        if match:
+            device, kind, mib = match.groups()
+            _buffers.append((device.removesuffix("_Mapped").removesuffix("_REPACK"), kind,
+                             int(float(mib) * (1 << 20))))
+    if os.environ.get("HOMERACK_LLAMA_VERBOSE"):
+        sys.stderr.write(line)
+
+
 def _ensure_backend() -> None:
     global _initialized
     with _init_lock:
         if not _initialized:
-            llama_logger.set_verbose(bool(os.environ.get("HOMERACK_LLAMA_VERBOSE")))
+            llama_logger.set_verbose(False)
+            llama.llama_log_set(_log, ctypes.c_void_p(0))
             llama.llama_backend_init()
             _initialized = True
 
@@ -121,9 +143,21 @@ class Sampler:
 
 class LlamaModel:
     def __init__(self, path: Path, settings: LoadSettings):
+        global _buffers
         _ensure_backend()
         self.path = path
         self.settings = settings
+        _buffers = []
+        try:
+            self._load(path, settings)
+            #: bytes llama.cpp allocated, by (device, kind): weights are "model"
+            self.buffers: dict[tuple[str, str], int] = {}
+            for device, kind, size in _buffers:
+                self.buffers[(device, kind)] = self.buffers.get((device, kind), 0) + size
+        finally:
+            _buffers = None
+
+    def _load(self, path: Path, settings: LoadSettings) -> None:
         mparams = llama.llama_model_default_params()
         mparams.n_gpu_layers = settings.n_gpu_layers
         self.model = llama.llama_model_load_from_file(str(path).encode(), mparams)

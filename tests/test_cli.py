@@ -87,3 +87,21 @@ def test_serve_generates_a_token_when_none_is_given(home, tmp_path):
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_hardware_and_plan_commands(home, tmp_path):
+    import json
+
+    hardware = json.loads(homerack("hardware", "--json", home=home).stdout)
+    assert any(d["kind"] == "cpu" for d in hardware["devices"])
+    assert hardware["ram_total_bytes"] > 0 and hardware["cpu_cores"] >= 1
+    planned = homerack("plan", STARTER, "--json", "--vram", "8", "--ram", "16", home=home)
+    result = json.loads(planned.stdout)
+    assert result["fits"] and result["n_gpu_layers"] == 31 and result["n_ctx"] == 4096
+    assert [d["device"] for d in result["devices"]] == ["GPU0", "CPU"]
+    table = homerack("plan", STARTER, "--ram", "0.05", home=home)
+    assert table.returncode == 2 and "DOES NOT FIT" in table.stdout
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a model")
+    refused = homerack("plan", str(junk), home=home)
+    assert refused.returncode == 1 and "not a GGUF" in refused.stderr

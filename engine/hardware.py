@@ -1,0 +1,85 @@
+"""The machine as llama.cpp sees it: the devices of the ggml backend registry in the
+shipped libraries (read through ctypes: llama-cpp-python does not bind them), plus system
+memory and cores from psutil. A frozen value; `simulated` builds one for planning
+another machine."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+GiB = 1 << 30
+KINDS = ("cpu", "gpu", "igpu", "accel", "meta")  # enum ggml_backend_dev_type
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    description: str
+    kind: str
+    free_bytes: int
+    total_bytes: int
+
+
+@dataclass(frozen=True)
+class Hardware:
+    devices: tuple[Device, ...]
+    ram_total_bytes: int
+    ram_available_bytes: int
+    cpu_cores: int
+    unified_memory: bool = False  # GPUs share system RAM (Apple silicon)
+
+    @property
+    def gpus(self) -> tuple[Device, ...]:
+        return tuple(d for d in self.devices if d.kind in ("gpu", "igpu"))
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _ggml():
+    import llama_cpp
+
+    lib = ctypes.CDLL(str(Path(llama_cpp.__file__).parent / "lib" / "libggml.so"))
+    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    for name in ("name", "description"):
+        function = getattr(lib, f"ggml_backend_dev_{name}")
+        function.restype, function.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
+    lib.ggml_backend_dev_type.restype = ctypes.c_int
+    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
+                                            ctypes.POINTER(ctypes.c_size_t)]
+    llama_cpp.llama_backend_init()
+    return lib
+
+
+def probe() -> Hardware:
+    lib = _ggml()
+    devices = []
+    for index in range(lib.ggml_backend_dev_count()):
+        handle = lib.ggml_backend_dev_get(index)
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        lib.ggml_backend_dev_memory(handle, ctypes.byref(free), ctypes.byref(total))
+        kind = lib.ggml_backend_dev_type(handle)
+        devices.append(Device(lib.ggml_backend_dev_name(handle).decode(),
+                              lib.ggml_backend_dev_description(handle).decode(),
+                              KINDS[kind] if 0 <= kind < len(KINDS) else str(kind),
+                              free.value, total.value))
+    memory = psutil.virtual_memory()
+    return Hardware(tuple(devices), memory.total, memory.available,
+                    psutil.cpu_count(logical=False) or os.cpu_count() or 1)
+
+
+def simulated(vram_gib: tuple[float, ...] = (), ram_gib: float = 16.0, cores: int = 8,
+              unified: bool = False) -> Hardware:
+    """A machine to plan for: GPUs with the given memory, and system RAM."""
+    gpus = tuple(Device(f"GPU{i}", "simulated GPU", "gpu", int(g * GiB), int(g * GiB))
+                 for i, g in enumerate(vram_gib))
+    cpu = Device("CPU", "simulated CPU", "cpu", int(ram_gib * GiB), int(ram_gib * GiB))
+    return Hardware(gpus + (cpu,), int(ram_gib * GiB), int(ram_gib * GiB), cores, unified)

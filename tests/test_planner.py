@@ -1,0 +1,122 @@
+"""The planner: table-driven over simulated machines and model shapes, and its
+prediction against llama.cpp's measured buffers on this machine."""
+
+from dataclasses import replace
+
+import pytest
+
+from conftest import GEMMA, STARTER
+from engine.gguf_file import ModelShape, read_shape
+from engine.hardware import probe, simulated
+from engine.llama_runtime import LlamaModel, LoadSettings
+from engine.planner import Preferences, choose_quant, plan
+
+GiB, MiB = 1 << 30, 1 << 20
+
+
+def synthetic(name, n_layers, n_embd, n_ff, n_head_kv, head_dim, n_vocab, file_gib, ctx):
+    """A model shape from its published hyperparameters and Q4_K_M file size."""
+    embd = int(n_vocab * n_embd * 0.56)  # about 4.5 bits per weight
+    layer = int((file_gib * GiB - 2 * embd) / n_layers)
+    return ModelShape(name, n_layers, n_embd, n_ff, n_head_kv, head_dim, head_dim, n_vocab,
+                      ctx, (layer,) * n_layers, embd, embd)
+
+
+LLAMA_7B = synthetic("llama-7b", 32, 4096, 14336, 8, 128, 128256, 4.6, 131072)
+LLAMA_70B = synthetic("llama-70b", 80, 8192, 28672, 8, 128, 128256, 40.0, 131072)
+MIXTRAL = synthetic("mixtral-8x7b", 32, 4096, 14336, 8, 128, 32000, 26.4, 32768)
+
+MACHINES = {
+    "cpu laptop 8G": simulated((), 8),
+    "gpu laptop 8G": simulated((8,), 16),
+    "desktop 24G": simulated((24,), 64),
+    "mac 16G unified": simulated((12,), 16, unified=True),
+    "two gpus 12G+8G": simulated((12, 8), 32),
+}
+
+
+@pytest.fixture(scope="module")
+def real_shapes(starters_dir):
+    return {name: read_shape(starters_dir / f"{name}.gguf") for name in (STARTER, GEMMA)}
+
+
+@pytest.mark.parametrize("machine, model, layers, ctx, kv", [
+    ("cpu laptop 8G", STARTER, 0, 8192, "f16"),
+    ("gpu laptop 8G", GEMMA, 19, 8192, "f16"),
+    ("cpu laptop 8G", "llama-7b", 0, 8192, "f16"),
+    ("gpu laptop 8G", "llama-7b", 33, 8192, "f16"),
+    ("desktop 24G", "llama-7b", 33, 8192, "f16"),
+    ("desktop 24G", "llama-70b", 42, 8192, "f16"),
+    ("desktop 24G", "mixtral-8x7b", 25, 8192, "f16"),
+    ("mac 16G unified", "llama-7b", 33, 8192, "f16"),
+    ("two gpus 12G+8G", "mixtral-8x7b", 20, 8192, "f16"),
+])
+def test_plans_for_simulated_machines(real_shapes, machine, model, layers, ctx, kv):
+    shapes = {**real_shapes, "llama-7b": LLAMA_7B, "llama-70b": LLAMA_70B,
+              "mixtral-8x7b": MIXTRAL}
+    hardware = MACHINES[machine]
+    result = plan(hardware, shapes[model], Preferences(ctx=8192))
+    assert result.fits, result.reasons
+    assert (result.n_gpu_layers, result.n_ctx, result.kv_type) == (layers, ctx, kv), result.reasons
+    for use in result.uses:
+        assert use.total <= use.budget, (use.device, use.total, use.budget)
+    if len(hardware.gpus) > 1 and result.n_gpu_layers:
+        assert len(result.tensor_split) == 2 and abs(sum(result.tensor_split) - 1) < 1e-3
+
+
+def test_a_model_too_big_says_so():
+    result = plan(MACHINES["cpu laptop 8G"], LLAMA_70B)
+    assert not result.fits and "does not fit" in result.reasons[0]
+
+
+def test_kv_is_quantized_only_when_the_context_needs_it():
+    # 10 GiB of RAM: the 7B's weights plus a 64k-token f16 KV cache (8 GiB) do not fit,
+    # with a q8_0 cache they do.
+    result = plan(simulated((), 10), LLAMA_7B, Preferences(ctx=65536, min_ctx=4096))
+    assert (result.n_ctx, result.kv_type) == (65536, "q8_0")
+    assert any("q8_0" in r for r in result.reasons)
+    roomy = plan(simulated((), 32), LLAMA_7B, Preferences(ctx=65536))
+    assert (roomy.n_ctx, roomy.kv_type) == (65536, "f16")
+    short = plan(simulated((), 6), LLAMA_7B, Preferences(ctx=65536, min_ctx=2048))
+    assert short.fits and short.n_ctx < 65536 and any("context reduced" in r for r in short.reasons)
+
+
+def test_draft_model_memory_is_counted(real_shapes):
+    small = simulated((), 0.45)
+    alone = plan(small, real_shapes[GEMMA], Preferences(ctx=4096, min_ctx=512))
+    paired = plan(small, real_shapes[GEMMA], Preferences(ctx=4096, min_ctx=512,
+                                                         draft=real_shapes[GEMMA]))
+    assert paired.uses[-1].weights > alone.uses[-1].weights
+    assert paired.n_ctx < alone.n_ctx or not paired.fits
+
+
+def test_quant_choice_before_download():
+    candidates = [("Q8_0", int(8.5 * GiB)), ("Q6_K", int(6.6 * GiB)),
+                  ("Q4_K_M", int(4.9 * GiB)), ("Q2_K", int(3.2 * GiB))]
+    assert choose_quant(MACHINES["gpu laptop 8G"], LLAMA_7B, candidates,
+                        Preferences(ctx=8192))[0] == "Q6_K"
+    assert choose_quant(MACHINES["desktop 24G"], LLAMA_7B, candidates,
+                        Preferences(ctx=8192))[0] == "Q8_0"
+    assert choose_quant(simulated((), 2), LLAMA_7B, candidates) is None
+
+
+@pytest.mark.parametrize("model", [STARTER, GEMMA])
+@pytest.mark.parametrize("ctx", [1024, 4096])
+def test_prediction_matches_llama_cpp_buffers_within_5_percent(starters_dir, real_shapes,
+                                                               model, ctx):
+    result = plan(probe(), real_shapes[model], Preferences(ctx=ctx, min_ctx=ctx))
+    loaded = LlamaModel(starters_dir / f"{model}.gguf", LoadSettings(n_ctx=ctx))
+    measured = sum(loaded.buffers.values())
+    loaded.close()
+    predicted = result.uses[-1].total
+    print(f"\n{model} n_ctx {ctx}: predicted {predicted / MiB:.1f} MiB, "
+          f"measured {measured / MiB:.1f} MiB ({predicted / measured:.3f})")
+    assert abs(predicted / measured - 1) <= 0.05
+
+
+def test_scaled_shape_keeps_the_attention_shape(real_shapes):
+    base = real_shapes[GEMMA]
+    double = base.scaled("x", 2 * base.weights_bytes)
+    assert abs(double.weights_bytes / base.weights_bytes - 2) < 0.01
+    assert replace(double, name=base.name, layer_bytes=base.layer_bytes,
+                   embd_bytes=base.embd_bytes, output_bytes=base.output_bytes) == base
