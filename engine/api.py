@@ -135,6 +135,12 @@ def create_app(engine: Engine, token: str, on_startup=None) -> FastAPI:
     async def health():
         return {"status": "ok", **engine.status()}
 
+    @app.get("/v1/hardware", dependencies=[Depends(require_token)])
+    async def hardware():
+        from .hardware import probe
+
+        return probe().as_dict()
+
     @app.get("/v1/models", dependencies=[Depends(require_token)])
     async def list_models():
         loaded = engine.status()["model"]

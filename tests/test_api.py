@@ -98,6 +98,11 @@ def test_gemma_base_model_gets_a_visible_fallback_format(http):
     assert any("fallback" in note for note in extension["notes"])
 
 
+def test_hardware_route(http):
+    devices = http.get("/v1/hardware").json()["devices"]
+    assert devices and devices[-1]["kind"] == "cpu" and devices[-1]["total_bytes"] > 0
+
+
 def test_wrong_token_is_401_and_health_is_open(server):
     address, _, _ = server
     bad = openai.OpenAI(base_url=f"{address.url}/v1", api_key="wrong", max_retries=0)
