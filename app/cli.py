@@ -9,6 +9,7 @@ import signal
 import sys
 from contextlib import contextmanager
 
+from .history import DEFAULT_SYSTEM_PROMPT
 from .paths import paths
 
 
@@ -294,7 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     chat = sub.add_parser("chat", help="chat in the terminal")
     chat.add_argument("prompt", nargs="?", help="one prompt (interactive without it)")
     chat.add_argument("--model")
-    chat.add_argument("--system", help="system prompt")
+    chat.add_argument("--system", default=DEFAULT_SYSTEM_PROMPT,
+                      help=f"system prompt (default: {DEFAULT_SYSTEM_PROMPT!r}; '' for none)")
     chat.add_argument("--max-tokens", type=int)
     chat.add_argument("--seed", type=int)
     chat.add_argument("--temperature", type=float)
