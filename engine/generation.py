@@ -22,11 +22,14 @@ from pathlib import Path
 from typing import Callable
 
 from .chat_format import ChatFormat, chat_format_for
+from .calibration import Calibration
 from .draft import check_pair, pick_draft
+from .hardware import probe
 from .errors import ContextLengthExceeded, HomerackError, InvalidRequest, QueueFull
 from .llama_runtime import (LlamaModel, LoadSettings, Sampler, SamplingParams, build_id,
                             model_fingerprint)
 from .models import LocalModel, ModelStore
+from .planner import Preferences, plan
 from .prompt_cache import CacheLimits, PromptCache, common_prefix
 from .speculative import (LookupDrafter, ModelDrafter, SpecController, Speculation, SpecStats,
                           speculative_step)
@@ -111,6 +114,7 @@ class EngineSettings:
     cache: CacheLimits | None = None  # None: no prompt cache
     cache_folder: Path | None = None  # None: RAM tier only
     speculation: str = "off"          # the default for requests that do not say
+    calibration_file: Path | None = None  # measured/predicted memory ratios
     spec_min_speedup: float = 0.95    # below this measured gain speculation turns off
 
 
@@ -130,6 +134,7 @@ class Loaded:
     turn_end_tokens: frozenset[int]
     sequence: Sequence
     cache: PromptCache | None
+    memory: dict | None = None  # the plan, and its prediction against llama.cpp's buffers
     drafters: dict = field(default_factory=dict)  # draft model path or "lookup" -> drafter
 
     def close(self) -> None:
@@ -158,6 +163,8 @@ class Engine:
         self._loaded: Loaded | None = None
         self._default: LocalModel | None = None
         self._controllers: dict[tuple, SpecController] = {}
+        self._hardware = None  # probed on the first load, in the worker
+        self._calibration = Calibration(settings.calibration_file)
         self._busy = False
         self._mean_job_s = 2.0
         self._thread = threading.Thread(target=self._work, name="homerack-engine", daemon=True)
@@ -193,6 +200,7 @@ class Engine:
             "offload": (f"{self.settings.load.n_gpu_layers} layers on GPU"
                         if self.settings.load.n_gpu_layers else "CPU"),
             "busy": self._busy,
+            "memory": loaded.memory if loaded else None,
             "prompt_cache": self.cache_status(),
             "queued": self._queue.qsize(),
             "max_queue": self.settings.max_queue,
@@ -256,6 +264,11 @@ class Engine:
             self._loaded = None
         n_ctx = min(self.settings.load.n_ctx, info.context_length or self.settings.load.n_ctx)
         settings = LoadSettings(**{**self.settings.load.__dict__, "n_ctx": n_ctx})
+        planned = self._plan(info, n_ctx)
+        if planned is not None and planned.fits:
+            settings = LoadSettings(**{**settings.__dict__, "n_ctx": planned.n_ctx,
+                                       "n_gpu_layers": planned.n_gpu_layers,
+                                       "kv_type": planned.kv_type})
         llama = LlamaModel(model.path, settings)
         fmt = chat_format_for(info)
         turn_ends = set()
@@ -264,8 +277,37 @@ class Engine:
             if len(ids) == 1:
                 turn_ends.add(ids[0])
         self._loaded = Loaded(model, llama, fmt, frozenset(turn_ends), Sequence(0),
-                              self._prompt_cache(model))
+                              self._prompt_cache(model),
+                              self._compare(planned, llama, info.architecture))
         return self._loaded
+
+    def _plan(self, info, n_ctx: int):
+        """The planner's choice for this machine, or None for a model it cannot describe."""
+        if info.shape is None:
+            return None
+        if self._hardware is None:
+            self._hardware = probe()
+        prefs = Preferences(ctx=n_ctx, min_ctx=min(2048, n_ctx),
+                            calibration=self._calibration.for_architecture(info.architecture))
+        return plan(self._hardware, info.shape, prefs)
+
+    def _compare(self, planned, llama: LlamaModel, arch: str) -> dict | None:
+        """Measured against predicted bytes per device; the ratios calibrate later plans."""
+        if planned is None:
+            return None
+        measured: dict[str, int] = {}
+        for (device, _kind), size in llama.buffers.items():
+            measured[device] = measured.get(device, 0) + size
+        devices = []
+        for use in planned.uses:
+            got = measured.get(use.device, 0)
+            if use.total and got:
+                kind = next((d.kind for d in self._hardware.devices if d.name == use.device),
+                            "cpu")
+                self._calibration.record(kind, arch, got / use.total)
+                devices.append({"device": use.device, "predicted_bytes": use.total,
+                                "measured_bytes": got, "ratio": round(got / use.total, 3)})
+        return {"plan": planned.as_dict(), "devices": devices}
 
     def _prompt_cache(self, model: LocalModel) -> PromptCache | None:
         if self.settings.cache is None:

@@ -19,7 +19,7 @@ from .errors import InvalidModelFile
 
 GGUF_MAGIC = b"GGUF"
 KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32}  # per element
-_CACHE_VERSION = 2
+_CACHE_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class GGUFInfo:
     tokenizer: str
     vocab_size: int
     vocab_hash: str  # tokenizer model, tokens, token types and special ids
+    shape: "ModelShape | None" = None  # None for architectures it cannot describe
 
 
 def _field(reader, key: str, default=None):
@@ -106,6 +107,7 @@ def _parse(path: Path) -> GGUFInfo:
         vocab_size=len(reader.fields["tokenizer.ggml.tokens"].data)
         if "tokenizer.ggml.tokens" in reader.fields else 0,
         vocab_hash=_vocab_hash(reader),
+        shape=_shape_or_none(reader, path.stem),
     )
 
 
@@ -145,7 +147,17 @@ def read_shape(path: Path) -> ModelShape:
     """Layer sizes and attention shape from a GGUF file's tensors and metadata."""
     from gguf import GGUFReader
 
-    reader = GGUFReader(path, "r")
+    return _shape(GGUFReader(path, "r"), path.stem)
+
+
+def _shape_or_none(reader, name: str) -> ModelShape | None:
+    try:
+        return _shape(reader, name)
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None
+
+
+def _shape(reader, name: str) -> ModelShape:
     arch = _field(reader, "general.architecture")
     n_layers = int(_field(reader, f"{arch}.block_count"))
     layers = [0] * n_layers
@@ -166,7 +178,7 @@ def read_shape(path: Path) -> ModelShape:
         n_head_kv = max(n_head_kv)
     head_dim = n_embd // n_head
     return ModelShape(
-        name=path.stem, n_layers=n_layers, n_embd=n_embd,
+        name=name, n_layers=n_layers, n_embd=n_embd,
         n_ff=int(_field(reader, f"{arch}.feed_forward_length", 4 * n_embd)),
         n_head_kv=int(n_head_kv),
         head_dim_k=int(_field(reader, f"{arch}.attention.key_length", head_dim)),
@@ -194,7 +206,10 @@ class GGUFInspector:
         with self._lock:
             cached = self._entries.get(key)
         if cached is not None:
-            return GGUFInfo(**cached)
+            shape = cached.get("shape")
+            if shape is not None:
+                shape = ModelShape(**{**shape, "layer_bytes": tuple(shape["layer_bytes"])})
+            return GGUFInfo(**{**cached, "shape": shape})
         info = _parse(path)
         with self._lock:
             self._entries[key] = asdict(info)

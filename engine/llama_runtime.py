@@ -89,6 +89,7 @@ class LoadSettings:
     n_threads: int = 2
     n_gpu_layers: int = 0
     n_seq_max: int = 1
+    kv_type: str = "f16"  # or "q8_0" (needs flash attention)
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,9 @@ class LlamaModel:
         # (n_vocab x n_ubatch floats: 512 MiB for Gemma 3). The loop needs one per chunk,
         # or one per verified draft position: 32 covers the longest draft.
         cparams.n_outputs_max = MAX_OUTPUTS
+        if settings.kv_type == "q8_0":
+            cparams.type_k = cparams.type_v = llama.GGML_TYPE_Q8_0
+            cparams.flash_attn_type = 1  # a quantized V cache requires it
         return cparams
 
     # -- vocabulary -------------------------------------------------------------

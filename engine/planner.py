@@ -36,6 +36,7 @@ class Preferences:
     margin: float = 0.08            # of each device's free memory, left unused
     allow_quantized_kv: bool = True
     draft: ModelShape | None = None  # counted on the CPU with its own KV
+    calibration: tuple[tuple[str, float], ...] = ()  # (device kind, measured/predicted)
 
 
 @dataclass(frozen=True)
@@ -80,10 +81,14 @@ def compute_bytes(shape: ModelShape) -> int:
     return max(logits, feed_forward)
 
 
-def budgets(hw: Hardware, margin: float) -> tuple[list[tuple[str, int]], int]:
-    """Usable bytes per GPU, and on the CPU."""
-    gpus = [(g.name, int(g.free_bytes * (1 - margin))) for g in hw.gpus]
-    cpu = int(hw.ram_available_bytes * (1 - margin))
+def budgets(hw: Hardware, prefs: Preferences) -> tuple[list[tuple[str, int]], int]:
+    """Usable bytes per GPU, and on the CPU; where past loads measured more than was
+    predicted (calibration), the budget shrinks by that ratio."""
+    ratio = dict(prefs.calibration)
+    margin = prefs.margin
+    gpus = [(g.name, int(g.free_bytes * (1 - margin) / max(ratio.get(g.kind, 1.0), 1.0)))
+            for g in hw.gpus]
+    cpu = int(hw.ram_available_bytes * (1 - margin) / max(ratio.get("cpu", 1.0), 1.0))
     if hw.unified_memory:  # the GPU draws on the same RAM
         cpu -= sum(b for _, b in gpus)
     return gpus, cpu
@@ -92,7 +97,7 @@ def budgets(hw: Hardware, margin: float) -> tuple[list[tuple[str, int]], int]:
 def place(shape: ModelShape, hw: Hardware, n_ctx: int, kv_type: str,
           prefs: Preferences) -> tuple[int, list[int], list[DeviceUse], DeviceUse]:
     """Fill the GPUs layer by layer (largest budget first), the rest on the CPU."""
-    gpu_budgets, cpu_budget = budgets(hw, prefs.margin)
+    gpu_budgets, cpu_budget = budgets(hw, prefs)
     kv_layer = int(shape.kv_bytes_per_token(kv_type) * n_ctx)
     compute = compute_bytes(shape)
     per_gpu = [0] * len(gpu_budgets)

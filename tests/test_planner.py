@@ -120,3 +120,34 @@ def test_scaled_shape_keeps_the_attention_shape(real_shapes):
     assert abs(double.weights_bytes / base.weights_bytes - 2) < 0.01
     assert replace(double, name=base.name, layer_bytes=base.layer_bytes,
                    embd_bytes=base.embd_bytes, output_bytes=base.output_bytes) == base
+
+
+def test_engine_loads_by_the_plan_and_records_its_accuracy(starters_dir, tmp_path):
+    import json
+
+    from engine.generation import Engine, EngineSettings
+    from engine.gguf_file import GGUFInspector
+    from engine.models import ModelStore
+    from test_engine import run
+
+    store = ModelStore(starters_dir, GGUFInspector())
+    calibration = tmp_path / "calibration.json"
+    engine = Engine(store, EngineSettings(LoadSettings(n_ctx=4096),
+                                          calibration_file=calibration))
+    run(engine, model=store.resolve(STARTER), prompt="Hello", max_tokens=2)
+    memory = engine.status()["memory"]
+    engine.close()
+    assert memory["plan"]["n_ctx"] == 4096 and memory["plan"]["fits"]
+    [cpu] = memory["devices"]
+    assert cpu["device"] == "CPU" and 0.95 <= cpu["ratio"] <= 1.05
+    assert 0.95 <= json.loads(calibration.read_text())["cpu/llama"] <= 1.05
+
+
+def test_calibration_shrinks_budgets_only_when_loads_measured_more():
+    tight = simulated((), 6.5)
+    plain = plan(tight, LLAMA_7B, Preferences(ctx=16384))
+    cautious = plan(tight, LLAMA_7B, Preferences(ctx=16384, calibration=(("cpu", 1.1),)))
+    generous = plan(tight, LLAMA_7B, Preferences(ctx=16384, calibration=(("cpu", 0.7),)))
+    assert cautious.uses[-1].budget < plain.uses[-1].budget == generous.uses[-1].budget
+    assert (plain.n_ctx, plain.kv_type) == (16384, "q8_0")
+    assert cautious.fits and cautious.n_ctx == 8192

@@ -277,7 +277,14 @@ class MainWindow(QMainWindow):
         self.model_box.setCurrentIndex(max(index, 0))
         self._fill_speculation(models)
         loaded = next((m for m in models if m["id"] == health.get("model")), None)
-        if loaded:
+        memory = health.get("memory") or {}
+        devices = memory.get("devices") or []
+        if devices:  # what llama.cpp allocated, against the planner's prediction
+            used = sum(d["measured_bytes"] for d in devices) / 2**20
+            planned = sum(d["predicted_bytes"] for d in devices) / 2**20
+            self.metrics.set("device", f"{health.get('offload', 'CPU')} · {used:.0f} MiB "
+                                       f"(planned {planned:.0f})")
+        elif loaded:
             self.metrics.set("device", f"{health.get('offload', 'CPU')} · "
                                        f"{loaded['size_bytes'] / 2**20:.0f} MiB weights")
             self.metrics.set("context", f"0 / {health.get('n_ctx')}")
