@@ -174,6 +174,11 @@ def test_killed_engine_is_survived_and_restarted(qtbot, open_window):
 
     window.max_tokens.setValue(30)
     window.temperature.setValue(0)
+    window.send("Say hello again.")  # the same conversation carries on
+    wait_reply(qtbot, window)
+    assert messages(window)[-1].status == "complete" and messages(window)[-1].content
+    # A fresh conversation, so the answer does not depend on where the story was cut.
+    qtbot.keyClick(window, Qt.Key_N, Qt.ControlModifier)
     window.send(PARIS)
     wait_reply(qtbot, window)
     assert messages(window)[-1].status == "complete"
