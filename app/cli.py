@@ -207,15 +207,17 @@ def cmd_plan(args) -> int:
     import json
 
     from engine.errors import HomerackError
-    from engine.gguf_file import read_shape
     from engine.hardware import probe, simulated
     from engine.planner import Preferences, plan
 
-    try:
-        model = _store(quiet=True).resolve(args.model)
-        _store(quiet=True).inspector.inspect(model.path)  # refuses bad files first
+    store = _store(quiet=True)
+    try:  # validates the file, and reads its shape once (cached with its metadata)
+        shape = store.inspector.inspect(store.resolve(args.model).path).shape
     except HomerackError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
+        return 1
+    if shape is None:
+        print("error: the planner cannot describe this model's architecture", file=sys.stderr)
         return 1
     if args.vram is not None or args.ram is not None:
         real = probe()
@@ -224,7 +226,7 @@ def cmd_plan(args) -> int:
                              real.cpu_cores)
     else:
         hardware = probe()
-    result = plan(hardware, read_shape(model.path), Preferences(ctx=args.ctx))
+    result = plan(hardware, shape, Preferences(ctx=args.ctx))
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
         return 0 if result.fits else 2

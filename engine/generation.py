@@ -197,8 +197,7 @@ class Engine:
         return {
             "model": loaded.model.id if loaded else None,
             "n_ctx": loaded.llama.n_ctx if loaded else None,
-            "offload": (f"{self.settings.load.n_gpu_layers} layers on GPU"
-                        if self.settings.load.n_gpu_layers else "CPU"),
+            "offload": _offload(loaded.llama.settings.n_gpu_layers if loaded else 0),
             "busy": self._busy,
             "memory": loaded.memory if loaded else None,
             "prompt_cache": self.cache_status(),
@@ -263,12 +262,11 @@ class Engine:
             self._loaded.close()
             self._loaded = None
         n_ctx = min(self.settings.load.n_ctx, info.context_length or self.settings.load.n_ctx)
-        settings = LoadSettings(**{**self.settings.load.__dict__, "n_ctx": n_ctx})
+        settings = replace(self.settings.load, n_ctx=n_ctx)
         planned = self._plan(info, n_ctx)
         if planned is not None and planned.fits:
-            settings = LoadSettings(**{**settings.__dict__, "n_ctx": planned.n_ctx,
-                                       "n_gpu_layers": planned.n_gpu_layers,
-                                       "kv_type": planned.kv_type})
+            settings = replace(settings, n_ctx=planned.n_ctx,
+                               n_gpu_layers=planned.n_gpu_layers, kv_type=planned.kv_type)
         llama = LlamaModel(model.path, settings)
         fmt = chat_format_for(info)
         turn_ends = set()
@@ -356,19 +354,8 @@ class Engine:
             state = loaded.cache.fetch(hit)
             restored = state is not None and llama.restore(seq.seq_id, state)
             seq.tokens = list(hit.entry.tokens) if restored else []
-        keep = min(common_prefix(seq.tokens, prompt), len(prompt) - 1)
-        if keep < len(seq.tokens) and not llama.forget(seq.seq_id, keep):
-            llama.forget(seq.seq_id, 0)
-            keep = 0
-        seq.tokens = prompt[:keep]
-        step = llama.settings.n_batch
-        for start in range(keep, len(prompt), step):  # checking for cancellation per chunk
-            if job.cancelled.is_set():
-                return None
-            chunk = prompt[start:start + step]
-            llama.decode(chunk, start, seq.seq_id)
-            seq.tokens.extend(chunk)
-        return keep
+        keep = llama.sync(seq.tokens, prompt, seq.seq_id, stop=job.cancelled.is_set)
+        return keep if len(seq.tokens) == len(prompt) else None
 
     def _speculation(self, loaded: Loaded, request: GenerationRequest,
                      notes: list[str]) -> Speculation | None:
@@ -388,8 +375,7 @@ class Engine:
             check_pair(loaded.model, draft, self.store.inspector)
             key = str(draft.path)
             if key not in loaded.drafters:
-                settings = LoadSettings(**{**self.settings.load.__dict__,
-                                           "n_ctx": loaded.llama.n_ctx})
+                settings = replace(self.settings.load, n_ctx=loaded.llama.n_ctx)
                 loaded.drafters[key] = ModelDrafter(LlamaModel(draft.path, settings), draft.id)
         controller = self._controllers.setdefault(
             (str(loaded.model.path), key), SpecController(min_speedup=self.settings.spec_min_speedup))
@@ -464,6 +450,10 @@ class Engine:
             prompt_tokens_per_s=round((n_prompt - cached) / prompt_s, 2),
             decode_tokens_per_s=round((produced - 1) / decode_s, 2) if produced > 1 and decode_s > 0 else 0.0,
         )
+
+
+def _offload(n_gpu_layers: int) -> str:
+    return f"{n_gpu_layers} layers on GPU" if n_gpu_layers else "CPU"
 
 
 class Output:

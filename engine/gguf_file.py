@@ -143,13 +143,6 @@ class ModelShape:
                        output_bytes=int(self.output_bytes * ratio))
 
 
-def read_shape(path: Path) -> ModelShape:
-    """Layer sizes and attention shape from a GGUF file's tensors and metadata."""
-    from gguf import GGUFReader
-
-    return _shape(GGUFReader(path, "r"), path.stem)
-
-
 def _shape_or_none(reader, name: str) -> ModelShape | None:
     try:
         return _shape(reader, name)
@@ -158,6 +151,7 @@ def _shape_or_none(reader, name: str) -> ModelShape | None:
 
 
 def _shape(reader, name: str) -> ModelShape:
+    """Layer sizes and attention shape from a GGUF file's tensors and metadata."""
     arch = _field(reader, "general.architecture")
     n_layers = int(_field(reader, f"{arch}.block_count"))
     layers = [0] * n_layers

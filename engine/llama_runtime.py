@@ -16,12 +16,13 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import llama_cpp as llama
 import numpy as np
-from llama_cpp import _logger as llama_logger
 
 from .errors import HomerackError, ModelLoadFailed
+from .prompt_cache import common_prefix
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -69,8 +70,7 @@ def _ensure_backend() -> None:
     global _initialized
     with _init_lock:
         if not _initialized:
-            llama_logger.set_verbose(False)
-            llama.llama_log_set(_log, ctypes.c_void_p(0))
+            llama.llama_log_set(_log, ctypes.c_void_p(0))  # replaces llama-cpp-python's
             llama.llama_backend_init()
             _initialized = True
 
@@ -241,15 +241,33 @@ class LlamaModel:
 
     def decode(self, tokens: list[int], start: int, seq_id: int = 0,
                all_logits: bool = False) -> None:
-        """Evaluate tokens at positions start.. for one sequence, in n_batch chunks.
+        """Evaluate at most n_batch tokens at positions start.. for one sequence.
         Logits are kept for the last token only (all sampling needs), or for every
-        token when verifying a draft (then the tokens must fit one batch)."""
+        token when verifying a draft."""
+        if len(tokens) > self.settings.n_batch:
+            raise ValueError(f"{len(tokens)} tokens exceed n_batch; use sync()")
+        self._fill_batch(tokens, start, seq_id, True, all_logits)
+        self._decode_batch()
+
+    def sync(self, held: list[int], wanted: list[int], seq_id: int = 0,
+             stop: Callable[[], bool] = lambda: False) -> int:
+        """Make a sequence's KV memory hold `wanted` when it holds `held`: keep the
+        common prefix (all but the last token, whose logits sampling needs) and evaluate
+        the rest in n_batch chunks, checking `stop` between chunks. `held` is updated in
+        place to what the memory then holds; returns how many tokens were kept."""
+        keep = min(common_prefix(held, wanted), len(wanted) - 1)
+        if keep < len(held) and not self.forget(seq_id, keep):
+            self.forget(seq_id, 0)
+            keep = 0
+        del held[keep:]
         step = self.settings.n_batch
-        for offset in range(0, len(tokens), step):
-            chunk = tokens[offset:offset + step]
-            last_chunk = offset + step >= len(tokens)
-            self._fill_batch(chunk, start + offset, seq_id, last_chunk, all_logits)
-            self._decode_batch()
+        for offset in range(keep, len(wanted), step):
+            if stop():
+                break
+            chunk = wanted[offset:offset + step]
+            self.decode(chunk, offset, seq_id)
+            held.extend(chunk)
+        return keep
 
     def _fill_batch(self, tokens: list[int], start: int, seq_id: int, want_last: bool,
                     want_all: bool) -> None:

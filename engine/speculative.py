@@ -69,12 +69,7 @@ class ModelDrafter:
 
     def _sync(self, context: list[int]) -> None:
         """Bring the draft's KV to exactly `context`, evaluating only what it lacks."""
-        keep = min(common_prefix(self.tokens, context), len(context) - 1)
-        if keep < len(self.tokens) and not self.llama.forget(0, keep):
-            self.llama.forget(0, 0)
-            keep = 0
-        self.llama.decode(context[keep:], keep)
-        self.tokens = list(context)
+        self.llama.sync(self.tokens, context)
 
     def _best(self) -> tuple[int, float]:
         logits = self.llama.logits()

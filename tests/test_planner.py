@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from conftest import GEMMA, STARTER
-from engine.gguf_file import ModelShape, read_shape
+from engine.gguf_file import GGUFInspector, ModelShape
 from engine.hardware import probe, simulated
 from engine.llama_runtime import LlamaModel, LoadSettings
 from engine.planner import Preferences, choose_quant, plan
@@ -37,7 +37,9 @@ MACHINES = {
 
 @pytest.fixture(scope="module")
 def real_shapes(starters_dir):
-    return {name: read_shape(starters_dir / f"{name}.gguf") for name in (STARTER, GEMMA)}
+    inspector = GGUFInspector()
+    return {name: inspector.inspect(starters_dir / f"{name}.gguf").shape
+            for name in (STARTER, GEMMA)}
 
 
 @pytest.mark.parametrize("machine, model, layers, ctx, kv", [
