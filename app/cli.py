@@ -41,6 +41,7 @@ def cmd_serve(args) -> int:
         load=LoadSettings(n_ctx=args.ctx, n_threads=args.threads or _default_threads()),
         max_queue=args.queue_size, cache=_cache_limits(args), speculation=args.speculation,
         calibration_file=paths().cache / "memory-calibration.json",
+        load_journal=paths().runtime / "loading.json",
         cache_folder=paths().cache / "kv" if args.cache_disk_mib else None)
     engine = Engine(store, settings)
     engine_file = paths().engine_file

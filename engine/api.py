@@ -18,10 +18,10 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from .errors import HomerackError, ModelNotFound, QueueFull, Unauthorized
-from .generation import (Delta, Engine, Failed, Finished, GenerationRequest, Job, Started,
-                         Usage)
-from .schemas import ChatCompletionRequest, CompletionRequest
+from .errors import HomerackError, InvalidRequest, ModelNotFound, QueueFull, Unauthorized
+from .generation import (Delta, Engine, Failed, Finished, GenerationRequest, Job,
+                         LoadOverride, Started, Usage)
+from .schemas import ChatCompletionRequest, CompletionRequest, LoadRequest
 
 FINGERPRINT = "homerack-0.1"
 
@@ -148,6 +148,32 @@ def create_app(engine: Engine, token: str, on_startup=None) -> FastAPI:
             {"id": m.id, "object": "model", "created": int(m.path.stat().st_mtime),
              "owned_by": "local", **m.as_dict(), "loaded": m.id == loaded}
             for m in engine.store.list()]}
+
+    def _override(body: LoadRequest) -> LoadOverride | None:
+        if body.n_ctx is None and body.gpu_layers is None:
+            return None
+        return LoadOverride(body.n_ctx, body.gpu_layers)
+
+    @app.post("/v1/plan", dependencies=[Depends(require_token)])
+    async def preview_plan(body: LoadRequest):
+        """What loading the model with these choices would use on this machine."""
+        model = engine.store.resolve(body.model)
+        planned = await asyncio.to_thread(engine.plan_for, model, _override(body))
+        if planned is None:
+            raise InvalidRequest(f"{model.id}: the planner cannot read this model's shape",
+                                 param="model")
+        return planned.as_dict()
+
+    @app.post("/v1/models/load", dependencies=[Depends(require_token)])
+    async def load_model(body: LoadRequest, http: Request):
+        """Load (or reload) the model with these choices; answers when it is loaded."""
+        model = engine.store.resolve(body.model)
+        channel = _Channel()
+        job = engine.load(model, _override(body), channel.emit)
+        event = await channel.next(job, http)
+        if isinstance(event, Failed):
+            raise event.error
+        return engine.status()
 
     def _generation_request(body, **content) -> GenerationRequest:
         default = engine.default_model()

@@ -36,6 +36,15 @@ class ModelLoadFailed(HomerackError):
     param = "model"
 
 
+class OutOfMemory(ModelLoadFailed):
+    """llama.cpp could not allocate a buffer on `device` while loading."""
+    kind = "out_of_memory"
+
+    def __init__(self, message: str, device: str):
+        super().__init__(message)
+        self.device = device
+
+
 class InvalidRequest(HomerackError):
     status = 400
     kind = "invalid_request_error"

@@ -29,7 +29,8 @@ from .errors import ContextLengthExceeded, HomerackError, InvalidRequest, QueueF
 from .llama_runtime import (LlamaModel, LoadSettings, Sampler, SamplingParams, build_id,
                             model_fingerprint)
 from .models import LocalModel, ModelStore
-from .planner import Preferences, plan
+from .loader import LoadJournal, load
+from .planner import Plan, Preferences, plan
 from .prompt_cache import CacheLimits, PromptCache, common_prefix
 from .speculative import (LookupDrafter, ModelDrafter, SpecController, Speculation, SpecStats,
                           speculative_step)
@@ -93,6 +94,7 @@ class Failed:
 
 Event = Started | Delta | Finished | Failed
 CANCELLED = Finished("cancelled", Usage(0, 0, 0, 0.0, 0.0, 0.0, 0.0))
+LOADED = Finished("loaded", CANCELLED.usage)  # what a preload answers
 
 
 @dataclass
@@ -115,7 +117,15 @@ class EngineSettings:
     cache_folder: Path | None = None  # None: RAM tier only
     speculation: str = "off"          # the default for requests that do not say
     calibration_file: Path | None = None  # measured/predicted memory ratios
+    load_journal: Path | None = None      # the load in progress (see loader.py)
     spec_min_speedup: float = 0.95    # below this measured gain speculation turns off
+
+
+@dataclass(frozen=True)
+class LoadOverride:
+    """The user's choice for a model, over the planner's: None keeps the planner's."""
+    n_ctx: int | None = None
+    gpu_layers: int | None = None
 
 
 # -- the loaded model and its sequence ------------------------------------------
@@ -135,6 +145,8 @@ class Loaded:
     sequence: Sequence
     cache: PromptCache | None
     memory: dict | None = None  # the plan, and its prediction against llama.cpp's buffers
+    override: "LoadOverride | None" = None  # the user's context / GPU layers
+    notes: tuple[str, ...] = ()  # what the out-of-memory back-off changed
     drafters: dict = field(default_factory=dict)  # draft model path or "lookup" -> drafter
 
     def close(self) -> None:
@@ -165,6 +177,9 @@ class Engine:
         self._controllers: dict[tuple, SpecController] = {}
         self._hardware = None  # probed on the first load, in the worker
         self._calibration = Calibration(settings.calibration_file)
+        self._journal = LoadJournal(settings.load_journal)
+        self._overrides: dict[Path, LoadOverride] = {}
+        self._load_error: str | None = None  # the last load's failure, for /health
         self._busy = False
         self._mean_job_s = 2.0
         self._thread = threading.Thread(target=self._work, name="homerack-engine", daemon=True)
@@ -188,6 +203,16 @@ class Engine:
         self._default = model
         return self.submit(GenerationRequest(model=model), emit)
 
+    def load(self, model: LocalModel, override: LoadOverride | None,
+             emit: Callable[[Event], None] = lambda _e: None) -> Job:
+        """Load `model` with the user's override (None: as planned), replacing what is
+        loaded; it becomes the default model."""
+        if override is None:
+            self._overrides.pop(model.path, None)
+        else:
+            self._overrides[model.path] = override
+        return self.preload(model, emit)
+
     def default_model(self) -> LocalModel | None:
         """The model a request without one gets: the loaded one, or the preloaded one."""
         return self._loaded.model if self._loaded else self._default
@@ -200,6 +225,8 @@ class Engine:
             "offload": _offload(loaded.llama.settings.n_gpu_layers if loaded else 0),
             "busy": self._busy,
             "memory": loaded.memory if loaded else None,
+            "load_notes": list(loaded.notes) if loaded else [],
+            "load_error": self._load_error,
             "prompt_cache": self.cache_status(),
             "queued": self._queue.qsize(),
             "max_queue": self.settings.max_queue,
@@ -236,7 +263,8 @@ class Engine:
         queue_s = time.perf_counter() - job.submitted
         loaded = self._ensure_loaded(job.request.model)
         if job.request.messages is None and job.request.prompt is None:
-            return  # a preload
+            job.emit(LOADED)  # a preload
+            return
         prompt, notes = self._prompt_tokens(loaded, job.request)
         max_tokens, clamp_note = self._budget(loaded, job.request, len(prompt))
         notes += clamp_note
@@ -255,19 +283,24 @@ class Engine:
                               loaded.llama.snapshot(loaded.sequence.seq_id))
 
     def _ensure_loaded(self, model: LocalModel) -> Loaded:
-        if self._loaded and self._loaded.model.path == model.path:
+        override = self._overrides.get(model.path)
+        if self._loaded and self._loaded.model.path == model.path \
+                and self._loaded.override == override:
             return self._loaded
         info = self.store.inspector.inspect(model.path)  # before llama.cpp ever opens it
         if self._loaded:
             self._loaded.close()
             self._loaded = None
-        n_ctx = min(self.settings.load.n_ctx, info.context_length or self.settings.load.n_ctx)
-        settings = replace(self.settings.load, n_ctx=n_ctx)
-        planned = self._plan(info, n_ctx)
-        if planned is not None and planned.fits:
-            settings = replace(settings, n_ctx=planned.n_ctx,
-                               n_gpu_layers=planned.n_gpu_layers, kv_type=planned.kv_type)
-        llama = LlamaModel(model.path, settings)
+        if self._hardware is None:
+            self._hardware = probe()
+        try:
+            outcome = load(model.path, info, self.settings.load, self._hardware,
+                           self._preferences(info, override), self._journal)
+        except HomerackError as exc:
+            self._load_error = f"{model.id}: {exc.message}"
+            raise
+        self._load_error = None
+        llama = outcome.llama
         fmt = chat_format_for(info)
         turn_ends = set()
         for text in fmt.turn_ends:
@@ -276,18 +309,26 @@ class Engine:
                 turn_ends.add(ids[0])
         self._loaded = Loaded(model, llama, fmt, frozenset(turn_ends), Sequence(0),
                               self._prompt_cache(model),
-                              self._compare(planned, llama, info.architecture))
+                              self._compare(outcome.plan, llama, info.architecture),
+                              override=override, notes=outcome.notes)
         return self._loaded
 
-    def _plan(self, info, n_ctx: int):
-        """The planner's choice for this machine, or None for a model it cannot describe."""
+    def _preferences(self, info, override: "LoadOverride | None") -> Preferences:
+        wanted = self.settings.load.n_ctx
+        n_ctx = min(override.n_ctx if override and override.n_ctx else wanted,
+                    info.context_length or wanted)
+        return Preferences(
+            ctx=n_ctx, min_ctx=n_ctx if override and override.n_ctx else min(2048, n_ctx),
+            gpu_layers=override.gpu_layers if override else None,
+            calibration=self._calibration.for_architecture(info.architecture))
+
+    def plan_for(self, model: LocalModel, override: "LoadOverride | None" = None) -> Plan | None:
+        """What loading `model` (with the user's override) would do on this machine now;
+        None for a model whose shape the planner cannot read."""
+        info = self.store.inspector.inspect(model.path)
         if info.shape is None:
             return None
-        if self._hardware is None:
-            self._hardware = probe()
-        prefs = Preferences(ctx=n_ctx, min_ctx=min(2048, n_ctx),
-                            calibration=self._calibration.for_architecture(info.architecture))
-        return plan(self._hardware, info.shape, prefs)
+        return plan(probe(), info.shape, self._preferences(info, override))
 
     def _compare(self, planned, llama: LlamaModel, arch: str) -> dict | None:
         """Measured against predicted bytes per device; the ratios calibrate later plans."""

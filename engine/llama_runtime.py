@@ -21,7 +21,7 @@ from typing import Callable
 import llama_cpp as llama
 import numpy as np
 
-from .errors import HomerackError, ModelLoadFailed
+from .errors import HomerackError, ModelLoadFailed, OutOfMemory
 from .prompt_cache import common_prefix
 
 _init_lock = threading.Lock()
@@ -48,7 +48,13 @@ def model_fingerprint(path: Path) -> str:
 
 
 _BUFFER_LINE = re.compile(r"(\S+)\s+(model|KV|compute|output) buffer size =\s+([\d.]+) MiB")
+_NO_MEMORY_LINE = re.compile(r"(?:failed|unable) to allocate (\S+) buffer")
 _buffers: list[tuple[str, str, int]] | None = None  # collected while a model loads
+_no_memory: list[str] = []  # devices where an allocation failed during that load
+
+
+def _device(name: str) -> str:
+    return name.removesuffix("_Mapped").removesuffix("_REPACK")
 
 
 @llama.llama_log_callback
@@ -60,8 +66,9 @@ def _log(level: int, text: bytes, _user_data) -> None:
         match = _BUFFER_LINE.search(line)
         if match:
             device, kind, mib = match.groups()
-            _buffers.append((device.removesuffix("_Mapped").removesuffix("_REPACK"), kind,
-                             int(float(mib) * (1 << 20))))
+            _buffers.append((_device(device), kind, int(float(mib) * (1 << 20))))
+        elif match := _NO_MEMORY_LINE.search(line):
+            _no_memory.append(_device(match.group(1)))
     if os.environ.get("HOMERACK_LLAMA_VERBOSE"):
         sys.stderr.write(line)
 
@@ -90,6 +97,7 @@ class LoadSettings:
     n_gpu_layers: int = 0
     n_seq_max: int = 1
     kv_type: str = "f16"  # or "q8_0" (needs flash attention)
+    tensor_split: tuple[float, ...] = ()  # GPU layer shares, in llama.cpp's device order
 
 
 @dataclass(frozen=True)
@@ -149,8 +157,15 @@ class LlamaModel:
         self.path = path
         self.settings = settings
         _buffers = []
+        _no_memory.clear()
         try:
-            self._load(path, settings)
+            try:
+                self._load(path, settings)
+            except ModelLoadFailed as exc:
+                if _no_memory:
+                    raise OutOfMemory(f"{exc.message}: out of memory on {_no_memory[0]}",
+                                      device=_no_memory[0]) from None
+                raise
             #: bytes llama.cpp allocated, by (device, kind): weights are "model"
             self.buffers: dict[tuple[str, str], int] = {}
             for device, kind, size in _buffers:
@@ -161,6 +176,9 @@ class LlamaModel:
     def _load(self, path: Path, settings: LoadSettings) -> None:
         mparams = llama.llama_model_default_params()
         mparams.n_gpu_layers = settings.n_gpu_layers
+        if settings.tensor_split:
+            self._split = (ctypes.c_float * llama.LLAMA_MAX_DEVICES)(*settings.tensor_split)
+            mparams.tensor_split = self._split
         self.model = llama.llama_model_load_from_file(str(path).encode(), mparams)
         if not self.model:
             raise ModelLoadFailed(f"llama.cpp could not load {path.name}")

@@ -19,7 +19,7 @@ The byte model follows what llama.cpp allocates in this engine's contexts:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .gguf_file import ModelShape
 from .hardware import Hardware
@@ -37,6 +37,8 @@ class Preferences:
     allow_quantized_kv: bool = True
     draft: ModelShape | None = None  # counted on the CPU with its own KV
     calibration: tuple[tuple[str, float], ...] = ()  # (device kind, measured/predicted)
+    caps: tuple[tuple[str, int], ...] = ()  # (device name, bytes): learnt from failed loads
+    gpu_layers: int | None = None   # the user's choice; None: as many as fit
 
 
 @dataclass(frozen=True)
@@ -84,11 +86,15 @@ def compute_bytes(shape: ModelShape) -> int:
 def budgets(hw: Hardware, prefs: Preferences) -> tuple[list[tuple[str, int]], int]:
     """Usable bytes per GPU, and on the CPU; where past loads measured more than was
     predicted (calibration), the budget shrinks by that ratio."""
-    ratio = dict(prefs.calibration)
+    ratio, caps = dict(prefs.calibration), dict(prefs.caps)
     margin = prefs.margin
-    gpus = [(g.name, int(g.free_bytes * (1 - margin) / max(ratio.get(g.kind, 1.0), 1.0)))
-            for g in hw.gpus]
-    cpu = int(hw.ram_available_bytes * (1 - margin) / max(ratio.get("cpu", 1.0), 1.0))
+
+    def usable(name: str, kind: str, free: int) -> int:
+        budget = int(free * (1 - margin) / max(ratio.get(kind, 1.0), 1.0))
+        return min(budget, caps.get(name, budget))
+
+    gpus = [(g.name, usable(g.name, g.kind, g.free_bytes)) for g in hw.gpus]
+    cpu = usable("CPU", "cpu", hw.ram_available_bytes)
     if hw.unified_memory:  # the GPU draws on the same RAM
         cpu -= sum(b for _, b in gpus)
     return gpus, cpu
@@ -96,17 +102,24 @@ def budgets(hw: Hardware, prefs: Preferences) -> tuple[list[tuple[str, int]], in
 
 def place(shape: ModelShape, hw: Hardware, n_ctx: int, kv_type: str,
           prefs: Preferences) -> tuple[int, list[int], list[DeviceUse], DeviceUse]:
-    """Fill the GPUs layer by layer (largest budget first), the rest on the CPU."""
+    """Fill the GPUs layer by layer (largest budget first), the rest on the CPU; with
+    the user's layer count, that many in proportion to the budgets, fitting or not."""
     gpu_budgets, cpu_budget = budgets(hw, prefs)
     kv_layer = int(shape.kv_bytes_per_token(kv_type) * n_ctx)
     compute = compute_bytes(shape)
     per_gpu = [0] * len(gpu_budgets)
     layer = 0
     order = sorted(range(len(gpu_budgets)), key=lambda i: -gpu_budgets[i][1])
-    for i in order:
+    wanted = shape.n_layers if prefs.gpu_layers is None else \
+        max(0, min(prefs.gpu_layers, shape.n_layers)) if gpu_budgets else 0
+    total_budget = sum(b for _, b in gpu_budgets) or 1
+    for n, i in enumerate(order):
         used = compute
-        while layer < shape.n_layers and used + shape.layer_bytes[layer] + kv_layer \
-                <= gpu_budgets[i][1]:
+        share = wanted if prefs.gpu_layers is None or n == len(order) - 1 else \
+            round(wanted * gpu_budgets[i][1] / total_budget)
+        while layer < wanted and per_gpu[i] < share and (
+                prefs.gpu_layers is not None
+                or used + shape.layer_bytes[layer] + kv_layer <= gpu_budgets[i][1]):
             used += shape.layer_bytes[layer] + kv_layer
             per_gpu[i] += 1
             layer += 1
@@ -153,7 +166,7 @@ def plan(hw: Hardware, shape: ModelShape, prefs: Preferences = Preferences()) ->
     for n_ctx in _contexts(prefs, shape):
         for kv_type in kv_types:
             n_gpu, per_gpu, uses, cpu = place(shape, hw, n_ctx, kv_type, prefs)
-            if cpu.total > cpu.budget:
+            if any(u.total > u.budget for u in (*uses, cpu)):
                 continue
             rank = (n_ctx, kv_type == "f16", n_gpu)
             if best is None or rank > best[0]:
@@ -171,6 +184,8 @@ def _reasons(shape, hw, prefs, n_ctx, kv_type, n_gpu, cpu) -> tuple[str, ...]:
     reasons = []
     if not hw.gpus:
         reasons.append("no GPU: every layer runs on the CPU")
+    elif prefs.gpu_layers is not None:
+        reasons.append(f"{n_gpu} of {shape.n_layers} layers on the GPU, as chosen")
     elif n_gpu == shape.n_layers:
         reasons.append(f"all {shape.n_layers} layers and the output fit on the GPU"
                        + ("s" if len(hw.gpus) > 1 else ""))
@@ -182,6 +197,9 @@ def _reasons(shape, hw, prefs, n_ctx, kv_type, n_gpu, cpu) -> tuple[str, ...]:
         reasons.append(f"context reduced from {wanted} to {n_ctx} tokens to fit")
     if kv_type != "f16":
         reasons.append("KV cache quantized to q8_0 (with flash attention) to keep the context")
+    for device, cap in prefs.caps:
+        reasons.append(f"{device} held to {cap / MiB:,.0f} MiB: a load asking for more "
+                       "ran out of memory there")
     if prefs.draft:
         reasons.append(f"includes the draft model {prefs.draft.name} and its KV cache on the CPU")
     reasons.append(f"CPU memory: {cpu.total / MiB:,.0f} of {cpu.budget / MiB:,.0f} MiB usable")
@@ -191,10 +209,23 @@ def _reasons(shape, hw, prefs, n_ctx, kv_type, n_gpu, cpu) -> tuple[str, ...]:
 def _no_fit(hw: Hardware, shape: ModelShape, prefs: Preferences) -> Plan:
     n_ctx = min(prefs.min_ctx, shape.context_length or prefs.min_ctx)
     n_gpu, _, uses, cpu = place(shape, hw, n_ctx, "q8_0", prefs)
-    short = cpu.total - cpu.budget
+    short = [f"{(u.total - u.budget) / MiB:,.0f} MiB more on {u.device}"
+             for u in (*uses, cpu) if u.total > u.budget]
     return Plan(shape.name, n_gpu, (), n_ctx, "q8_0", True, (*uses, cpu), False,
                 (f"does not fit: even with {n_ctx} tokens of context and a q8_0 KV cache it "
-                 f"needs {short / MiB:,.0f} MiB more than this machine can give",))
+                 f"needs {' and '.join(short)} than this machine can give",))
+
+
+def back_off(prefs: Preferences, used: dict[str, int], device: str | None) -> Preferences:
+    """The preferences for a retry after a load that planned `used` bytes per device ran
+    out of memory on `device` (None: unknown): that device gets 3/4 of what the plan put
+    there, so the next plan keeps fewer layers there, less context or a quantized KV."""
+    caps = dict(prefs.caps)
+    for name, size in used.items():
+        if device in (None, name):
+            caps[name] = int(size * 0.75)
+    return replace(prefs, caps=tuple(sorted(caps.items())), gpu_layers=None,
+                   min_ctx=min(prefs.min_ctx, 512))
 
 
 def choose_quant(hw: Hardware, base: ModelShape, candidates: list[tuple[str, int]],

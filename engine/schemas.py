@@ -101,3 +101,11 @@ class CompletionRequest(_Sampling):
 
     def token_limit(self) -> int | None:
         return self.max_tokens if self.max_tokens is not None else 16
+
+
+class LoadRequest(BaseModel):
+    """A model to plan or load, with the user's choices over the planner's."""
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    n_ctx: int | None = Field(None, ge=256)
+    gpu_layers: int | None = Field(None, ge=0)

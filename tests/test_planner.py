@@ -153,3 +153,39 @@ def test_calibration_shrinks_budgets_only_when_loads_measured_more():
     assert cautious.uses[-1].budget < plain.uses[-1].budget == generous.uses[-1].budget
     assert (plain.n_ctx, plain.kv_type) == (16384, "q8_0")
     assert cautious.fits and cautious.n_ctx == 8192
+
+
+def test_back_off_caps_the_failed_device_and_the_next_plan_is_smaller(real_shapes):
+    from engine.planner import back_off
+
+    hardware = simulated((8,), 32)
+    first = plan(hardware, LLAMA_7B, Preferences(ctx=32768))
+    used = {u.device: u.total for u in first.uses if u.total}
+    safer = plan(hardware, LLAMA_7B, back_off(Preferences(ctx=32768), used, "GPU0"))
+    gpu = next(u for u in safer.uses if u.device == "GPU0")
+    assert safer.fits and gpu.total <= 0.75 * used["GPU0"]
+    assert (safer.n_gpu_layers, safer.n_ctx) < (first.n_gpu_layers, first.n_ctx) \
+        or safer.kv_type == "q8_0"
+    assert any("held to" in r for r in safer.reasons)
+    # the CPU is untouched by a GPU failure
+    assert dict(back_off(Preferences(), used, "GPU0").caps).keys() == {"GPU0"}
+
+
+def test_user_layer_override_is_kept_and_its_consequence_shown():
+    hardware = simulated((8,), 32)
+    chosen = plan(hardware, LLAMA_7B, Preferences(ctx=8192, gpu_layers=10))
+    assert chosen.fits and chosen.n_gpu_layers == 10
+    assert "10 of 32 layers on the GPU, as chosen" in chosen.reasons
+    auto = plan(hardware, LLAMA_7B, Preferences(ctx=8192))
+    cpu = lambda p: next(u for u in p.uses if u.device == "CPU").weights
+    assert cpu(chosen) > cpu(auto)
+    # more layers than the GPU holds: no plan fits, and it says by how much
+    too_many = plan(simulated((2,), 32), LLAMA_7B, Preferences(ctx=8192, min_ctx=8192,
+                                                               gpu_layers=32))
+    assert not too_many.fits and "more on GPU0" in too_many.reasons[0]
+
+
+def test_two_gpus_share_user_chosen_layers_by_their_budgets():
+    chosen = plan(simulated((12, 6), 64), LLAMA_70B, Preferences(ctx=4096, gpu_layers=30))
+    assert chosen.n_gpu_layers == 30
+    assert chosen.tensor_split == (0.6667, 0.3333)

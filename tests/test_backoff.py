@@ -1,0 +1,103 @@
+"""Out-of-memory back-off, for real: an engine process whose memory is capped (the
+kernel's RLIMIT_DATA, which llama.cpp's buffer allocations count against) is asked for a
+load the planner thinks fits; the load fails, the engine retries with safer plans, says
+what changed, and ends with a model that answers. Also: a previous engine that died
+mid-load leaves a journal, and the next one starts that model from a safer plan."""
+
+import json
+import os
+import resource
+
+import httpx
+import pytest
+
+from conftest import STARTER
+from engine.generation import Engine, EngineSettings, LoadOverride
+from engine.llama_runtime import LoadSettings
+
+MiB = 1 << 20
+
+
+def vm_data(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmData:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmData")
+
+
+@pytest.fixture
+def capped_server(home):
+    from app.engine_proc import EngineProcess
+
+    root = home / "capped"
+    (root / "data").mkdir(parents=True, exist_ok=True)
+    if not (root / "data" / "models").exists():
+        (root / "data" / "models").symlink_to(home / "data" / "models")
+    process = EngineProcess(["--no-prompt-cache"], env=dict(os.environ, HOMERACK_HOME=str(root)))
+    address = process.wait_ready()
+    http = httpx.Client(base_url=address.url, timeout=300,
+                        headers={"Authorization": f"Bearer {address.token}"})
+    yield http, process.process.pid
+    http.close()
+    process.stop()
+
+
+def chat(http, text="What is the capital of France?"):
+    response = http.post("/v1/chat/completions", json={
+        "model": STARTER, "max_tokens": 12, "temperature": 0,
+        "messages": [{"role": "system", "content": "You are a helpful assistant."},
+                     {"role": "user", "content": text}]})
+    assert response.status_code == 200, response.text
+    return response.json()["choices"][0]["message"]["content"]
+
+
+def test_a_load_that_runs_out_of_memory_backs_off_and_answers(capped_server):
+    http, pid = capped_server
+    # A small load and one answer first: threads and buffers the engine always has.
+    small = http.post("/v1/models/load", json={"model": STARTER, "n_ctx": 512})
+    assert small.status_code == 200, small.text
+    assert small.json()["load_notes"] == []
+    chat(http)
+    # 80 MiB more than now: the 8192-token f16 KV cache alone needs 180 MiB.
+    limit = vm_data(pid) + 80 * MiB
+    resource.prlimit(pid, resource.RLIMIT_DATA, (limit, resource.RLIM_INFINITY))
+
+    predicted = http.post("/v1/plan", json={"model": STARTER, "n_ctx": 8192}).json()
+    assert predicted["fits"] and predicted["n_ctx"] == 8192 and predicted["kv_type"] == "f16"
+    loaded = http.post("/v1/models/load", json={"model": STARTER, "n_ctx": 8192})
+    assert loaded.status_code == 200, loaded.text
+    status = loaded.json()
+    notes = status["load_notes"]
+    assert "8192 tokens of context, f16 KV cache ran out of memory on CPU" in notes[0]
+    assert notes[-1].startswith("loaded with")
+    plan = status["memory"]["plan"]
+    assert (plan["n_ctx"], plan["kv_type"]) != (8192, "f16")
+    assert status["n_ctx"] == plan["n_ctx"]
+    assert any("held to" in reason for reason in plan["reasons"])
+    assert "Paris" in chat(http)
+    assert http.get("/health").json()["load_error"] is None
+
+
+def test_an_engine_that_died_loading_leaves_a_safer_start(home, tmp_path):
+    from engine.gguf_file import GGUFInspector
+    from engine.models import ModelStore
+
+    store = ModelStore(home / "data" / "models", GGUFInspector())
+    model = store.resolve(STARTER)
+    journal = tmp_path / "loading.json"
+    # What the dead engine had begun: 300 MiB on the CPU for this model.
+    journal.write_text(json.dumps({"model": str(model.path), "used": {"CPU": 300 * MiB}}))
+    engine = Engine(store, EngineSettings(LoadSettings(n_ctx=8192), load_journal=journal))
+    try:
+        done = []
+        engine.load(model, LoadOverride(n_ctx=8192), done.append)
+        engine.close()
+        status = engine.status()
+    finally:
+        engine.close()
+    assert done and done[0].finish_reason == "loaded"
+    plan = status["memory"]["plan"]
+    assert "stopped while loading this model last time" in status["load_notes"][0]
+    assert sum(d["total"] for d in plan["devices"]) <= 225 * MiB
+    assert plan["n_ctx"] < 8192 or plan["kv_type"] == "q8_0"
+    assert not journal.exists()  # this load finished
