@@ -19,7 +19,7 @@ from .errors import InvalidModelFile
 
 GGUF_MAGIC = b"GGUF"
 KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32}  # per element
-_CACHE_VERSION = 3
+_CACHE_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,21 @@ class ModelShape:
     embd_bytes: int
     output_bytes: int  # 0 when the output reuses the token embeddings (tied)
     other_bytes: int = 0
+    # File offsets (start, end) of each layer's tensors, and of the tensors that always
+    # stay on the CPU: llama.cpp maps the span of a device's tensors, gaps included.
+    layer_spans: tuple[tuple[int, int], ...] = ()
+    cpu_span: tuple[int, int] = (0, 0)
+    output_span: tuple[int, int] = (0, 0)
+
+    def mapped_bytes(self, cpu_layers: int, output_on_cpu: bool) -> int | None:
+        """What llama.cpp's CPU_Mapped buffer covers with the first `cpu_layers` layers
+        on the CPU; None when the offsets are unknown."""
+        if not self.layer_spans:
+            return None
+        spans = [self.cpu_span, *self.layer_spans[:cpu_layers]]
+        if output_on_cpu and self.output_span != (0, 0):
+            spans.append(self.output_span)
+        return max(end for _, end in spans) - min(start for start, _ in spans)
 
     @property
     def weights_bytes(self) -> int:
@@ -140,7 +155,7 @@ class ModelShape:
         ratio = file_bytes / self.weights_bytes
         return replace(self, name=name, layer_bytes=tuple(int(b * ratio) for b in self.layer_bytes),
                        embd_bytes=int(self.embd_bytes * ratio),
-                       output_bytes=int(self.output_bytes * ratio))
+                       output_bytes=int(self.output_bytes * ratio), layer_spans=())
 
 
 def _shape_or_none(reader, name: str) -> ModelShape | None:
@@ -155,16 +170,28 @@ def _shape(reader, name: str) -> ModelShape:
     arch = _field(reader, "general.architecture")
     n_layers = int(_field(reader, f"{arch}.block_count"))
     layers = [0] * n_layers
+    spans: dict = {}
     embd = output = other = 0
+
+    def extend(key, tensor) -> None:
+        start, end = tensor.data_offset, tensor.data_offset + int(tensor.n_bytes)
+        old = spans.get(key, (start, end))
+        spans[key] = (min(old[0], start), max(old[1], end))
+
     for tensor in reader.tensors:
         if tensor.name.startswith("blk."):
-            layers[int(tensor.name.split(".")[1])] += int(tensor.n_bytes)
-        elif tensor.name == "token_embd.weight":
-            embd = int(tensor.n_bytes)
+            index = int(tensor.name.split(".")[1])
+            layers[index] += int(tensor.n_bytes)
+            extend(index, tensor)
         elif tensor.name == "output.weight":
             output = int(tensor.n_bytes)
+            extend("output", tensor)
         else:
-            other += int(tensor.n_bytes)
+            if tensor.name == "token_embd.weight":
+                embd = int(tensor.n_bytes)
+            else:
+                other += int(tensor.n_bytes)
+            extend("cpu", tensor)
     n_embd = int(_field(reader, f"{arch}.embedding_length"))
     n_head = int(_field(reader, f"{arch}.attention.head_count"))
     n_head_kv = _field(reader, f"{arch}.attention.head_count_kv", n_head)
@@ -179,7 +206,9 @@ def _shape(reader, name: str) -> ModelShape:
         head_dim_v=int(_field(reader, f"{arch}.attention.value_length", head_dim)),
         n_vocab=len(reader.fields["tokenizer.ggml.tokens"].data),
         context_length=int(_field(reader, f"{arch}.context_length", 0)),
-        layer_bytes=tuple(layers), embd_bytes=embd, output_bytes=output, other_bytes=other)
+        layer_bytes=tuple(layers), embd_bytes=embd, output_bytes=output, other_bytes=other,
+        layer_spans=tuple(spans[i] for i in range(n_layers)), cpu_span=spans.get("cpu", (0, 0)),
+        output_span=spans.get("output", (0, 0)))
 
 
 class GGUFInspector:
@@ -202,7 +231,10 @@ class GGUFInspector:
         if cached is not None:
             shape = cached.get("shape")
             if shape is not None:
-                shape = ModelShape(**{**shape, "layer_bytes": tuple(shape["layer_bytes"])})
+                shape = ModelShape(**{
+                    **shape, "layer_bytes": tuple(shape["layer_bytes"]),
+                    "layer_spans": tuple(tuple(span) for span in shape["layer_spans"]),
+                    "cpu_span": tuple(shape["cpu_span"]), "output_span": tuple(shape["output_span"])})
             return GGUFInfo(**{**cached, "shape": shape})
         info = _parse(path)
         with self._lock:

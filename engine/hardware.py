@@ -76,6 +76,20 @@ def probe() -> Hardware:
                     psutil.cpu_count(logical=False) or os.cpu_count() or 1)
 
 
+def device_array(names: tuple[str, ...]):
+    """The ggml devices with these names as the NULL-terminated array llama.cpp takes
+    (llama_model_params.devices): explicit, in the planner's order."""
+    lib = _ggml()
+    handles = {}
+    for index in range(lib.ggml_backend_dev_count()):
+        handle = lib.ggml_backend_dev_get(index)
+        handles[lib.ggml_backend_dev_name(handle).decode()] = handle
+    missing = [name for name in names if name not in handles]
+    if missing:
+        raise LookupError(f"no such device: {', '.join(missing)}")
+    return (ctypes.c_void_p * (len(names) + 1))(*(handles[name] for name in names), None)
+
+
 def simulated(vram_gib: tuple[float, ...] = (), ram_gib: float = 16.0, cores: int = 8,
               unified: bool = False) -> Hardware:
     """A machine to plan for: GPUs with the given memory, and system RAM."""

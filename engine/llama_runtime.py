@@ -54,7 +54,8 @@ _no_memory: list[str] = []  # devices where an allocation failed during that loa
 
 
 def _device(name: str) -> str:
-    return name.removesuffix("_Mapped").removesuffix("_REPACK")
+    """The ggml device name of a buffer type ("RPC0[host:port]" -> "RPC0")."""
+    return name.split("[")[0].removesuffix("_Mapped").removesuffix("_REPACK")
 
 
 @llama.llama_log_callback
@@ -97,7 +98,8 @@ class LoadSettings:
     n_gpu_layers: int = 0
     n_seq_max: int = 1
     kv_type: str = "f16"  # or "q8_0" (needs flash attention)
-    tensor_split: tuple[float, ...] = ()  # GPU layer shares, in llama.cpp's device order
+    devices: tuple[str, ...] = ()  # the GPUs to use, by ggml device name
+    tensor_split: tuple[float, ...] = ()  # their shares of the GPU layers
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,11 @@ class LlamaModel:
     def _load(self, path: Path, settings: LoadSettings) -> None:
         mparams = llama.llama_model_default_params()
         mparams.n_gpu_layers = settings.n_gpu_layers
+        if settings.devices and settings.n_gpu_layers:
+            from .hardware import device_array
+
+            self._devices = device_array(settings.devices)
+            mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
         if settings.tensor_split:
             self._split = (ctypes.c_float * llama.LLAMA_MAX_DEVICES)(*settings.tensor_split)
             mparams.tensor_split = self._split

@@ -63,7 +63,8 @@ def _settings(base: LoadSettings, planned: Plan | None) -> LoadSettings:
     if planned is None or not planned.fits:
         return base
     return replace(base, n_ctx=planned.n_ctx, n_gpu_layers=planned.n_gpu_layers,
-                   kv_type=planned.kv_type, tensor_split=planned.tensor_split)
+                   kv_type=planned.kv_type, devices=planned.gpus,
+                   tensor_split=planned.tensor_split)
 
 
 def _used(planned: Plan | None) -> dict[str, int]:

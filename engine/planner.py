@@ -5,15 +5,17 @@ predicted on every device and the reasons in words.
 The byte model follows what llama.cpp allocates in this engine's contexts:
 - weights: the tensors of each layer on the device holding the layer; the token
   embeddings stay on the CPU; the output matrix (a copy of the embeddings when they are
-  tied) goes to the GPU once every layer is there;
+  tied) goes to the GPU with the first offloaded layer, as llama.cpp does; on the CPU
+  llama.cpp maps the file span from its first to its last tensor there, gaps included;
 - KV cache: n_ctx cells for every layer (sliding-window layers too: the engine's contexts
   keep a full-size window cache so they can be cut back to any prefix), K and V of
   n_head_kv x head_dim each, on the layer's device;
-- compute buffer: the larger of the logits stage (the engine's 32 reserved outputs plus
-  one ubatch-wide activation) and the feed-forward stage (about 4 x n_ff + 5 x n_embd
-  floats per ubatch token) — the graph allocator reuses memory between stages; fitted
-  on llama.cpp's measured buffers (SmolLM2: 17.5 MiB, Gemma 3: 33.3 MiB) — on every
-  device that computes;
+- compute buffer: the graph allocator reuses memory between stages, so the largest
+  stage: the logits (the engine's 32 reserved outputs plus one ubatch-wide activation)
+  on the device holding the output matrix, and everywhere the layer stage (about
+  3 x n_ff + 4 x n_embd floats per ubatch token, plus the f16 attention mask of
+  ubatch x n_ctx); fitted on llama.cpp's buffers for SmolLM2 and Gemma 3, on the CPU
+  and an RPC device, at 2k and 8k of context;
 - output buffer: one row of logits, on the CPU.
 """
 
@@ -59,6 +61,7 @@ class DeviceUse:
 class Plan:
     model: str
     n_gpu_layers: int
+    gpus: tuple[str, ...]          # in llama.cpp's order, for llama_model_params.devices
     tensor_split: tuple[float, ...]
     n_ctx: int
     kv_type: str
@@ -68,7 +71,7 @@ class Plan:
     reasons: tuple[str, ...]
 
     def as_dict(self) -> dict:
-        return {"model": self.model, "n_gpu_layers": self.n_gpu_layers,
+        return {"model": self.model, "n_gpu_layers": self.n_gpu_layers, "gpus": list(self.gpus),
                 "tensor_split": list(self.tensor_split), "n_ctx": self.n_ctx,
                 "kv_type": self.kv_type, "flash_attn": self.flash_attn, "fits": self.fits,
                 "devices": [{"device": u.device, "budget": u.budget, "weights": u.weights,
@@ -77,10 +80,10 @@ class Plan:
                 "reasons": list(self.reasons)}
 
 
-def compute_bytes(shape: ModelShape) -> int:
+def compute_bytes(shape: ModelShape, n_ctx: int, holds_output: bool) -> int:
+    layers = UBATCH * (3 * shape.n_ff + 4 * shape.n_embd) * 4 + UBATCH * n_ctx * 2
     logits = (shape.n_vocab * MAX_OUTPUTS + UBATCH * shape.n_embd) * 4
-    feed_forward = UBATCH * (4 * shape.n_ff + 5 * shape.n_embd) * 4
-    return max(logits, feed_forward)
+    return max(logits, layers) if holds_output else layers
 
 
 def budgets(hw: Hardware, prefs: Preferences) -> tuple[list[tuple[str, int]], int]:
@@ -100,51 +103,64 @@ def budgets(hw: Hardware, prefs: Preferences) -> tuple[list[tuple[str, int]], in
     return gpus, cpu
 
 
+@dataclass(frozen=True)
+class Placement:
+    n_gpu_layers: int              # in llama.cpp's count: the output matrix is one
+    gpus: tuple[str, ...]          # the GPUs used, in the order llama.cpp gets them
+    split: tuple[float, ...]       # their shares of the GPU layers (with several)
+    uses: tuple[DeviceUse, ...]    # every GPU, then the CPU
+
+
 def place(shape: ModelShape, hw: Hardware, n_ctx: int, kv_type: str,
-          prefs: Preferences) -> tuple[int, list[int], list[DeviceUse], DeviceUse]:
-    """Fill the GPUs layer by layer (largest budget first), the rest on the CPU; with
-    the user's layer count, that many in proportion to the budgets, fitting or not."""
+          prefs: Preferences) -> Placement:
+    """llama.cpp offloads the output matrix with the first GPU layer, then repeating
+    layers from the last one down. The largest GPU takes the output and the last layers,
+    the next largest the layers before them (so it comes before it in llama.cpp's device
+    list); the rest stay on the CPU. With the user's layer count, that many, shared by
+    budget, fitting or not."""
     gpu_budgets, cpu_budget = budgets(hw, prefs)
     kv_layer = int(shape.kv_bytes_per_token(kv_type) * n_ctx)
-    compute = compute_bytes(shape)
-    per_gpu = [0] * len(gpu_budgets)
-    layer = 0
-    order = sorted(range(len(gpu_budgets)), key=lambda i: -gpu_budgets[i][1])
-    wanted = shape.n_layers if prefs.gpu_layers is None else \
-        max(0, min(prefs.gpu_layers, shape.n_layers)) if gpu_budgets else 0
+    output = shape.output_bytes or shape.embd_bytes  # tied embeddings: a copy goes there
+    forced = prefs.gpu_layers is not None and bool(gpu_budgets)
+    wanted = min(prefs.gpu_layers, shape.n_layers + 1) if forced else \
+        (shape.n_layers + 1 if gpu_budgets else 0)
     total_budget = sum(b for _, b in gpu_budgets) or 1
+    order = sorted(range(len(gpu_budgets)), key=lambda i: -gpu_budgets[i][1])
+    counts, weights, kv = ([0] * len(gpu_budgets) for _ in range(3))
+    placed = 0
     for n, i in enumerate(order):
-        used = compute
-        share = wanted if prefs.gpu_layers is None or n == len(order) - 1 else \
-            round(wanted * gpu_budgets[i][1] / total_budget)
-        while layer < wanted and per_gpu[i] < share and (
-                prefs.gpu_layers is not None
-                or used + shape.layer_bytes[layer] + kv_layer <= gpu_budgets[i][1]):
-            used += shape.layer_bytes[layer] + kv_layer
-            per_gpu[i] += 1
-            layer += 1
-    n_gpu = sum(per_gpu)
-    output_on_gpu = n_gpu == shape.n_layers and gpu_budgets
-    uses = []
-    for i, (name, budget) in enumerate(gpu_budgets):
-        if not per_gpu[i]:
-            uses.append(DeviceUse(name, budget))
-            continue
-        first = sum(per_gpu[j] for j in order[:order.index(i)])
-        weights = sum(shape.layer_bytes[first:first + per_gpu[i]])
-        if output_on_gpu and i == order[-1 if per_gpu[order[-1]] else 0]:
-            weights += shape.output_bytes or shape.embd_bytes  # tied: a copy goes there
-        uses.append(DeviceUse(name, budget, weights, kv_layer * per_gpu[i], compute))
-    cpu_layers = shape.n_layers - n_gpu
-    cpu_weights = (sum(shape.layer_bytes[n_gpu:]) + shape.embd_bytes + shape.other_bytes
-                   + (0 if output_on_gpu else shape.output_bytes))
-    cpu_kv = kv_layer * cpu_layers
+        budget = gpu_budgets[i][1]
+        share = wanted - placed if not forced or n == len(order) - 1 else \
+            round(wanted * budget / total_budget)
+        while placed < wanted and counts[i] < share:
+            layer_kv = kv_layer if placed else 0
+            size = shape.layer_bytes[shape.n_layers - placed] if placed else output
+            compute = compute_bytes(shape, n_ctx, holds_output=n == 0)
+            if not forced and compute + weights[i] + kv[i] + size + layer_kv > budget:
+                break
+            weights[i] += size
+            kv[i] += layer_kv
+            counts[i] += 1
+            placed += 1
+    uses = [DeviceUse(name, budget, weights[i], kv[i],
+                      compute_bytes(shape, n_ctx, i == order[0]) if counts[i] else 0)
+            for i, (name, budget) in enumerate(gpu_budgets)]
+    cpu_layers = shape.n_layers - max(placed - 1, 0)
+    cpu_weights = shape.mapped_bytes(cpu_layers, not placed)
+    if cpu_weights is None:
+        cpu_weights = (sum(shape.layer_bytes[:cpu_layers]) + shape.embd_bytes
+                       + shape.other_bytes + (0 if placed else shape.output_bytes))
+    cpu = DeviceUse("CPU", cpu_budget, cpu_weights,
+                    kv_layer * cpu_layers,
+                    compute_bytes(shape, n_ctx, not placed) if cpu_layers or not placed else 0,
+                    shape.n_vocab * 4)
     if prefs.draft:
-        cpu_weights += prefs.draft.weights_bytes
-        cpu_kv += int(prefs.draft.kv_bytes_per_token(kv_type) * n_ctx) * prefs.draft.n_layers
-    cpu = DeviceUse("CPU", cpu_budget, cpu_weights, cpu_kv,
-                    compute if cpu_layers or not gpu_budgets else 0, shape.n_vocab * 4)
-    return n_gpu, per_gpu, uses, cpu
+        cpu = replace(cpu, weights=cpu.weights + prefs.draft.weights_bytes,
+                      kv=cpu.kv + int(prefs.draft.kv_bytes_per_token(kv_type) * n_ctx)
+                      * prefs.draft.n_layers)
+    used = [i for i in reversed(order) if counts[i]]
+    split = tuple(round(counts[i] / placed, 4) for i in used) if len(used) > 1 else ()
+    return Placement(placed, tuple(gpu_budgets[i][0] for i in used), split, (*uses, cpu))
 
 
 def _contexts(prefs: Preferences, shape: ModelShape) -> list[int]:
@@ -165,32 +181,36 @@ def plan(hw: Hardware, shape: ModelShape, prefs: Preferences = Preferences()) ->
     best = None
     for n_ctx in _contexts(prefs, shape):
         for kv_type in kv_types:
-            n_gpu, per_gpu, uses, cpu = place(shape, hw, n_ctx, kv_type, prefs)
-            if any(u.total > u.budget for u in (*uses, cpu)):
+            placement = place(shape, hw, n_ctx, kv_type, prefs)
+            if any(u.total > u.budget for u in placement.uses):
                 continue
-            rank = (n_ctx, kv_type == "f16", n_gpu)
+            rank = (n_ctx, kv_type == "f16", placement.n_gpu_layers)
             if best is None or rank > best[0]:
-                best = (rank, n_ctx, kv_type, n_gpu, per_gpu, uses, cpu)
+                best = (rank, n_ctx, kv_type, placement)
     if best is None:
         return _no_fit(hw, shape, prefs)
-    _, n_ctx, kv_type, n_gpu, per_gpu, uses, cpu = best
-    split = tuple(round(c / n_gpu, 4) for c in per_gpu) if n_gpu and len(per_gpu) > 1 else ()
-    return Plan(shape.name, n_gpu + (1 if n_gpu == shape.n_layers and n_gpu else 0), split,
-                n_ctx, kv_type, kv_type != "f16", (*uses, cpu), True,
-                _reasons(shape, hw, prefs, n_ctx, kv_type, n_gpu, cpu))
+    _, n_ctx, kv_type, placement = best
+    return Plan(shape.name, placement.n_gpu_layers, placement.gpus, placement.split, n_ctx,
+                kv_type, kv_type != "f16", placement.uses, True,
+                _reasons(shape, hw, prefs, n_ctx, kv_type, placement))
 
 
-def _reasons(shape, hw, prefs, n_ctx, kv_type, n_gpu, cpu) -> tuple[str, ...]:
+def _reasons(shape, hw, prefs, n_ctx, kv_type, placement: Placement) -> tuple[str, ...]:
     reasons = []
+    n_gpu = max(placement.n_gpu_layers - 1, 0)  # repeating layers
+    cpu = placement.uses[-1]
     if not hw.gpus:
         reasons.append("no GPU: every layer runs on the CPU")
     elif prefs.gpu_layers is not None:
-        reasons.append(f"{n_gpu} of {shape.n_layers} layers on the GPU, as chosen")
+        reasons.append(f"the output and {n_gpu} of {shape.n_layers} layers on the GPU, as chosen"
+                       if placement.n_gpu_layers else "no layers on the GPU, as chosen")
     elif n_gpu == shape.n_layers:
         reasons.append(f"all {shape.n_layers} layers and the output fit on the GPU"
-                       + ("s" if len(hw.gpus) > 1 else ""))
+                       + ("s" if len(placement.gpus) > 1 else ""))
+    elif placement.n_gpu_layers == 0:
+        reasons.append("not even the output layer fits on the GPU: every layer runs on the CPU")
     else:
-        reasons.append(f"{n_gpu} of {shape.n_layers} layers fit on the GPU; the other "
+        reasons.append(f"the output and {n_gpu} of {shape.n_layers} layers fit on the GPU; the other "
                        f"{shape.n_layers - n_gpu} run on the CPU")
     wanted = min(prefs.ctx, shape.context_length or prefs.ctx)
     if n_ctx < wanted:
@@ -208,10 +228,11 @@ def _reasons(shape, hw, prefs, n_ctx, kv_type, n_gpu, cpu) -> tuple[str, ...]:
 
 def _no_fit(hw: Hardware, shape: ModelShape, prefs: Preferences) -> Plan:
     n_ctx = min(prefs.min_ctx, shape.context_length or prefs.min_ctx)
-    n_gpu, _, uses, cpu = place(shape, hw, n_ctx, "q8_0", prefs)
+    placement = place(shape, hw, n_ctx, "q8_0", prefs)
     short = [f"{(u.total - u.budget) / MiB:,.0f} MiB more on {u.device}"
-             for u in (*uses, cpu) if u.total > u.budget]
-    return Plan(shape.name, n_gpu, (), n_ctx, "q8_0", True, (*uses, cpu), False,
+             for u in placement.uses if u.total > u.budget]
+    return Plan(shape.name, placement.n_gpu_layers, placement.gpus, placement.split, n_ctx,
+                "q8_0", True, placement.uses, False,
                 (f"does not fit: even with {n_ctx} tokens of context and a q8_0 KV cache it "
                  f"needs {' and '.join(short)} than this machine can give",))
 

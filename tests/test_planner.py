@@ -49,9 +49,9 @@ def real_shapes(starters_dir):
     ("gpu laptop 8G", "llama-7b", 33, 8192, "f16"),
     ("desktop 24G", "llama-7b", 33, 8192, "f16"),
     ("desktop 24G", "llama-70b", 42, 8192, "f16"),
-    ("desktop 24G", "mixtral-8x7b", 25, 8192, "f16"),
+    ("desktop 24G", "mixtral-8x7b", 26, 8192, "f16"),
     ("mac 16G unified", "llama-7b", 33, 8192, "f16"),
-    ("two gpus 12G+8G", "mixtral-8x7b", 20, 8192, "f16"),
+    ("two gpus 12G+8G", "mixtral-8x7b", 21, 8192, "f16"),
 ])
 def test_plans_for_simulated_machines(real_shapes, machine, model, layers, ctx, kv):
     shapes = {**real_shapes, "llama-7b": LLAMA_7B, "llama-70b": LLAMA_70B,
@@ -116,12 +116,34 @@ def test_prediction_matches_llama_cpp_buffers_within_5_percent(starters_dir, rea
     assert abs(predicted / measured - 1) <= 0.05
 
 
+@pytest.mark.parametrize("model", [STARTER, GEMMA])
+def test_prediction_with_layers_on_an_rpc_worker_matches_llama_cpp(starters_dir, model):
+    """A real llama.cpp RPC worker process on 127.0.0.1 as a second device: the plan for
+    10 of the model's layers there, loaded, against llama.cpp's buffers per device. In a
+    child process, because a registered RPC device stays in the process's device list."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).with_name("rpc_offload_check.py")
+    done = subprocess.run([sys.executable, str(script), str(starters_dir / f"{model}.gguf"),
+                           "10"], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    devices = json.loads(done.stdout.splitlines()[-1])
+    print(f"\n{model}: {devices}")
+    assert {d["device"] for d in devices} == {"RPC0", "CPU"}
+    for device in devices:
+        assert abs(device["measured"] / device["predicted"] - 1) <= 0.05, device
+
+
 def test_scaled_shape_keeps_the_attention_shape(real_shapes):
     base = real_shapes[GEMMA]
     double = base.scaled("x", 2 * base.weights_bytes)
     assert abs(double.weights_bytes / base.weights_bytes - 2) < 0.01
     assert replace(double, name=base.name, layer_bytes=base.layer_bytes,
-                   embd_bytes=base.embd_bytes, output_bytes=base.output_bytes) == base
+                   embd_bytes=base.embd_bytes, output_bytes=base.output_bytes,
+                   layer_spans=base.layer_spans) == base
 
 
 def test_engine_loads_by_the_plan_and_records_its_accuracy(starters_dir, tmp_path):
@@ -175,7 +197,7 @@ def test_user_layer_override_is_kept_and_its_consequence_shown():
     hardware = simulated((8,), 32)
     chosen = plan(hardware, LLAMA_7B, Preferences(ctx=8192, gpu_layers=10))
     assert chosen.fits and chosen.n_gpu_layers == 10
-    assert "10 of 32 layers on the GPU, as chosen" in chosen.reasons
+    assert "the output and 9 of 32 layers on the GPU, as chosen" in chosen.reasons
     auto = plan(hardware, LLAMA_7B, Preferences(ctx=8192))
     cpu = lambda p: next(u for u in p.uses if u.device == "CPU").weights
     assert cpu(chosen) > cpu(auto)
@@ -188,4 +210,5 @@ def test_user_layer_override_is_kept_and_its_consequence_shown():
 def test_two_gpus_share_user_chosen_layers_by_their_budgets():
     chosen = plan(simulated((12, 6), 64), LLAMA_70B, Preferences(ctx=4096, gpu_layers=30))
     assert chosen.n_gpu_layers == 30
-    assert chosen.tensor_split == (0.6667, 0.3333)
+    # the larger GPU holds the output and the last layers, so it comes last for llama.cpp
+    assert chosen.gpus == ("GPU1", "GPU0") and chosen.tensor_split == (0.3333, 0.6667)
