@@ -37,6 +37,16 @@ class EngineClient:
     def health(self) -> dict:
         return self._checked(self._http.get("/health", timeout=5)).json()
 
+    def plan(self, model: str, n_ctx: int | None = None, gpu_layers: int | None = None) -> dict:
+        """What loading `model` with these choices would use (nothing is loaded)."""
+        body = {"model": model, "n_ctx": n_ctx, "gpu_layers": gpu_layers}
+        return self._checked(self._http.post("/v1/plan", json=body)).json()
+
+    def load(self, model: str, n_ctx: int | None = None, gpu_layers: int | None = None) -> dict:
+        """Load `model` with these choices; the engine's status once it is loaded."""
+        body = {"model": model, "n_ctx": n_ctx, "gpu_layers": gpu_layers}
+        return self._checked(self._http.post("/v1/models/load", json=body)).json()
+
     def stream_chat(self, messages: list[dict], reply: Reply,
                     should_stop: Callable[[], bool] = lambda: False, **options) -> Iterator[str]:
         """Yield text pieces as they arrive; `reply` gets the finish reason and usage.

@@ -271,3 +271,20 @@ def test_speculation_setting_reaches_the_engine_and_the_status_bar(qtbot, open_w
     window.send("Hello again.")
     wait_reply(qtbot, window)
     assert "tokenizer" in window.banner.label.text()  # an incompatible draft, said plainly
+
+
+def test_memory_plan_shows_bars_and_loads_with_the_users_context(qtbot, open_window):
+    window = open_window()
+    qtbot.mouseClick(window.plan_button, Qt.LeftButton)
+    panel = window.plan_panel
+    assert panel.isVisible() and panel.model == STARTER
+    qtbot.waitUntil(lambda: "fits" in panel.title.text(), timeout=30_000)
+    assert panel.bars.count() == 2  # the CPU: a bar and its figures
+    assert "weights" in panel.bars.itemAt(1).widget().text()
+    panel.context.setValue(1024)  # the consequence is shown before loading
+    qtbot.waitUntil(lambda: "1,024 tokens" in panel.title.text(), timeout=30_000)
+    assert "KV" in panel.reasons.text() or "CPU memory" in panel.reasons.text()
+    qtbot.mouseClick(panel.load_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: "planned" in window.metrics.text("device")
+                    and window.client.health()["n_ctx"] == 1024, timeout=60_000)
+    assert window.loaded_model == STARTER

@@ -23,6 +23,7 @@ from .chat_view import ChatView
 from .composer import Composer
 from .markdown import Shown
 from .metrics import MetricsBar
+from .plan_panel import PlanPanel
 from .tasks import Task, start_task
 
 STREAM_KEY = "streaming"
@@ -88,6 +89,7 @@ class MainWindow(QMainWindow):
         self.stream_conversation: int | None = None
         self.stream_text = ""
         self.last_death: str | None = None
+        self.loaded_model: str | None = None
         self._checking = False
         self.setWindowTitle("Homerack")
         icon = paths_icon()
@@ -125,13 +127,20 @@ class MainWindow(QMainWindow):
         self.model_box.setMinimumWidth(240)
         self.model_box.activated.connect(self._on_model_chosen)
         self.settings_button = QPushButton("Settings", checkable=True)
+        self.plan_button = QPushButton("Memory", checkable=True)
         top = QHBoxLayout()
         top.addWidget(QLabel("Model:"))
         top.addWidget(self.model_box, 1)
+        top.addWidget(self.plan_button)
         top.addWidget(self.settings_button)
         self.settings_panel = self._build_settings()
         self.settings_button.toggled.connect(self.settings_panel.setVisible)
         self.settings_panel.hide()
+        self.plan_panel = PlanPanel()
+        self.plan_panel.preview_requested.connect(self._preview_plan)
+        self.plan_panel.load_requested.connect(self._load_model)
+        self.plan_button.toggled.connect(self._toggle_plan)
+        self.plan_panel.hide()
 
         self.view = ChatView()
         self.view.copied.connect(lambda _t: self.statusBar().showMessage("Copied", 2000))
@@ -156,6 +165,7 @@ class MainWindow(QMainWindow):
         main.addWidget(self.banner)
         main.addLayout(top)
         main.addWidget(self.settings_panel)
+        main.addWidget(self.plan_panel)
         main.addWidget(self.view, 1)
         main.addWidget(self.composer)
         main.addLayout(buttons)
@@ -276,6 +286,7 @@ class MainWindow(QMainWindow):
         index = self.model_box.findData(current)
         self.model_box.setCurrentIndex(max(index, 0))
         self._fill_speculation(models)
+        self.loaded_model = health.get("model")
         loaded = next((m for m in models if m["id"] == health.get("model")), None)
         memory = health.get("memory") or {}
         devices = memory.get("devices") or []
@@ -358,8 +369,50 @@ class MainWindow(QMainWindow):
             self.open_conversation(item.data(Qt.UserRole))
 
     def _on_model_chosen(self, _index: int) -> None:
+        model = self.model_box.currentData()
         if self.conversation:
-            self.history.update(self.conversation.id, model=self.model_box.currentData())
+            self.history.update(self.conversation.id, model=model)
+        if model and model != self.loaded_model:  # show what loading it will take
+            self.plan_button.setChecked(True)
+            self.plan_panel.show_model(model)
+
+    # -- the memory plan ------------------------------------------------------------
+
+    def _toggle_plan(self, shown: bool) -> None:
+        self.plan_panel.setVisible(shown)
+        if shown and self.model_box.currentData() != self.plan_panel.model:
+            self.plan_panel.show_model(self.model_box.currentData())
+
+    def _preview_plan(self, model: str, n_ctx, gpu_layers) -> None:
+        if self.client and model:
+            start_task(lambda _t: {**self.client.plan(model, n_ctx, gpu_layers),
+                                   "asked": (model, n_ctx, gpu_layers)},
+                       on_done=self.plan_panel.show_plan, on_error=self.show_error)
+
+    def _load_model(self, model: str, n_ctx, gpu_layers) -> None:
+        if not self.client:
+            return
+        self.progress.show()
+        self.plan_panel.load_button.setEnabled(False)
+        self.statusBar().showMessage(f"Loading {model}…")
+        start_task(lambda _t: self.client.load(model, n_ctx, gpu_layers),
+                   on_done=self._on_model_loaded, on_error=self._on_load_failed)
+
+    def _on_model_loaded(self, health: dict) -> None:
+        self.progress.hide()
+        self.plan_panel.load_button.setEnabled(True)
+        self.statusBar().showMessage("Loaded", 3000)
+        if health.get("load_notes"):  # the first plan ran out of memory: say what changed
+            self.show_notice("Loaded with a safer plan: " + "; ".join(health["load_notes"]))
+        start_task(lambda _t: {"health": self.client.health(), "models": self.client.models()},
+                   on_done=lambda r: self._fill_models(r["models"], r["health"]),
+                   on_error=self.show_error)
+
+    def _on_load_failed(self, error) -> None:
+        self.progress.hide()
+        self.plan_panel.load_button.setEnabled(True)
+        self.statusBar().clearMessage()
+        self.show_error(f"The model could not be loaded: {error}")
 
     def _on_system_prompt(self) -> None:
         if self.conversation:

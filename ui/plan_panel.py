@@ -1,0 +1,126 @@
+"""How a model will use this machine's memory, before it loads: a bar per device
+(weights / KV cache / compute / free) from the engine's planner, with the user's
+overrides of context and GPU layers and their consequence shown as they change.
+
+The panel only shows plans and asks for them (signals); the main window runs the
+engine calls off the UI thread and hands the answers back with `show_plan`.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QRectF, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QPainter
+from PySide6.QtWidgets import (QFormLayout, QGridLayout, QHBoxLayout, QLabel, QPushButton,
+                               QSpinBox, QVBoxLayout, QWidget)
+
+MiB = 1 << 20
+PARTS = (("weights", "#4a7ebb"), ("kv", "#8e6bbf"), ("compute", "#d08a3b"),
+         ("output", "#6aa56a"))
+
+
+class MemoryBar(QWidget):
+    """One device: its parts laid end to end against its budget; red past the budget."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setMinimumSize(220, 16)
+        self.device: dict = {}
+
+    def set_device(self, device: dict) -> None:
+        self.device = device
+        self.update()
+
+    def paintEvent(self, _event) -> None:
+        painter = QPainter(self)
+        rect = QRectF(self.rect()).adjusted(0, 1, -1, -1)
+        painter.fillRect(rect, QColor("#e6e6e6"))  # free
+        scale = max(self.device.get("budget", 0), self.device.get("total", 0), 1)
+        x = rect.left()
+        for key, color in PARTS:
+            width = rect.width() * self.device.get(key, 0) / scale
+            painter.fillRect(QRectF(x, rect.top(), width, rect.height()), QColor(color))
+            x += width
+        if self.device.get("total", 0) > self.device.get("budget", 0):
+            painter.setPen(QColor("#c0392b"))
+            painter.drawRect(rect)
+
+
+def describe_device(device: dict) -> str:
+    free = device["budget"] - device["total"]
+    parts = ", ".join(f"{key} {device[key] / MiB:,.0f}" for key, _ in PARTS if device[key])
+    state = f"{free / MiB:,.0f} MiB free" if free >= 0 else f"{-free / MiB:,.0f} MiB too much"
+    return f"{device['device']}: {parts or 'unused'} MiB · {state}"
+
+
+class PlanPanel(QWidget):
+    preview_requested = Signal(str, object, object)  # model, n_ctx | None, gpu layers | None
+    load_requested = Signal(str, object, object)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.model = ""
+        self.title = QLabel()
+        self.title.setWordWrap(True)
+        self.context = QSpinBox(minimum=0, maximum=1 << 20, singleStep=1024,
+                                specialValueText="planned")
+        self.layers = QSpinBox(minimum=-1, maximum=999, specialValueText="planned")
+        self.layers.setValue(-1)
+        self.bars = QGridLayout()
+        self.reasons = QLabel()
+        self.reasons.setWordWrap(True)
+        self.load_button = QPushButton("Load with this plan")
+        self.load_button.clicked.connect(
+            lambda: self.load_requested.emit(self.model, *self.overrides()))
+        self._debounce = QTimer(self, singleShot=True, interval=150)
+        self._debounce.timeout.connect(
+            lambda: self.preview_requested.emit(self.model, *self.overrides()))
+        for box in (self.context, self.layers):
+            box.valueChanged.connect(lambda _value: self._debounce.start())
+        form = QFormLayout()
+        form.addRow("Context (tokens)", self.context)
+        form.addRow("GPU layers", self.layers)
+        row = QHBoxLayout()
+        row.addLayout(form)
+        row.addStretch()
+        row.addWidget(self.load_button, 0, Qt.AlignBottom)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.title)
+        layout.addLayout(self.bars)
+        layout.addWidget(self.reasons)
+        layout.addLayout(row)
+
+    def overrides(self) -> tuple[int | None, int | None]:
+        return (self.context.value() or None,
+                self.layers.value() if self.layers.value() >= 0 else None)
+
+    def show_model(self, model: str) -> None:
+        """Plan `model` afresh, with the planner's own choices."""
+        self.model = model
+        for box, value in ((self.context, 0), (self.layers, -1)):
+            box.blockSignals(True)
+            box.setValue(value)
+            box.blockSignals(False)
+        self.title.setText(f"Planning {model}…")
+        self.preview_requested.emit(model, None, None)
+
+    def show_plan(self, plan: dict) -> None:
+        """A plan the engine answered for `plan["asked"]` = (model, n_ctx, gpu layers)."""
+        if tuple(plan["asked"]) != (self.model, *self.overrides()):
+            return  # an answer to an older question: a newer one is on its way
+        verdict = "fits" if plan["fits"] else "does not fit"
+        self.title.setText(
+            f"<b>{self.model}</b> {verdict}: {plan['n_ctx']:,} tokens of context, "
+            f"{plan['kv_type']} KV cache, {plan['n_gpu_layers']} layers on GPU")
+        self._show_bars(plan["devices"])
+        self.reasons.setText("\n".join(f"• {r}" for r in plan["reasons"]))
+        self.load_button.setEnabled(plan["fits"])
+
+    def _show_bars(self, devices: list[dict]) -> None:
+        while self.bars.count():
+            self.bars.takeAt(0).widget().deleteLater()
+        for row, device in enumerate(devices):
+            bar = MemoryBar()
+            bar.set_device(device)
+            label = QLabel(describe_device(device))
+            self.bars.addWidget(bar, row, 0)
+            self.bars.addWidget(label, row, 1)
