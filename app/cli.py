@@ -245,6 +245,45 @@ def cmd_plan(args) -> int:
     return 0 if result.fits else 2
 
 
+def cmd_pull(args) -> int:
+    """A GGUF model from the Hub: every quant's verdict on this machine, then the
+    recommended one (or --quant) downloaded, verified and added to the models."""
+    from engine.errors import HomerackError
+    from engine.hardware import probe
+    from engine.hub import download, header_shape, judge, repo_quants
+    from engine.planner import Preferences
+
+    token = os.environ.get("HF_TOKEN")
+    store = _store(quiet=True)
+    try:
+        quants = repo_quants(args.repo, token=token)
+        if not quants:
+            print(f"error: {args.repo} has no GGUF files", file=sys.stderr)
+            return 1
+        single = [q for q in quants if len(q.files) == 1] or quants
+        verdicts = judge(probe(), header_shape(args.repo, single[0], token=token), quants,
+                         Preferences(ctx=args.ctx))
+        for v in verdicts:
+            print(f"{'*' if v.recommended else ' '} {v.quant.quant:<12}"
+                  f"{v.quant.size / 2**30:>7.2f} GiB  {v.words}")
+        wanted = args.quant.upper() if args.quant else \
+            next((v.quant.quant for v in verdicts if v.recommended), None)
+        chosen = next((v for v in verdicts if v.quant.quant == wanted), None)
+        if chosen is None:
+            print(f"error: {'no quant ' + args.quant if args.quant else 'no quant fits'} "
+                  f"in {args.repo}", file=sys.stderr)
+            return 1
+        print(f"downloading {chosen.quant.quant} ({', '.join(chosen.quant.files)})", flush=True)
+        files = download(args.repo, chosen.quant, store.folder, token=token)
+        store.inspector.inspect(files[0])  # a GGUF llama.cpp can open
+        model = store.resolve(str(files[0]))
+    except HomerackError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 1
+    print(f"ready: {model.id}")
+    return 0
+
+
 # -- desktop ----------------------------------------------------------------------
 
 def cmd_install_desktop(_args) -> int:
@@ -319,6 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
     hardware = sub.add_parser("hardware", help="devices and memory as the engine sees them")
     hardware.add_argument("--json", action="store_true")
     hardware.set_defaults(func=cmd_hardware)
+
+    pull = sub.add_parser("pull", help="download a GGUF model from the Hugging Face Hub")
+    pull.add_argument("repo", help="a Hub repository, e.g. bartowski/SmolLM2-135M-Instruct-GGUF")
+    pull.add_argument("--quant", help="this quant (default: the recommended one)")
+    pull.add_argument("--ctx", type=int, default=4096, help="wanted context, for the verdicts")
+    pull.set_defaults(func=cmd_pull)
 
     plan = sub.add_parser("plan", help="how a model would run on this machine")
     plan.add_argument("model", help="a model id or a .gguf path")

@@ -158,6 +158,17 @@ class ModelShape:
                        output_bytes=int(self.output_bytes * ratio), layer_spans=())
 
 
+def read_shape(path: Path) -> ModelShape | None:
+    """The shape from a file's header alone (its tensor data is not read): None when the
+    header is incomplete or the architecture unknown."""
+    from gguf import GGUFReader
+
+    try:
+        return _shape_or_none(GGUFReader(path, "r"), path.stem)
+    except (ValueError, KeyError, IndexError, OSError):
+        return None
+
+
 def _shape_or_none(reader, name: str) -> ModelShape | None:
     try:
         return _shape(reader, name)

@@ -1,0 +1,264 @@
+"""Models from the Hugging Face Hub, through huggingface_hub: search GGUF repositories,
+list a repository's GGUF files grouped by quant (split files as one), judge each quant
+with the planner on this machine before downloading it, and download one: resumable
+(huggingface_hub keeps the partial file and continues it), checked against the Hub's
+sha256, moved into the models folder atomically — a half-written file is never a model.
+
+`endpoint` is the Hub's address (HF_ENDPOINT, read at call time: tests point it at a
+local Hub-compatible server).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .errors import HomerackError
+from .gguf_file import ModelShape, read_shape
+from .hardware import Hardware
+from .planner import Plan, Preferences, choose_quant, plan
+
+
+class HubError(HomerackError):
+    status = 502
+    kind = "hub_error"
+
+
+_QUANT = re.compile(r"(?i)(?<![A-Za-z0-9])((?:UD-)?(?:I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32))"
+                    r"(?=[-_.])")
+_SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
+
+
+@dataclass(frozen=True)
+class RepoSummary:
+    id: str
+    downloads: int
+    likes: int
+    last_modified: str
+    gated: bool
+    license: str
+
+
+@dataclass(frozen=True)
+class QuantFiles:
+    quant: str
+    files: tuple[str, ...]       # one, or the parts of a split model in order
+    size: int
+    sha256: tuple[str, ...]      # per file, from the Hub's LFS metadata
+
+
+@dataclass(frozen=True)
+class Verdict:
+    quant: QuantFiles
+    fit: str                     # "gpu", "partial", "cpu" or "no"
+    words: str                   # "fully on GPU", "partial (10 of 32 layers on GPU)", ...
+    plan: Plan
+    recommended: bool = False
+
+
+def _endpoint(endpoint: str | None) -> str | None:
+    return endpoint or os.environ.get("HF_ENDPOINT")
+
+
+def _api(endpoint: str | None, token: str | None):
+    from huggingface_hub import HfApi
+
+    return HfApi(endpoint=_endpoint(endpoint), token=token)
+
+
+def _plain(call: Callable, what: str):
+    """Run a huggingface_hub call; its failures become errors in plain words."""
+    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError,
+                                        RepositoryNotFoundError)
+
+    try:
+        return call()
+    except GatedRepoError:
+        raise HubError(f"{what} is gated: accept its terms on the Hub, then give Homerack an "
+                       "access token (HF_TOKEN, or `hf auth login`)") from None
+    except RepositoryNotFoundError:
+        raise HubError(f"{what} was not found on the Hub (or it is private)") from None
+    except HfHubHTTPError as exc:
+        raise HubError(f"the Hub answered an error for {what}: {exc}") from None
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            raise HubError(f"the disk is full (or over quota) while downloading {what}: "
+                           "free some space and resume; the part already downloaded is kept"
+                           ) from None
+        raise _unreachable(exc) from None
+    except Exception as exc:
+        if type(exc).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore"):
+            raise _unreachable(exc) from None  # connection refused, dropped, timed out
+        raise
+
+
+def _unreachable(exc: Exception) -> HubError:
+    return HubError(f"cannot reach the Hub ({exc.__class__.__name__}: {exc}); check the "
+                    "network and try again: a download resumes where it stopped")
+
+
+def search(text: str, sort: str = "downloads", limit: int = 20, endpoint: str | None = None,
+           token: str | None = None) -> list[RepoSummary]:
+    """GGUF repositories matching `text`, by downloads or by recency ("last_modified")."""
+    api = _api(endpoint, token)
+    found = _plain(lambda: list(api.list_models(search=text, filter="gguf", sort=sort,
+                                                limit=limit)), f"the search {text!r}")
+    return [RepoSummary(m.id, m.downloads or 0, m.likes or 0,
+                        str(m.last_modified or ""), bool(m.gated),
+                        next((t.split(":", 1)[1] for t in (m.tags or ())
+                              if t.startswith("license:")), "")) for m in found]
+
+
+def quant_of(filename: str) -> str:
+    match = _QUANT.search(Path(filename).name)
+    return match.group(1).upper() if match else Path(filename).stem
+
+
+def repo_quants(repo: str, endpoint: str | None = None, token: str | None = None
+                ) -> list[QuantFiles]:
+    """The repository's GGUF files grouped by quant, smallest first."""
+    api = _api(endpoint, token)
+    info = _plain(lambda: api.model_info(repo, files_metadata=True), repo)
+    groups: dict[str, list] = {}
+    for sibling in info.siblings or ():
+        name = sibling.rfilename
+        if not name.endswith(".gguf") or "mmproj" in name.lower():
+            continue
+        split = _SPLIT.search(name)
+        key = _SPLIT.sub(".gguf", name) if split else name
+        groups.setdefault(key, []).append(sibling)
+    quants = []
+    for key, files in groups.items():
+        files.sort(key=lambda s: s.rfilename)
+        quants.append(QuantFiles(quant_of(key), tuple(s.rfilename for s in files),
+                                 sum(s.size or 0 for s in files),
+                                 tuple(s.lfs.sha256 if s.lfs else "" for s in files)))
+    return sorted(quants, key=lambda q: q.size)
+
+
+def model_card(repo: str, endpoint: str | None = None, token: str | None = None) -> str:
+    from huggingface_hub import hf_hub_download
+
+    path = _plain(lambda: hf_hub_download(repo, "README.md", endpoint=_endpoint(endpoint),
+                                          token=token), f"{repo}'s model card")
+    return Path(path).read_text(errors="replace")
+
+
+def header_shape(repo: str, quant: QuantFiles, endpoint: str | None = None,
+                 token: str | None = None) -> ModelShape:
+    """The model's shape from the first megabytes of one file (its GGUF header), read
+    into a sparse file of the full size: the planner needs no weights to plan."""
+    import httpx
+    from huggingface_hub import hf_hub_url
+
+    url = hf_hub_url(repo, quant.files[0], endpoint=_endpoint(endpoint))
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    size = quant.size if len(quant.files) == 1 else None
+    wanted = 8 << 20
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "header.gguf"
+        while True:
+            def fetch():
+                response = httpx.get(url, headers={**headers, "Range": f"bytes=0-{wanted - 1}"},
+                                     follow_redirects=True, timeout=60)
+                response.raise_for_status()
+                return response.content
+            data = _plain(fetch, f"{repo}/{quant.files[0]}")
+            with path.open("wb") as handle:
+                handle.write(data)
+                handle.truncate(max(size or 0, len(data)))
+            shape = read_shape(path)
+            if shape is not None or len(data) < wanted:
+                break
+            wanted *= 4
+    if shape is None:
+        raise HubError(f"cannot read the GGUF header of {quant.files[0]}")
+    return shape
+
+
+def judge(hardware: Hardware, base: ModelShape, quants: list[QuantFiles],
+          prefs: Preferences = Preferences()) -> list[Verdict]:
+    """The planner's verdict for every quant on this machine, the recommended one marked
+    (the best quality that runs with the most layers on the GPU and full context)."""
+    best = choose_quant(hardware, base, [(q.quant, q.size) for q in quants], prefs)
+    verdicts = []
+    for q in quants:
+        p = plan(hardware, base.scaled(q.quant, q.size), prefs)
+        gpu_layers = max(p.n_gpu_layers - 1, 0)
+        if not p.fits:
+            fit, words = "no", "will not fit"
+        elif not hardware.gpus or p.n_gpu_layers == 0:
+            fit, words = "cpu", "CPU only"
+        elif gpu_layers == base.n_layers:
+            fit, words = "gpu", "fully on GPU"
+        else:
+            fit, words = "partial", f"partial ({gpu_layers} of {base.n_layers} layers on GPU)"
+        if p.fits:
+            words += f", {p.n_ctx:,} tokens of context"
+        verdicts.append(Verdict(q, fit, words, p, best is not None and best[0] == q.quant))
+    return verdicts
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def download(repo: str, quant: QuantFiles, models: Path, endpoint: str | None = None,
+             token: str | None = None, progress=None) -> list[Path]:
+    """Download a quant's files into `models`: each continues from the partial data an
+    earlier attempt left (huggingface_hub's own transfer, which also retries a dropped
+    connection from where it stopped), is verified against its sha256, then moved into
+    place. `progress` is a tqdm-compatible class for huggingface_hub's reports."""
+    staging = models / ".downloads" / repo.replace("/", "--")
+    staging.mkdir(parents=True, exist_ok=True)
+    have = sum(p.stat().st_size for p in staging.iterdir() if p.is_file())
+    free = shutil.disk_usage(staging).free
+    if quant.size - have > free:
+        raise HubError(f"not enough disk space for {quant.quant}: it needs "
+                       f"{(quant.size - have) / 2**30:.1f} GiB more, "
+                       f"{free / 2**30:.1f} GiB are free in {models}")
+    done = []
+    for name, sha in zip(quant.files, quant.sha256):
+        partial = staging / (Path(name).name + ".part")
+        _plain(lambda: _fetch(repo, name, partial, endpoint, token, progress), f"{repo}/{name}")
+        if sha and _sha256(partial) != sha:
+            partial.unlink()
+            raise HubError(f"{name} does not match the Hub's checksum (corrupted in "
+                           "transit?): the file was deleted; download it again")
+        target = models / Path(name).name
+        os.replace(partial, target)  # same filesystem: the model appears whole or not at all
+        done.append(target)
+    shutil.rmtree(staging, ignore_errors=True)
+    return done
+
+
+def _fetch(repo: str, name: str, partial: Path, endpoint: str | None, token: str | None,
+           progress) -> None:
+    """Bring `partial` up to the whole file, continuing after what it holds."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers
+
+    meta = get_hf_file_metadata(hf_hub_url(repo, name, endpoint=_endpoint(endpoint)),
+                                token=token)
+    have = partial.stat().st_size if partial.exists() else 0
+    if meta.size is not None and have > meta.size:
+        have = 0  # not a prefix of this file: start again
+    if meta.size is not None and have == meta.size:
+        return
+    with partial.open("r+b" if have else "wb") as handle:
+        handle.truncate(have)
+        handle.seek(have)
+        http_get(meta.location, handle, resume_size=have, headers=build_hf_headers(token=token),
+                 expected_size=meta.size, tqdm_class=progress)

@@ -1,0 +1,165 @@
+"""A local Hugging Face Hub-compatible HTTP server for the download tests (no internet
+here): the API JSON huggingface_hub reads (model search, model info with LFS blobs) and
+`resolve` downloads with HEAD, Range requests and the Hub's error headers. It can drop a
+connection mid-file, stay broken, corrupt bytes, and counts the bytes it sent."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlparse
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@dataclass
+class Repo:
+    files: dict[str, Path]
+    gated: bool = False
+    downloads: int = 0
+    license: str = "apache-2.0"
+    card: str = "# A model\n"
+    sha: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name, path in self.files.items():
+            self.sha[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class HubServer:
+    def __init__(self, repos: dict[str, Repo]):
+        self.repos = repos
+        self.sent = 0                  # body bytes of file downloads
+        self.drop_after: int | None = None  # the next download stops after this many bytes
+        self.broken = False            # every download breaks at once
+        self.break_after_drop = False  # and stays broken once a download was dropped
+        self.corrupt = False           # flip a byte of every download
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *_args):
+                pass
+
+            def do_GET(self):
+                hub.handle(self, body=True)
+
+            def do_HEAD(self):
+                hub.handle(self, body=False)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    # -- routes --------------------------------------------------------------------
+
+    def handle(self, request: BaseHTTPRequestHandler, body: bool) -> None:
+        url = urlparse(request.path)
+        path = unquote(url.path)
+        if path == "/api/models":
+            return self.search(request, parse_qs(url.query))
+        if path.startswith("/api/models/"):
+            repo_id = path[len("/api/models/"):].split("/revision/")[0]
+            return self.info(request, repo_id)
+        if "/resolve/" in path:
+            repo_id, rest = path.lstrip("/").split("/resolve/", 1)
+            return self.resolve(request, repo_id, rest.split("/", 1)[1], body)
+        self.error(request, 404, "EntryNotFound")
+
+    def search(self, request, query) -> None:
+        text = query.get("search", [""])[0].lower()
+        found = [self.summary(name, repo) for name, repo in self.repos.items()
+                 if text in name.lower()]
+        found.sort(key=lambda m: -m["downloads"])
+        self.json(request, found)
+
+    def summary(self, name: str, repo: Repo) -> dict:
+        return {"id": name, "modelId": name, "downloads": repo.downloads, "likes": 1,
+                "lastModified": "2026-11-01T00:00:00.000Z", "gated": repo.gated,
+                "private": False, "tags": ["gguf", f"license:{repo.license}"]}
+
+    def info(self, request, repo_id: str) -> None:
+        repo = self.repos.get(repo_id)
+        if repo is None:
+            return self.error(request, 401, "RepoNotFound")
+        siblings = [{"rfilename": "README.md", "size": len(repo.card)}]
+        for name, path in repo.files.items():
+            size = path.stat().st_size
+            siblings.append({"rfilename": name, "size": size,
+                             "blobId": repo.sha[name][:40],
+                             "lfs": {"sha256": repo.sha[name], "size": size,
+                                     "pointerSize": 134}})
+        self.json(request, {**self.summary(repo_id, repo), "sha": COMMIT,
+                            "siblings": siblings})
+
+    def resolve(self, request, repo_id: str, name: str, body: bool) -> None:
+        repo = self.repos.get(repo_id)
+        if repo is None:
+            return self.error(request, 401, "RepoNotFound")
+        if repo.gated and not request.headers.get("authorization"):
+            return self.error(request, 401, "GatedRepo")
+        if name == "README.md":
+            data = repo.card.encode()
+            return self.send(request, 200, data, {"ETag": '"card"'}, body)
+        path = repo.files.get(name)
+        if path is None:
+            return self.error(request, 404, "EntryNotFound")
+        data = path.read_bytes()
+        start, status, headers = 0, 200, {"ETag": f'"{repo.sha[name]}"',
+                                          "X-Linked-Etag": f'"{repo.sha[name]}"',
+                                          "X-Linked-Size": str(len(data))}
+        ranged = request.headers.get("range")
+        if ranged:
+            first, _, last = ranged.removeprefix("bytes=").partition("-")
+            start, end = int(first), int(last) if last else len(data) - 1
+            end = min(end, len(data) - 1)
+            headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
+            data, status = data[start:end + 1], 206
+        if self.corrupt and body:
+            data = bytes([data[0] ^ 0xFF]) + data[1:]
+        self.send(request, status, data, headers, body, stream=True)
+
+    # -- answers -------------------------------------------------------------------
+
+    def json(self, request, value) -> None:
+        self.send(request, 200, json.dumps(value).encode(),
+                  {"Content-Type": "application/json"}, True)
+
+    def error(self, request, status: int, code: str) -> None:
+        self.send(request, status, json.dumps({"error": code}).encode(),
+                  {"X-Error-Code": code, "Content-Type": "application/json"}, True)
+
+    def send(self, request, status: int, data: bytes, headers: dict, body: bool,
+             stream: bool = False) -> None:
+        request.send_response(status)
+        for key, value in {**headers, "X-Repo-Commit": COMMIT, "Accept-Ranges": "bytes",
+                           "Content-Length": str(len(data))}.items():
+            request.send_header(key, value)
+        request.end_headers()
+        if not body:
+            return
+        if not stream:
+            request.wfile.write(data)
+            return
+        limit = 0 if self.broken else self.drop_after
+        self.drop_after = None
+        self.broken = self.broken or (limit is not None and self.break_after_drop)
+        if limit is not None:  # send part of the body, then cut the connection
+            data = data[:limit]
+        for offset in range(0, len(data), 64 << 10):
+            chunk = data[offset:offset + (64 << 10)]
+            request.wfile.write(chunk)
+            self.sent += len(chunk)
+        if limit is not None:
+            request.wfile.flush()
+            request.close_connection = True
+            request.connection.shutdown(2)

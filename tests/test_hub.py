@@ -1,0 +1,148 @@
+"""Hub downloads through the real huggingface_hub client against a local Hub-compatible
+server (tests/hub_server.py): search, quant listing, verdicts, download, resume after a
+dropped connection, checksum failure, missing and gated repos, a full disk."""
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, STARTER
+from engine.errors import HomerackError
+from engine.hardware import simulated
+from engine.hub import download, header_shape, judge, quant_of, repo_quants, search
+from hub_server import HubServer, Repo
+
+SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
+GEMMA_REPO = "unsloth/gemma-3-270m-it-GGUF"
+
+
+@pytest.fixture
+def hub(starters_dir, tmp_path, monkeypatch):
+    # a second "quant" split in two parts, to see split files grouped as one
+    parts = {}
+    for i in (1, 2):
+        part = tmp_path / f"part{i}"
+        part.write_bytes(os.urandom(1 << 20))
+        parts[f"SmolLM2-135M-Instruct-Q8_0-0000{i}-of-00002.gguf"] = part
+    server = HubServer({
+        SMOL: Repo({"SmolLM2-135M-Instruct-Q4_1.gguf": starters_dir / f"{STARTER}.gguf",
+                    **parts}, downloads=500),
+        GEMMA_REPO: Repo({"gemma-3-270m-it-Q4_K_M.gguf":
+                          starters_dir / "gemma-3-270m-q4_k_m.gguf"}, downloads=900),
+        "meta-llama/Gated-GGUF": Repo({"gated-Q4_K_M.gguf": starters_dir / f"{STARTER}.gguf"},
+                                      gated=True),
+    })
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    yield server
+    server.close()
+
+
+def test_quant_names_are_read_from_file_names():
+    assert quant_of("Llama-3.2-1B-Instruct-Q4_K_M.gguf") == "Q4_K_M"
+    assert quant_of("model.IQ3_XXS.gguf") == "IQ3_XXS"
+    assert quant_of("gemma-3-270m-it-UD-Q8_K_XL.gguf") == "UD-Q8_K_XL"
+    assert quant_of("qwen2-7b-f16.gguf") == "F16"
+
+
+def test_search_lists_and_judges_quants(hub):
+    found = search("gguf")
+    assert [r.id for r in found] == [GEMMA_REPO, SMOL, "meta-llama/Gated-GGUF"]  # by downloads
+    assert found[1].license == "apache-2.0" and found[2].gated
+    quants = repo_quants(SMOL)
+    assert [(q.quant, len(q.files)) for q in quants] == [("Q8_0", 2), ("Q4_1", 1)]
+    shape = header_shape(SMOL, quants[1])  # from the first megabytes only
+    assert shape.n_layers == 30 and hub.sent < 10 << 20
+    verdicts = judge(simulated((), 8), shape, quants)
+    assert [v.fit for v in verdicts] == ["cpu", "cpu"]
+    assert "CPU only" in verdicts[0].words and sum(v.recommended for v in verdicts) == 1
+    on_gpu = judge(simulated((8,), 16), shape, quants)
+    assert on_gpu[0].fit == "gpu" and on_gpu[0].words.startswith("fully on GPU")
+    assert [v.fit for v in judge(simulated((), 0.08), shape, quants)] == ["cpu", "no"]
+
+
+def test_download_resumes_after_a_dropped_connection_and_verifies(hub, tmp_path, home):
+    from engine.gguf_file import GGUFInspector
+    from engine.models import ModelStore
+
+    models = tmp_path / "models"
+    models.mkdir()
+    quant = repo_quants(SMOL)[1]
+    hub.drop_after, hub.break_after_drop = 40 << 20, True
+    with pytest.raises(HomerackError, match="resumes where it stopped"):
+        download(SMOL, quant, models)
+    store = ModelStore(models, GGUFInspector())
+    assert store.list() == []  # nothing half-written is a model
+    hub.broken, before = False, hub.sent
+    files = download(SMOL, quant, models)
+    resumed = hub.sent - before
+    assert resumed < quant.size * 0.7, f"sent {resumed} of {quant.size} again"
+    assert [m.path.name for m in store.list()] == ["SmolLM2-135M-Instruct-Q4_1.gguf"]
+    assert files[0].read_bytes() == (home / "data" / "models" / f"{STARTER}.gguf").read_bytes()
+    assert not (models / ".downloads" / SMOL.replace("/", "--")).exists()
+
+
+def test_corrupted_bytes_fail_the_checksum_and_nothing_is_listed(hub, tmp_path):
+    from engine.gguf_file import GGUFInspector
+    from engine.models import ModelStore
+
+    hub.corrupt = True
+    models = tmp_path / "models"
+    models.mkdir()
+    with pytest.raises(HomerackError, match="checksum"):
+        download(SMOL, repo_quants(SMOL)[1], models)
+    assert ModelStore(models, GGUFInspector()).list() == []
+    assert not list(models.rglob("*.gguf"))
+
+
+def test_missing_and_gated_repos_say_so(hub, tmp_path):
+    with pytest.raises(HomerackError, match="not found on the Hub"):
+        repo_quants("nobody/nothing-GGUF")
+    quant = repo_quants("meta-llama/Gated-GGUF")[0]
+    with pytest.raises(HomerackError, match="gated.*HF_TOKEN"):
+        download("meta-llama/Gated-GGUF", quant, tmp_path)
+
+
+def test_no_network_says_so(monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    with pytest.raises(HomerackError, match="cannot reach the Hub"):
+        repo_quants(SMOL)
+
+
+def test_a_full_disk_is_a_plain_error(hub, tmp_path):
+    """A file-size quota (RLIMIT_FSIZE) in a child process: writes past 10 MiB fail."""
+    code = (f"import sys; sys.path[:0] = [{str(ROOT)!r}]\n"
+            "from pathlib import Path\n"
+            "from engine.hub import download, repo_quants\n"
+            "from engine.errors import HomerackError\n"
+            "try:\n"
+            f"    download({SMOL!r}, repo_quants({SMOL!r})[1], Path({str(tmp_path)!r}))\n"
+            "except HomerackError as exc:\n"
+            "    print(exc.message)\n")
+
+    def quota():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (10 << 20, 10 << 20))
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, preexec_fn=quota, env=dict(os.environ))
+    assert "the disk is full" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert not list(tmp_path.glob("*.gguf"))
+
+
+def test_pull_cli_shows_verdicts_and_adds_the_model(hub, tmp_path):
+    env = dict(os.environ, HOMERACK_HOME=str(tmp_path / "home"))
+    (tmp_path / "home" / "data" / "models").mkdir(parents=True)
+    done = subprocess.run([sys.executable, "-m", "app", "pull", GEMMA_REPO], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "* Q4_K_M" in done.stdout and "ready: " in done.stdout
+    listed = subprocess.run([sys.executable, "-m", "app", "models"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert "gemma-3-270m-it-q4_k_m" in listed.stdout.lower()
