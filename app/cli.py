@@ -29,6 +29,8 @@ def _store(quiet: bool = False):
 def cmd_serve(args) -> int:
     from engine.generation import Engine, EngineSettings
     from engine.llama_runtime import LoadSettings
+    from engine.downloads import Downloads
+    from engine.hub_api import hub_routes
     from engine.server import ServeConfig, serve
 
     from .engine_proc import EngineAddress, remove_engine_file, write_engine_file
@@ -45,6 +47,8 @@ def cmd_serve(args) -> int:
         cache_folder=paths().cache / "kv" if args.cache_disk_mib else None)
     engine = Engine(store, settings)
     engine_file = paths().engine_file
+    downloads = Downloads(store.folder, paths().data / "downloads.json",
+                          token=os.environ.get("HF_TOKEN"))
 
     def ready(url: str) -> None:
         write_engine_file(engine_file, EngineAddress(url, token, os.getpid()))
@@ -55,7 +59,8 @@ def cmd_serve(args) -> int:
     # uvicorn re-raises the signal it stopped on; exit through `finally` to clean up.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        serve(engine, ServeConfig(args.host, args.port, token), ready)
+        serve(engine, ServeConfig(args.host, args.port, token), ready,
+              routers=(hub_routes(store, downloads),))
     finally:
         remove_engine_file(engine_file, os.getpid())
     return 0

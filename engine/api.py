@@ -105,7 +105,7 @@ class _Kind:
         return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
 
 
-def create_app(engine: Engine, token: str, on_startup=None) -> FastAPI:
+def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = ()) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app):
         if on_startup is not None:
@@ -130,6 +130,9 @@ def create_app(engine: Engine, token: str, on_startup=None) -> FastAPI:
     async def _bad_request(_: Request, exc: RequestValidationError):
         message, param = _validation_message(exc)
         return JSONResponse(error_body(message, "invalid_request_error", param), 400)
+
+    for router in routers:
+        app.include_router(router, dependencies=[Depends(require_token)])
 
     @app.get("/health")
     async def health():

@@ -158,13 +158,15 @@ class ModelShape:
                        output_bytes=int(self.output_bytes * ratio), layer_spans=())
 
 
-def read_shape(path: Path) -> ModelShape | None:
-    """The shape from a file's header alone (its tensor data is not read): None when the
-    header is incomplete or the architecture unknown."""
+def read_header(path: Path) -> tuple[ModelShape, str] | None:
+    """The shape and vocabulary hash from a file's header alone (its tensor data is not
+    read): None when the header is incomplete or the architecture unknown."""
     from gguf import GGUFReader
 
     try:
-        return _shape_or_none(GGUFReader(path, "r"), path.stem)
+        reader = GGUFReader(path, "r")
+        shape = _shape_or_none(reader, path.stem)
+        return (shape, _vocab_hash(reader)) if shape else None
     except (ValueError, KeyError, IndexError, OSError):
         return None
 

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .draft import MAX_DRAFT_SIZE_RATIO
 from .errors import HomerackError
-from .gguf_file import ModelShape, read_shape
+from .gguf_file import ModelShape, read_header
 from .hardware import Hardware
 from .planner import Plan, Preferences, choose_quant, plan
 
@@ -44,6 +45,7 @@ class RepoSummary:
     last_modified: str
     gated: bool
     license: str
+    size_range: tuple[int, int] = (0, 0)  # smallest and largest quant, in bytes
 
 
 @dataclass(frozen=True)
@@ -105,15 +107,30 @@ def _unreachable(exc: Exception) -> HubError:
 
 
 def search(text: str, sort: str = "downloads", limit: int = 20, endpoint: str | None = None,
-           token: str | None = None) -> list[RepoSummary]:
-    """GGUF repositories matching `text`, by downloads or by recency ("last_modified")."""
+           token: str | None = None, sizes: bool = True) -> list[RepoSummary]:
+    """GGUF repositories matching `text`, by downloads or by recency ("last_modified");
+    with `sizes`, each repository's quant size range (its file list, fetched in parallel)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     api = _api(endpoint, token)
     found = _plain(lambda: list(api.list_models(search=text, filter="gguf", sort=sort,
                                                 limit=limit)), f"the search {text!r}")
+
+    def size_range(repo: str) -> tuple[int, int]:
+        try:
+            quants = repo_quants(repo, endpoint, token)
+        except HubError:
+            return (0, 0)
+        return (quants[0].size, quants[-1].size) if quants else (0, 0)
+
+    with ThreadPoolExecutor(8) as pool:
+        ranges = list(pool.map(size_range, [m.id for m in found])) if sizes else \
+            [(0, 0)] * len(found)
     return [RepoSummary(m.id, m.downloads or 0, m.likes or 0,
                         str(m.last_modified or ""), bool(m.gated),
                         next((t.split(":", 1)[1] for t in (m.tags or ())
-                              if t.startswith("license:")), "")) for m in found]
+                              if t.startswith("license:")), ""), sizes_)
+            for m, sizes_ in zip(found, ranges)]
 
 
 def quant_of(filename: str) -> str:
@@ -153,8 +170,13 @@ def model_card(repo: str, endpoint: str | None = None, token: str | None = None)
 
 def header_shape(repo: str, quant: QuantFiles, endpoint: str | None = None,
                  token: str | None = None) -> ModelShape:
-    """The model's shape from the first megabytes of one file (its GGUF header), read
-    into a sparse file of the full size: the planner needs no weights to plan."""
+    return header(repo, quant, endpoint, token)[0]
+
+
+def header(repo: str, quant: QuantFiles, endpoint: str | None = None,
+           token: str | None = None) -> tuple[ModelShape, str]:
+    """The model's shape and vocabulary hash from the first megabytes of one file (its
+    GGUF header), read into a sparse file of the full size: no weights are needed."""
     import httpx
     from huggingface_hub import hf_hub_url
 
@@ -174,13 +196,46 @@ def header_shape(repo: str, quant: QuantFiles, endpoint: str | None = None,
             with path.open("wb") as handle:
                 handle.write(data)
                 handle.truncate(max(size or 0, len(data)))
-            shape = read_shape(path)
-            if shape is not None or len(data) < wanted:
+            found = read_header(path)
+            if found is not None or len(data) < wanted:
                 break
             wanted *= 4
-    if shape is None:
+    if found is None:
         raise HubError(f"cannot read the GGUF header of {quant.files[0]}")
-    return shape
+    return found
+
+
+_SIZE_LABEL = re.compile(r"(?i)[-_.](\d+(?:\.\d+)?[MB])(?:[-_.]|$)")
+
+
+def family(repo: str) -> str:
+    """The model family in a repository name: "SmolLM2" of "x/SmolLM2-135M-Instruct-GGUF"."""
+    name = repo.split("/")[-1]
+    match = _SIZE_LABEL.search(name)
+    return name[:match.start()] if match else name.removesuffix("-GGUF")
+
+
+def suggest_drafts(repo: str, quants: list[QuantFiles], endpoint: str | None = None,
+                   token: str | None = None, limit: int = 4) -> list[tuple[str, QuantFiles]]:
+    """Hub models that can draft for `repo` (speculative decoding): the same family,
+    a smallest quant under MAX_DRAFT_SIZE_RATIO of `repo`'s smallest, and exactly the same vocabulary
+    (compared from the GGUF headers). Smallest first."""
+    single = [q for q in quants if len(q.files) == 1]
+    if not single:
+        return []
+    _, vocab = header(repo, single[0], endpoint, token)
+    found = []
+    for other in search(family(repo), limit=20, endpoint=endpoint, token=token, sizes=False):
+        if other.id == repo or len(found) >= limit or other.gated:
+            continue
+        try:
+            theirs = [q for q in repo_quants(other.id, endpoint, token) if len(q.files) == 1]
+            if theirs and theirs[0].size <= MAX_DRAFT_SIZE_RATIO * single[0].size \
+                    and header(other.id, theirs[0], endpoint, token)[1] == vocab:
+                found.append((other.id, theirs[0]))
+        except HubError:
+            continue
+    return sorted(found, key=lambda pair: pair[1].size)
 
 
 def judge(hardware: Hardware, base: ModelShape, quants: list[QuantFiles],

@@ -28,12 +28,14 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(engine: Engine, config: ServeConfig, on_ready: Callable[[str], None]) -> None:
-    """Blocks until the server stops (Ctrl+C or SIGTERM)."""
+def serve(engine: Engine, config: ServeConfig, on_ready: Callable[[str], None],
+          routers: tuple = ()) -> None:
+    """Blocks until the server stops (Ctrl+C or SIGTERM). `routers`: more routes, under
+    the same token."""
     sock = bind(config.host, config.port)
     host, port = sock.getsockname()[:2]
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
-    app = create_app(engine, config.token, on_startup=lambda: on_ready(url))
+    app = create_app(engine, config.token, on_startup=lambda: on_ready(url), routers=routers)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
                                            timeout_graceful_shutdown=2))
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -38,6 +39,7 @@ class HubServer:
         self.broken = False            # every download breaks at once
         self.break_after_drop = False  # and stays broken once a download was dropped
         self.corrupt = False           # flip a byte of every download
+        self.chunk_delay = 0.0         # seconds per 64 KiB sent: a slow link
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -157,8 +159,13 @@ class HubServer:
             data = data[:limit]
         for offset in range(0, len(data), 64 << 10):
             chunk = data[offset:offset + (64 << 10)]
-            request.wfile.write(chunk)
+            try:
+                request.wfile.write(chunk)
+            except OSError:  # the client went away (a paused or killed download)
+                return
             self.sent += len(chunk)
+            if self.chunk_delay:
+                time.sleep(self.chunk_delay)
         if limit is not None:
             request.wfile.flush()
             request.close_connection = True

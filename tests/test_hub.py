@@ -146,3 +146,137 @@ def test_pull_cli_shows_verdicts_and_adds_the_model(hub, tmp_path):
     listed = subprocess.run([sys.executable, "-m", "app", "models"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=120)
     assert "gemma-3-270m-it-q4_k_m" in listed.stdout.lower()
+
+
+# -- the engine's Hub routes and background downloads, over a real engine process ----
+
+SMOL_360 = "HuggingFaceTB/SmolLM2-360M-Instruct-GGUF"
+
+
+@pytest.fixture(scope="module")
+def smol_f16(starters_dir, tmp_path_factory):
+    """A bigger model of the SmolLM2 vocabulary (the starter requantized to F16)."""
+    from engine.draft import requantize
+
+    return requantize(starters_dir / f"{STARTER}.gguf",
+                      tmp_path_factory.mktemp("f16") / "smol-f16.gguf", 1)
+
+
+@pytest.fixture
+def engine_hub(hub, smol_f16, tmp_path, starters_dir):
+    import httpx
+
+    from app.engine_proc import EngineProcess
+
+    hub.repos[SMOL_360] = Repo({"SmolLM2-360M-Instruct-F16.gguf": smol_f16}, downloads=50)
+    hub.repos["someone/SmolLM2-tiny-GGUF"] = Repo(  # same family name, other vocabulary
+        {"tiny-Q4_K_M.gguf": hub.repos[GEMMA_REPO].files["gemma-3-270m-it-Q4_K_M.gguf"]})
+    root = tmp_path / "engine-home"
+    (root / "data" / "models").mkdir(parents=True)
+    for starter in starters_dir.glob("*.gguf"):  # linked, not copied
+        (root / "data" / "models" / starter.name).symlink_to(starter)
+    env = dict(os.environ, HOMERACK_HOME=str(root))
+
+    def start():
+        process = EngineProcess(["--no-prompt-cache"], env=env)
+        address = process.wait_ready()
+        http = httpx.Client(base_url=address.url, timeout=120,
+                            headers={"Authorization": f"Bearer {address.token}"})
+        return process, http
+
+    started = []
+
+    def make():
+        started.append(start())
+        return started[-1]
+
+    yield make, root
+    for process, http in started:
+        http.close()
+        process.stop()
+
+
+def wait_for(http, download_id, statuses, timeout=120):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = next(d for d in http.get("/v1/downloads").json()["data"] if d["id"] == download_id)
+        if state["status"] in statuses:
+            return state
+        time.sleep(0.1)
+    raise AssertionError(f"download {download_id} stayed {state['status']}")
+
+
+def test_engine_hub_routes_search_verdicts_card_and_drafts(engine_hub):
+    make, _root = engine_hub
+    _process, http = make()
+    found = http.get("/v1/hub/search", params={"q": "smollm2"}).json()["data"]
+    assert [r["id"] for r in found][:2] == [SMOL, SMOL_360]
+    assert found[0]["size_min"] == 2 << 20 and found[0]["size_max"] > 90 << 20
+    quants = http.get(f"/v1/hub/repos/{SMOL}/quants").json()
+    assert [q["quant"] for q in quants["quants"]] == ["Q8_0", "Q4_1"]
+    assert sum(q["recommended"] for q in quants["quants"]) == 1
+    assert all(q["fit"] == "cpu" and "CPU only" in q["verdict"] for q in quants["quants"])
+    assert "# A model" in http.get(f"/v1/hub/repos/{SMOL}/card").json()["text"]
+    drafts = http.get(f"/v1/hub/repos/{SMOL_360}/drafts").json()["data"]
+    assert drafts == [{"repo": SMOL, "quant": "Q4_1", "size_bytes": repo_quants(SMOL)[1].size}]
+    missing = http.get("/v1/hub/repos/nobody/nothing/quants")
+    assert missing.status_code == 502 and "not found" in missing.json()["error"]["message"]
+    wrong = http.post("/v1/downloads", json={"repo": SMOL, "quant": "Q2_K"})
+    assert wrong.status_code == 400 and "Q4_1" in wrong.json()["error"]["message"]
+
+
+def test_background_download_pauses_resumes_and_becomes_a_model(engine_hub, hub):
+    make, _root = engine_hub
+    _process, http = make()
+    hub.chunk_delay = 0.003  # about 5 s for the file
+    started = http.post("/v1/downloads", json={"repo": SMOL, "quant": "Q4_1"}).json()
+    assert started["status"] in ("queued", "downloading")
+    import time
+
+    time.sleep(1.0)
+    paused = http.post(f"/v1/downloads/{started['id']}/pause").json()
+    assert paused["status"] == "paused" and 0 < paused["done_bytes"] < paused["size_bytes"]
+    assert "SmolLM2-135M-Instruct-Q4_1" not in [m["id"] for m in
+                                                http.get("/v1/models").json()["data"]]
+    hub.chunk_delay, before = 0.0, hub.sent
+    http.post(f"/v1/downloads/{started['id']}/resume")
+    done = wait_for(http, started["id"], ("done", "failed"))
+    assert done["status"] == "done", done
+    assert hub.sent - before < paused["size_bytes"] - paused["done_bytes"] + (1 << 20)
+    ids = [m["id"] for m in http.get("/v1/models").json()["data"]]
+    assert "SmolLM2-135M-Instruct-Q4_1" in ids
+
+
+def test_cancel_removes_the_partial_file(engine_hub, hub):
+    make, root = engine_hub
+    _process, http = make()
+    hub.chunk_delay = 0.003
+    started = http.post("/v1/downloads", json={"repo": SMOL, "quant": "Q4_1"}).json()
+    import time
+
+    time.sleep(0.8)
+    cancelled = http.post(f"/v1/downloads/{started['id']}/cancel").json()
+    assert cancelled["status"] == "cancelled"
+    assert not list((root / "data" / "models").rglob("SmolLM2-135M-Instruct-Q4_1*"))
+
+
+def test_a_download_survives_an_engine_crash(engine_hub, hub):
+    make, root = engine_hub
+    process, http = make()
+    hub.chunk_delay = 0.003
+    started = http.post("/v1/downloads", json={"repo": SMOL, "quant": "Q4_1"}).json()
+    wait_for(http, started["id"], ("downloading",))
+    import time
+
+    time.sleep(1.5)
+    process.process.kill()  # as the out-of-memory killer would
+    process.process.wait()
+    partial = sum(p.stat().st_size for p in (root / "data" / "models").rglob("*.part"))
+    assert partial > 0
+    hub.chunk_delay, before = 0.0, hub.sent
+    _process, http = make()  # a new engine carries on from the journal and the partial file
+    done = wait_for(http, started["id"], ("done", "failed"))
+    assert done["status"] == "done", done
+    assert hub.sent - before <= done["size_bytes"] - partial + (1 << 20)

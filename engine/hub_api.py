@@ -1,0 +1,103 @@
+"""The engine API's Hub routes: search, a repository's quants with the planner's verdict
+for this machine, its model card, draft suggestions, and downloads that run in the
+engine process (so they continue while the app's windows come and go)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Literal
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from .downloads import Downloads
+from .errors import InvalidRequest
+from .hardware import probe
+from .hub import (judge, model_card, header_shape, repo_quants, search, suggest_drafts)
+from .models import ModelStore
+from .planner import Preferences
+
+
+class DownloadRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    repo: str = Field(min_length=3)
+    quant: str
+
+
+class ImportRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str
+
+
+def _token() -> str | None:
+    return os.environ.get("HF_TOKEN")
+
+
+def _quants_with_verdicts(repo: str, ctx: int) -> dict:
+    quants = repo_quants(repo, token=_token())
+    if not quants:
+        raise InvalidRequest(f"{repo} has no GGUF files", param="repo")
+    single = [q for q in quants if len(q.files) == 1] or quants
+    base = header_shape(repo, single[0], token=_token())
+    verdicts = judge(probe(), base, quants, Preferences(ctx=ctx))
+    return {"repo": repo, "n_layers": base.n_layers, "quants": [
+        {"quant": v.quant.quant, "files": list(v.quant.files), "size_bytes": v.quant.size,
+         "fit": v.fit, "verdict": v.words, "recommended": v.recommended,
+         "n_ctx": v.plan.n_ctx, "n_gpu_layers": v.plan.n_gpu_layers} for v in verdicts]}
+
+
+def hub_routes(store: ModelStore, downloads: Downloads) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/v1/hub/search")
+    async def hub_search(q: str = "", sort: Literal["downloads", "recent"] = "downloads",
+                         limit: int = Query(20, ge=1, le=100)):
+        order = "last_modified" if sort == "recent" else "downloads"
+        found = await asyncio.to_thread(search, q, order, limit, None, _token())
+        return {"data": [{"id": r.id, "downloads": r.downloads, "likes": r.likes,
+                          "last_modified": r.last_modified, "gated": r.gated,
+                          "license": r.license, "size_min": r.size_range[0],
+                          "size_max": r.size_range[1]} for r in found]}
+
+    @router.get("/v1/hub/repos/{repo:path}/quants")
+    async def hub_quants(repo: str, ctx: int = 4096):
+        return await asyncio.to_thread(_quants_with_verdicts, repo, ctx)
+
+    @router.get("/v1/hub/repos/{repo:path}/card")
+    async def hub_card(repo: str):
+        return {"repo": repo, "text": await asyncio.to_thread(model_card, repo, None, _token())}
+
+    @router.get("/v1/hub/repos/{repo:path}/drafts")
+    async def hub_drafts(repo: str):
+        def find():
+            return suggest_drafts(repo, repo_quants(repo, token=_token()), token=_token())
+        return {"data": [{"repo": other, "quant": q.quant, "size_bytes": q.size}
+                         for other, q in await asyncio.to_thread(find)]}
+
+    @router.get("/v1/downloads")
+    async def list_downloads():
+        return {"data": [d.as_dict() for d in downloads.list()]}
+
+    @router.post("/v1/downloads")
+    async def start_download(body: DownloadRequest):
+        quants = await asyncio.to_thread(repo_quants, body.repo, None, _token())
+        quant = next((q for q in quants if q.quant.upper() == body.quant.upper()), None)
+        if quant is None:
+            raise InvalidRequest(f"{body.repo} has no {body.quant} file; it has "
+                                 + ", ".join(q.quant for q in quants), param="quant")
+        return downloads.start(body.repo, quant).as_dict()
+
+    @router.post("/v1/downloads/{download_id}/{action}")
+    async def control_download(download_id: int, action: Literal["pause", "resume", "cancel"]):
+        act = {"pause": downloads.pause, "resume": downloads.resume,
+               "cancel": downloads.cancel}[action]
+        return (await asyncio.to_thread(act, download_id)).as_dict()
+
+    @router.post("/v1/models/import")
+    async def import_model(body: ImportRequest):
+        model = await asyncio.to_thread(store.add, Path(body.path))
+        return {"id": model.id, **model.as_dict()}
+
+    return router
