@@ -47,6 +47,36 @@ class EngineClient:
         body = {"model": model, "n_ctx": n_ctx, "gpu_layers": gpu_layers}
         return self._checked(self._http.post("/v1/models/load", json=body)).json()
 
+    # -- the Hub and downloads (run in the engine) ------------------------------------
+
+    def hub_search(self, text: str, sort: str = "downloads") -> list[dict]:
+        response = self._http.get("/v1/hub/search", params={"q": text, "sort": sort})
+        return self._checked(response).json()["data"]
+
+    def hub_quants(self, repo: str, n_ctx: int = 4096) -> dict:
+        response = self._http.get(f"/v1/hub/repos/{repo}/quants", params={"ctx": n_ctx})
+        return self._checked(response).json()
+
+    def hub_card(self, repo: str) -> str:
+        return self._checked(self._http.get(f"/v1/hub/repos/{repo}/card")).json()["text"]
+
+    def hub_drafts(self, repo: str) -> list[dict]:
+        return self._checked(self._http.get(f"/v1/hub/repos/{repo}/drafts")).json()["data"]
+
+    def downloads(self) -> list[dict]:
+        return self._checked(self._http.get("/v1/downloads", timeout=10)).json()["data"]
+
+    def start_download(self, repo: str, quant: str) -> dict:
+        body = {"repo": repo, "quant": quant}
+        return self._checked(self._http.post("/v1/downloads", json=body)).json()
+
+    def control_download(self, download_id: int, action: str) -> dict:
+        """action: "pause", "resume" or "cancel"."""
+        return self._checked(self._http.post(f"/v1/downloads/{download_id}/{action}")).json()
+
+    def import_model(self, path: str) -> dict:
+        return self._checked(self._http.post("/v1/models/import", json={"path": path})).json()
+
     def stream_chat(self, messages: list[dict], reply: Reply,
                     should_stop: Callable[[], bool] = lambda: False, **options) -> Iterator[str]:
         """Yield text pieces as they arrive; `reply` gets the finish reason and usage.

@@ -253,10 +253,14 @@ def choose_quant(hw: Hardware, base: ModelShape, candidates: list[tuple[str, int
                  prefs: Preferences = Preferences()) -> tuple[str, Plan] | None:
     """Among quant files (name, size) of one model, the largest (best quality) that runs
     with all layers on the GPU, else the one keeping the most GPU layers, at full context
-    when possible; None when none fits."""
+    when possible; None when none fits. Unquantized files (F32/F16/BF16) come last
+    unless wholly on a GPU: elsewhere they run at a fraction of Q8_0's speed for a
+    quality difference nobody measures."""
     ranked = []
     for name, size in candidates:
         p = plan(hw, base.scaled(name, size), prefs)
         if p.fits:
-            ranked.append(((p.n_gpu_layers, p.n_ctx, size), name, p))
+            full_gpu = p.n_gpu_layers == base.n_layers + 1
+            quantized = name.upper().removeprefix("UD-") not in ("F32", "F16", "BF16")
+            ranked.append(((p.n_gpu_layers, p.n_ctx, quantized or full_gpu, size), name, p))
     return max(ranked)[1:] if ranked else None

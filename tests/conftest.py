@@ -17,6 +17,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from tiny_gguf import write_tiny_model  # noqa: E402
 
 STARTER = "smollm2-135m-instruct-q4_1"
+SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
+GEMMA_REPO = "unsloth/gemma-3-270m-it-GGUF"
 GEMMA = "gemma-3-270m-q4_k_m"
 
 
@@ -78,3 +80,30 @@ def server(home):
     address = process.wait_ready()
     yield address, process, models
     process.stop()
+
+
+@pytest.fixture
+def hub(starters_dir, tmp_path, monkeypatch):
+    """A local Hub-compatible server (tests/hub_server.py) with HF_ENDPOINT pointing at it."""
+    from hub_server import HubServer, Repo
+
+    # a second "quant" split in two parts, to see split files grouped as one
+    parts = {}
+    for i in (1, 2):
+        part = tmp_path / f"part{i}"
+        part.write_bytes(os.urandom(1 << 20))
+        parts[f"SmolLM2-135M-Instruct-Q8_0-0000{i}-of-00002.gguf"] = part
+    server = HubServer({
+        SMOL: Repo({"SmolLM2-135M-Instruct-Q4_1.gguf": starters_dir / f"{STARTER}.gguf",
+                    **parts}, downloads=500),
+        GEMMA_REPO: Repo({"gemma-3-270m-it-Q4_K_M.gguf":
+                          starters_dir / "gemma-3-270m-q4_k_m.gguf"}, downloads=900),
+        "meta-llama/Gated-GGUF": Repo({"gated-Q4_K_M.gguf": starters_dir / f"{STARTER}.gguf"},
+                                      gated=True),
+    })
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    yield server
+    server.close()

@@ -288,3 +288,39 @@ def test_memory_plan_shows_bars_and_loads_with_the_users_context(qtbot, open_win
     qtbot.waitUntil(lambda: "planned" in window.metrics.text("device")
                     and window.client.health()["n_ctx"] == 1024, timeout=60_000)
     assert window.loaded_model == STARTER
+
+
+def test_model_wizard_searches_judges_downloads_and_selects(qtbot, open_window, hub):
+    from conftest import SMOL
+
+    window = open_window()
+    qtbot.mouseClick(window.get_models_button, Qt.LeftButton)
+    wizard = window.wizard
+    search = wizard.search_page
+    qtbot.keyClicks(search.query, "smollm2")
+    qtbot.keyClick(search.query, Qt.Key_Return)
+    qtbot.waitUntil(lambda: search.results.count() > 0, timeout=30_000)
+    assert SMOL in search.results.item(0).text() and "MB" in search.results.item(0).text()
+    qtbot.keyClick(search.results, Qt.Key_Return)  # the keyboard moves on
+    files = wizard.files_page
+    qtbot.waitUntil(lambda: files.table.rowCount() == 2 and files.isComplete(), timeout=30_000)
+    chosen = files.chosen()
+    assert chosen["recommended"] and files.table.item(
+        files.table.currentRow(), 0).text().startswith("★")
+    assert "CPU only" in files.table.item(1, 2).text()
+    qtbot.waitUntil(lambda: "# A model" in files.card.toMarkdown() or
+                    "A model" in files.card.toPlainText(), timeout=30_000)
+    files.table.selectRow(1)  # the real model file (Q4_1)
+    wizard.next()
+    page = wizard.download_page
+    qtbot.waitUntil(page.isComplete, timeout=120_000)
+    assert "100%" in page.text.text()
+    wizard.next()
+    assert wizard.currentPage() is wizard.ready_page
+    wizard.accept()
+    qtbot.waitUntil(lambda: window.model_box.currentData() == "SmolLM2-135M-Instruct-Q4_1",
+                    timeout=30_000)
+    assert window.plan_panel.isVisible()  # what loading it will take, before chatting
+    window.downloads_button.setChecked(True)
+    qtbot.waitUntil(lambda: "(100%)" in window.downloads_panel.findChildren(
+        type(page.text))[-1].text(), timeout=10_000)

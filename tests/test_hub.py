@@ -10,38 +10,11 @@ import sys
 
 import pytest
 
-from conftest import ROOT, STARTER
+from conftest import GEMMA_REPO, ROOT, SMOL, STARTER
 from engine.errors import HomerackError
 from engine.hardware import simulated
 from engine.hub import download, header_shape, judge, quant_of, repo_quants, search
-from hub_server import HubServer, Repo
-
-SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
-GEMMA_REPO = "unsloth/gemma-3-270m-it-GGUF"
-
-
-@pytest.fixture
-def hub(starters_dir, tmp_path, monkeypatch):
-    # a second "quant" split in two parts, to see split files grouped as one
-    parts = {}
-    for i in (1, 2):
-        part = tmp_path / f"part{i}"
-        part.write_bytes(os.urandom(1 << 20))
-        parts[f"SmolLM2-135M-Instruct-Q8_0-0000{i}-of-00002.gguf"] = part
-    server = HubServer({
-        SMOL: Repo({"SmolLM2-135M-Instruct-Q4_1.gguf": starters_dir / f"{STARTER}.gguf",
-                    **parts}, downloads=500),
-        GEMMA_REPO: Repo({"gemma-3-270m-it-Q4_K_M.gguf":
-                          starters_dir / "gemma-3-270m-q4_k_m.gguf"}, downloads=900),
-        "meta-llama/Gated-GGUF": Repo({"gated-Q4_K_M.gguf": starters_dir / f"{STARTER}.gguf"},
-                                      gated=True),
-    })
-    monkeypatch.setenv("HF_ENDPOINT", server.url)
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    yield server
-    server.close()
+from hub_server import Repo
 
 
 def test_quant_names_are_read_from_file_names():

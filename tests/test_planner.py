@@ -212,3 +212,9 @@ def test_two_gpus_share_user_chosen_layers_by_their_budgets():
     assert chosen.n_gpu_layers == 30
     # the larger GPU holds the output and the last layers, so it comes last for llama.cpp
     assert chosen.gpus == ("GPU1", "GPU0") and chosen.tensor_split == (0.3333, 0.6667)
+
+
+def test_unquantized_files_are_recommended_only_wholly_on_a_gpu():
+    candidates = [("F16", int(14.5 * GiB)), ("Q8_0", int(7.7 * GiB)), ("Q4_K_M", int(4.6 * GiB))]
+    assert choose_quant(simulated((), 64), LLAMA_7B, candidates)[0] == "Q8_0"
+    assert choose_quant(simulated((24,), 64), LLAMA_7B, candidates)[0] == "F16"

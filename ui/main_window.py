@@ -23,6 +23,8 @@ from .chat_view import ChatView
 from .composer import Composer
 from .markdown import Shown
 from .metrics import MetricsBar
+from .download_wizard import ModelWizard
+from .downloads_panel import DownloadsPanel, DownloadWatcher
 from .plan_panel import PlanPanel
 from .tasks import Task, start_task
 
@@ -128,9 +130,14 @@ class MainWindow(QMainWindow):
         self.model_box.activated.connect(self._on_model_chosen)
         self.settings_button = QPushButton("Settings", checkable=True)
         self.plan_button = QPushButton("Memory", checkable=True)
+        self.get_models_button = QPushButton("Get models…")
+        self.get_models_button.clicked.connect(self.open_wizard)
+        self.downloads_button = QPushButton("Downloads", checkable=True)
         top = QHBoxLayout()
         top.addWidget(QLabel("Model:"))
         top.addWidget(self.model_box, 1)
+        top.addWidget(self.get_models_button)
+        top.addWidget(self.downloads_button)
         top.addWidget(self.plan_button)
         top.addWidget(self.settings_button)
         self.settings_panel = self._build_settings()
@@ -141,6 +148,14 @@ class MainWindow(QMainWindow):
         self.plan_panel.load_requested.connect(self._load_model)
         self.plan_button.toggled.connect(self._toggle_plan)
         self.plan_panel.hide()
+        self.downloads_panel = DownloadsPanel()
+        self.downloads_panel.action_requested.connect(self._control_download)
+        self.downloads_button.toggled.connect(self._toggle_downloads)
+        self.downloads_panel.hide()
+        self.watcher = DownloadWatcher(lambda: self.client, self)
+        self.watcher.changed.connect(self.downloads_panel.show_downloads)
+        self.watcher.finished.connect(self._on_download_finished)
+        self.wizard: ModelWizard | None = None
 
         self.view = ChatView()
         self.view.copied.connect(lambda _t: self.statusBar().showMessage("Copied", 2000))
@@ -166,6 +181,7 @@ class MainWindow(QMainWindow):
         main.addLayout(top)
         main.addWidget(self.settings_panel)
         main.addWidget(self.plan_panel)
+        main.addWidget(self.downloads_panel)
         main.addWidget(self.view, 1)
         main.addWidget(self.composer)
         main.addLayout(buttons)
@@ -269,6 +285,7 @@ class MainWindow(QMainWindow):
                              "Every completed message was kept.")
             self.last_death = None
         self._fill_models(result["models"], result["health"])
+        self.watcher.start()  # downloads an earlier engine began carry on: show them
         self.watchdog.start()
         self._update_buttons()
 
@@ -376,6 +393,49 @@ class MainWindow(QMainWindow):
             self.plan_button.setChecked(True)
             self.plan_panel.show_model(model)
 
+    # -- getting models: the wizard and the downloads panel ---------------------------
+
+    def open_wizard(self) -> None:
+        if not self.client:
+            return
+        if self.wizard is None:  # one wizard; reopened as it was (a download may be on)
+            self.wizard = ModelWizard(self.client, self.watcher, self)
+            self.wizard.model_ready.connect(self._on_new_model)
+            self.wizard.finished.connect(lambda _r: setattr(self, "wizard", None))
+        self.wizard.show()
+        self.wizard.raise_()
+
+    def _toggle_downloads(self, shown: bool) -> None:
+        self.downloads_panel.setVisible(shown)
+        self.watcher.watching = shown
+        if shown:
+            self.watcher.start()
+
+    def _control_download(self, download_id: int, action: str) -> None:
+        if self.client:
+            start_task(lambda _t: self.client.control_download(download_id, action),
+                       on_done=lambda _s: self.watcher.start(), on_error=self.show_error)
+
+    def _on_download_finished(self, download: dict) -> None:
+        self.statusBar().showMessage(f"Downloaded {download['repo']} {download['quant']}", 5000)
+        self._refresh_models()
+
+    def _on_new_model(self, model_id: str) -> None:
+        self._refresh_models(select=model_id)
+
+    def _refresh_models(self, select: str | None = None) -> None:
+        client = self.client
+
+        def done(result: dict) -> None:
+            self._fill_models(result["models"], result["health"])
+            index = self.model_box.findData(select) if select else -1
+            if index >= 0:
+                self.model_box.setCurrentIndex(index)
+                self._on_model_chosen(index)
+
+        start_task(lambda _t: {"health": client.health(), "models": client.models()},
+                   on_done=done, on_error=self.show_error)
+
     # -- the memory plan ------------------------------------------------------------
 
     def _toggle_plan(self, shown: bool) -> None:
@@ -404,9 +464,7 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage("Loaded", 3000)
         if health.get("load_notes"):  # the first plan ran out of memory: say what changed
             self.show_notice("Loaded with a safer plan: " + "; ".join(health["load_notes"]))
-        start_task(lambda _t: {"health": self.client.health(), "models": self.client.models()},
-                   on_done=lambda r: self._fill_models(r["models"], r["health"]),
-                   on_error=self.show_error)
+        self._refresh_models()
 
     def _on_load_failed(self, error) -> None:
         self.progress.hide()
