@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,9 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+_LATER_PART = re.compile(r"-(?!00001)\d{5}-of-\d{5}\.gguf$")
+
+
 class ModelStore:
     def __init__(self, folder: Path, inspector: GGUFInspector):
         self.folder = folder
@@ -88,6 +92,8 @@ class ModelStore:
         starters = {s.id for s in STARTERS}
         found = []
         for path in sorted(self.folder.glob("*.gguf")):
+            if _LATER_PART.search(path.name):
+                continue  # a split model is loaded from its first part
             if path.is_file():  # skips dangling links
                 found.append(LocalModel(path.stem, path, path.stat().st_size,
                                         path.stem in starters))
