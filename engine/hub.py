@@ -177,20 +177,21 @@ def header(repo: str, quant: QuantFiles, endpoint: str | None = None,
            token: str | None = None) -> tuple[ModelShape, str]:
     """The model's shape and vocabulary hash from the first megabytes of one file (its
     GGUF header), read into a sparse file of the full size: no weights are needed."""
-    import httpx
     from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
     url = hf_hub_url(repo, quant.files[0], endpoint=_endpoint(endpoint))
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    headers = build_hf_headers(token=token)
     size = quant.size if len(quant.files) == 1 else None
     wanted = 8 << 20
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "header.gguf"
         while True:
             def fetch():
-                response = httpx.get(url, headers={**headers, "Range": f"bytes=0-{wanted - 1}"},
-                                     follow_redirects=True, timeout=60)
-                response.raise_for_status()
+                response = get_session().get(
+                    url, headers={**headers, "Range": f"bytes=0-{wanted - 1}"},
+                    follow_redirects=True, timeout=60)
+                hf_raise_for_status(response)
                 return response.content
             data = _plain(fetch, f"{repo}/{quant.files[0]}")
             with path.open("wb") as handle:

@@ -324,3 +324,17 @@ def test_model_wizard_searches_judges_downloads_and_selects(qtbot, open_window, 
     window.downloads_button.setChecked(True)
     qtbot.waitUntil(lambda: "(100%)" in window.downloads_panel.findChildren(
         type(page.text))[-1].text(), timeout=10_000)
+
+
+def test_model_wizard_explains_a_gated_repo(qtbot, open_window, hub):
+    window = open_window()
+    window.open_wizard()
+    wizard = window.wizard
+    qtbot.keyClicks(wizard.search_page.query, "gated")
+    qtbot.keyClick(wizard.search_page.query, Qt.Key_Return)
+    qtbot.waitUntil(lambda: wizard.search_page.results.count() == 1, timeout=30_000)
+    assert "gated (needs a token)" in wizard.search_page.results.item(0).text()
+    wizard.next()
+    status = wizard.files_page.status
+    qtbot.waitUntil(lambda: "gated" in status.text(), timeout=30_000)
+    assert "HF_TOKEN" in status.text() and not wizard.files_page.isComplete()

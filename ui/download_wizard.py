@@ -263,7 +263,11 @@ class ModelWizard(QWizard):
     def control(self, action: str) -> None:
         if self.download_id is not None:
             start_task(lambda _t: self.client.control_download(self.download_id, action),
-                       on_done=self.download_page.show_state, on_error=self._on_error)
+                       on_done=self._on_controlled, on_error=self._on_error)
+
+    def _on_controlled(self, state: dict) -> None:
+        self.download_page.show_state(state)
+        self.watcher.start()  # a resumed download is active again: follow it
 
     def _on_downloads(self, downloads: list[dict]) -> None:
         state = next((d for d in downloads if d["id"] == self.download_id), None)
