@@ -25,12 +25,13 @@ from .chat_format import ChatFormat, chat_format_for
 from .calibration import Calibration
 from .draft import check_pair, pick_draft
 from .hardware import probe
-from .errors import ContextLengthExceeded, HomerackError, InvalidRequest, QueueFull
+from .errors import (ContextLengthExceeded, HomerackError, InvalidRequest, OutOfMemory,
+                     QueueFull)
 from .llama_runtime import (LlamaModel, LoadSettings, Sampler, SamplingParams, build_id,
                             model_fingerprint)
 from .models import LocalModel, ModelStore
 from .loader import LoadJournal, load
-from .planner import Plan, Preferences, plan
+from .planner import Plan, Preferences, place_draft, plan
 from .prompt_cache import CacheLimits, PromptCache, common_prefix
 from .speculative import (LookupDrafter, ModelDrafter, SpecController, Speculation, SpecStats,
                           speculative_step)
@@ -145,6 +146,7 @@ class Loaded:
     sequence: Sequence
     cache: PromptCache | None
     memory: dict | None = None  # the plan, and its prediction against llama.cpp's buffers
+    plan: Plan | None = None  # what it was loaded by
     override: "LoadOverride | None" = None  # the user's context / GPU layers
     notes: tuple[str, ...] = ()  # what the out-of-memory back-off changed
     drafters: dict = field(default_factory=dict)  # draft model path or "lookup" -> drafter
@@ -295,7 +297,7 @@ class Engine:
             self._hardware = probe()
         try:
             outcome = load(model.path, info, self.settings.load, self._hardware,
-                           self._preferences(info, override), self._journal)
+                           self._preferences(info, override, model), self._journal)
         except HomerackError as exc:
             self._load_error = f"{model.id}: {exc.message}"
             raise
@@ -310,16 +312,24 @@ class Engine:
         self._loaded = Loaded(model, llama, fmt, frozenset(turn_ends), Sequence(0),
                               self._prompt_cache(model),
                               self._compare(outcome.plan, llama, info.architecture),
+                              plan=outcome.plan,
                               override=override, notes=outcome.notes)
         return self._loaded
 
-    def _preferences(self, info, override: "LoadOverride | None") -> Preferences:
+    def _preferences(self, info, override: "LoadOverride | None",
+                     model: LocalModel) -> Preferences:
+        """The planner's inputs for `model`; with draft speculation on by default, the
+        draft it will pick is counted too."""
+        draft = None
+        if self.settings.speculation == "draft":
+            picked = pick_draft(model, self.store.list(), self.store.inspector)
+            draft = self.store.inspector.inspect(picked.path).shape if picked else None
         wanted = self.settings.load.n_ctx
         n_ctx = min(override.n_ctx if override and override.n_ctx else wanted,
                     info.context_length or wanted)
         return Preferences(
             ctx=n_ctx, min_ctx=n_ctx if override and override.n_ctx else min(2048, n_ctx),
-            gpu_layers=override.gpu_layers if override else None,
+            gpu_layers=override.gpu_layers if override else None, draft=draft,
             calibration=self._calibration.for_architecture(info.architecture))
 
     def plan_for(self, model: LocalModel, override: "LoadOverride | None" = None) -> Plan | None:
@@ -328,7 +338,7 @@ class Engine:
         info = self.store.inspector.inspect(model.path)
         if info.shape is None:
             return None
-        return plan(probe(), info.shape, self._preferences(info, override))
+        return plan(probe(), info.shape, self._preferences(info, override, model))
 
     def _compare(self, planned, llama: LlamaModel, arch: str) -> dict | None:
         """Measured against predicted bytes per device; the ratios calibrate later plans."""
@@ -416,13 +426,30 @@ class Engine:
             check_pair(loaded.model, draft, self.store.inspector)
             key = str(draft.path)
             if key not in loaded.drafters:
-                settings = replace(self.settings.load, n_ctx=loaded.llama.n_ctx)
-                loaded.drafters[key] = ModelDrafter(LlamaModel(draft.path, settings), draft.id)
+                loaded.drafters[key] = self._load_draft(loaded, draft)
         controller = self._controllers.setdefault(
             (str(loaded.model.path), key), SpecController(min_speedup=self.settings.spec_min_speedup))
         controller.start_request()
         drafter = loaded.drafters[key]
-        return Speculation(drafter, controller, SpecStats(mode, model=drafter.model_id))
+        return Speculation(drafter, controller, SpecStats(mode, model=drafter.model_id,
+                                                          device=drafter.device))
+
+    def _load_draft(self, loaded: Loaded, draft: LocalModel) -> ModelDrafter:
+        """The draft on the fastest device with room for it (see planner.place_draft);
+        on the CPU when that fails for memory."""
+        settings = replace(self.settings.load, n_ctx=loaded.llama.n_ctx, n_gpu_layers=0,
+                           devices=(), tensor_split=())
+        shape = self.store.inspector.inspect(draft.path).shape
+        device = "CPU"
+        if loaded.plan is not None and shape is not None:
+            device, layers = place_draft(loaded.plan, shape, loaded.llama.n_ctx)
+            if layers:
+                try:
+                    gpu = replace(settings, n_gpu_layers=layers, devices=(device,))
+                    return ModelDrafter(LlamaModel(draft.path, gpu), draft.id, device=device)
+                except OutOfMemory:
+                    device = "CPU"
+        return ModelDrafter(LlamaModel(draft.path, settings), draft.id, device=device)
 
     def _generate(self, loaded: Loaded, job: Job, max_tokens: int, t0: float,
                   queue_s: float, n_prompt: int, cached: int, spec: Speculation | None) -> None:

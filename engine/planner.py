@@ -249,6 +249,19 @@ def back_off(prefs: Preferences, used: dict[str, int], device: str | None) -> Pr
                    min_ctx=min(prefs.min_ctx, 512))
 
 
+def place_draft(main: Plan, draft: ModelShape, n_ctx: int) -> tuple[str, int]:
+    """Where a speculative-decoding draft model runs: on the GPU the main model left the
+    most room on, when the whole draft (weights, KV cache, compute) fits there — it is the
+    fastest place — else on the CPU. Returns the device and llama.cpp's n_gpu_layers."""
+    need = (draft.weights_bytes + int(draft.kv_bytes_per_token("f16") * n_ctx) * draft.n_layers
+            + compute_bytes(draft, n_ctx, holds_output=True))
+    room = max(((u.budget - u.total, u.device) for u in main.uses if u.device != "CPU"),
+               default=None)
+    if room is not None and room[0] >= need:
+        return room[1], draft.n_layers + 1
+    return "CPU", 0
+
+
 def choose_quant(hw: Hardware, base: ModelShape, candidates: list[tuple[str, int]],
                  prefs: Preferences = Preferences()) -> tuple[str, Plan] | None:
     """Among quant files (name, size) of one model, the largest (best quality) that runs

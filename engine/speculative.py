@@ -30,12 +30,14 @@ class SpecStats:
     """One request's figures."""
     mode: str
     model: str | None = None
+    device: str | None = None  # where the draft model runs
     drafted: int = 0
     accepted: int = 0
     rounds: int = 0
 
     def as_dict(self, controller: "SpecController") -> dict:
-        return {"mode": self.mode, "draft_model": self.model, "drafted": self.drafted, "accepted": self.accepted,
+        return {"mode": self.mode, "draft_model": self.model, "draft_device": self.device,
+                "drafted": self.drafted, "accepted": self.accepted,
                 "acceptance": round(self.accepted / self.drafted, 3) if self.drafted else None,
                 "speedup": controller.speedup(), "enabled": controller.enabled,
                 "draft_length": controller.k}
@@ -44,8 +46,9 @@ class SpecStats:
 class ModelDrafter:
     """A draft model whose KV cache (sequence 0) follows the text incrementally."""
 
-    def __init__(self, llama: LlamaModel, model_id: str, min_prob: float = 0.25):
-        self.llama, self.model_id, self.min_prob = llama, model_id, min_prob
+    def __init__(self, llama: LlamaModel, model_id: str, min_prob: float = 0.25,
+                 device: str = "CPU"):
+        self.llama, self.model_id, self.min_prob, self.device = llama, model_id, min_prob, device
         self.tokens: list[int] = []  # what its KV memory holds
         self._work = np.empty(llama.n_vocab, dtype=np.float32)
 
@@ -86,7 +89,7 @@ class LookupDrafter:
     """Prompt lookup: propose what followed the latest earlier occurrence of the last
     n tokens (n = 3, 2, 1). Free to run; pays off on text that repeats its context."""
 
-    model_id = None
+    model_id = device = None  # no model
     ngram = (3, 2, 1)
 
     def __init__(self):

@@ -218,3 +218,17 @@ def test_unquantized_files_are_recommended_only_wholly_on_a_gpu():
     candidates = [("F16", int(14.5 * GiB)), ("Q8_0", int(7.7 * GiB)), ("Q4_K_M", int(4.6 * GiB))]
     assert choose_quant(simulated((), 64), LLAMA_7B, candidates)[0] == "Q8_0"
     assert choose_quant(simulated((24,), 64), LLAMA_7B, candidates)[0] == "F16"
+
+
+def test_the_draft_goes_on_the_gpu_when_the_main_model_left_room(real_shapes):
+    from engine.planner import place_draft
+
+    draft = real_shapes[GEMMA]
+    roomy = plan(simulated((24,), 64), LLAMA_7B, Preferences(ctx=8192, draft=draft))
+    assert place_draft(roomy, draft, roomy.n_ctx) == ("GPU0", draft.n_layers + 1)
+    tight = plan(simulated((5,), 64), LLAMA_7B, Preferences(ctx=8192, draft=draft))
+    assert place_draft(tight, draft, tight.n_ctx) == ("CPU", 0)
+    # the main plan counted the draft's memory (on the CPU, where it may end up)
+    alone = plan(simulated((5,), 64), LLAMA_7B, Preferences(ctx=8192))
+    cpu = lambda p: p.uses[-1].total
+    assert cpu(tight) - cpu(alone) >= draft.weights_bytes
