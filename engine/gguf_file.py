@@ -19,7 +19,7 @@ from .errors import InvalidModelFile
 
 GGUF_MAGIC = b"GGUF"
 KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32}  # per element
-_CACHE_VERSION = 4
+_CACHE_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,11 @@ class ModelShape:
     layer_spans: tuple[tuple[int, int], ...] = ()
     cpu_span: tuple[int, int] = (0, 0)
     output_span: tuple[int, int] = (0, 0)
+    # Bytes of the tensors llama.cpp's CPU backend copies into a repacked buffer on x86
+    # with AVX2 (Q4_0, Q4_K, IQ4_NL, MXFP4 with rows in groups of 8), per layer and for
+    # the output matrix: on the CPU they count twice (mapped and repacked).
+    layer_repack: tuple[int, ...] = ()
+    output_repack: int = 0
 
     def mapped_bytes(self, cpu_layers: int, output_on_cpu: bool) -> int | None:
         """What llama.cpp's CPU_Mapped buffer covers with the first `cpu_layers` layers
@@ -155,7 +160,11 @@ class ModelShape:
         ratio = file_bytes / self.weights_bytes
         return replace(self, name=name, layer_bytes=tuple(int(b * ratio) for b in self.layer_bytes),
                        embd_bytes=int(self.embd_bytes * ratio),
-                       output_bytes=int(self.output_bytes * ratio), layer_spans=())
+                       output_bytes=int(self.output_bytes * ratio), layer_spans=(),
+                       layer_repack=(), output_repack=0)
+
+
+REPACKED = {"Q4_0", "Q4_K", "IQ4_NL", "MXFP4"}
 
 
 def read_header(path: Path) -> tuple[ModelShape, str] | None:
@@ -186,6 +195,14 @@ def _shape(reader, name: str) -> ModelShape:
     spans: dict = {}
     embd = output = other = 0
 
+    repack = [0] * n_layers
+    output_repack = 0
+
+    def repacked(tensor) -> int:
+        rows = int(tensor.shape[1]) if len(tensor.shape) > 1 else 0
+        return int(tensor.n_bytes) if tensor.tensor_type.name in REPACKED and rows % 8 == 0 \
+            else 0
+
     def extend(key, tensor) -> None:
         start, end = tensor.data_offset, tensor.data_offset + int(tensor.n_bytes)
         old = spans.get(key, (start, end))
@@ -195,9 +212,11 @@ def _shape(reader, name: str) -> ModelShape:
         if tensor.name.startswith("blk."):
             index = int(tensor.name.split(".")[1])
             layers[index] += int(tensor.n_bytes)
+            repack[index] += repacked(tensor)
             extend(index, tensor)
         elif tensor.name == "output.weight":
             output = int(tensor.n_bytes)
+            output_repack = repacked(tensor)
             extend("output", tensor)
         else:
             if tensor.name == "token_embd.weight":
@@ -221,7 +240,8 @@ def _shape(reader, name: str) -> ModelShape:
         context_length=int(_field(reader, f"{arch}.context_length", 0)),
         layer_bytes=tuple(layers), embd_bytes=embd, output_bytes=output, other_bytes=other,
         layer_spans=tuple(spans[i] for i in range(n_layers)), cpu_span=spans.get("cpu", (0, 0)),
-        output_span=spans.get("output", (0, 0)))
+        output_span=spans.get("output", (0, 0)), layer_repack=tuple(repack),
+        output_repack=output_repack)
 
 
 class GGUFInspector:
@@ -247,7 +267,8 @@ class GGUFInspector:
                 shape = ModelShape(**{
                     **shape, "layer_bytes": tuple(shape["layer_bytes"]),
                     "layer_spans": tuple(tuple(span) for span in shape["layer_spans"]),
-                    "cpu_span": tuple(shape["cpu_span"]), "output_span": tuple(shape["output_span"])})
+                    "cpu_span": tuple(shape["cpu_span"]), "output_span": tuple(shape["output_span"]),
+                    "layer_repack": tuple(shape["layer_repack"])})
             return GGUFInfo(**{**cached, "shape": shape})
         info = _parse(path)
         with self._lock:

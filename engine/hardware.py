@@ -32,6 +32,7 @@ class Hardware:
     ram_available_bytes: int
     cpu_cores: int
     unified_memory: bool = False  # GPUs share system RAM (Apple silicon)
+    cpu_repack: bool = False      # the CPU backend repacks 4-bit weights (x86 with AVX2)
 
     @property
     def gpus(self) -> tuple[Device, ...]:
@@ -72,8 +73,12 @@ def probe() -> Hardware:
                               KINDS[kind] if 0 <= kind < len(KINDS) else str(kind),
                               free.value, total.value))
     memory = psutil.virtual_memory()
+    import llama_cpp
+
+    features = llama_cpp.llama_print_system_info().decode()
     return Hardware(tuple(devices), memory.total, memory.available,
-                    psutil.cpu_count(logical=False) or os.cpu_count() or 1)
+                    psutil.cpu_count(logical=False) or os.cpu_count() or 1,
+                    cpu_repack="REPACK = 1" in features and "AVX2 = 1" in features)
 
 
 def device_array(names: tuple[str, ...]):

@@ -6,7 +6,8 @@ The byte model follows what llama.cpp allocates in this engine's contexts:
 - weights: the tensors of each layer on the device holding the layer; the token
   embeddings stay on the CPU; the output matrix (a copy of the embeddings when they are
   tied) goes to the GPU with the first offloaded layer, as llama.cpp does; on the CPU
-  llama.cpp maps the file span from its first to its last tensor there, gaps included;
+  llama.cpp maps the file span from its first to its last tensor there, gaps included,
+  and on x86 with AVX2 also copies 4-bit matrices into a repacked buffer;
 - KV cache: n_ctx cells for every layer (sliding-window layers too: the engine's contexts
   keep a full-size window cache so they can be cut back to any prefix), K and V of
   n_head_kv x head_dim each, on the layer's device;
@@ -150,6 +151,8 @@ def place(shape: ModelShape, hw: Hardware, n_ctx: int, kv_type: str,
     if cpu_weights is None:
         cpu_weights = (sum(shape.layer_bytes[:cpu_layers]) + shape.embd_bytes
                        + shape.other_bytes + (0 if placed else shape.output_bytes))
+    if hw.cpu_repack:
+        cpu_weights += sum(shape.layer_repack[:cpu_layers]) + (0 if placed else shape.output_repack)
     cpu = DeviceUse("CPU", cpu_budget, cpu_weights,
                     kv_layer * cpu_layers,
                     compute_bytes(shape, n_ctx, not placed) if cpu_layers or not placed else 0,

@@ -143,7 +143,7 @@ def test_scaled_shape_keeps_the_attention_shape(real_shapes):
     assert abs(double.weights_bytes / base.weights_bytes - 2) < 0.01
     assert replace(double, name=base.name, layer_bytes=base.layer_bytes,
                    embd_bytes=base.embd_bytes, output_bytes=base.output_bytes,
-                   layer_spans=base.layer_spans) == base
+                   layer_spans=base.layer_spans, layer_repack=base.layer_repack) == base
 
 
 def test_engine_loads_by_the_plan_and_records_its_accuracy(starters_dir, tmp_path):
