@@ -47,7 +47,8 @@ class MemoryBar(QWidget):
 
 def describe_device(device: dict) -> str:
     free = device["budget"] - device["total"]
-    parts = ", ".join(f"{key} {device[key] / MiB:,.0f}" for key, _ in PARTS if device[key])
+    parts = ", ".join(f"{key} {device[key] / MiB:,.{1 if device[key] < 10 * MiB else 0}f}"
+                      for key, _ in PARTS if device[key])
     state = f"{free / MiB:,.0f} MiB free" if free >= 0 else f"{-free / MiB:,.0f} MiB too much"
     return f"{device['device']}: {parts or 'unused'} MiB · {state}"
 
