@@ -6,10 +6,12 @@
   anchor  llama.cpp's llama-server (vendored commit): -md DRAFT --spec-type draft-simple,
           8-token drafts, against llama-server without a draft
 
-Prints tokens/s, speedups and acceptance on code and prose prompts.
+Prints tokens/s, speedups and acceptance on code and prose prompts. All five run side by
+side (both llama-servers stay up), prompt by prompt, and each speedup is the median of
+ratios between neighbouring runs: the machine's speed drifts too much for separate blocks.
 Targets: draft >= 1.8x on code, ahead of the anchor; never below 0.95x (auto-off).
 
-    python bench/speculative.py [--threads 2] [--tokens 128]
+    python bench/speculative.py [--threads 2] [--tokens 128] [--reps 2]
 """
 
 from __future__ import annotations
@@ -59,55 +61,72 @@ def complete(url: str, token: str | None, prompt: str, tokens: int, extra: dict)
     return data
 
 
-def run_homerack(threads: int, tokens: int) -> dict:
+def rate_ours(address, prompt: str, tokens: int, extra: dict) -> tuple[float, int, int]:
+    usage = complete(address.url, address.token, prompt, tokens, extra)["usage"]
+    spec = usage.get("speculative") or {}
+    return (usage["timings"]["decode_tokens_per_s"], spec.get("drafted", 0),
+            spec.get("accepted", 0))
+
+
+def rate_anchor(url: str, prompt: str, tokens: int) -> tuple[float, int, int]:
+    data = complete(url, None, prompt, tokens, {})
+    timings = data.get("timings", {})
+    return (timings.get("predicted_per_second") or tokens / data["elapsed"],
+            timings.get("draft_n", 0), timings.get("draft_n_accepted", 0))
+
+
+def anchor_args(models: Path, threads: int, draft: bool) -> list[str]:
+    args = ["-m", str(models / f"{TARGET}.gguf"), "-c", "2048", "-np", "1", "-t", str(threads)]
+    if draft:
+        args += ["-md", str(models / f"{DRAFT}.gguf"), "--spec-type", "draft-simple",
+                 "--spec-draft-n-max", "8", "-td", str(threads)]
+    return args
+
+
+def measure(bins: Path, models: Path, threads: int, tokens: int, reps: int) -> dict:
+    """Every configuration on every prompt back to back, `reps` times over: this machine's
+    speed drifts by tens of percent within minutes, so each speedup is a ratio of runs
+    made side by side. Returns {(config, kind): [(rate, drafted, accepted), ...]} with
+    one entry per prompt and repetition, in the same order for every config."""
     engine = EngineProcess(["--threads", str(threads), "--ctx", "2048", "--model", TARGET])
     address = engine.wait_ready()
     results: dict = {}
     try:
-        complete(address.url, address.token, "Warm up", 16, {"speculation": "off"})
-        for mode, extra in (("plain", {"speculation": "off"}),
-                            ("draft", {"draft_model": DRAFT}),
-                            ("lookup", {"speculation": "lookup"})):
-            for kind, prompts in PROMPTS.items():
-                rates, drafted, accepted = [], 0, 0
-                for prompt in prompts:
-                    data = complete(address.url, address.token, prompt, tokens, extra)
-                    usage = data["usage"]
-                    rates.append(usage["timings"]["decode_tokens_per_s"])
-                    spec = usage.get("speculative") or {}
-                    drafted += spec.get("drafted", 0)
-                    accepted += spec.get("accepted", 0)
-                results[(mode, kind)] = (statistics.median(rates),
-                                         accepted / drafted if drafted else None)
+        with llama_server(bins, anchor_args(models, threads, False)) as plain_url, \
+                llama_server(bins, anchor_args(models, threads, True)) as draft_url:
+            configs = {
+                "plain": lambda p: rate_ours(address, p, tokens, {"speculation": "off"}),
+                "draft": lambda p: rate_ours(address, p, tokens, {"draft_model": DRAFT}),
+                "lookup": lambda p: rate_ours(address, p, tokens, {"speculation": "lookup"}),
+                "server": lambda p: rate_anchor(plain_url, p, tokens),
+                "server+draft": lambda p: rate_anchor(draft_url, p, tokens),
+            }
+            for run in configs.values():  # warm up every path once
+                run("Warm up")
+            for _ in range(reps):
+                for kind, prompts in PROMPTS.items():
+                    for prompt in prompts:
+                        for name, run in configs.items():
+                            results.setdefault((name, kind), []).append(run(prompt))
     finally:
         engine.stop()
     return results
 
 
-def run_anchor(bins: Path, models: Path, threads: int, tokens: int, draft: bool) -> dict:
-    args = ["-m", str(models / f"{TARGET}.gguf"), "-c", "2048", "-np", "1", "-t", str(threads)]
-    if draft:
-        args += ["-md", str(models / f"{DRAFT}.gguf"), "--spec-type", "draft-simple",
-                 "--spec-draft-n-max", "8", "-td", str(threads)]
-    results = {}
-    with llama_server(bins, args) as url:
-        complete(url, None, "Warm up", 16, {})
-        for kind, prompts in PROMPTS.items():
-            rates, drafted, accepted = [], 0, 0
-            for prompt in prompts:
-                data = complete(url, None, prompt, tokens, {})
-                timings = data.get("timings", {})
-                rates.append(timings.get("predicted_per_second") or tokens / data["elapsed"])
-                drafted += timings.get("draft_n", 0)
-                accepted += timings.get("draft_n_accepted", 0)
-            results[kind] = (statistics.median(rates), accepted / drafted if drafted else None)
-    return results
+def summary(results: dict, config: str, base: str, kind: str) -> tuple[float, float, float | None]:
+    """Median rate, median of the side-by-side ratios to `base`, and acceptance."""
+    runs, bases = results[(config, kind)], results[(base, kind)]
+    ratios = [r[0] / b[0] for r, b in zip(runs, bases)]
+    drafted = sum(r[1] for r in runs)
+    return (statistics.median(r[0] for r in runs), statistics.median(ratios),
+            sum(r[2] for r in runs) / drafted if drafted else None)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=min(os.cpu_count() or 2, 8))
     parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--reps", type=int, default=2)
     args = parser.parse_args()
 
     bins = build()
@@ -117,23 +136,21 @@ def main() -> int:
     if not (models / f"{TARGET}.gguf").exists():
         requantize(models / f"{DRAFT}.gguf", models / f"{TARGET}.gguf", ftype=0)
 
-    ours = run_homerack(args.threads, args.tokens)
-    anchor_plain = run_anchor(bins, models, args.threads, args.tokens, draft=False)
-    anchor_draft = run_anchor(bins, models, args.threads, args.tokens, draft=True)
-
+    results = measure(bins, models, args.threads, args.tokens, args.reps)
     print(f"\nspeculative decoding, {TARGET} target, greedy, {args.tokens} tokens, "
-          f"{args.threads} threads (median over prompts)")
-    print(f"{'':8}{'plain':>10}{'draft':>10}{'x':>7}{'accept':>8}{'lookup':>10}{'x':>7}"
-          f"{'| llama-server':>16}{'+draft':>9}{'x':>7}{'accept':>8}")
+          f"{args.threads} threads; medians over {len(PROMPTS['code'])} prompts x {args.reps} "
+          "runs; x = median of side-by-side ratios")
+    print(f"{'':8}{'plain':>8}{'draft':>8}{'x':>7}{'accept':>8}{'lookup':>8}{'x':>7}"
+          f"{'| llama-server':>15}{'+draft':>8}{'x':>7}{'accept':>8}")
     for kind in PROMPTS:
-        plain, _ = ours[("plain", kind)]
-        draft, acc = ours[("draft", kind)]
-        lookup, _ = ours[("lookup", kind)]
-        a_plain, _ = anchor_plain[kind]
-        a_draft, a_acc = anchor_draft[kind]
-        print(f"{kind:8}{plain:>10.1f}{draft:>10.1f}{draft / plain:>6.2f}x"
-              f"{(acc or 0):>8.2f}{lookup:>10.1f}{lookup / plain:>6.2f}x"
-              f"{a_plain:>16.1f}{a_draft:>9.1f}{a_draft / a_plain:>6.2f}x{(a_acc or 0):>8.2f}")
+        plain = summary(results, "plain", "plain", kind)
+        draft = summary(results, "draft", "plain", kind)
+        lookup = summary(results, "lookup", "plain", kind)
+        server = summary(results, "server", "server", kind)
+        server_draft = summary(results, "server+draft", "server", kind)
+        print(f"{kind:8}{plain[0]:>8.1f}{draft[0]:>8.1f}{draft[1]:>6.2f}x{draft[2] or 0:>8.2f}"
+              f"{lookup[0]:>8.1f}{lookup[1]:>6.2f}x{server[0]:>15.1f}{server_draft[0]:>8.1f}"
+              f"{server_draft[1]:>6.2f}x{server_draft[2] or 0:>8.2f}")
     return 0
 
 

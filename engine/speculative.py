@@ -130,8 +130,8 @@ class SpecController:
     drafts yield (1 - a^(k+1)) / (1 - a) tokens and cost k draft steps plus one
     verification (about a plain step, a little more per extra position); the draft
     step's and the plain step's times are measured. Speculation turns off when
-    its measured rate falls below `min_speedup` of plain decoding's after enough rounds,
-    and is tried again a few requests later."""
+    its measured rate falls below `min_speedup` of plain decoding's after enough rounds
+    and again against a freshly timed baseline, and is tried again a few requests later."""
     k: int = 6
     k_max: int = min(16, MAX_OUTPUTS - 1)
     acceptance: float = 0.8          # running rate, per drafted token
@@ -147,6 +147,7 @@ class SpecController:
     requests_off: int = 0
     spec_rounds: int = 0
     note: str | None = None
+    confirming: bool = False  # the baseline is being re-timed before turning off
     _plain: list[float] = field(default_factory=list)
 
     def start_request(self) -> None:
@@ -154,6 +155,7 @@ class SpecController:
             self.requests_off += 1
             if self.requests_off > self.retry_after_requests:  # the workload may differ now
                 self.enabled, self.spec_tps, self.spec_rounds = True, None, 0
+                self.plain_tps, self.confirming = None, False
                 self.note = "speculation re-enabled for a new trial"
 
     def wants_plain(self) -> bool:
@@ -179,8 +181,17 @@ class SpecController:
             extra = ((seconds - draft_seconds) * self.plain_tps - 1) / proposed
             self.verify_extra = 0.8 * self.verify_extra + 0.2 * min(max(extra, 0.0), 1.0)
         self.k = self.best_k()
-        if self.spec_rounds >= self.min_rounds and self.speedup() < self.min_speedup:
-            self.enabled, self.requests_off = False, 0
+        if self.spec_rounds < self.min_rounds or self.plain_tps is None:
+            return
+        if self.speedup() >= self.min_speedup:
+            self.confirming = False
+        elif not self.confirming:
+            # This machine's speed drifts: before turning off, time plain decoding again
+            # (wants_plain() is true until it is) and judge a few rounds against that.
+            self.plain_tps, self.confirming = None, True
+            self.spec_rounds = self.min_rounds - 3
+        else:
+            self.enabled, self.requests_off, self.confirming = False, 0, False
             self.note = (f"speculation turned off: {self.speedup():.2f}x of plain decoding "
                          "for this pair and workload")
 

@@ -226,6 +226,18 @@ def test_prompt_lookup_proposes_repeated_text():
     assert drafter.propose(context + [7], 3) == []
 
 
+def test_a_stale_baseline_does_not_turn_speculation_off():
+    controller = SpecController(plain_tps=20.0)  # timed while the machine ran fast
+    for _ in range(controller.min_rounds):  # 15 tok/s: below the stale baseline
+        controller.record_round(4, 4, 5, 1 / 3, 0.1)
+    assert controller.enabled and controller.wants_plain()  # it times plain decoding again
+    for _ in range(controller.probe_tokens):
+        controller.record_plain(0.1)  # 10 tok/s now
+    for _ in range(5):
+        controller.record_round(4, 4, 5, 1 / 3, 0.1)
+    assert controller.enabled and controller.speedup() > 1.2
+
+
 def test_controller_adapts_the_draft_length_and_turns_itself_off():
     controller = SpecController(plain_tps=10.0)
     for _ in range(12):  # cheap drafts (1/50 of a plain step), all accepted: long drafts
@@ -237,6 +249,9 @@ def test_controller_adapts_the_draft_length_and_turns_itself_off():
     assert 2 < controller.k < controller.k_max
     for _ in range(30):  # nothing accepted, 5 tok/s: half of plain
         controller.record_round(controller.k, 0, 1, 0.2, controller.k * 0.04)
+        if controller.wants_plain() and controller.enabled:  # it re-times the baseline first
+            for _ in range(controller.probe_tokens):
+                controller.record_plain(0.1)
     assert controller.k == 2 and not controller.enabled and "turned off" in controller.note
     for _ in range(controller.retry_after_requests + 1):
         controller.start_request()
