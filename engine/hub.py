@@ -176,27 +176,20 @@ def header_shape(repo: str, quant: QuantFiles, endpoint: str | None = None,
 def header(repo: str, quant: QuantFiles, endpoint: str | None = None,
            token: str | None = None) -> tuple[ModelShape, str]:
     """The model's shape and vocabulary hash from the first megabytes of one file (its
-    GGUF header), read into a sparse file of the full size: no weights are needed."""
+    GGUF header, re-read with 4x more until complete), written into a sparse file of the
+    full size: the weights are never downloaded."""
     from huggingface_hub import hf_hub_url
-    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
     url = hf_hub_url(repo, quant.files[0], endpoint=_endpoint(endpoint))
-    headers = build_hf_headers(token=token)
-    size = quant.size if len(quant.files) == 1 else None
+    size = quant.size if len(quant.files) == 1 else 0
     wanted = 8 << 20
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "header.gguf"
         while True:
-            def fetch():
-                response = get_session().get(
-                    url, headers={**headers, "Range": f"bytes=0-{wanted - 1}"},
-                    follow_redirects=True, timeout=60)
-                hf_raise_for_status(response)
-                return response.content
-            data = _plain(fetch, f"{repo}/{quant.files[0]}")
+            data = _plain(lambda: _first_bytes(url, wanted, token), f"{repo}/{quant.files[0]}")
             with path.open("wb") as handle:
                 handle.write(data)
-                handle.truncate(max(size or 0, len(data)))
+                handle.truncate(max(size, len(data)))
             found = read_header(path)
             if found is not None or len(data) < wanted:
                 break
@@ -204,6 +197,16 @@ def header(repo: str, quant: QuantFiles, endpoint: str | None = None,
     if found is None:
         raise HubError(f"cannot read the GGUF header of {quant.files[0]}")
     return found
+
+
+def _first_bytes(url: str, count: int, token: str | None) -> bytes:
+    """A Range request through huggingface_hub's session and error mapping."""
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    headers = {**build_hf_headers(token=token), "Range": f"bytes=0-{count - 1}"}
+    response = get_session().get(url, headers=headers, follow_redirects=True, timeout=60)
+    hf_raise_for_status(response)
+    return response.content
 
 
 _SIZE_LABEL = re.compile(r"(?i)[-_.](\d+(?:\.\d+)?[MB])(?:[-_.]|$)")
