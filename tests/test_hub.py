@@ -169,13 +169,14 @@ def engine_hub(hub, smol_f16, tmp_path, starters_dir):
         process.stop()
 
 
-def wait_for(http, download_id, statuses, timeout=120):
+def wait_for(http, download_id, statuses, timeout=120, at_least=0):
+    """The download once its status is one of `statuses` with `at_least` bytes done."""
     import time
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         state = next(d for d in http.get("/v1/downloads").json()["data"] if d["id"] == download_id)
-        if state["status"] in statuses:
+        if state["status"] in statuses and state["done_bytes"] >= at_least:
             return state
         time.sleep(0.1)
     raise AssertionError(f"download {download_id} stayed {state['status']}")
@@ -206,9 +207,7 @@ def test_background_download_pauses_resumes_and_becomes_a_model(engine_hub, hub)
     hub.chunk_delay = 0.003  # about 5 s for the file
     started = http.post("/v1/downloads", json={"repo": SMOL, "quant": "Q4_1"}).json()
     assert started["status"] in ("queued", "downloading")
-    import time
-
-    time.sleep(1.0)
+    wait_for(http, started["id"], ("downloading",), at_least=4 << 20)
     paused = http.post(f"/v1/downloads/{started['id']}/pause").json()
     assert paused["status"] == "paused" and 0 < paused["done_bytes"] < paused["size_bytes"]
     assert "SmolLM2-135M-Instruct-Q4_1" not in [m["id"] for m in
@@ -227,9 +226,7 @@ def test_cancel_removes_the_partial_file(engine_hub, hub):
     _process, http = make()
     hub.chunk_delay = 0.003
     started = http.post("/v1/downloads", json={"repo": SMOL, "quant": "Q4_1"}).json()
-    import time
-
-    time.sleep(0.8)
+    wait_for(http, started["id"], ("downloading",), at_least=4 << 20)
     cancelled = http.post(f"/v1/downloads/{started['id']}/cancel").json()
     assert cancelled["status"] == "cancelled"
     assert not list((root / "data" / "models").rglob("SmolLM2-135M-Instruct-Q4_1*"))
@@ -240,10 +237,7 @@ def test_a_download_survives_an_engine_crash(engine_hub, hub):
     process, http = make()
     hub.chunk_delay = 0.003
     started = http.post("/v1/downloads", json={"repo": SMOL, "quant": "Q4_1"}).json()
-    wait_for(http, started["id"], ("downloading",))
-    import time
-
-    time.sleep(1.5)
+    wait_for(http, started["id"], ("downloading",), at_least=8 << 20)
     process.process.kill()  # as the out-of-memory killer would
     process.process.wait()
     partial = sum(p.stat().st_size for p in (root / "data" / "models").rglob("*.part"))
