@@ -315,6 +315,8 @@ def _fetch(repo: str, name: str, partial: Path, endpoint: str | None, token: str
     if meta.size is not None and have > meta.size:
         have = 0  # not a prefix of this file: start again
     if meta.size is not None and have == meta.size:
+        if progress:  # complete from an earlier attempt: report it as done
+            progress(initial=have, total=meta.size).close()
         return
     with partial.open("r+b" if have else "wb") as handle:
         handle.truncate(have)

@@ -3,6 +3,7 @@ server (tests/hub_server.py): search, quant listing, verdicts, download, resume 
 dropped connection, checksum failure, missing and gated repos, a full disk."""
 
 import os
+from dataclasses import replace
 import resource
 import signal
 import subprocess
@@ -247,3 +248,20 @@ def test_a_download_survives_an_engine_crash(engine_hub, hub):
     done = wait_for(http, started["id"], ("done", "failed"))
     assert done["status"] == "done", done
     assert hub.sent - before <= done["size_bytes"] - partial + (1 << 20)
+
+
+def test_a_split_quant_downloads_every_part_keeping_a_part_done_before(hub, tmp_path):
+    from engine.downloads import Downloads
+
+    models = tmp_path / "models"
+    quant = repo_quants(SMOL)[0]  # Q8_0 in two parts
+    first = download(SMOL, replace(quant, files=quant.files[:1], sha256=quant.sha256[:1],
+                                   size=1 << 20), models)
+    staging = models / ".downloads" / SMOL.replace("/", "--")
+    staging.mkdir(parents=True)
+    os.replace(first[0], staging / (first[0].name + ".part"))  # as an earlier attempt left it
+    downloads, before = Downloads(models, tmp_path / "downloads.json"), hub.sent
+    state = downloads.wait(downloads.start(SMOL, quant).id, timeout=60)
+    assert state.status == "done" and state.done_bytes == quant.size == 2 << 20
+    assert hub.sent - before == 1 << 20  # only the second part travelled
+    assert sorted(p.name for p in models.glob("*.gguf")) == list(quant.files)
