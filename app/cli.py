@@ -255,19 +255,13 @@ def cmd_pull(args) -> int:
     recommended one (or --quant) downloaded, verified and added to the models."""
     from engine.errors import HomerackError
     from engine.hardware import probe
-    from engine.hub import download, header_shape, judge, repo_quants
+    from engine.hub import download, repo_verdicts
     from engine.planner import Preferences
 
     token = os.environ.get("HF_TOKEN")
     store = _store(quiet=True)
     try:
-        quants = repo_quants(args.repo, token=token)
-        if not quants:
-            print(f"error: {args.repo} has no GGUF files", file=sys.stderr)
-            return 1
-        single = [q for q in quants if len(q.files) == 1] or quants
-        verdicts = judge(probe(), header_shape(args.repo, single[0], token=token), quants,
-                         Preferences(ctx=args.ctx))
+        _, verdicts = repo_verdicts(args.repo, probe(), Preferences(ctx=args.ctx), token=token)
         for v in verdicts:
             print(f"{'*' if v.recommended else ' '} {v.quant.quant:<12}"
                   f"{v.quant.size / 2**30:>7.2f} GiB  {v.words}")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import HomerackError, InvalidRequest
-from .hub import QuantFiles, download
+from .hub import QuantFiles, download, partial_bytes, staging_folder
 
 ACTIVE = ("queued", "downloading")
 
@@ -84,7 +84,7 @@ class Downloads:
                         and state.status in (*ACTIVE, "paused"):
                     raise InvalidRequest(f"{repo} {quant.quant} is already being downloaded")
             state = DownloadState(next(self._ids), repo, quant,
-                                  done_bytes=_partial_bytes(self._staging(repo, quant)))
+                                  done_bytes=partial_bytes(staging_folder(self.models, repo)))
             self._states[state.id] = state
         self._launch(state.id)
         return self.get(state.id)
@@ -105,7 +105,7 @@ class Downloads:
 
     def cancel(self, download_id: int) -> DownloadState:
         state = self._stop(download_id, "cancel")
-        shutil.rmtree(self._staging(state.repo, state.quant), ignore_errors=True)
+        shutil.rmtree(staging_folder(self.models, state.repo), ignore_errors=True)
         return state
 
     def resume(self, download_id: int) -> DownloadState:
@@ -196,9 +196,6 @@ class Downloads:
 
     # -- bookkeeping ---------------------------------------------------------------
 
-    def _staging(self, repo: str, quant: QuantFiles) -> Path:
-        return self.models / ".downloads" / repo.replace("/", "--")
-
     def _update(self, download_id: int, persist: bool = True, **changes) -> DownloadState:
         with self._lock:
             state = self._states[download_id] = replace(self._states[download_id], **changes)
@@ -227,14 +224,9 @@ class Downloads:
             quant = QuantFiles(**{**entry["quant"], "files": tuple(entry["quant"]["files"]),
                                   "sha256": tuple(entry["quant"]["sha256"])})
             done = quant.size if entry["status"] == "done" else \
-                _partial_bytes(self._staging(entry["repo"], quant))
+                partial_bytes(staging_folder(self.models, entry["repo"]))
             states.append(DownloadState(entry["id"], entry["repo"], quant, entry["status"],
                                         done, error=entry.get("error"),
                                         files=tuple(entry.get("files", ()))))
         return states
 
-
-def _partial_bytes(folder: Path) -> int:
-    if not folder.exists():
-        return 0
-    return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())

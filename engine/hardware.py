@@ -60,21 +60,26 @@ def _ggml():
     return lib
 
 
-def probe() -> Hardware:
-    lib = _ggml()
-    devices = []
+def _handles(lib):
+    """(name, handle) of every device in the ggml registry, in its order."""
     for index in range(lib.ggml_backend_dev_count()):
         handle = lib.ggml_backend_dev_get(index)
+        yield lib.ggml_backend_dev_name(handle).decode(), handle
+
+
+def probe() -> Hardware:
+    import llama_cpp
+
+    lib = _ggml()
+    devices = []
+    for name, handle in _handles(lib):
         free, total = ctypes.c_size_t(), ctypes.c_size_t()
         lib.ggml_backend_dev_memory(handle, ctypes.byref(free), ctypes.byref(total))
         kind = lib.ggml_backend_dev_type(handle)
-        devices.append(Device(lib.ggml_backend_dev_name(handle).decode(),
-                              lib.ggml_backend_dev_description(handle).decode(),
+        devices.append(Device(name, lib.ggml_backend_dev_description(handle).decode(),
                               KINDS[kind] if 0 <= kind < len(KINDS) else str(kind),
                               free.value, total.value))
     memory = psutil.virtual_memory()
-    import llama_cpp
-
     features = llama_cpp.llama_print_system_info().decode()
     return Hardware(tuple(devices), memory.total, memory.available,
                     psutil.cpu_count(logical=False) or os.cpu_count() or 1,
@@ -84,11 +89,7 @@ def probe() -> Hardware:
 def device_array(names: tuple[str, ...]):
     """The ggml devices with these names as the NULL-terminated array llama.cpp takes
     (llama_model_params.devices): explicit, in the planner's order."""
-    lib = _ggml()
-    handles = {}
-    for index in range(lib.ggml_backend_dev_count()):
-        handle = lib.ggml_backend_dev_get(index)
-        handles[lib.ggml_backend_dev_name(handle).decode()] = handle
+    handles = dict(_handles(_ggml()))
     missing = [name for name in names if name not in handles]
     if missing:
         raise LookupError(f"no such device: {', '.join(missing)}")

@@ -11,7 +11,6 @@ local Hub-compatible server).
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import re
 import shutil
@@ -21,9 +20,10 @@ from pathlib import Path
 from typing import Callable
 
 from .draft import MAX_DRAFT_SIZE_RATIO
-from .errors import HomerackError
+from .errors import HomerackError, InvalidRequest
 from .gguf_file import ModelShape, read_header
 from .hardware import Hardware
+from .models import sha256_of
 from .planner import Plan, Preferences, choose_quant, plan
 
 
@@ -265,12 +265,29 @@ def judge(hardware: Hardware, base: ModelShape, quants: list[QuantFiles],
     return verdicts
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def repo_verdicts(repo: str, hardware: Hardware, prefs: Preferences,
+                  endpoint: str | None = None, token: str | None = None
+                  ) -> tuple[ModelShape, list[Verdict]]:
+    """A repository's quants judged for `hardware`, from one file's header (a single-file
+    quant's: a split file's first part holds only some layers)."""
+    quants = repo_quants(repo, endpoint, token)
+    if not quants:
+        raise InvalidRequest(f"{repo} has no GGUF files", param="repo")
+    single = [q for q in quants if len(q.files) == 1] or quants
+    base = header_shape(repo, single[0], endpoint, token)
+    return base, judge(hardware, base, quants, prefs)
+
+
+def staging_folder(models: Path, repo: str) -> Path:
+    """Where a repository's partial files wait (never listed as models)."""
+    return models / ".downloads" / repo.replace("/", "--")
+
+
+def partial_bytes(folder: Path) -> int:
+    """Bytes already downloaded into a staging folder."""
+    if not folder.exists():
+        return 0
+    return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
 
 
 def download(repo: str, quant: QuantFiles, models: Path, endpoint: str | None = None,
@@ -279,9 +296,9 @@ def download(repo: str, quant: QuantFiles, models: Path, endpoint: str | None = 
     earlier attempt left (huggingface_hub's own transfer, which also retries a dropped
     connection from where it stopped), is verified against its sha256, then moved into
     place. `progress` is a tqdm-compatible class for huggingface_hub's reports."""
-    staging = models / ".downloads" / repo.replace("/", "--")
+    staging = staging_folder(models, repo)
     staging.mkdir(parents=True, exist_ok=True)
-    have = sum(p.stat().st_size for p in staging.iterdir() if p.is_file())
+    have = partial_bytes(staging)
     free = shutil.disk_usage(staging).free
     if quant.size - have > free:
         raise HubError(f"not enough disk space for {quant.quant}: it needs "
@@ -291,7 +308,7 @@ def download(repo: str, quant: QuantFiles, models: Path, endpoint: str | None = 
     for name, sha in zip(quant.files, quant.sha256):
         partial = staging / (Path(name).name + ".part")
         _plain(lambda: _fetch(repo, name, partial, endpoint, token, progress), f"{repo}/{name}")
-        if sha and _sha256(partial) != sha:
+        if sha and sha256_of(partial) != sha:
             partial.unlink()
             raise HubError(f"{name} does not match the Hub's checksum (corrupted in "
                            "transit?): the file was deleted; download it again")

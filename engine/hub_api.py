@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .downloads import Downloads
 from .errors import InvalidRequest
 from .hardware import probe
-from .hub import (judge, model_card, header_shape, repo_quants, search, suggest_drafts)
+from .hub import model_card, repo_quants, repo_verdicts, search, suggest_drafts
 from .models import ModelStore
 from .planner import Preferences
 
@@ -36,12 +36,7 @@ def _token() -> str | None:
 
 
 def _quants_with_verdicts(repo: str, ctx: int) -> dict:
-    quants = repo_quants(repo, token=_token())
-    if not quants:
-        raise InvalidRequest(f"{repo} has no GGUF files", param="repo")
-    single = [q for q in quants if len(q.files) == 1] or quants
-    base = header_shape(repo, single[0], token=_token())
-    verdicts = judge(probe(), base, quants, Preferences(ctx=ctx))
+    base, verdicts = repo_verdicts(repo, probe(), Preferences(ctx=ctx), token=_token())
     return {"repo": repo, "n_layers": base.n_layers, "quants": [
         {"quant": v.quant.quant, "files": list(v.quant.files), "size_bytes": v.quant.size,
          "fit": v.fit, "verdict": v.words, "recommended": v.recommended,

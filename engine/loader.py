@@ -10,11 +10,10 @@ engine that finds the note starts that model from a safer plan instead of dying 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .errors import ModelLoadFailed, OutOfMemory
+from .errors import OutOfMemory
 from .gguf_file import GGUFInfo
 from .hardware import Hardware
 from .llama_runtime import LlamaModel, LoadSettings

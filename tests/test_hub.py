@@ -183,6 +183,15 @@ def wait_for(http, download_id, statuses, timeout=120, at_least=0):
     raise AssertionError(f"download {download_id} stayed {state['status']}")
 
 
+def start_slow_download(http, hub, at_least: int) -> dict:
+    """A download over a slow link, once `at_least` bytes of it are on disk."""
+    hub.chunk_delay = 0.003  # about 5 s for the file
+    started = http.post("/v1/downloads", json={"repo": SMOL, "quant": "Q4_1"}).json()
+    assert started["status"] in ("queued", "downloading")
+    wait_for(http, started["id"], ("downloading",), at_least=at_least)
+    return started
+
+
 def test_engine_hub_routes_search_verdicts_card_and_drafts(engine_hub):
     make, _root = engine_hub
     _process, http = make()
@@ -205,10 +214,7 @@ def test_engine_hub_routes_search_verdicts_card_and_drafts(engine_hub):
 def test_background_download_pauses_resumes_and_becomes_a_model(engine_hub, hub):
     make, _root = engine_hub
     _process, http = make()
-    hub.chunk_delay = 0.003  # about 5 s for the file
-    started = http.post("/v1/downloads", json={"repo": SMOL, "quant": "Q4_1"}).json()
-    assert started["status"] in ("queued", "downloading")
-    wait_for(http, started["id"], ("downloading",), at_least=4 << 20)
+    started = start_slow_download(http, hub, 4 << 20)
     paused = http.post(f"/v1/downloads/{started['id']}/pause").json()
     assert paused["status"] == "paused" and 0 < paused["done_bytes"] < paused["size_bytes"]
     assert "SmolLM2-135M-Instruct-Q4_1" not in [m["id"] for m in
@@ -225,9 +231,7 @@ def test_background_download_pauses_resumes_and_becomes_a_model(engine_hub, hub)
 def test_cancel_removes_the_partial_file(engine_hub, hub):
     make, root = engine_hub
     _process, http = make()
-    hub.chunk_delay = 0.003
-    started = http.post("/v1/downloads", json={"repo": SMOL, "quant": "Q4_1"}).json()
-    wait_for(http, started["id"], ("downloading",), at_least=4 << 20)
+    started = start_slow_download(http, hub, 4 << 20)
     cancelled = http.post(f"/v1/downloads/{started['id']}/cancel").json()
     assert cancelled["status"] == "cancelled"
     assert not list((root / "data" / "models").rglob("SmolLM2-135M-Instruct-Q4_1*"))
@@ -236,9 +240,7 @@ def test_cancel_removes_the_partial_file(engine_hub, hub):
 def test_a_download_survives_an_engine_crash(engine_hub, hub):
     make, root = engine_hub
     process, http = make()
-    hub.chunk_delay = 0.003
-    started = http.post("/v1/downloads", json={"repo": SMOL, "quant": "Q4_1"}).json()
-    wait_for(http, started["id"], ("downloading",), at_least=8 << 20)
+    started = start_slow_download(http, hub, 8 << 20)
     process.process.kill()  # as the out-of-memory killer would
     process.process.wait()
     partial = sum(p.stat().st_size for p in (root / "data" / "models").rglob("*.part"))
