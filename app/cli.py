@@ -44,7 +44,8 @@ def cmd_serve(args) -> int:
         max_queue=args.queue_size, cache=_cache_limits(args), speculation=args.speculation,
         calibration_file=paths().cache / "memory-calibration.json",
         load_journal=paths().runtime / "loading.json",
-        cache_folder=paths().cache / "kv" if args.cache_disk_mib else None)
+        cache_folder=paths().cache / "kv" if args.cache_disk_mib else None,
+        draft_folder=None if args.whole_drafts else paths().cache / "drafts")
     engine = Engine(store, settings)
     engine_file = paths().engine_file
     downloads = Downloads(store.folder, paths().data / "downloads.json",
@@ -329,6 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--cache-disk-mib", type=int, default=4096,
                        help="prompt cache disk budget; 0 keeps it in RAM only")
     serve.add_argument("--no-prompt-cache", action="store_true")
+    serve.add_argument("--whole-drafts", action="store_true",
+                       help="run draft models whole (no cut output layer)")
     serve.add_argument("--speculation", choices=["off", "lookup", "draft"], default="off",
                        help="default speculative decoding for requests that do not choose "
                             "(draft: the smallest compatible local model)")

@@ -23,6 +23,7 @@ from typing import Callable
 
 from .chat_format import ChatFormat, chat_format_for
 from .calibration import Calibration
+from . import draft_head
 from .draft import check_pair, pick_draft
 from .hardware import probe
 from .errors import (ContextLengthExceeded, HomerackError, InvalidRequest, OutOfMemory,
@@ -120,6 +121,7 @@ class EngineSettings:
     calibration_file: Path | None = None  # measured/predicted memory ratios
     load_journal: Path | None = None      # the load in progress (see loader.py)
     spec_min_speedup: float = 0.95    # below this measured gain speculation turns off
+    draft_folder: Path | None = None  # cut drafts (draft_head.py); None: drafts run whole
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,7 @@ class Engine:
         self._loaded: Loaded | None = None
         self._default: LocalModel | None = None
         self._controllers: dict[tuple, SpecController] = {}
+        self._cuts = draft_head.DraftCuts(settings.draft_folder)
         self._hardware = None  # probed on the first load, in the worker
         self._calibration = Calibration(settings.calibration_file)
         self._journal = LoadJournal(settings.load_journal)
@@ -425,31 +428,58 @@ class Engine:
                 return None
             check_pair(loaded.model, draft, self.store.inspector)
             key = str(draft.path)
-            if key not in loaded.drafters:
-                loaded.drafters[key] = self._load_draft(loaded, draft)
+            held = loaded.drafters.get(key)
+            cut = self._cut_draft(draft, held, notes)
+            if held is None or cut is not None:  # first use, or its cut is now ready
+                if held is not None:
+                    held.close()
+                loaded.drafters[key] = self._load_draft(loaded, draft, cut, notes)
         controller = self._controllers.setdefault(
             (str(loaded.model.path), key), SpecController(min_speedup=self.settings.spec_min_speedup))
         controller.start_request()
         drafter = loaded.drafters[key]
-        return Speculation(drafter, controller, SpecStats(mode, model=drafter.model_id,
-                                                          device=drafter.device))
+        return Speculation(drafter, controller, SpecStats(
+            mode, model=drafter.model_id, device=drafter.device, vocab=drafter.vocab))
 
-    def _load_draft(self, loaded: Loaded, draft: LocalModel) -> ModelDrafter:
-        """The draft on the fastest device with room for it (see planner.place_draft);
-        on the CPU when that fails for memory."""
+    def _cut_draft(self, draft: LocalModel, held: ModelDrafter | None,
+                   notes: list[str]) -> draft_head.CutDraft | None:
+        """The draft's cut version when it is ready and not yet in use (see draft_head)."""
+        if held is not None and held.head is not None:
+            return None
+        cut = self._cuts.ready(draft.path, self.store.inspector.inspect(draft.path).vocab_size)
+        failure = self._cuts.failure(draft.path)
+        if failure and held is None:
+            notes.append(failure)
+        return cut
+
+    def _load_draft(self, loaded: Loaded, draft: LocalModel, cut: draft_head.CutDraft | None,
+                    notes: list[str]) -> ModelDrafter:
+        """The draft, cut if it can be, on the fastest device with room for it (see
+        planner.place_draft); on the CPU when that fails for memory."""
+        llama, device = self._open_draft(loaded, draft, cut.model if cut else draft.path)
+        if cut is None:
+            return ModelDrafter(llama, draft.id, device=device)
+        try:
+            draft_head.load(cut, llama)
+        except draft_head.DraftCutFailed as exc:
+            llama.close()
+            notes.append(f"the draft runs whole: {exc}")
+            return self._load_draft(loaded, draft, None, notes)
+        return ModelDrafter(llama, draft.id, device=device, head=cut.keep)
+
+    def _open_draft(self, loaded: Loaded, draft: LocalModel, path: Path) -> tuple[LlamaModel, str]:
         settings = replace(self.settings.load, n_ctx=loaded.llama.n_ctx, n_gpu_layers=0,
                            devices=(), tensor_split=())
         shape = self.store.inspector.inspect(draft.path).shape
-        device = "CPU"
         if loaded.plan is not None and shape is not None:
             device, layers = place_draft(loaded.plan, shape, loaded.llama.n_ctx)
             if layers:
                 try:
                     gpu = replace(settings, n_gpu_layers=layers, devices=(device,))
-                    return ModelDrafter(LlamaModel(draft.path, gpu), draft.id, device=device)
+                    return LlamaModel(path, gpu), device
                 except OutOfMemory:
-                    device = "CPU"
-        return ModelDrafter(LlamaModel(draft.path, settings), draft.id, device=device)
+                    pass
+        return LlamaModel(path, settings), "CPU"
 
     def _generate(self, loaded: Loaded, job: Job, max_tokens: int, t0: float,
                   queue_s: float, n_prompt: int, cached: int, spec: Speculation | None) -> None:

@@ -152,7 +152,62 @@ class Sampler:
             self._chain = None
 
 
+def _tokenize(vocab, text: str, add_special: bool, parse_special: bool) -> list[int]:
+    data = text.encode("utf-8")
+    capacity = len(data) + 8
+    buf = (llama.llama_token * capacity)()
+    n = llama.llama_tokenize(vocab, data, len(data), buf, capacity, add_special, parse_special)
+    if n < 0:
+        capacity = -n
+        buf = (llama.llama_token * capacity)()
+        n = llama.llama_tokenize(vocab, data, len(data), buf, capacity, add_special,
+                                 parse_special)
+    return list(buf[:n])
+
+
+def _piece(vocab, token: int) -> bytes:
+    buf = ctypes.create_string_buffer(64)
+    n = llama.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
+    if n < 0:
+        buf = ctypes.create_string_buffer(-n)
+        n = llama.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
+    return buf.raw[:n]
+
+
+class Vocabulary:
+    """A model file's tokenizer alone (no weights, no context): safe to use on a
+    thread of its own."""
+
+    def __init__(self, path: Path):
+        _ensure_backend()
+        mparams = llama.llama_model_default_params()
+        mparams.vocab_only = True
+        self.model = llama.llama_model_load_from_file(str(path).encode(), mparams)
+        if not self.model:
+            raise ModelLoadFailed(f"llama.cpp could not read the vocabulary of {path.name}")
+        self.vocab = llama.llama_model_get_vocab(self.model)
+        self.n_vocab = llama.llama_vocab_n_tokens(self.vocab)
+
+    def tokenize(self, text: str) -> list[int]:
+        return _tokenize(self.vocab, text, False, False)
+
+    def piece(self, token: int) -> bytes:
+        return _piece(self.vocab, token)
+
+    def is_end_of_generation(self, token: int) -> bool:
+        return llama.llama_vocab_is_eog(self.vocab, token)
+
+    def close(self) -> None:
+        llama.llama_model_free(self.model)
+
+
 class LlamaModel:
+    """A model and its context. Inputs are token ids; with `embed` set they are fed as
+    the vectors it returns instead (a draft whose own token table was cut down reads
+    its inputs from the full one)."""
+
+    embed: Callable[[list[int]], np.ndarray] | None = None
+
     def __init__(self, path: Path, settings: LoadSettings):
         global _buffers
         _ensure_backend()
@@ -200,7 +255,9 @@ class LlamaModel:
         self.n_ctx = llama.llama_n_ctx(self.ctx)
         self.n_vocab = llama.llama_vocab_n_tokens(self.vocab)
         self.n_swa = llama.llama_model_n_swa(self.model)
+        self.n_embd = llama.llama_model_n_embd(self.model)
         self._batch = llama.llama_batch_init(settings.n_batch, 0, settings.n_seq_max)
+        self._embd_batch = None  # made on first use
         self._pieces: dict[int, bytes] = {}
 
     @staticmethod
@@ -227,28 +284,13 @@ class LlamaModel:
     # -- vocabulary -------------------------------------------------------------
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
-        data = text.encode("utf-8")
-        capacity = len(data) + 8
-        buf = (llama.llama_token * capacity)()
-        n = llama.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special,
-                                 parse_special)
-        if n < 0:
-            capacity = -n
-            buf = (llama.llama_token * capacity)()
-            n = llama.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special,
-                                     parse_special)
-        return list(buf[:n])
+        return _tokenize(self.vocab, text, add_special, parse_special)
 
     def piece(self, token: int) -> bytes:
         """The bytes a token stands for (special tokens render as nothing)."""
         cached = self._pieces.get(token)
         if cached is None:
-            buf = ctypes.create_string_buffer(64)
-            n = llama.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
-            if n < 0:
-                buf = ctypes.create_string_buffer(-n)
-                n = llama.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
-            cached = self._pieces[token] = buf.raw[:n]
+            cached = self._pieces[token] = _piece(self.vocab, token)
         return cached
 
     def is_end_of_generation(self, token: int) -> bool:
@@ -296,9 +338,10 @@ class LlamaModel:
 
     def _fill_batch(self, tokens: list[int], start: int, seq_id: int, want_last: bool,
                     want_all: bool) -> None:
-        batch = self._batch
+        batch = self._batch if self.embed is None else self._vectors(tokens)
         for i, token in enumerate(tokens):
-            batch.token[i] = token
+            if self.embed is None:
+                batch.token[i] = token
             batch.pos[i] = start + i
             batch.n_seq_id[i] = 1
             batch.seq_id[i][0] = seq_id
@@ -306,6 +349,17 @@ class LlamaModel:
         if want_last:
             batch.logits[len(tokens) - 1] = 1
         batch.n_tokens = len(tokens)
+        self._filled = batch
+
+    def _vectors(self, tokens: list[int]):
+        """The embedding batch, holding the vectors of `tokens`."""
+        if self._embd_batch is None:
+            self._embd_batch = llama.llama_batch_init(self.settings.n_batch, self.n_embd,
+                                                      self.settings.n_seq_max)
+        rows = np.ctypeslib.as_array(self._embd_batch.embd,
+                                     shape=(self.settings.n_batch, self.n_embd))
+        rows[:len(tokens)] = self.embed(tokens)
+        return self._embd_batch
 
     def logits(self, index: int = -1) -> np.ndarray:
         """The logits at a batch output, as a view (no copy)."""
@@ -313,7 +367,7 @@ class LlamaModel:
                                      shape=(self.n_vocab,))
 
     def _decode_batch(self) -> None:
-        rc = llama.llama_decode(self.ctx, self._batch)
+        rc = llama.llama_decode(self.ctx, self._filled)
         if rc != 0:
             reason = "no room left in the KV cache" if rc == 1 else f"llama_decode returned {rc}"
             raise DecodeFailed(f"evaluation failed: {reason}")
@@ -346,6 +400,8 @@ class LlamaModel:
     def close(self) -> None:
         if self.ctx:
             llama.llama_batch_free(self._batch)
+            if self._embd_batch is not None:
+                llama.llama_batch_free(self._embd_batch)
             llama.llama_free(self.ctx)
             llama.llama_model_free(self.model)
             self.ctx = self.model = None

@@ -31,12 +31,14 @@ class SpecStats:
     mode: str
     model: str | None = None
     device: str | None = None  # where the draft model runs
+    vocab: int | None = None   # how many tokens the draft can propose
     drafted: int = 0
     accepted: int = 0
     rounds: int = 0
 
     def as_dict(self, controller: "SpecController") -> dict:
         return {"mode": self.mode, "draft_model": self.model, "draft_device": self.device,
+                "draft_vocab": self.vocab,
                 "drafted": self.drafted, "accepted": self.accepted,
                 "acceptance": round(self.accepted / self.drafted, 3) if self.drafted else None,
                 "speedup": controller.speedup(), "enabled": controller.enabled,
@@ -44,13 +46,21 @@ class SpecStats:
 
 
 class ModelDrafter:
-    """A draft model whose KV cache (sequence 0) follows the text incrementally."""
+    """A draft model whose KV cache (sequence 0) follows the text incrementally.
+
+    A draft whose output layer was cut (draft_head.py) has `head`: the token id of each
+    of its output rows."""
 
     def __init__(self, llama: LlamaModel, model_id: str, min_prob: float = 0.25,
-                 device: str = "CPU"):
+                 device: str = "CPU", head: np.ndarray | None = None):
         self.llama, self.model_id, self.min_prob, self.device = llama, model_id, min_prob, device
+        self.head = head
         self.tokens: list[int] = []  # what its KV memory holds
         self._work = np.empty(llama.n_vocab, dtype=np.float32)
+
+    @property
+    def vocab(self) -> int:
+        return self.llama.n_vocab
 
     def follow(self, context: list[int]) -> None:
         """Catch up with a new prompt (outside the timed rounds)."""
@@ -76,9 +86,10 @@ class ModelDrafter:
 
     def _best(self) -> tuple[int, float]:
         logits = self.llama.logits()
-        token = int(logits.argmax())
-        np.subtract(logits, logits[token], out=self._work)
+        row = int(logits.argmax())
+        np.subtract(logits, logits[row], out=self._work)
         np.exp(self._work, out=self._work)
+        token = row if self.head is None else int(self.head[row])
         return token, float(1.0 / self._work.sum())
 
     def close(self) -> None:
@@ -89,7 +100,7 @@ class LookupDrafter:
     """Prompt lookup: propose what followed the latest earlier occurrence of the last
     n tokens (n = 3, 2, 1). Free to run; pays off on text that repeats its context."""
 
-    model_id = device = None  # no model
+    model_id = device = vocab = None  # no model
     ngram = (3, 2, 1)
 
     def __init__(self):
