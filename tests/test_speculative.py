@@ -1,6 +1,8 @@
 """Speculative decoding on real model pairs: exactness, sampling, pairing, auto-off."""
 
 import os
+import time
+from dataclasses import replace
 
 import numpy as np
 import openai
@@ -8,12 +10,13 @@ import pytest
 
 from app.engine_proc import EngineProcess
 from conftest import GEMMA, STARTER
+from engine import draft_head
 from engine.draft import IncompatibleDraft, check_pair, pick_draft, requantize
 from engine.generation import Engine, EngineSettings, Failed, Finished, GenerationRequest
 from engine.gguf_file import GGUFInspector
-from engine.llama_runtime import LoadSettings, SamplingParams
+from engine.llama_runtime import LlamaModel, LoadSettings, SamplingParams, Vocabulary
 from engine.models import ModelStore
-from engine.speculative import LookupDrafter, SpecController
+from engine.speculative import LookupDrafter, ModelDrafter, SpecController
 from test_engine import Collector
 
 pytestmark = pytest.mark.slow
@@ -57,6 +60,14 @@ def spec_store(tmp_path_factory, starters_dir):
     return ModelStore(folder, GGUFInspector())
 
 
+@pytest.fixture(scope="session")
+def cut_drafts(spec_store, tmp_path_factory):
+    """A folder holding the cut version of the Gemma draft."""
+    folder = tmp_path_factory.mktemp("cut-drafts")
+    draft_head.prepare(spec_store.resolve(GEMMA).path, folder)
+    return folder
+
+
 def engine_for(store, **settings):
     load = settings.pop("load", LoadSettings(n_ctx=1024, n_threads=2))
     return Engine(store, EngineSettings(load, **settings))
@@ -72,8 +83,9 @@ def generate(engine, **request):
     return text, done.usage
 
 
-def test_greedy_output_is_identical_with_a_draft_on_twenty_prompts(spec_store):
-    engine = engine_for(spec_store)
+@pytest.mark.parametrize("cut", [True, False], ids=["cut-draft", "whole-draft"])
+def test_greedy_output_is_identical_with_a_draft_on_twenty_prompts(spec_store, cut_drafts, cut):
+    engine = engine_for(spec_store, draft_folder=cut_drafts if cut else None)
     target, draft = spec_store.resolve("gemma-f32"), spec_store.resolve(GEMMA)
     drafted = accepted = 0
     try:
@@ -84,6 +96,7 @@ def test_greedy_output_is_identical_with_a_draft_on_twenty_prompts(spec_store):
                                    sampling=GREEDY, ignore_eos=True, speculation="draft",
                                    draft_model=draft)
             assert fast == plain, prompt
+            assert usage.speculative["draft_vocab"] == (65536 if cut else 262144)
             drafted += usage.speculative["drafted"]
             accepted += usage.speculative["accepted"]
     finally:
@@ -137,8 +150,9 @@ def chi_square_permutation_p(a: list, b: list, rounds: int = 2000) -> float:
     return (hits + 1) / (rounds + 1)
 
 
-def test_sampling_with_a_draft_keeps_the_target_distribution(spec_store):
-    engine = engine_for(spec_store, spec_min_speedup=0.0)  # keep speculating: short requests
+def test_sampling_with_a_draft_keeps_the_target_distribution(spec_store, cut_drafts):
+    # keep speculating (short requests); the cut draft, which proposes a subset of tokens
+    engine = engine_for(spec_store, spec_min_speedup=0.0, draft_folder=cut_drafts)
     target, draft = spec_store.resolve("gemma-f32"), spec_store.resolve(GEMMA)
     prompt = "My favourite animal is the"
 
@@ -163,6 +177,70 @@ def test_sampling_with_a_draft_keeps_the_target_distribution(spec_store):
     assert p > 0.01, f"speculative samples differ in distribution (p={p:.4f})"
     # The test can fail: a biased sampler (always taking the draft) is caught.
     assert chi_square_permutation_p(plain, [plain[0]] * 150) < 0.01
+
+
+def whole_and_cut(store, folder) -> tuple[ModelDrafter, ModelDrafter]:
+    settings = LoadSettings(n_ctx=512, n_threads=2)
+    source = store.resolve(GEMMA).path
+    cut = draft_head.cached(source, folder)
+    llama = LlamaModel(cut.model, settings)
+    draft_head.load(cut, llama)
+    return (ModelDrafter(LlamaModel(source, settings), GEMMA, min_prob=0.0),
+            ModelDrafter(llama, GEMMA, min_prob=0.0, head=cut.keep))
+
+
+def test_a_cut_draft_keeps_the_used_tokens_and_guesses_like_the_whole_one(spec_store, cut_drafts):
+    source = spec_store.resolve(GEMMA).path
+    cut = draft_head.cached(source, cut_drafts)
+    vocab = Vocabulary(source)
+    try:
+        text = "def load(path):\n    with open(path) as f:\n        return json.load(f)\n"
+        used = vocab.tokenize(text + "The cat sat on the mat, and then it slept.")
+        eog = [t for t in range(vocab.n_vocab) if vocab.is_end_of_generation(t)]
+        prompt = vocab.tokenize("import os\n\n\ndef list_files(folder):\n")
+    finally:
+        vocab.close()
+    assert len(cut.keep) == 65536 and set(used) | set(eog) <= set(cut.keep.tolist())
+    assert cut.model.stat().st_size < 0.5 * source.stat().st_size
+    whole, fast = whole_and_cut(spec_store, cut_drafts)
+    try:
+        assert fast.vocab == 65536 and whole.vocab == 262144
+        guesses = fast.propose([2, *prompt], 8)
+        assert len(guesses) == 8 and guesses == whole.propose([2, *prompt], 8)
+    finally:
+        whole.close()
+        fast.close()
+
+
+def test_a_cut_draft_that_misreads_its_inputs_is_refused(spec_store, cut_drafts):
+    cut = draft_head.cached(spec_store.resolve(GEMMA).path, cut_drafts)
+    wrong = replace(cut, table_offset=cut.table_offset + 7 * 680)  # rows shifted by 7
+    llama = LlamaModel(cut.model, LoadSettings(n_ctx=512, n_threads=2))
+    try:
+        with pytest.raises(draft_head.DraftCutFailed, match="differently"):
+            draft_head.load(wrong, llama)
+        assert llama.embed is None
+    finally:
+        llama.close()
+
+
+def test_the_engine_cuts_a_draft_in_the_background_and_swaps_it_in(spec_store, tmp_path):
+    engine = engine_for(spec_store, draft_folder=tmp_path)
+    target, draft = spec_store.resolve("gemma-f32"), spec_store.resolve(GEMMA)
+    request = dict(model=target, prompt=PROMPTS[0], max_tokens=24, sampling=GREEDY,
+                   ignore_eos=True, speculation="draft", draft_model=draft)
+    try:
+        plain, _ = generate(engine, **{**request, "speculation": "off"})
+        first, usage = generate(engine, **request)
+        assert usage.speculative["draft_vocab"] == 262144  # whole while the cut is made
+        for _ in range(120):
+            if draft_head.cached(draft.path, tmp_path):
+                break
+            time.sleep(1)
+        again, usage = generate(engine, **request)
+    finally:
+        engine.close()
+    assert usage.speculative["draft_vocab"] == 65536 and again == first == plain
 
 
 def test_incompatible_draft_is_refused_naming_the_difference(spec_store):
