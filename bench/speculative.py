@@ -1,12 +1,14 @@
 """Speculative decoding speed, in one run, greedy, 128 tokens per prompt:
 
   plain   Gemma 3 270M requantized to all-F32 (the target) alone
-  draft   the same target with Gemma 3 270M Q4_K_M as its draft
+  draft   the same target with Gemma 3 270M Q4_K_M as its draft, its output layer cut
+          to the 65,536 most used tokens (engine/draft_head.py), as the engine runs it
+  whole   the same with the draft run whole (`homerack serve --whole-drafts`)
   lookup  the same target with prompt-lookup decoding
   anchor  llama.cpp's llama-server (vendored commit): -md DRAFT --spec-type draft-simple,
           8-token drafts, against llama-server without a draft
 
-Prints tokens/s, speedups and acceptance on code and prose prompts. All five run side by
+Prints tokens/s, speedups and acceptance on code and prose prompts. All six run side by
 side (both llama-servers stay up), prompt by prompt, and each speedup is the median of
 ratios between neighbouring runs: the machine's speed drifts too much for separate blocks.
 Targets: draft >= 1.8x on code, ahead of the anchor; never below 0.95x (auto-off).
@@ -88,15 +90,19 @@ def measure(bins: Path, models: Path, threads: int, tokens: int, reps: int) -> d
     speed drifts by tens of percent within minutes, so each speedup is a ratio of runs
     made side by side. Returns {(config, kind): [(rate, drafted, accepted), ...]} with
     one entry per prompt and repetition, in the same order for every config."""
-    engine = EngineProcess(["--threads", str(threads), "--ctx", "2048", "--model", TARGET])
-    address = engine.wait_ready()
+    args = ["--threads", str(threads), "--ctx", "2048", "--model", TARGET]
+    engine = EngineProcess(args)
+    whole_engine = EngineProcess([*args, "--whole-drafts"], env=own_home("bench-home-whole", models))
+    address, whole = engine.wait_ready(), whole_engine.wait_ready()
     results: dict = {}
     try:
+        wait_for_cut_draft(address)
         with llama_server(bins, anchor_args(models, threads, False)) as plain_url, \
                 llama_server(bins, anchor_args(models, threads, True)) as draft_url:
             configs = {
                 "plain": lambda p: rate_ours(address, p, tokens, {"speculation": "off"}),
                 "draft": lambda p: rate_ours(address, p, tokens, {"draft_model": DRAFT}),
+                "whole": lambda p: rate_ours(whole, p, tokens, {"draft_model": DRAFT}),
                 "lookup": lambda p: rate_ours(address, p, tokens, {"speculation": "lookup"}),
                 "server": lambda p: rate_anchor(plain_url, p, tokens),
                 "server+draft": lambda p: rate_anchor(draft_url, p, tokens),
@@ -110,7 +116,28 @@ def measure(bins: Path, models: Path, threads: int, tokens: int, reps: int) -> d
                             results.setdefault((name, kind), []).append(run(prompt))
     finally:
         engine.stop()
+        whole_engine.stop()
     return results
+
+
+def own_home(name: str, models: Path) -> dict:
+    """An environment whose engine has its own state (journal, caches) but these models."""
+    home = ROOT / ".cache" / name
+    (home / "data").mkdir(parents=True, exist_ok=True)
+    if not (home / "data" / "models").exists():
+        (home / "data" / "models").symlink_to(models)
+    return dict(os.environ, HOMERACK_HOME=str(home))
+
+
+def wait_for_cut_draft(address, limit_s: float = 300) -> None:
+    """The engine cuts the draft in the background on first use (cached afterwards)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        usage = complete(address.url, address.token, "Hi", 4, {"draft_model": DRAFT})["usage"]
+        if usage["speculative"]["draft_vocab"] < 262144:
+            return
+        time.sleep(5)
+    raise RuntimeError("the engine did not cut the draft in time")
 
 
 def summary(results: dict, config: str, base: str, kind: str) -> tuple[float, float, float | None]:
@@ -140,17 +167,22 @@ def main() -> int:
     print(f"\nspeculative decoding, {TARGET} target, greedy, {args.tokens} tokens, "
           f"{args.threads} threads; medians over {len(PROMPTS['code'])} prompts x {args.reps} "
           "runs; x = median of side-by-side ratios")
-    print(f"{'':8}{'plain':>8}{'draft':>8}{'x':>7}{'accept':>8}{'lookup':>8}{'x':>7}"
-          f"{'| llama-server':>15}{'+draft':>8}{'x':>7}{'accept':>8}")
+    print(f"{'':8}{'plain':>8}{'draft':>8}{'x':>7}{'accept':>8}{'whole':>8}{'x':>7}"
+          f"{'lookup':>8}{'x':>7}{'| llama-server':>15}{'+draft':>8}{'x':>7}{'accept':>8}")
     for kind in PROMPTS:
         plain = summary(results, "plain", "plain", kind)
         draft = summary(results, "draft", "plain", kind)
+        whole = summary(results, "whole", "plain", kind)
         lookup = summary(results, "lookup", "plain", kind)
         server = summary(results, "server", "server", kind)
         server_draft = summary(results, "server+draft", "server", kind)
         print(f"{kind:8}{plain[0]:>8.1f}{draft[0]:>8.1f}{draft[1]:>6.2f}x{draft[2] or 0:>8.2f}"
-              f"{lookup[0]:>8.1f}{lookup[1]:>6.2f}x{server[0]:>15.1f}{server_draft[0]:>8.1f}"
+              f"{whole[0]:>8.1f}{whole[1]:>6.2f}x{lookup[0]:>8.1f}{lookup[1]:>6.2f}x{server[0]:>15.1f}{server_draft[0]:>8.1f}"
               f"{server_draft[1]:>6.2f}x{server_draft[2] or 0:>8.2f}")
+    for config in ("draft", "whole", "lookup"):
+        ratios = [r[0] / b[0] for kind in PROMPTS
+                  for r, b in zip(results[(config, kind)], results[("plain", kind)])]
+        print(f"{config}: lowest single-run ratio {min(ratios):.2f}x, highest {max(ratios):.2f}x")
     return 0
 
 

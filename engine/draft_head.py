@@ -31,7 +31,7 @@ from .llama_runtime import LlamaModel, Vocabulary, model_fingerprint
 
 KEEP_TOKENS = 65536
 CORPUS_BYTES = 3 << 20
-_FORMAT = 1  # bump when what is written changes
+_FORMAT = 2  # bump when what is written changes
 
 
 class DraftCutFailed(HomerackError):
@@ -65,19 +65,21 @@ def corpus_files(budget: int = CORPUS_BYTES) -> list[Path]:
 
 
 def rank_tokens(vocab: Vocabulary, texts: list[str]) -> np.ndarray:
-    """Token ids, most useful first: end-of-generation tokens, tokens met more than once
-    in `texts` (by count), then ASCII tokens by id (SentencePiece-style vocabularies
-    list pieces roughly by frequency), then the rest by id."""
+    """Token ids, most useful first: end-of-generation and single-character ASCII
+    tokens, tokens met more than once in `texts` (by count), then ASCII tokens by id
+    (SentencePiece-style vocabularies list pieces roughly by frequency), then the rest
+    by id."""
     counts = np.zeros(vocab.n_vocab, dtype=np.int64)
     for text in texts:
         np.add.at(counts, vocab.tokenize(text), 1)
     ids = np.arange(vocab.n_vocab)
-    eog = np.array([vocab.is_end_of_generation(int(i)) for i in ids])
-    pieces = (vocab.piece(int(i)) for i in ids)
+    pieces = [vocab.piece(int(i)) for i in ids]
     ascii_ = np.array([bool(p) and all(32 <= b < 127 or b in b"\t\n\r" for b in p)
                        for p in pieces])
+    first = np.array([vocab.is_end_of_generation(int(i)) or (ascii_[i] and len(pieces[i]) == 1)
+                      for i in ids])
     seen = np.where(counts > 1, counts, 0)
-    return np.lexsort((ids, ~ascii_, -seen, ~eog))
+    return np.lexsort((ids, ~ascii_, -seen, ~first))
 
 
 # -- the cut model ----------------------------------------------------------------
