@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sysconfig
 import threading
 from concurrent.futures import Future
@@ -30,6 +31,7 @@ from .errors import HomerackError
 from .llama_runtime import LlamaModel, Vocabulary, model_fingerprint
 
 KEEP_TOKENS = 65536
+MAX_OUTSIDE = 0.1  # share of emitted tokens outside the kept ones that sends a draft back whole
 CORPUS_BYTES = 3 << 20
 _FORMAT = 2  # bump when what is written changes
 
@@ -138,7 +140,8 @@ def _write_cut(source: Path, target: Path, keep: np.ndarray) -> dict:
 
     reader = gguf.GGUFReader(source)
     arch = reader.fields["general.architecture"].contents()
-    writer = gguf.GGUFWriter(target.with_suffix(".partial"), arch)
+    partial = target.with_suffix(f".{os.getpid()}.{threading.get_ident()}.partial")
+    writer = gguf.GGUFWriter(partial, arch)
     for name, field in reader.fields.items():
         if name.startswith(("tokenizer.", "GGUF.")) or name == "general.architecture":
             continue
@@ -164,7 +167,7 @@ def _write_cut(source: Path, target: Path, keep: np.ndarray) -> dict:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    target.with_suffix(".partial").replace(target)
+    partial.replace(target)
     return {"table_offset": int(table.data_offset), "table_type": int(table.tensor_type),
             "n_embd": int(table.shape[0]), "n_vocab": int(table.shape[1])}
 

@@ -180,6 +180,7 @@ class Engine:
         self._default: LocalModel | None = None
         self._controllers: dict[tuple, SpecController] = {}
         self._cuts = draft_head.DraftCuts(settings.draft_folder)
+        self._whole_drafts: set[Path] = set()  # drafts whose cut missed too much text
         self._hardware = None  # probed on the first load, in the worker
         self._calibration = Calibration(settings.calibration_file)
         self._journal = LoadJournal(settings.load_journal)
@@ -429,6 +430,12 @@ class Engine:
             check_pair(loaded.model, draft, self.store.inspector)
             key = str(draft.path)
             held = loaded.drafters.get(key)
+            if held is not None and held.outside_share() > draft_head.MAX_OUTSIDE:
+                notes.append(f"{held.outside_share():.0%} of the text was outside the cut "
+                             "draft's tokens: the draft runs whole from now on")
+                self._whole_drafts.add(draft.path)
+                held.close()
+                held = loaded.drafters[key] = self._load_draft(loaded, draft, None, notes)
             cut = self._cut_draft(draft, held, notes)
             if held is None or cut is not None:  # first use, or its cut is now ready
                 if held is not None:
@@ -445,6 +452,8 @@ class Engine:
                    notes: list[str]) -> draft_head.CutDraft | None:
         """The draft's cut version when it is ready and not yet in use (see draft_head)."""
         if held is not None and held.head is not None:
+            return None
+        if draft.path in self._whole_drafts:
             return None
         cut = self._cuts.ready(draft.path, self.store.inspector.inspect(draft.path).vocab_size)
         failure = self._cuts.failure(draft.path)

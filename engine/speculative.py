@@ -23,6 +23,7 @@ from .llama_runtime import MAX_OUTPUTS, LlamaModel, Sampler
 from .prompt_cache import common_prefix
 
 TIE_MARGIN = 0.1  # logits; see verify()
+MIN_OBSERVED = 64  # emitted tokens before judging a cut draft's coverage
 
 
 @dataclass
@@ -57,6 +58,18 @@ class ModelDrafter:
         self.head = head
         self.tokens: list[int] = []  # what its KV memory holds
         self._work = np.empty(llama.n_vocab, dtype=np.float32)
+        self._kept = None if head is None else np.isin(np.arange(head.max() + 1), head)
+        self.observed = self.outside = 0  # emitted tokens, and those it could not propose
+
+    def observe(self, emitted: list[int]) -> None:
+        """Count the emitted tokens a cut draft cannot propose: text in a language its
+        kept tokens do not cover makes it guess wrong at every such token."""
+        if self._kept is not None:
+            self.observed += len(emitted)
+            self.outside += sum(t >= len(self._kept) or not self._kept[t] for t in emitted)
+
+    def outside_share(self) -> float:
+        return self.outside / self.observed if self.observed >= MIN_OBSERVED else 0.0
 
     @property
     def vocab(self) -> int:
@@ -109,6 +122,9 @@ class LookupDrafter:
 
     def follow(self, context: list[int]) -> None:
         self._index(context)
+
+    def observe(self, emitted: list[int]) -> None:
+        pass
 
     def propose(self, context: list[int], k: int) -> list[int]:
         self._index(context)
@@ -274,6 +290,7 @@ def speculative_step(target: LlamaModel, tokens: list[int], last: int, drafter,
     drafted = time.perf_counter()
     emitted = verify(target, tokens, last, drafts, sampler, seq_id)
     accepted = common_prefix(emitted, drafts)
+    drafter.observe(emitted)
     stats.drafted += len(drafts)
     stats.accepted += accepted
     stats.rounds += 1

@@ -243,6 +243,25 @@ def test_the_engine_cuts_a_draft_in_the_background_and_swaps_it_in(spec_store, t
     assert usage.speculative["draft_vocab"] == 65536 and again == first == plain
 
 
+def test_text_outside_the_cut_drafts_tokens_sends_the_draft_back_whole(spec_store, cut_drafts):
+    engine = engine_for(spec_store, draft_folder=cut_drafts, spec_min_speedup=0.0)
+    target, draft = spec_store.resolve("gemma-f32"), spec_store.resolve(GEMMA)
+    request = dict(model=target, max_tokens=80, sampling=GREEDY, ignore_eos=True,
+                   speculation="draft", draft_model=draft)
+    try:
+        _, english = generate(engine, prompt=PROMPTS[6], **request)
+        _, thai = generate(engine, prompt="ประวัติศาสตร์ของประเทศไทย", **request)
+        collector = Collector()
+        engine.submit(GenerationRequest(prompt=PROMPTS[6], cache_prompt=False, **request),
+                      collector)
+        started, _, done = collector.result(timeout=300)
+    finally:
+        engine.close()
+    assert english.speculative["draft_vocab"] == thai.speculative["draft_vocab"] == 65536
+    assert done.usage.speculative["draft_vocab"] == 262144
+    assert "runs whole" in " ".join(started.notes)
+
+
 def test_incompatible_draft_is_refused_naming_the_difference(spec_store):
     with pytest.raises(IncompatibleDraft, match="tokenizer types differ|vocabulary sizes"):
         check_pair(spec_store.resolve(GEMMA), spec_store.resolve(STARTER),
