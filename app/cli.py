@@ -105,7 +105,7 @@ def engine_client(model: str | None):
     finally:
         client.close()
         if process:
-            process.stop()
+            process.stop(timeout=100)  # it may be finishing a draft's cut (Engine.close)
 
 
 def _stream_reply(client, messages, args) -> str:
@@ -129,9 +129,11 @@ def _stream_reply(client, messages, args) -> str:
               file=sys.stderr)
         spec = reply.usage.get("speculative")
         if spec:
+            draft = (f", draft on {spec['draft_device']} proposing from {spec['draft_vocab']:,} "
+                     "tokens" if spec.get("draft_vocab") else "")
             print(f"[speculative {spec['mode']}: {spec['accepted']}/{spec['drafted']} drafts "
-                  f"accepted, {spec['speedup'] or '?'}x{'; ' + spec['note'] if spec.get('note') else ''}]",
-                  file=sys.stderr)
+                  f"accepted, {spec['speedup'] or '?'}x{draft}"
+                  f"{'; ' + spec['note'] if spec.get('note') else ''}]", file=sys.stderr)
     return reply.text
 
 

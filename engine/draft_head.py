@@ -21,7 +21,7 @@ import math
 import os
 import sysconfig
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -236,6 +236,14 @@ class DraftCuts:
                 threading.Thread(target=self._build, args=(source, job), name="draft-cut",
                                  daemon=True).start()
         return job.result() if job.done() and job.exception() is None else None
+
+    def building(self, source: Path) -> bool:
+        job = self._jobs.get(source)
+        return job is not None and not job.done()
+
+    def wait(self, timeout: float) -> None:
+        """Let cuts being built finish (a one-shot engine would otherwise never keep one)."""
+        wait(list(self._jobs.values()), timeout)
 
     def failure(self, source: Path) -> str | None:
         job = self._jobs.get(source)

@@ -241,6 +241,7 @@ class Engine:
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join(timeout=30)
+        self._cuts.wait(timeout=60)
 
     # -- the worker thread ----------------------------------------------------
 
@@ -456,6 +457,9 @@ class Engine:
         if draft.path in self._whole_drafts:
             return None
         cut = self._cuts.ready(draft.path, self.store.inspector.inspect(draft.path).vocab_size)
+        if held is None and self._cuts.building(draft.path):
+            notes.append("the draft runs whole while a faster cut of it is made "
+                         "(once, about 20 s, in the background)")
         failure = self._cuts.failure(draft.path)
         if failure and held is None:
             notes.append(failure)
