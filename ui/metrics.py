@@ -64,4 +64,6 @@ def describe_speculation(spec: dict | None) -> str:
     acceptance = spec.get("acceptance")
     accepted = f"{spec['accepted']}/{spec['drafted']} accepted" if acceptance is not None else "no drafts"
     speedup = f", {spec['speedup']:.2f}x" if spec.get("speedup") else ""
-    return f"{spec['mode']}: {accepted}{speedup}"
+    where = (f" ({spec['draft_device']}, {spec['draft_vocab']:,} tokens)"
+             if spec.get("draft_vocab") else "")
+    return f"{spec['mode']}: {accepted}{speedup}{where}"
