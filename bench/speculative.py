@@ -92,7 +92,8 @@ def measure(bins: Path, models: Path, threads: int, tokens: int, reps: int) -> d
     one entry per prompt and repetition, in the same order for every config."""
     args = ["--threads", str(threads), "--ctx", "2048", "--model", TARGET]
     engine = EngineProcess(args)
-    whole_engine = EngineProcess([*args, "--whole-drafts"], env=own_home("bench-home-whole", models))
+    whole_engine = EngineProcess([*args, "--whole-drafts"],
+                                 env=own_home("bench-home-whole", models))
     address, whole = engine.wait_ready(), whole_engine.wait_ready()
     results: dict = {}
     try:
@@ -177,7 +178,8 @@ def main() -> int:
         server = summary(results, "server", "server", kind)
         server_draft = summary(results, "server+draft", "server", kind)
         print(f"{kind:8}{plain[0]:>8.1f}{draft[0]:>8.1f}{draft[1]:>6.2f}x{draft[2] or 0:>8.2f}"
-              f"{whole[0]:>8.1f}{whole[1]:>6.2f}x{lookup[0]:>8.1f}{lookup[1]:>6.2f}x{server[0]:>15.1f}{server_draft[0]:>8.1f}"
+              f"{whole[0]:>8.1f}{whole[1]:>6.2f}x{lookup[0]:>8.1f}{lookup[1]:>6.2f}x"
+              f"{server[0]:>15.1f}{server_draft[0]:>8.1f}"
               f"{server_draft[1]:>6.2f}x{server_draft[2] or 0:>8.2f}")
     for config in ("draft", "whole", "lookup"):
         ratios = [r[0] / b[0] for kind in PROMPTS

@@ -104,7 +104,10 @@ def cut_folder(source: Path, folder: Path) -> Path:
 
 
 def cached(source: Path, folder: Path) -> CutDraft | None:
-    where = cut_folder(source, folder)
+    return _read(cut_folder(source, folder), source)
+
+
+def _read(where: Path, source: Path) -> CutDraft | None:
     try:
         info = json.loads((where / "head.json").read_text())
         keep = np.load(where / "keep.npy")
@@ -116,7 +119,8 @@ def cached(source: Path, folder: Path) -> CutDraft | None:
 
 def prepare(source: Path, folder: Path, keep_tokens: int = KEEP_TOKENS) -> CutDraft:
     """The cut version of draft model `source`, built unless cached (tens of seconds)."""
-    found = cached(source, folder)
+    where = cut_folder(source, folder)  # fingerprints the source: once
+    found = _read(where, source)
     if found:
         return found
     vocab = Vocabulary(source)
@@ -125,12 +129,11 @@ def prepare(source: Path, folder: Path, keep_tokens: int = KEEP_TOKENS) -> CutDr
         keep = np.sort(rank_tokens(vocab, texts)[:keep_tokens]).astype(np.int32)
     finally:
         vocab.close()
-    where = cut_folder(source, folder)
     where.mkdir(parents=True, exist_ok=True)
     info = _write_cut(source, where / "draft.gguf", keep)
     np.save(where / "keep.npy", keep)
     (where / "head.json").write_text(json.dumps(info))  # last: marks the cut complete
-    return cached(source, folder)
+    return _read(where, source)
 
 
 def _write_cut(source: Path, target: Path, keep: np.ndarray) -> dict:
@@ -177,7 +180,9 @@ class InputTable:
 
     def __init__(self, cut: CutDraft):
         import gguf
+        from gguf.quants import dequantize
 
+        self._dequantize = dequantize  # imported here, not on every draft step
         self.kind = gguf.GGMLQuantizationType(cut.table_type)
         block, block_bytes = gguf.GGML_QUANT_SIZES[self.kind]
         row_bytes = cut.n_embd // block * block_bytes
@@ -186,9 +191,7 @@ class InputTable:
         self.scale = 1.0
 
     def __call__(self, tokens: list[int]) -> np.ndarray:
-        from gguf.quants import dequantize
-
-        return dequantize(self.rows[tokens], self.kind) * self.scale
+        return self._dequantize(self.rows[tokens], self.kind) * self.scale
 
 
 def load(cut: CutDraft, llama: LlamaModel) -> None:

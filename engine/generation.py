@@ -436,9 +436,9 @@ class Engine:
                              "draft's tokens: the draft runs whole from now on")
                 self._whole_drafts.add(draft.path)
                 held.close()
-                held = loaded.drafters[key] = self._load_draft(loaded, draft, None, notes)
+                held = None  # reloaded whole below
             cut = self._cut_draft(draft, held, notes)
-            if held is None or cut is not None:  # first use, or its cut is now ready
+            if held is None or cut is not None:  # (re)load, or its cut is now ready
                 if held is not None:
                     held.close()
                 loaded.drafters[key] = self._load_draft(loaded, draft, cut, notes)

@@ -313,8 +313,7 @@ class LlamaModel:
         token when verifying a draft."""
         if len(tokens) > self.settings.n_batch:
             raise ValueError(f"{len(tokens)} tokens exceed n_batch; use sync()")
-        self._fill_batch(tokens, start, seq_id, True, all_logits)
-        self._decode_batch()
+        self._decode_batch(self._fill_batch(tokens, start, seq_id, True, all_logits))
 
     def sync(self, held: list[int], wanted: list[int], seq_id: int = 0,
              stop: Callable[[], bool] = lambda: False) -> int:
@@ -337,7 +336,7 @@ class LlamaModel:
         return keep
 
     def _fill_batch(self, tokens: list[int], start: int, seq_id: int, want_last: bool,
-                    want_all: bool) -> None:
+                    want_all: bool):
         batch = self._batch if self.embed is None else self._vectors(tokens)
         for i, token in enumerate(tokens):
             if self.embed is None:
@@ -349,7 +348,7 @@ class LlamaModel:
         if want_last:
             batch.logits[len(tokens) - 1] = 1
         batch.n_tokens = len(tokens)
-        self._filled = batch
+        return batch
 
     def _vectors(self, tokens: list[int]):
         """The embedding batch, holding the vectors of `tokens`."""
@@ -366,8 +365,8 @@ class LlamaModel:
         return np.ctypeslib.as_array(llama.llama_get_logits_ith(self.ctx, index),
                                      shape=(self.n_vocab,))
 
-    def _decode_batch(self) -> None:
-        rc = llama.llama_decode(self.ctx, self._filled)
+    def _decode_batch(self, batch) -> None:
+        rc = llama.llama_decode(self.ctx, batch)
         if rc != 0:
             reason = "no room left in the KV cache" if rc == 1 else f"llama_decode returned {rc}"
             raise DecodeFailed(f"evaluation failed: {reason}")
