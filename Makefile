@@ -19,9 +19,14 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip wheel
 
-# Always runs; it returns at once when the same build is already installed.
-llama: $(PY)
+# Always runs; it returns at once when the same build is already installed, and prints
+# the result of the smoke test that proved it (packaging/llama_smoke.py).
+llama: $(VENV)/.homerack-setup-deps
 	$(PY) packaging/llama_backend.py
+
+$(VENV)/.homerack-setup-deps: packaging/requirements-setup.txt | $(PY)
+	$(PIP) install -r packaging/requirements-setup.txt
+	touch $@
 
 $(VENV)/.homerack-deps: pyproject.toml requirements-models.txt | $(PY)
 	$(PIP) install -e ".[gui,test]"

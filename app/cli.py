@@ -44,6 +44,7 @@ def cmd_serve(args) -> int:
         max_queue=args.queue_size, cache=_cache_limits(args), speculation=args.speculation,
         calibration_file=paths().cache / "memory-calibration.json",
         load_journal=paths().runtime / "loading.json",
+        no_repack_file=paths().cache / "no-repack.json",
         cache_folder=paths().cache / "kv" if args.cache_disk_mib else None,
         draft_folder=None if args.whole_drafts else paths().cache / "drafts")
     engine = Engine(store, settings)
@@ -121,6 +122,9 @@ def _stream_reply(client, messages, args) -> str:
     sys.stdout.write("\n")
     for note in reply.notes:
         print(f"[note] {note}", file=sys.stderr)
+    if args.verbose:  # how the model was loaded: a safer plan, no repacked weights
+        for note in client.health().get("load_notes", []):
+            print(f"[load] {note}", file=sys.stderr)
     if args.verbose and reply.usage:
         timings = reply.usage.get("timings", {})
         print(f"[{reply.usage['completion_tokens']} tokens, "
@@ -297,14 +301,21 @@ def cmd_install_desktop(_args) -> int:
 
 
 def launch_desktop() -> int:
-    """The window, or a terminal chat where Qt is missing (a server install)."""
+    """The window, or a terminal chat where it cannot open (a server install, Qt or one
+    of the system libraries its platform plugin needs missing)."""
     from engine.models import DEFAULT_MODEL
+
+    from .qt_check import platform_problem
 
     headless = (sys.platform.startswith("linux") and not os.environ.get("QT_QPA_PLATFORM")
                 and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")))
     try:
         if headless:
             raise ImportError("no display")
+        problem = platform_problem()
+        if problem:
+            print(problem, file=sys.stderr)
+            raise ImportError("a system library is missing")
         from ui.app import main as gui_main  # composition: the CLI starts the app
     except ImportError as exc:
         print(f"the desktop app is unavailable ({exc}); chatting in the terminal",

@@ -120,6 +120,7 @@ class EngineSettings:
     speculation: str = "off"          # the default for requests that do not say
     calibration_file: Path | None = None  # measured/predicted memory ratios
     load_journal: Path | None = None      # the load in progress (see loader.py)
+    no_repack_file: Path | None = None    # models whose repacked weights killed an engine
     spec_min_speedup: float = 0.95    # below this measured gain speculation turns off
     draft_folder: Path | None = None  # cut drafts (draft_head.py); None: drafts run whole
 
@@ -152,6 +153,7 @@ class Loaded:
     override: "LoadOverride | None" = None  # the user's context / GPU layers
     notes: tuple[str, ...] = ()  # what the out-of-memory back-off changed
     drafters: dict = field(default_factory=dict)  # draft model path or "lookup" -> drafter
+    evaluated: bool = False  # its first request ran (the load journal's watch ends)
 
     def close(self) -> None:
         if self.cache:
@@ -183,7 +185,7 @@ class Engine:
         self._whole_drafts: set[Path] = set()  # drafts whose cut missed too much text
         self._hardware = None  # probed on the first load, in the worker
         self._calibration = Calibration(settings.calibration_file)
-        self._journal = LoadJournal(settings.load_journal)
+        self._journal = LoadJournal(settings.load_journal, settings.no_repack_file)
         self._overrides: dict[Path, LoadOverride] = {}
         self._load_error: str | None = None  # the last load's failure, for /health
         self._busy = False
@@ -262,6 +264,7 @@ class Engine:
                 self._mean_job_s = 0.8 * self._mean_job_s + 0.2 * (time.perf_counter() - started)
         if self._loaded:
             self._loaded.close()
+        self._journal.end()  # a clean stop is no crash
 
     def _run(self, job: Job) -> None:
         if job.cancelled.is_set():
@@ -285,6 +288,9 @@ class Engine:
                          loaded.chat_format.describe() if job.request.messages else None,
                          tuple(notes)))
         self._generate(loaded, job, max_tokens, t0, queue_s, len(prompt), cached, spec)
+        if not loaded.evaluated:  # it survived its first evaluations
+            loaded.evaluated = True
+            self._journal.end()
         if loaded.cache and job.request.cache_prompt:
             loaded.cache.save(loaded.sequence.tokens,
                               loaded.llama.snapshot(loaded.sequence.seq_id))
@@ -482,7 +488,7 @@ class Engine:
 
     def _open_draft(self, loaded: Loaded, draft: LocalModel, path: Path) -> tuple[LlamaModel, str]:
         settings = replace(self.settings.load, n_ctx=loaded.llama.n_ctx, n_gpu_layers=0,
-                           devices=(), tensor_split=())
+                           devices=(), tensor_split=(), repack=loaded.llama.settings.repack)
         shape = self.store.inspector.inspect(draft.path).shape
         if loaded.plan is not None and shape is not None:
             device, layers = place_draft(loaded.plan, shape, loaded.llama.n_ctx)

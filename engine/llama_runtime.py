@@ -12,6 +12,7 @@ import hashlib
 import os
 import re
 import secrets
+import signal
 import sys
 import threading
 from dataclasses import dataclass
@@ -83,6 +84,12 @@ def _ensure_backend() -> None:
             _initialized = True
 
 
+# Fault injection for the crash-journal tests (README, "Surviving a crash"): an engine
+# process started with HOMERACK_FAULT=repacked-eval dies as llama.cpp's AMX kernels do
+# (SIGSEGV on the first evaluation with repacked weights).
+_FAULT = os.environ.get("HOMERACK_FAULT", "")
+
+
 class DecodeFailed(HomerackError):
     kind = "decode_failed"
 
@@ -100,6 +107,9 @@ class LoadSettings:
     kv_type: str = "f16"  # or "q8_0" (needs flash attention)
     devices: tuple[str, ...] = ()  # the GPUs to use, by ggml device name
     tensor_split: tuple[float, ...] = ()  # their shares of the GPU layers
+    # llama.cpp's extra buffer types: CPU weights repacked for its fastest kernels (AMX
+    # tiles on CPUs that have them). Off after such an evaluation killed an engine.
+    repack: bool = True
 
 
 @dataclass(frozen=True)
@@ -233,6 +243,7 @@ class LlamaModel:
     def _load(self, path: Path, settings: LoadSettings) -> None:
         mparams = llama.llama_model_default_params()
         mparams.n_gpu_layers = settings.n_gpu_layers
+        mparams.use_extra_bufts = settings.repack
         if settings.devices and settings.n_gpu_layers:
             from .hardware import device_array
 
@@ -366,6 +377,8 @@ class LlamaModel:
                                      shape=(self.n_vocab,))
 
     def _decode_batch(self, batch) -> None:
+        if _FAULT == "repacked-eval" and self.settings.repack:
+            os.kill(os.getpid(), signal.SIGSEGV)
         rc = llama.llama_decode(self.ctx, batch)
         if rc != 0:
             reason = "no room left in the KV cache" if rc == 1 else f"llama_decode returned {rc}"

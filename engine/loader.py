@@ -5,6 +5,11 @@ layers on the device that failed, a smaller context, a quantized KV cache) until
 loads or nothing smaller fits. Before each attempt a journal notes what is being tried:
 llama.cpp aborts the whole process on some device allocation failures, and the next
 engine that finds the note starts that model from a safer plan instead of dying again.
+
+The journal stays open through the first evaluations of a freshly loaded model: some
+kernels die there (llama.cpp's AMX weight repack faults on some Xeons, #20824). The next
+engine that finds such an entry records that model as unsafe to repack for this llama.cpp
+build and loads it with `use_extra_bufts` off from then on.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from pathlib import Path
 from .errors import OutOfMemory
 from .gguf_file import GGUFInfo
 from .hardware import Hardware
-from .llama_runtime import LlamaModel, LoadSettings
+from .llama_runtime import LlamaModel, LoadSettings, build_id
 from .planner import Plan, Preferences, back_off, plan
 
 ATTEMPTS = 5
@@ -30,27 +35,70 @@ class LoadOutcome:
 
 
 class LoadJournal:
-    """The load in progress, kept in a file while llama.cpp allocates."""
+    """The load in progress and its first evaluations, kept in a file (`path`) while
+    llama.cpp allocates and first computes; models whose repacked weights killed an
+    engine, kept for good in another (`no_repack_path`)."""
 
-    def __init__(self, path: Path | None):
+    def __init__(self, path: Path | None, no_repack_path: Path | None = None):
         self.path = path
+        self.no_repack_path = no_repack_path
 
     def begin(self, model: Path, used: dict[str, int]) -> None:
+        self._write({"model": str(model), "used": used, "stage": "loading"})
+
+    def evaluating(self, model: Path, used: dict[str, int], repack: bool) -> None:
+        self._write({"model": str(model), "used": used, "stage": "evaluating",
+                     "repack": repack})
+
+    def _write(self, entry: dict) -> None:
         if self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text(json.dumps({"model": str(model), "used": used}))
+            self.path.write_text(json.dumps(entry))
 
     def end(self) -> None:
         if self.path:
             self.path.unlink(missing_ok=True)
 
-    def unfinished(self, model: Path) -> dict[str, int] | None:
-        """Bytes per device of a load of `model` that never finished (the process died)."""
+    def unfinished(self, model: Path) -> dict | None:
+        """The entry of a load or first evaluation of `model` that never finished (the
+        process died): "stage", "used" (bytes per device) and "repack"."""
         try:
             entry = json.loads(self.path.read_text()) if self.path else None
         except (OSError, ValueError):
             return None
-        return entry["used"] if entry and entry.get("model") == str(model) else None
+        return entry if entry and entry.get("model") == str(model) else None
+
+    def _no_repack(self) -> list[str]:
+        try:
+            return json.loads(self.no_repack_path.read_text()) if self.no_repack_path else []
+        except (OSError, ValueError):
+            return []
+
+    def repack_is_unsafe(self, model: Path) -> bool:
+        return _repack_key(model) in self._no_repack()
+
+    def mark_repack_unsafe(self, model: Path) -> None:
+        if self.no_repack_path and not self.repack_is_unsafe(model):
+            self.no_repack_path.parent.mkdir(parents=True, exist_ok=True)
+            self.no_repack_path.write_text(json.dumps(self._no_repack() + [_repack_key(model)]))
+
+
+def _repack_key(model: Path) -> str:
+    """A model under one llama.cpp build: a new build gets a new chance."""
+    return f"{model} | {build_id()}"
+
+
+def _repack_safety(path: Path, crashed: dict | None, journal: LoadJournal) -> list[str]:
+    """Why `path` loads without repacked weights (empty when it need not)."""
+    if crashed and crashed.get("stage") == "evaluating" and crashed.get("repack"):
+        journal.mark_repack_unsafe(path)
+        return ["the engine died during its first evaluations of this model last time (as "
+                "llama.cpp's AMX kernels do on some CPUs): loaded without repacked weights "
+                "(use_extra_bufts off), which is safe but may be slower"]
+    if journal.repack_is_unsafe(path):
+        return ["loaded without repacked weights (use_extra_bufts off): an engine died "
+                f"evaluating them before (listed in {journal.no_repack_path.name})"]
+    return []
 
 
 def describe(settings: LoadSettings) -> str:
@@ -77,10 +125,14 @@ def load(path: Path, info: GGUFInfo, base: LoadSettings, hardware: Hardware | No
     notes: list[str] = []
     can_plan = info.shape is not None and hardware is not None
     crashed = journal.unfinished(path)
-    if crashed is not None:
+    safety = _repack_safety(path, crashed, journal)
+    if safety:
+        base = replace(base, repack=False)
+        hardware = replace(hardware, cpu_repack=False) if hardware else None
+    elif crashed is not None and crashed.get("stage", "loading") == "loading":
         notes.append("the engine stopped while loading this model last time; "
                      "starting from a safer plan")
-        prefs = back_off(prefs, crashed, None)
+        prefs = back_off(prefs, crashed["used"], None)
         base = replace(base, n_ctx=max(512, base.n_ctx // 2))
     for attempt in range(ATTEMPTS):
         planned = plan(hardware, info.shape, prefs) if can_plan else None
@@ -104,10 +156,10 @@ def load(path: Path, info: GGUFInfo, base: LoadSettings, hardware: Hardware | No
         except BaseException:
             journal.end()
             raise
-        journal.end()
+        journal.evaluating(path, _used(planned), settings.repack)
         if notes:
             notes.append(f"loaded with {describe(settings)} instead")
-        return LoadOutcome(llama, planned, tuple(notes))
+        return LoadOutcome(llama, planned, tuple(safety + notes))
     raise OutOfMemory(f"{path.name} did not load after {ATTEMPTS} attempts: " + "; ".join(notes),
                       device="")
 

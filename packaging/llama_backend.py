@@ -5,10 +5,19 @@ Run with the Python of the target virtual environment (the Makefile does):
     .venv/bin/python packaging/llama_backend.py
 
 The backend is chosen from what the machine has (HOMERACK_BACKEND=cpu|cuda|metal|vulkan
-overrides it). RPC support is always built in: the LAN cluster depends on it. The built
-wheel is kept in a cache keyed by version and CMake flags, and the install is skipped
-when the environment already holds a build with the same flags, so re-runs are instant.
-Only the standard library is used: this runs before anything else is installed.
+overrides it). RPC support is always built in: the LAN cluster depends on it.
+
+The CPU code is compiled for this CPU (-march=native) without known-bad paths: on a CPU
+with AMX, llama.cpp's AMX weight repack faults on the first decode (llama.cpp #20824),
+so it is compiled out unless HOMERACK_AMX=on. Every installed build is proven first by
+llama_smoke.py in a child process; a build that dies or computes garbage is replaced by
+a portable one (GGML_NATIVE=OFF, only the instruction sets every CPU of this kind has
+that ggml uses by default), and if that fails too, setup stops and says why.
+
+Wheels are cached under a key of version, flags and the CPU features they were compiled
+for; the stamp in the environment records the same, so a venv or cache that meets a
+different CPU (a copied folder, a changed VM type) is rebuilt instead of dying with
+SIGILL. Only the standard library is used here (the smoke test needs numpy and gguf).
 """
 
 from __future__ import annotations
@@ -17,9 +26,11 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 VERSION = "0.3.36"
@@ -82,37 +93,115 @@ def cmake_args(backend: str) -> str:
     return " ".join(flags)
 
 
-def _wanted(args: str) -> dict:
-    return {"version": VERSION, "cmake_args": args, "python": sys.version.split()[0]}
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+FAILED = "smoke-failed.txt"  # in a wheel's cache folder: that build failed on this CPU
+# x86 instruction sets ggml enables by default in a non-native build, by cpuinfo flag;
+# a portable build asks for the ones this CPU has and no others.
+PORTABLE_X86 = {"sse4_2": "GGML_SSE42", "avx": "GGML_AVX", "avx2": "GGML_AVX2",
+                "fma": "GGML_FMA", "f16c": "GGML_F16C", "bmi2": "GGML_BMI2"}
+# cpuinfo flags that name instruction sets a compiler can target (the rest, such as
+# "hypervisor" or "constant_tsc", do not change what -march=native emits)
+_ISA = re.compile(r"^(sse|ssse|avx|amx|fma|f16c|bmi|popcnt|abm|movbe|aes|vaes|pclmul|vpclmul|"
+                  r"gfni|sha|adx|rdrand|rdseed|xsave|cx16|lzcnt)")
 
 
-def _installed_matches(wanted: dict) -> bool:
+def cpu_features() -> tuple[str, ...]:
+    """The instruction sets this CPU reports (x86 cpuinfo flags, Arm features)."""
+    if platform.system() == "Darwin":
+        out = subprocess.run(["sysctl", "hw.optional"], capture_output=True, text=True).stdout
+        return tuple(sorted(line.split(":")[0].removeprefix("hw.optional.")
+                            for line in out.splitlines() if line.endswith(": 1")))
     try:
-        if json.loads(STAMP.read_text()) != wanted:
-            return False
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ()
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in ("flags", "Features"):
+            flags = value.split()
+            if name.strip() == "flags":
+                flags = [f for f in flags if _ISA.match(f)]
+            return tuple(sorted(set(flags)))
+    return ()
+
+
+@dataclass(frozen=True)
+class Build:
+    """One way to build llama-cpp-python here, and why."""
+    backend: str
+    cmake_args: str
+    cflags: str  # added to CFLAGS and CXXFLAGS
+    portable: bool
+    features: tuple[str, ...]  # the CPU it is compiled for
+    notes: tuple[str, ...] = ()
+
+    @property
+    def variant(self) -> str:
+        return "portable" if self.portable else "native"
+
+    def stamp(self) -> dict:
+        return {"version": VERSION, "python": sys.version.split()[0], "backend": self.backend,
+                "cmake_args": self.cmake_args, "cflags": self.cflags,
+                "variant": self.variant, "cpu_features": list(self.features)}
+
+    def describe(self) -> str:
+        flags = f", CFLAGS+='{self.cflags}'" if self.cflags else ""
+        return f"{self.variant} build, CMAKE_ARGS='{self.cmake_args}'{flags}"
+
+
+def candidates(backend: str, features: tuple[str, ...]) -> list[Build]:
+    """The builds to try in order: for this CPU (without AMX unless asked), then portable."""
+    args = cmake_args(backend)
+    notes, cflags = [], ""
+    amx = [f for f in features if f.startswith("amx")]
+    if amx and os.environ.get("HOMERACK_AMX", "").lower() != "on":
+        cflags = NO_AMX
+        notes.append(f"this CPU has AMX ({' '.join(amx)}): llama.cpp's AMX kernels are left out, "
+                     "because they crash on the first decode on such CPUs (llama.cpp #20824); "
+                     "AVX-512 and the CPU weight repack stay on. HOMERACK_AMX=on builds them.")
+    elif amx:
+        notes.append("HOMERACK_AMX=on: llama.cpp's AMX kernels are built (they crash on some "
+                     "CPUs; the smoke test checks this one)")
+    portable = args + " -DGGML_NATIVE=OFF"
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        portable += "".join(f" -D{option}={'ON' if flag in features else 'OFF'}"
+                            for flag, option in PORTABLE_X86.items())
+    return [Build(backend, args, cflags, False, features, tuple(notes)),
+            Build(backend, portable, "", True, features)]
+
+
+def _installed(build: Build) -> dict | None:
+    """The stamp of the installed build when it is `build` and imports; else None."""
+    try:
+        stamp = json.loads(STAMP.read_text())
     except (OSError, ValueError):
-        return False
+        return None
+    if {k: stamp.get(k) for k in build.stamp()} != build.stamp() or "smoke" not in stamp:
+        return None
     probe = subprocess.run(
         [sys.executable, "-c", "import llama_cpp; print(llama_cpp.__version__)"],
         capture_output=True, text=True,
     )
-    return probe.returncode == 0 and probe.stdout.strip() == VERSION
+    return stamp if probe.returncode == 0 and probe.stdout.strip() == VERSION else None
 
 
-def _cache_dir(args: str) -> Path:
+def _cache_dir(build: Build) -> Path:
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    key = hashlib.sha256(f"{VERSION} {args} {platform.machine()}".encode()).hexdigest()[:16]
+    identity = {**build.stamp(), "python": None, "machine": platform.machine()}
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     return base / "homerack" / "wheels" / f"{VERSION}-{key}"
 
 
-def _build_wheel(args: str, into: Path) -> Path:
+def _build_wheel(build: Build, into: Path) -> Path:
     into.mkdir(parents=True, exist_ok=True)
     wheels = sorted(into.glob("llama_cpp_python-*.whl"))
     if wheels:
         return wheels[-1]
-    print(f"building {PACKAGE} {VERSION} with CMAKE_ARGS='{args}' (about 11 minutes on 2 cores)...",
+    print(f"building {PACKAGE} {VERSION}: {build.describe()} (about 11 minutes on 2 cores)...",
           flush=True)
-    env = dict(os.environ, CMAKE_ARGS=args)
+    env = dict(os.environ, CMAKE_ARGS=build.cmake_args)
+    for name in ("CFLAGS", "CXXFLAGS"):
+        env[name] = f"{env.get(name, '')} {build.cflags}".strip()
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir",
          "--no-binary", PACKAGE, "-w", str(into), f"{PACKAGE}=={VERSION}"],
@@ -121,22 +210,64 @@ def _build_wheel(args: str, into: Path) -> Path:
     return sorted(into.glob("llama_cpp_python-*.whl"))[-1]
 
 
-def main() -> int:
-    backend, why = choose_backend()
-    args = cmake_args(backend)
-    print(f"llama.cpp backend: {backend} ({why}); CMAKE_ARGS='{args}'", flush=True)
-    wanted = _wanted(args)
-    if _installed_matches(wanted):
-        print(f"{PACKAGE} {VERSION} already installed with these flags", flush=True)
-        return 0
-    wheel = _build_wheel(args, _cache_dir(args))
+def _install(wheel: Path) -> None:
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--force-reinstall", str(wheel)],
         check=True,
     )
-    STAMP.write_text(json.dumps(wanted))
-    print(f"installed {wheel.name}", flush=True)
-    return 0
+
+
+def _smoke():
+    try:
+        from llama_smoke import run_smoke
+    except ImportError as exc:
+        raise SystemExit(f"the llama.cpp smoke test needs numpy and gguf ({exc}): "
+                         "pip install -r packaging/requirements-setup.txt") from None
+    return run_smoke()
+
+
+def smoke_line(smoke: dict, when: str) -> str:
+    return f"llama.cpp smoke test: {smoke['summary']} ({when}, {smoke['seconds']:.1f} s)"
+
+
+def main() -> int:
+    backend, why = choose_backend()
+    builds = candidates(backend, cpu_features())
+    print(f"llama.cpp backend: {backend} ({why})", flush=True)
+    for note in builds[0].notes:
+        print(note, flush=True)
+    for build in builds:
+        stamp = _installed(build)
+        if stamp:
+            print(f"{PACKAGE} {VERSION} already installed ({build.describe()})")
+            print(smoke_line(stamp["smoke"], "when it was installed"), flush=True)
+            return 0
+    failures = []
+    for build in builds:
+        cache = _cache_dir(build)
+        if (cache / FAILED).exists():
+            failures.append(f"{build.variant} build: {(cache / FAILED).read_text()}")
+            print(f"skipping the {build.variant} build: it failed its smoke test on this CPU "
+                  f"before ({(cache / FAILED).read_text()})", flush=True)
+            continue
+        wheel = _build_wheel(build, cache)
+        _install(wheel)
+        result = _smoke()
+        print(smoke_line(asdict(result), build.variant + " build"), flush=True)
+        if result.ok:
+            STAMP.write_text(json.dumps({**build.stamp(), "smoke": asdict(result)}))
+            print(f"installed {wheel.name} ({build.describe()})", flush=True)
+            return 0
+        STAMP.unlink(missing_ok=True)
+        (cache / FAILED).write_text(result.summary)
+        failures.append(f"{build.variant} build: {result.summary}")
+        if not build.portable:
+            print("rebuilding with the native optimisations off (GGML_NATIVE=OFF, "
+                  "a portable baseline)", flush=True)
+    raise SystemExit(
+        f"{PACKAGE} {VERSION} does not run correctly on this machine: " + "; ".join(failures)
+        + ". Nothing else was changed; please report this with the output above "
+        f"(remove {_cache_dir(builds[0]).parent} to try every build again).")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ real `homerack serve` process on the starter chat model."""
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import sys
 from pathlib import Path
@@ -13,13 +14,23 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(ROOT / "packaging"))  # tiny_gguf, shared with the build smoke test
 
+from engine.llama_runtime import SamplingParams  # noqa: E402
 from tiny_gguf import write_tiny_model  # noqa: E402
 
 STARTER = "smollm2-135m-instruct-q4_1"
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
 GEMMA_REPO = "unsloth/gemma-3-270m-it-GGUF"
 GEMMA = "gemma-3-270m-q4_k_m"
+
+
+def pytest_collection_modifyitems(items):
+    """A test on the real starter models (assembled, checked and loaded: seconds each) is
+    slow wherever it is; so is one that starts a process, marked where it is written."""
+    for item in items:
+        if "starters_dir" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -107,3 +118,40 @@ def hub(starters_dir, tmp_path, monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     yield server
     server.close()
+
+
+# -- driving an in-process Engine ---------------------------------------------------
+
+GREEDY = SamplingParams(temperature=0)
+
+
+class Collector:
+    """An Engine job's `emit`: collects its events; result() waits for the end."""
+
+    def __init__(self):
+        self.events = queue.Queue()
+
+    def __call__(self, event):
+        self.events.put(event)
+
+    def result(self, timeout=60):
+        from engine.generation import Delta, Failed, Finished, Started
+
+        started, text = None, ""
+        while True:
+            event = self.events.get(timeout=timeout)
+            if isinstance(event, Started):
+                started = event
+            elif isinstance(event, Delta):
+                text += event.text
+            elif isinstance(event, (Finished, Failed)):
+                return started, text, event
+
+
+def run(engine, **request):
+    """Submit one GenerationRequest and wait for (Started, text, Finished or Failed)."""
+    from engine.generation import GenerationRequest
+
+    collector = Collector()
+    engine.submit(GenerationRequest(**request), collector)
+    return collector.result()

@@ -1,48 +1,20 @@
 """The generation loop in-process, on tiny random models (fast)."""
 
-import queue
 import threading
+from dataclasses import replace
 
 import pytest
 
+from conftest import GREEDY, Collector, run
 from engine.errors import ContextLengthExceeded, InvalidModelFile, QueueFull
-from engine.generation import (Delta, Engine, EngineSettings, Failed, Finished,
-                               GenerationRequest, Started)
+from engine.generation import Delta, Engine, EngineSettings, Failed, Finished, GenerationRequest
 from engine.llama_runtime import LoadSettings, SamplingParams
-
-GREEDY = SamplingParams(temperature=0)
-
-
-class Collector:
-    def __init__(self):
-        self.events = queue.Queue()
-
-    def __call__(self, event):
-        self.events.put(event)
-
-    def result(self, timeout=60):
-        started, text = None, ""
-        while True:
-            event = self.events.get(timeout=timeout)
-            if isinstance(event, Started):
-                started = event
-            elif isinstance(event, Delta):
-                text += event.text
-            elif isinstance(event, (Finished, Failed)):
-                return started, text, event
-
 
 @pytest.fixture
 def engine(tiny_store):
     engine = Engine(tiny_store, EngineSettings(LoadSettings(n_ctx=256, n_batch=64), max_queue=2))
     yield engine
     engine.close()
-
-
-def run(engine, **request):
-    collector = Collector()
-    engine.submit(GenerationRequest(**request), collector)
-    return collector.result()
 
 
 def test_chat_generation_reports_usage(engine, tiny_store):
@@ -96,13 +68,50 @@ def test_truncated_model_fails_and_engine_keeps_serving(engine, tiny_store, tiny
                           max_tokens=3)[2], Finished)
 
 
-def test_cancel_stops_within_a_token(engine, tiny_store):
-    collector = Collector()
-    job = engine.submit(GenerationRequest(model=tiny_store.resolve("tiny"), prompt="hi",
-                                          max_tokens=200, sampling=GREEDY), collector)
-    job.cancel()
-    _, _, done = collector.result()
-    assert done.finish_reason == "cancelled" or done.usage.completion_tokens <= 2
+def _deltas(engine, request: GenerationRequest, hold_at: int | None = None):
+    """The Delta texts of a request, and its Finished; with hold_at, the worker is held
+    at that Delta until the test cancels the job (returns the job and events then)."""
+    reached, cancelled, finished = threading.Event(), threading.Event(), threading.Event()
+    events = []
+
+    def emit(event):
+        events.append(("after" if cancelled.is_set() else "before", event))
+        if isinstance(event, (Finished, Failed)):
+            finished.set()
+        if hold_at and sum(isinstance(e, Delta) for _, e in events) == hold_at \
+                and not reached.is_set():
+            reached.set()
+            assert cancelled.wait(30)
+
+    job = engine.submit(request, emit)
+    if hold_at:
+        assert reached.wait(60), f"generation never reached its Delta {hold_at}"
+        job.cancel()
+        cancelled.set()
+    assert finished.wait(60)
+    return events
+
+
+def test_cancel_mid_decoding_stops_before_the_next_token(engine, tiny_store):
+    """A cancel that lands between two tokens of a long generation: no token is decoded
+    or emitted after it. Tokens and text pieces are not one to one (bytes of one character
+    come as several tokens), so the count is checked against plain runs of the same
+    greedy request: the cancelled run holds exactly the tokens that produced its text."""
+    request = GenerationRequest(model=tiny_store.resolve("tiny"), prompt="hi", max_tokens=200,
+                                ignore_eos=True, sampling=GREEDY)
+    events = _deltas(engine, request, hold_at=5)
+    after = [e for when, e in events if when == "after"]
+    done = after[-1]
+    assert isinstance(done, Finished) and done.finish_reason == "cancelled"
+    assert all(isinstance(e, Delta) for e in after[:-1]) and len(after) <= 2  # a held-back tail
+    produced = done.usage.completion_tokens
+    text = "".join(e.text for _, e in events if isinstance(e, Delta))
+
+    def plain(max_tokens):
+        return [e for _, e in _deltas(engine, replace(request, max_tokens=max_tokens))
+                if isinstance(e, Delta)]
+    assert "".join(d.text for d in plain(produced)) == text
+    assert len(plain(produced - 1)) < 5  # the 5th piece came with the last token counted
 
 
 def test_full_queue_is_refused_with_a_retry_hint(engine, tiny_store):

@@ -152,7 +152,7 @@ def test_engine_loads_by_the_plan_and_records_its_accuracy(starters_dir, tmp_pat
     from engine.generation import Engine, EngineSettings
     from engine.gguf_file import GGUFInspector
     from engine.models import ModelStore
-    from test_engine import run
+    from conftest import run
 
     store = ModelStore(starters_dir, GGUFInspector())
     calibration = tmp_path / "calibration.json"

@@ -120,7 +120,7 @@ def test_disk_budget_evicts_oldest_files(tmp_path):
 
 from engine.generation import Engine, EngineSettings  # noqa: E402
 from engine.llama_runtime import LoadSettings, SamplingParams  # noqa: E402
-from test_engine import run  # noqa: E402
+from conftest import run  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)
 A = "the cat is on the mat " * 12

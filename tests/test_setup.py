@@ -1,21 +1,37 @@
-"""The llama.cpp backend choice made by `make run` / `make test`."""
+"""The llama.cpp build made by `make run` / `make test`: the backend, the CPU it is
+compiled for (AMX left out), the smoke test that proves it and the fallback when it
+fails."""
 
 import importlib.util
+import json
 import sys
 
 import pytest
 
 from conftest import ROOT
 
+AMX_XEON = ("avx", "avx2", "avx512f", "avx512_vnni", "amx_bf16", "amx_int8", "amx_tile",
+            "bmi2", "f16c", "fma", "sse4_2")
+EPYC = ("avx", "avx2", "avx512f", "avx512_vnni", "bmi2", "f16c", "fma", "sse4_2")
 
-@pytest.fixture
-def backend(monkeypatch):
+
+def _load_backend():
     spec = importlib.util.spec_from_file_location("llama_backend",
                                                   ROOT / "packaging" / "llama_backend.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def backend(monkeypatch):
+    """The setup script on a simulated x86-64 Linux machine."""
+    module = _load_backend()
     monkeypatch.delenv("HOMERACK_BACKEND", raising=False)
+    monkeypatch.delenv("HOMERACK_AMX", raising=False)
     monkeypatch.setattr(module.platform, "system", lambda: "Linux")
+    monkeypatch.setattr(module.platform, "machine", lambda: "x86_64")
     return module
 
 
@@ -40,7 +56,112 @@ def test_macos_gets_metal_and_override_wins(backend, monkeypatch):
     assert backend.choose_backend()[0] == "vulkan"
 
 
-def test_installed_build_is_recognised(backend):
-    """The environment running these tests was set up by the script: a re-run is a no-op."""
-    args = backend.cmake_args(backend.choose_backend()[0])
-    assert backend._installed_matches(backend._wanted(args)), sys.prefix
+def test_amx_is_left_out_keeping_avx512_and_the_user_can_opt_back_in(backend, monkeypatch):
+    native, portable = backend.candidates("cpu", AMX_XEON)
+    assert native.cflags == "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    assert "GGML_NATIVE" not in native.cmake_args  # -march=native: AVX-512, repack kept
+    assert any("#20824" in note for note in native.notes)
+    monkeypatch.setenv("HOMERACK_AMX", "on")
+    opted, _ = backend.candidates("cpu", AMX_XEON)
+    assert opted.cflags == "" and backend._cache_dir(opted) != backend._cache_dir(native)
+
+
+def test_a_cpu_without_amx_builds_as_before(backend):
+    native, _ = backend.candidates("cpu", EPYC)
+    assert native.cflags == "" and native.cmake_args == "-DGGML_RPC=ON" and not native.notes
+
+
+def test_portable_build_asks_only_for_what_this_cpu_has(backend):
+    _, portable = backend.candidates("cpu", ("sse4_2", "avx"))
+    assert "-DGGML_NATIVE=OFF" in portable.cmake_args
+    assert "-DGGML_AVX=ON" in portable.cmake_args and "-DGGML_AVX2=OFF" in portable.cmake_args
+
+
+def test_another_cpu_needs_another_wheel_and_stamp(backend, monkeypatch, tmp_path):
+    """A venv or wheel cache copied to a CPU with other features is rebuilt, not reused."""
+    here, there = backend.candidates("cpu", EPYC)[0], backend.candidates("cpu", AMX_XEON)[0]
+    assert backend._cache_dir(here) != backend._cache_dir(there)
+    stamp = tmp_path / "stamp.json"
+    monkeypatch.setattr(backend, "STAMP", stamp)
+    stamp.write_text(json.dumps({**here.stamp(), "smoke": {"summary": "ok", "seconds": 1}}))
+    assert backend._installed(here) and not backend._installed(there)
+
+
+def test_installed_build_is_recognised():
+    """The environment running these tests was set up by the script: a re-run is a no-op,
+    and it passed its smoke test."""
+    backend = _load_backend()
+    builds = backend.candidates(backend.choose_backend()[0], backend.cpu_features())
+    stamps = [backend._installed(build) for build in builds]
+    assert any(stamps), sys.prefix
+    assert next(s for s in stamps if s)["smoke"]["ok"]
+
+
+@pytest.mark.slow
+def test_smoke_test_passes_on_this_build_and_names_a_test_that_dies(monkeypatch):
+    from llama_smoke import run_smoke
+
+    result = run_smoke()
+    assert result.ok, result.summary
+    assert "Q4_K" in result.summary and "F16" in result.summary
+    monkeypatch.setenv("HOMERACK_SMOKE_FAULT", "Q4_K")
+    died = run_smoke()
+    assert not died.ok and died.failed == "Q4_K"
+    assert "SIGSEGV" in died.summary and "Q4_K" in died.summary
+
+
+def test_smoke_judges_garbage_and_missing_reports():
+    from llama_smoke import _judge
+
+    kinds = ("F16", "Q4_0")
+    ok = ['{"kind": "F16"}', '{"kind": "F16", "ok": true, "detail": null}',
+          '{"kind": "Q4_0"}', '{"kind": "Q4_0", "ok": true, "detail": null}']
+    assert _judge(ok, 0, "", 1.0, kinds).ok
+    garbage = ok[:3] + ['{"kind": "Q4_0", "ok": false, "detail": "non-finite logits"}']
+    judged = _judge(garbage, 0, "", 1.0, kinds)
+    assert not judged.ok and judged.failed == "Q4_0" and "garbage" in judged.summary
+    assert _judge(ok[:2], 0, "", 1.0, kinds).failed == "report"
+    assert _judge(ok[:3], -4, "", 1.0, kinds).summary.startswith("the test process died with SIGILL")
+
+
+def test_a_build_that_fails_its_smoke_test_is_replaced_by_a_portable_one(backend, monkeypatch,
+                                                                         tmp_path, capsys):
+    """Setup's decisions with the 11-minute build and the install stubbed out: native dies,
+    portable passes and is stamped; the next run goes straight to the portable build; when
+    both fail, setup stops naming the tests that died."""
+    from llama_smoke import SmokeResult
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(backend, "STAMP", tmp_path / "stamp.json")
+    monkeypatch.setattr(backend, "cpu_features", lambda: AMX_XEON)
+    monkeypatch.setattr(backend, "choose_backend", lambda: ("cpu", "test"))
+    built, installed = [], []
+
+    def build(build, into):
+        built.append(build.variant)
+        into.mkdir(parents=True, exist_ok=True)
+        return into / f"{build.variant}.whl"
+
+    monkeypatch.setattr(backend, "_build_wheel", build)
+    monkeypatch.setattr(backend, "_install", lambda wheel: installed.append(wheel.name))
+    verdicts = {"native.whl": SmokeResult(False, "the test process died with SIGSEGV while "
+                                                 "testing the Q4_K model", 1.0, "Q4_K"),
+                "portable.whl": SmokeResult(True, "passed", 1.0)}
+    monkeypatch.setattr(backend, "_smoke", lambda: verdicts[installed[-1]])
+    monkeypatch.setattr(backend.subprocess, "run", lambda *a, **k: type(
+        "Done", (), {"returncode": 0, "stdout": backend.VERSION + "\n"})())
+    assert backend.main() == 0
+    assert built == ["native", "portable"]
+    assert json.loads((tmp_path / "stamp.json").read_text())["variant"] == "portable"
+    out = capsys.readouterr().out
+    assert "GGML_NATIVE=OFF" in out and "Q4_K" in out
+    assert backend.main() == 0 and built == ["native", "portable"]  # nothing rebuilt
+    assert "already installed (portable build" in capsys.readouterr().out
+
+    (tmp_path / "stamp.json").unlink()
+    verdicts["portable.whl"] = SmokeResult(False, "portable died too", 1.0, "F16")
+    with pytest.raises(SystemExit) as stopped:
+        backend.main()
+    message = str(stopped.value)
+    assert "does not run correctly" in message and "Q4_K" in message and "portable died" in message
+    assert not (tmp_path / "stamp.json").exists()

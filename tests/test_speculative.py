@@ -17,7 +17,7 @@ from engine.gguf_file import GGUFInspector
 from engine.llama_runtime import LlamaModel, LoadSettings, SamplingParams, Vocabulary
 from engine.models import ModelStore
 from engine.speculative import LookupDrafter, ModelDrafter, SpecController
-from test_engine import Collector
+from conftest import Collector
 
 pytestmark = pytest.mark.slow
 

@@ -51,6 +51,12 @@ def _wait_for_model(task: Task, client: EngineClient) -> dict:
     raise TimeoutError("the model did not finish loading within two minutes")
 
 
+def _load_notice(health: dict) -> str:
+    """What the engine changed to load the model (memory ran out, a crash before)."""
+    notes = health.get("load_notes")
+    return "Loaded with a safer plan: " + "; ".join(notes) + "." if notes else ""
+
+
 class Banner(QFrame):
     """One line above the chat: errors (red) and notices, with an optional action."""
 
@@ -280,10 +286,13 @@ class MainWindow(QMainWindow):
         self.client = client
         self.progress.hide()
         self.statusBar().showMessage("Ready", 3000)
+        notices = [_load_notice(result["health"])]
         if self.last_death:
-            self.show_notice(f"The engine was restarted ({self.last_death}). "
-                             "Every completed message was kept.")
+            notices.insert(0, f"The engine was restarted ({self.last_death}). "
+                              "Every completed message was kept.")
             self.last_death = None
+        if any(notices):
+            self.show_notice(" ".join(n for n in notices if n))
         self._fill_models(result["models"], result["health"])
         self.watcher.start()  # downloads an earlier engine began carry on: show them
         self.watchdog.start()
@@ -462,8 +471,8 @@ class MainWindow(QMainWindow):
         self.progress.hide()
         self.plan_panel.load_button.setEnabled(True)
         self.statusBar().showMessage("Loaded", 3000)
-        if health.get("load_notes"):  # the first plan ran out of memory: say what changed
-            self.show_notice("Loaded with a safer plan: " + "; ".join(health["load_notes"]))
+        if _load_notice(health):
+            self.show_notice(_load_notice(health))
         self._refresh_models()
 
     def _on_load_failed(self, error) -> None:
