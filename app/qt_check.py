@@ -16,25 +16,22 @@ import subprocess
 import sys
 from pathlib import Path
 
-# library -> package, per distribution family
+# the package that ships each library, per distribution family
+FAMILIES = ("debian", "fedora", "arch", "suse")
 PACKAGES = {
-    "libxcb-cursor.so.0": {"debian": "libxcb-cursor0", "fedora": "xcb-util-cursor",
-                           "arch": "xcb-util-cursor", "suse": "libxcb-cursor0"},
-    "libxcb-icccm.so.4": {"debian": "libxcb-icccm4", "fedora": "xcb-util-wm",
-                          "arch": "xcb-util-wm", "suse": "libxcb-icccm4"},
-    "libxcb-keysyms.so.1": {"debian": "libxcb-keysyms1", "fedora": "xcb-util-keysyms",
-                            "arch": "xcb-util-keysyms", "suse": "libxcb-keysyms1"},
-    "libxcb-image.so.0": {"debian": "libxcb-image0", "fedora": "xcb-util-image",
-                          "arch": "xcb-util-image", "suse": "libxcb-image0"},
-    "libxcb-render-util.so.0": {"debian": "libxcb-render-util0", "fedora": "xcb-util-renderutil",
-                                "arch": "xcb-util-renderutil", "suse": "libxcb-render-util0"},
-    "libxkbcommon-x11.so.0": {"debian": "libxkbcommon-x11-0", "fedora": "libxkbcommon-x11",
-                              "arch": "libxkbcommon-x11", "suse": "libxkbcommon-x11-0"},
-    "libxcb-xkb.so.1": {"debian": "libxcb-xkb1", "fedora": "libxcb", "arch": "libxcb",
-                        "suse": "libxcb-xkb1"},
+    "libxcb-cursor.so.0": ("libxcb-cursor0", "xcb-util-cursor", "xcb-util-cursor", "libxcb-cursor0"),
+    "libxcb-icccm.so.4": ("libxcb-icccm4", "xcb-util-wm", "xcb-util-wm", "libxcb-icccm4"),
+    "libxcb-keysyms.so.1": ("libxcb-keysyms1", "xcb-util-keysyms", "xcb-util-keysyms",
+                            "libxcb-keysyms1"),
+    "libxcb-image.so.0": ("libxcb-image0", "xcb-util-image", "xcb-util-image", "libxcb-image0"),
+    "libxcb-render-util.so.0": ("libxcb-render-util0", "xcb-util-renderutil",
+                                "xcb-util-renderutil", "libxcb-render-util0"),
+    "libxkbcommon-x11.so.0": ("libxkbcommon-x11-0", "libxkbcommon-x11", "libxkbcommon-x11",
+                              "libxkbcommon-x11-0"),
+    "libxcb-xkb.so.1": ("libxcb-xkb1", "libxcb", "libxcb", "libxcb-xkb1"),
 }
-INSTALL = {"debian": "sudo apt install", "fedora": "sudo dnf install",
-           "arch": "sudo pacman -S", "suse": "sudo zypper install"}
+INSTALL = dict(zip(FAMILIES, ("sudo apt install", "sudo dnf install", "sudo pacman -S",
+                              "sudo zypper install")))
 _NOT_FOUND = re.compile(r"^\s*(\S+)\s+=>\s+not found", re.MULTILINE)
 
 
@@ -73,15 +70,17 @@ def explain(missing: list[str], family: str | None) -> str:
     families = [family] if family in INSTALL else list(INSTALL)
     commands = []
     for fam in families:
-        packages = [PACKAGES.get(lib, {}).get(fam) for lib in missing]
+        packages = [PACKAGES[lib][FAMILIES.index(fam)] if lib in PACKAGES else None
+                    for lib in missing]
         if all(packages):
             commands.append(f"`{INSTALL[fam]} {' '.join(dict.fromkeys(packages))}`"
                             + ("" if family in INSTALL else f" ({fam})"))
-    fix = (f"install it with {' or '.join(commands)}" if commands
-           else "install the package that provides it")
-    what = ", ".join(missing)
+    it, are = ("it", "is") if len(missing) == 1 else ("them", "are")
+    fix = (f"install {it} with {' or '.join(commands)}" if commands
+           else f"install the packages that provide {it}")
+    what = " and ".join(missing)
     return (f"The desktop window cannot open because Qt's X11 platform plugin needs {what}, "
-            f"which is not installed on this system: {fix}, then run homerack again.")
+            f"which {are} not installed on this system: {fix}, then run homerack again.")
 
 
 def platform_problem(env: dict | None = None) -> str | None:

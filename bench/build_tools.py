@@ -1,11 +1,15 @@
 """Build llama.cpp's own llama-bench and llama-server from the exact commit that the
-installed llama-cpp-python vendors (its sdist), for anchors in the benchmarks.
+installed llama-cpp-python vendors (its sdist), for anchors in the benchmarks, with the
+same CPU choices as that build (packaging/llama_backend.py's stamp: AMX left out where
+it crashes, or the portable build where the native one failed its smoke test).
 
     python bench/build_tools.py        # prints the bin folder; cached after the first build
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import socket
 import subprocess
@@ -24,8 +28,19 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ("llama-bench", "llama-server")
 
 
+def installed_build() -> dict:
+    """The CMake arguments and extra compiler flags of the installed llama-cpp-python."""
+    try:
+        stamp = json.loads((Path(sys.prefix) / ".homerack-llama.json").read_text())
+    except (OSError, ValueError):
+        stamp = {}
+    return {"cmake_args": stamp.get("cmake_args", "-DGGML_RPC=ON"),
+            "cflags": stamp.get("cflags", "")}
+
+
 def tools_dir() -> Path:
-    return ROOT / ".cache" / f"llama-tools-{llama_cpp.__version__}"
+    key = hashlib.sha256(json.dumps(installed_build(), sort_keys=True).encode()).hexdigest()[:8]
+    return ROOT / ".cache" / f"llama-tools-{llama_cpp.__version__}-{key}"
 
 
 def build() -> Path:
@@ -42,10 +57,14 @@ def build() -> Path:
             archive.extractall(tmp, filter="data")
         source = next(Path(tmp).glob("llama_cpp_python-*/vendor/llama.cpp"))
         build_dir = Path(tmp) / "build"
+        flags = installed_build()
+        env = dict(os.environ)
+        for name in ("CFLAGS", "CXXFLAGS"):
+            env[name] = f"{env.get(name, '')} {flags['cflags']}".strip()
         subprocess.run(["cmake", "-S", str(source), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
                         "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_TESTS=OFF",
-                        "-DLLAMA_BUILD_EXAMPLES=OFF", "-DGGML_RPC=ON", "-DLLAMA_CURL=OFF",
-                        "-DBUILD_SHARED_LIBS=OFF"], check=True)
+                        "-DLLAMA_BUILD_EXAMPLES=OFF", *flags["cmake_args"].split(),
+                        "-DLLAMA_CURL=OFF", "-DBUILD_SHARED_LIBS=OFF"], check=True, env=env)
         subprocess.run(["cmake", "--build", str(build_dir), "-j", str(os.cpu_count() or 2),
                         "--target", *TARGETS], check=True)
         bins.mkdir(parents=True, exist_ok=True)
@@ -60,23 +79,42 @@ def llama_server(bins: Path, args: list[str]):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    log = tempfile.TemporaryFile("w+")
     server = subprocess.Popen([str(bins / "llama-server"), *args, "--host", "127.0.0.1",
-                               "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               "--port", str(port)], stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 180
-        while time.time() < deadline:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        _wait_until_healthy(server, url, log)
         yield url
+        if server.poll() is not None:
+            raise RuntimeError(_why(server, log, "stopped while the benchmark used it"))
     finally:
         server.terminate()
         server.wait(30)
+        log.close()
+
+
+def _wait_until_healthy(server: subprocess.Popen, url: str, log, limit_s: float = 180) -> None:
+    """Return once llama-server answers /health; raise saying why when it dies or hangs."""
+    deadline = time.time() + limit_s
+    while time.time() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(_why(server, log, "exited before answering"))
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(_why(server, log, f"did not answer within {limit_s:.0f} s"))
+
+
+def _why(server: subprocess.Popen, log, what: str) -> str:
+    log.seek(0)
+    tail = "\n".join(log.read().splitlines()[-15:])
+    code = server.poll()
+    status = f" (exit status {code})" if code is not None else ""
+    return f"llama-server {what}{status}; the end of its log:\n{tail}"
 
 
 if __name__ == "__main__":

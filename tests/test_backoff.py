@@ -101,3 +101,48 @@ def test_an_engine_that_died_loading_leaves_a_safer_start(home, tmp_path):
     assert sum(d["total"] for d in plan["devices"]) <= 225 * MiB
     assert plan["n_ctx"] < 8192 or plan["kv_type"] == "q8_0"
     assert not journal.exists()  # this load finished
+
+
+@pytest.mark.slow
+def test_an_engine_that_died_evaluating_restarts_without_repacked_weights(home, tmp_path):
+    """HOMERACK_FAULT=repacked-eval makes an engine die as llama.cpp's AMX kernels do
+    (SIGSEGV on the first evaluation with repacked weights). The next engine finds the
+    journal, loads the model with use_extra_bufts off, says so, and answers; so does
+    every later one, and `homerack chat -v` shows why."""
+    import signal
+    import subprocess
+    import sys
+
+    from app.engine_proc import EngineProcess
+    from conftest import ROOT
+
+    root = tmp_path / "home"
+    (root / "data").mkdir(parents=True)
+    (root / "data" / "models").symlink_to(home / "data" / "models")
+    env = dict(os.environ, HOMERACK_HOME=str(root), HOMERACK_FAULT="repacked-eval")
+
+    def engine():
+        process = EngineProcess(["--model", STARTER, "--no-prompt-cache"], env=env)
+        address = process.wait_ready()
+        return process, httpx.Client(base_url=address.url, timeout=120,
+                                     headers={"Authorization": f"Bearer {address.token}"})
+
+    first, http = engine()
+    with pytest.raises(httpx.TransportError):  # it dies answering
+        chat(http)
+    assert first.process.wait(30) == -signal.SIGSEGV
+    for attempt in ("right after the crash", "on a later start"):
+        process, http = engine()
+        try:
+            assert "Paris" in chat(http), attempt
+            notes = http.get("/health").json()["load_notes"]
+            assert any("without repacked weights" in note for note in notes), (attempt, notes)
+            if attempt == "on a later start":
+                chatted = subprocess.run(
+                    [sys.executable, "-m", "app", "chat", "-v", "--max-tokens", "4", "Hi"],
+                    cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+                assert chatted.returncode == 0, chatted.stderr
+                assert "[load] loaded without repacked weights" in chatted.stderr
+        finally:
+            http.close()
+            process.stop()

@@ -185,6 +185,23 @@ def test_killed_engine_is_survived_and_restarted(qtbot, open_window):
     assert "Paris" in messages(window)[-1].content
 
 
+def test_a_crash_in_the_first_evaluation_restarts_without_repacked_weights(qtbot, open_window,
+                                                                          monkeypatch):
+    """The engine dies on its first prompt as llama.cpp's AMX kernels do (fault injection,
+    see README); the app restarts it, the banner says it now runs without repacked
+    weights, and the question is answered."""
+    monkeypatch.setenv("HOMERACK_FAULT", "repacked-eval")
+    window = open_window()
+    window.send(PARIS)
+    qtbot.waitUntil(lambda: "SIGSEGV" in window.banner.label.text(), timeout=30_000)
+    qtbot.waitUntil(lambda: "restarted" in window.banner.label.text(), timeout=90_000)
+    assert "without repacked weights" in window.banner.label.text()
+    window.temperature.setValue(0)
+    window.send(PARIS)
+    wait_reply(qtbot, window)
+    assert "Paris" in messages(window)[-1].content
+
+
 def test_event_loop_stays_responsive_while_streaming(qtbot, open_window):
     window = open_window()
     set_long_replies(window)
