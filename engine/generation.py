@@ -34,8 +34,8 @@ from .models import LocalModel, ModelStore
 from .loader import LoadJournal, load
 from .planner import Plan, Preferences, place_draft, plan
 from .prompt_cache import CacheLimits, PromptCache, common_prefix
-from .speculative import (LookupDrafter, ModelDrafter, SpecController, Speculation, SpecStats,
-                          speculative_step)
+from .speculative import (TIE_MARGIN, LookupDrafter, ModelDrafter, SpecController, Speculation,
+                          SpecStats, speculative_step, tie_margin)
 from .text_stream import TextStream
 
 
@@ -154,6 +154,7 @@ class Loaded:
     notes: tuple[str, ...] = ()  # what the out-of-memory back-off changed
     drafters: dict = field(default_factory=dict)  # draft model path or "lookup" -> drafter
     evaluated: bool = False  # its first request ran (the load journal's watch ends)
+    tie_margin: float | None = None  # measured on first greedy speculation (speculative.py)
 
     def close(self) -> None:
         if self.cache:
@@ -452,8 +453,14 @@ class Engine:
             (str(loaded.model.path), key), SpecController(min_speedup=self.settings.spec_min_speedup))
         controller.start_request()
         drafter = loaded.drafters[key]
+        margin = TIE_MARGIN
+        if request.sampling.temperature <= 0:  # greedy exactness needs it (verify)
+            if loaded.tie_margin is None:
+                loaded.tie_margin = tie_margin(loaded.llama, loaded.sequence.tokens,
+                                               loaded.sequence.seq_id)
+            margin = loaded.tie_margin
         return Speculation(drafter, controller, SpecStats(
-            mode, model=drafter.model_id, device=drafter.device, vocab=drafter.vocab))
+            mode, model=drafter.model_id, device=drafter.device, vocab=drafter.vocab), margin)
 
     def _cut_draft(self, draft: LocalModel, held: ModelDrafter | None,
                    notes: list[str]) -> draft_head.CutDraft | None:
@@ -522,6 +529,7 @@ class Engine:
         usage = self._usage(t0, t_first, queue_s, n_prompt, cached, out.produced)
         if spec:
             usage = replace(usage, speculative={**spec.stats.as_dict(spec.controller),
+                                                "tie_margin": round(spec.tie_margin, 3),
                                                 "note": spec.controller.note})
             spec.controller.note = None
         out.finish(usage)
@@ -532,8 +540,7 @@ class Engine:
         """Evaluate `last` and pick what follows: one token, or a speculative round."""
         llama, seq = loaded.llama, loaded.sequence
         if spec is not None and not spec.controller.wants_plain() and room >= 2:
-            tokens = speculative_step(llama, seq.tokens, last, spec.drafter, spec.controller,
-                                      sampler, seq.seq_id, spec.stats, room)
+            tokens = speculative_step(llama, seq.tokens, last, spec, sampler, seq.seq_id, room)
             if tokens:
                 return tokens
         started = time.perf_counter()
