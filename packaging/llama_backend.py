@@ -154,7 +154,10 @@ def candidates(backend: str, features: tuple[str, ...]) -> list[Build]:
     args = cmake_args(backend)
     notes, cflags = [], ""
     amx = [f for f in features if f.startswith("amx")]
-    if amx and os.environ.get("HOMERACK_AMX", "").lower() != "on":
+    if amx and not _compiler_accepts(NO_AMX):
+        notes.append("this CPU has AMX but the C compiler predates it (no -mno-amx-tile): "
+                     "it cannot emit llama.cpp's AMX kernels, so nothing is left out")
+    elif amx and os.environ.get("HOMERACK_AMX", "").lower() != "on":
         cflags = NO_AMX
         notes.append(f"this CPU has AMX ({' '.join(amx)}): llama.cpp's AMX kernels are left out, "
                      "because they crash on the first decode on such CPUs (llama.cpp #20824); "
@@ -168,6 +171,18 @@ def candidates(backend: str, features: tuple[str, ...]) -> list[Build]:
                             for flag, option in PORTABLE_X86.items())
     return [Build(backend, args, cflags, False, features, tuple(notes)),
             Build(backend, portable, "", True, features)]
+
+
+def _compiler_accepts(flags: str) -> bool:
+    """Whether the C compiler the build will use knows these flags (GCC 11 and Clang 12
+    brought the AMX ones; an older one cannot target AMX at all)."""
+    compiler = os.environ.get("CC") or shutil.which("cc") or "cc"
+    try:
+        done = subprocess.run([compiler, *flags.split(), "-E", "-x", "c", os.devnull],
+                              capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def _installed(build: Build) -> dict | None:

@@ -66,6 +66,12 @@ def test_amx_is_left_out_keeping_avx512_and_the_user_can_opt_back_in(backend, mo
     assert opted.cflags == "" and backend._cache_dir(opted) != backend._cache_dir(native)
 
 
+def test_a_compiler_that_predates_amx_gets_no_amx_flags(backend, monkeypatch):
+    monkeypatch.setattr(backend, "_compiler_accepts", lambda flags: False)
+    native, _ = backend.candidates("cpu", AMX_XEON)
+    assert native.cflags == "" and "predates" in native.notes[0]
+
+
 def test_a_cpu_without_amx_builds_as_before(backend):
     native, _ = backend.candidates("cpu", EPYC)
     assert native.cflags == "" and native.cmake_args == "-DGGML_RPC=ON" and not native.notes
