@@ -8,7 +8,6 @@ from __future__ import annotations
 import ctypes
 import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import psutil
 
@@ -43,9 +42,9 @@ class Hardware:
 
 
 def _ggml():
-    import llama_cpp
+    from .native import library
 
-    lib = ctypes.CDLL(str(Path(llama_cpp.__file__).parent / "lib" / "libggml.so"))
+    lib = library("ggml")
     lib.ggml_backend_dev_count.restype = ctypes.c_size_t
     lib.ggml_backend_dev_get.restype = ctypes.c_void_p
     lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
@@ -56,7 +55,6 @@ def _ggml():
     lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
     lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
                                             ctypes.POINTER(ctypes.c_size_t)]
-    llama_cpp.llama_backend_init()
     return lib
 
 

@@ -23,6 +23,7 @@ import llama_cpp as llama
 import numpy as np
 
 from .errors import HomerackError, ModelLoadFailed, OutOfMemory
+from .native import library_file
 from .prompt_cache import common_prefix
 
 _init_lock = threading.Lock()
@@ -31,8 +32,10 @@ _initialized = False
 
 def build_id() -> str:
     """Identifies the llama.cpp build, whose state files only it may load."""
-    lib = Path(llama.__file__).parent / "lib" / "libllama.so"
-    size = lib.stat().st_size if lib.exists() else 0
+    try:
+        size = library_file("llama").stat().st_size
+    except FileNotFoundError:
+        size = 0
     return f"llama-cpp-python {llama.__version__} libllama {size}"
 
 

@@ -10,11 +10,9 @@ from pathlib import Path
 
 
 def _libs():
-    import llama_cpp
+    from .native import library
 
-    folder = Path(llama_cpp.__file__).parent / "lib"
-    ggml = ctypes.CDLL(str(folder / "libggml.so"))
-    rpc = ctypes.CDLL(str(folder / "libggml-rpc.so"))
+    ggml, rpc = library("ggml"), library("ggml-rpc")
     rpc.ggml_backend_rpc_add_server.restype = ctypes.c_void_p
     rpc.ggml_backend_rpc_add_server.argtypes = [ctypes.c_char_p]
     rpc.ggml_backend_rpc_start_server.argtypes = [
@@ -23,7 +21,6 @@ def _libs():
     ggml.ggml_backend_register.argtypes = [ctypes.c_void_p]
     ggml.ggml_backend_dev_by_type.restype = ctypes.c_void_p
     ggml.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
-    llama_cpp.llama_backend_init()
     return ggml, rpc
 
 

@@ -226,10 +226,11 @@ def _build_wheel(build: Build, into: Path) -> Path:
 
 
 def _install(wheel: Path) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--force-reinstall", str(wheel)],
-        check=True,
-    )
+    """Replace the installed build with `wheel`, then add what it needs to run (numpy,
+    typing-extensions, ...) without reinstalling what is already there."""
+    pip = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check"]
+    subprocess.run([*pip, "--no-deps", "--force-reinstall", str(wheel)], check=True)
+    subprocess.run([*pip, "-q", str(wheel)], check=True)
 
 
 def _smoke():
@@ -269,6 +270,8 @@ def main() -> int:
         _install(wheel)
         result = _smoke()
         print(smoke_line(asdict(result), build.variant + " build"), flush=True)
+        if result.failed == "environment":  # not the build's fault: another build won't help
+            raise SystemExit(f"the llama.cpp smoke test could not run: {result.summary}")
         if result.ok:
             STAMP.write_text(json.dumps({**build.stamp(), "smoke": asdict(result)}))
             print(f"installed {wheel.name} ({build.describe()})", flush=True)

@@ -62,6 +62,10 @@ def _judge(lines: list[str], code: int | None, stderr: str, seconds: float,
            kinds: tuple[str, ...]) -> SmokeResult:
     """What the child's report lines and exit say."""
     reports = [json.loads(line) for line in lines if line.startswith("{")]
+    missing = next((r["missing"] for r in reports if "missing" in r), None)
+    if missing:
+        return SmokeResult(False, f"the Python package {missing!r} is not installed", seconds,
+                           "environment")
     running = reports[-1]["kind"] if reports and "ok" not in reports[-1] else None
     bad = next((r for r in reports if r.get("ok") is False), None)
     if bad:
@@ -95,7 +99,13 @@ def _death(code: int | None, stderr: str) -> str:
 # -- the child ----------------------------------------------------------------------
 
 def _check_all(paths: list[str]) -> None:
-    import llama_cpp as llama
+    try:
+        import llama_cpp as llama
+    except ModuleNotFoundError as exc:
+        if exc.name == "llama_cpp":
+            raise  # no build installed: the build's failure
+        print(json.dumps({"missing": exc.name}), flush=True)  # a dependency: setup's
+        sys.exit(3)
 
     quiet = llama.llama_log_callback(lambda *_: None)
     llama.llama_log_set(quiet, None)

@@ -128,6 +128,8 @@ def test_smoke_judges_garbage_and_missing_reports():
     assert not judged.ok and judged.failed == "Q4_0" and "garbage" in judged.summary
     assert _judge(ok[:2], 0, "", 1.0, kinds).failed == "report"
     assert _judge(ok[:3], -4, "", 1.0, kinds).summary.startswith("the test process died with SIGILL")
+    missing = _judge(['{"missing": "typing_extensions"}'], 3, "", 1.0, kinds)
+    assert missing.failed == "environment" and "typing_extensions" in missing.summary
 
 
 def test_a_build_that_fails_its_smoke_test_is_replaced_by_a_portable_one(backend, monkeypatch,
@@ -171,3 +173,19 @@ def test_a_build_that_fails_its_smoke_test_is_replaced_by_a_portable_one(backend
     message = str(stopped.value)
     assert "does not run correctly" in message and "Q4_K" in message and "portable died" in message
     assert not (tmp_path / "stamp.json").exists()
+
+
+def test_a_smoke_test_that_cannot_run_stops_setup_without_blaming_the_build(
+        backend, monkeypatch, tmp_path):
+    from llama_smoke import SmokeResult
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(backend, "STAMP", tmp_path / "stamp.json")
+    monkeypatch.setattr(backend, "choose_backend", lambda: ("cpu", "test"))
+    monkeypatch.setattr(backend, "_build_wheel", lambda build, into: into / "native.whl")
+    monkeypatch.setattr(backend, "_install", lambda wheel: None)
+    monkeypatch.setattr(backend, "_smoke", lambda: SmokeResult(
+        False, "the Python package 'typing_extensions' is not installed", 0.1, "environment"))
+    with pytest.raises(SystemExit, match="could not run.*typing_extensions"):
+        backend.main()
+    assert not list((tmp_path / "cache").rglob("smoke-failed.txt"))
