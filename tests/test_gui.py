@@ -353,5 +353,8 @@ def test_model_wizard_explains_a_gated_repo(qtbot, open_window, hub):
     assert "gated (needs a token)" in wizard.search_page.results.item(0).text()
     wizard.next()
     status = wizard.files_page.status
-    qtbot.waitUntil(lambda: "gated" in status.text(), timeout=30_000)
+
+    def explained():  # on a timeout pytest-qt re-raises this, with what the page said
+        assert "gated" in status.text(), status.text()
+    qtbot.waitUntil(explained, timeout=30_000)
     assert "HF_TOKEN" in status.text() and not wizard.files_page.isComplete()

@@ -45,6 +45,12 @@ class Task(QRunnable):
             Task._running.discard(self)
 
 
+# The tasks wait on the engine (HTTP), not on the CPU, but Qt's global pool has one
+# thread a core: on a 2-core machine a streaming reply and the downloads watcher filled
+# it, and the wizard's requests queued behind them.
+MAX_TASKS = 32
+
+
 def start_task(fn: Callable[..., Any], *args, on_done=None, on_progress=None,
                on_error=None, pool: QThreadPool | None = None) -> Task:
     task = Task(fn, *args)
@@ -55,5 +61,8 @@ def start_task(fn: Callable[..., Any], *args, on_done=None, on_progress=None,
     if on_error:
         task.signals.failed.connect(on_error)
     Task._running.add(task)
-    (pool or QThreadPool.globalInstance()).start(task)
+    if pool is None:
+        pool = QThreadPool.globalInstance()
+        pool.setMaxThreadCount(max(pool.maxThreadCount(), MAX_TASKS))
+    pool.start(task)
     return task
