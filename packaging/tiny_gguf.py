@@ -22,8 +22,11 @@ CHATML = (
 )
 WORDS = ["▁the", "▁a", "▁cat", "▁dog", "▁is", "▁on", "▁mat", "▁hello", "▁world", "▁Paris"]
 #: weight types the smoke test covers: the ones llama.cpp's CPU backend repacks
-#: (Q4_0, Q4_K, Q8_0) or runs on AMX tiles (Q4_0, Q4_1, Q8_0, Q4_K), and F16.
-WEIGHT_TYPES = ("F32", "F16", "Q4_0", "Q4_1", "Q4_K", "Q8_0")
+#: (Q4_0, Q4_K, Q8_0) or runs on AMX tiles (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K), and F16.
+WEIGHT_TYPES = ("F32", "F16", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "Q8_0")
+# Byte offsets of the f16 super-block scales in K-quant blocks (ggml-common.h); the rest
+# of a block (sub-scales, quants) can be any bytes.
+_K_SCALES = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
 
 
 def _vocab() -> tuple[list[str], list[float], list[int]]:
@@ -37,14 +40,16 @@ def _vocab() -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, types
 
 
-def _q4_k(rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Random Q4_K blocks (the gguf package cannot quantize K-quants): sane f16 scales,
-    random 6-bit sub-scales and 4-bit values."""
-    block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType.Q4_K]
+def _k_quant(rows: np.ndarray, weight_type: str, rng: np.random.Generator) -> np.ndarray:
+    """Random K-quant blocks (the gguf package cannot quantize K-quants): random sub-scales
+    and quants under small f16 super-block scales."""
+    qtype = GGMLQuantizationType[weight_type]
+    block_size, type_size = GGML_QUANT_SIZES[qtype]
     n_blocks = rows.size // block_size
     blocks = rng.integers(0, 256, size=(n_blocks, type_size), dtype=np.uint8)
-    scale = np.full((n_blocks, 2), 0.001, dtype=np.float16).view(np.uint8)
-    blocks[:, 0:4] = scale.reshape(n_blocks, 4)  # d and dmin
+    scale = np.full((n_blocks, 1), 0.001, dtype=np.float16).view(np.uint8)
+    for offset in _K_SCALES[weight_type]:
+        blocks[:, offset:offset + 2] = scale
     return blocks.reshape(rows.shape[0], -1)
 
 
@@ -55,8 +60,8 @@ def _encode(data: np.ndarray, weight_type: str, rng: np.random.Generator):
     if weight_type == "F16":
         return data.astype(np.float16), None
     qtype = GGMLQuantizationType[weight_type]
-    if weight_type == "Q4_K":
-        return _q4_k(data, rng), qtype
+    if weight_type in _K_SCALES:
+        return _k_quant(data, weight_type, rng), qtype
     return quantize(data, qtype), qtype
 
 
