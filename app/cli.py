@@ -201,7 +201,7 @@ def cmd_models(args) -> int:
 def cmd_hardware(args) -> int:
     import json
 
-    from engine.hardware import probe
+    from engine.probe import probe
 
     hardware = probe()
     if args.json:
@@ -220,7 +220,8 @@ def cmd_plan(args) -> int:
     import json
 
     from engine.errors import HomerackError
-    from engine.hardware import probe, simulated
+    from engine.hardware import simulated
+    from engine.probe import probe
     from engine.planner import Preferences, plan
 
     store = _store(quiet=True)
@@ -261,7 +262,7 @@ def cmd_pull(args) -> int:
     """A GGUF model from the Hub: every quant's verdict on this machine, then the
     recommended one (or --quant) downloaded, verified and added to the models."""
     from engine.errors import HomerackError
-    from engine.hardware import probe
+    from engine.probe import probe
     from engine.hub import download, repo_verdicts
     from engine.planner import Preferences
 

@@ -140,7 +140,7 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = ())
 
     @app.get("/v1/hardware", dependencies=[Depends(require_token)])
     async def hardware():
-        from .hardware import probe
+        from .probe import probe
 
         return probe().as_dict()
 

@@ -25,7 +25,7 @@ from .chat_format import ChatFormat, chat_format_for
 from .calibration import Calibration
 from . import draft_head
 from .draft import check_pair, pick_draft
-from .hardware import probe
+from .probe import probe
 from .errors import (ContextLengthExceeded, HomerackError, InvalidRequest, OutOfMemory,
                      QueueFull)
 from .llama_runtime import (LlamaModel, LoadSettings, Sampler, SamplingParams, build_id,

@@ -1,15 +1,10 @@
-"""The machine as llama.cpp sees it: the devices of the ggml backend registry in the
-shipped libraries (read through ctypes: llama-cpp-python does not bind them), plus system
-memory and cores from psutil. A frozen value; `simulated` builds one for planning
-another machine."""
+"""The machine as llama.cpp sees it, as a frozen value: its devices with their memory,
+system RAM and cores (read by probe.py); `simulated` builds one for planning another
+machine. Pure data: the planner reads it without loading llama.cpp."""
 
 from __future__ import annotations
 
-import ctypes
-import os
 from dataclasses import asdict, dataclass
-
-import psutil
 
 GiB = 1 << 30
 KINDS = ("cpu", "gpu", "igpu", "accel", "meta")  # enum ggml_backend_dev_type
@@ -39,59 +34,6 @@ class Hardware:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def _ggml():
-    from .native import library
-
-    lib = library("ggml")
-    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
-    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
-    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-    for name in ("name", "description"):
-        function = getattr(lib, f"ggml_backend_dev_{name}")
-        function.restype, function.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
-    lib.ggml_backend_dev_type.restype = ctypes.c_int
-    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
-                                            ctypes.POINTER(ctypes.c_size_t)]
-    return lib
-
-
-def _handles(lib):
-    """(name, handle) of every device in the ggml registry, in its order."""
-    for index in range(lib.ggml_backend_dev_count()):
-        handle = lib.ggml_backend_dev_get(index)
-        yield lib.ggml_backend_dev_name(handle).decode(), handle
-
-
-def probe() -> Hardware:
-    import llama_cpp
-
-    lib = _ggml()
-    devices = []
-    for name, handle in _handles(lib):
-        free, total = ctypes.c_size_t(), ctypes.c_size_t()
-        lib.ggml_backend_dev_memory(handle, ctypes.byref(free), ctypes.byref(total))
-        kind = lib.ggml_backend_dev_type(handle)
-        devices.append(Device(name, lib.ggml_backend_dev_description(handle).decode(),
-                              KINDS[kind] if 0 <= kind < len(KINDS) else str(kind),
-                              free.value, total.value))
-    memory = psutil.virtual_memory()
-    features = llama_cpp.llama_print_system_info().decode()
-    return Hardware(tuple(devices), memory.total, memory.available,
-                    psutil.cpu_count(logical=False) or os.cpu_count() or 1,
-                    cpu_repack="REPACK = 1" in features and "AVX2 = 1" in features)
-
-
-def device_array(names: tuple[str, ...]):
-    """The ggml devices with these names as the NULL-terminated array llama.cpp takes
-    (llama_model_params.devices): explicit, in the planner's order."""
-    handles = dict(_handles(_ggml()))
-    missing = [name for name in names if name not in handles]
-    if missing:
-        raise LookupError(f"no such device: {', '.join(missing)}")
-    return (ctypes.c_void_p * (len(names) + 1))(*(handles[name] for name in names), None)
 
 
 def simulated(vram_gib: tuple[float, ...] = (), ram_gib: float = 16.0, cores: int = 8,

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .downloads import Downloads
 from .errors import InvalidRequest
-from .hardware import probe
+from .probe import probe
 from .hub import model_card, repo_quants, repo_verdicts, search, suggest_drafts
 from .models import ModelStore
 from .planner import Preferences

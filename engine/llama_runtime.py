@@ -24,6 +24,7 @@ import numpy as np
 
 from .errors import HomerackError, ModelLoadFailed, OutOfMemory
 from .native import library_file
+from .planner import MAX_OUTPUTS
 from .prompt_cache import common_prefix
 
 _init_lock = threading.Lock()
@@ -95,9 +96,6 @@ _FAULT = os.environ.get("HOMERACK_FAULT", "")
 
 class DecodeFailed(HomerackError):
     kind = "decode_failed"
-
-
-MAX_OUTPUTS = 32
 
 
 @dataclass(frozen=True)
@@ -248,7 +246,7 @@ class LlamaModel:
         mparams.n_gpu_layers = settings.n_gpu_layers
         mparams.use_extra_bufts = settings.repack
         if settings.devices and settings.n_gpu_layers:
-            from .hardware import device_array
+            from .probe import device_array
 
             self._devices = device_array(settings.devices)
             mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
@@ -287,8 +285,7 @@ class LlamaModel:
         # prompt cache relies on (a pruned one cannot).
         cparams.swa_full = True
         # llama.cpp reserves compute memory for logits at every position of a ubatch
-        # (n_vocab x n_ubatch floats: 512 MiB for Gemma 3). The loop needs one per chunk,
-        # or one per verified draft position: 32 covers the longest draft.
+        # (n_vocab x n_ubatch floats: 512 MiB for Gemma 3); the planner counts these.
         cparams.n_outputs_max = MAX_OUTPUTS
         if settings.kv_type == "q8_0":
             cparams.type_k = cparams.type_v = llama.GGML_TYPE_Q8_0

@@ -26,9 +26,11 @@ from dataclasses import dataclass, replace
 
 from .gguf_file import ModelShape
 from .hardware import Hardware
-from .llama_runtime import MAX_OUTPUTS
 
 UBATCH = 512
+# Logit rows a context reserves (llama_context_params.n_outputs_max, set by the runtime):
+# one per prompt chunk, or one per verified draft position; 32 covers the longest draft.
+MAX_OUTPUTS = 32
 MiB = 1 << 20
 
 

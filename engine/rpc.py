@@ -1,7 +1,7 @@
 """llama.cpp's RPC backend through ctypes (llama-cpp-python binds none of it): a worker
 serves this machine's CPU as a device to one remote llama.cpp at a time, and a client
 adds such a worker, whose device then appears in the ggml registry before the GPUs
-(so in `hardware.probe()` and in llama.cpp's own device list)."""
+(so in `probe.probe()` and in llama.cpp's own device list)."""
 
 from __future__ import annotations
 

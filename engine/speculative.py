@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .llama_runtime import MAX_OUTPUTS, LlamaModel, Sampler
+from .llama_runtime import LlamaModel, Sampler
+from .planner import MAX_OUTPUTS
 from .prompt_cache import common_prefix
 
 TIE_MARGIN = 0.1  # logits: the least tie margin (see verify and tie_margin)

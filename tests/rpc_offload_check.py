@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engine.gguf_file import GGUFInspector  # noqa: E402
-from engine.hardware import probe  # noqa: E402
+from engine.probe import probe  # noqa: E402
 from engine.llama_runtime import LoadSettings  # noqa: E402
 from engine.loader import LoadJournal, load  # noqa: E402
 from engine.planner import Preferences  # noqa: E402

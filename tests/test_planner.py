@@ -7,7 +7,8 @@ import pytest
 
 from conftest import GEMMA, STARTER
 from engine.gguf_file import GGUFInspector, ModelShape
-from engine.hardware import probe, simulated
+from engine.hardware import simulated
+from engine.probe import probe
 from engine.llama_runtime import LlamaModel, LoadSettings
 from engine.planner import Preferences, choose_quant, plan
 
