@@ -25,13 +25,16 @@ import httpx
 import llama_cpp
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "packaging"))
+
+from llama_backend import STAMP, compiler_env  # noqa: E402
 TARGETS = ("llama-bench", "llama-server")
 
 
 def installed_build() -> dict:
     """The CMake arguments and extra compiler flags of the installed llama-cpp-python."""
     try:
-        stamp = json.loads((Path(sys.prefix) / ".homerack-llama.json").read_text())
+        stamp = json.loads(STAMP.read_text())
     except (OSError, ValueError):
         stamp = {}
     return {"cmake_args": stamp.get("cmake_args", "-DGGML_RPC=ON"),
@@ -58,13 +61,11 @@ def build() -> Path:
         source = next(Path(tmp).glob("llama_cpp_python-*/vendor/llama.cpp"))
         build_dir = Path(tmp) / "build"
         flags = installed_build()
-        env = dict(os.environ)
-        for name in ("CFLAGS", "CXXFLAGS"):
-            env[name] = f"{env.get(name, '')} {flags['cflags']}".strip()
         subprocess.run(["cmake", "-S", str(source), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
                         "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_TESTS=OFF",
                         "-DLLAMA_BUILD_EXAMPLES=OFF", *flags["cmake_args"].split(),
-                        "-DLLAMA_CURL=OFF", "-DBUILD_SHARED_LIBS=OFF"], check=True, env=env)
+                        "-DLLAMA_CURL=OFF", "-DBUILD_SHARED_LIBS=OFF"], check=True,
+                       env=compiler_env(flags["cflags"]))
         subprocess.run(["cmake", "--build", str(build_dir), "-j", str(os.cpu_count() or 2),
                         "--target", *TARGETS], check=True)
         bins.mkdir(parents=True, exist_ok=True)

@@ -214,15 +214,22 @@ def _build_wheel(build: Build, into: Path) -> Path:
         return wheels[-1]
     print(f"building {PACKAGE} {VERSION}: {build.describe()} (about 11 minutes on 2 cores)...",
           flush=True)
-    env = dict(os.environ, CMAKE_ARGS=build.cmake_args)
-    for name in ("CFLAGS", "CXXFLAGS"):
-        env[name] = f"{env.get(name, '')} {build.cflags}".strip()
+    env = dict(compiler_env(build.cflags), CMAKE_ARGS=build.cmake_args)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir",
          "--no-binary", PACKAGE, "-w", str(into), f"{PACKAGE}=={VERSION}"],
         env=env, check=True,
     )
     return sorted(into.glob("llama_cpp_python-*.whl"))[-1]
+
+
+def compiler_env(cflags: str) -> dict:
+    """This process's environment with `cflags` added to CFLAGS and CXXFLAGS (CMake reads
+    them; the benchmarks' llama.cpp tools are built the same way)."""
+    env = dict(os.environ)
+    for name in ("CFLAGS", "CXXFLAGS"):
+        env[name] = f"{env.get(name, '')} {cflags}".strip()
+    return env
 
 
 def _install(wheel: Path) -> None:
@@ -262,9 +269,10 @@ def main() -> int:
     for build in builds:
         cache = _cache_dir(build)
         if (cache / FAILED).exists():
-            failures.append(f"{build.variant} build: {(cache / FAILED).read_text()}")
+            before = (cache / FAILED).read_text()
+            failures.append(f"{build.variant} build: {before}")
             print(f"skipping the {build.variant} build: it failed its smoke test on this CPU "
-                  f"before ({(cache / FAILED).read_text()})", flush=True)
+                  f"before ({before})", flush=True)
             continue
         wheel = _build_wheel(build, cache)
         _install(wheel)

@@ -471,8 +471,9 @@ class MainWindow(QMainWindow):
         self.progress.hide()
         self.plan_panel.load_button.setEnabled(True)
         self.statusBar().showMessage("Loaded", 3000)
-        if _load_notice(health):
-            self.show_notice(_load_notice(health))
+        notice = _load_notice(health)
+        if notice:
+            self.show_notice(notice)
         self._refresh_models()
 
     def _on_load_failed(self, error) -> None:
