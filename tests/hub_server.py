@@ -112,15 +112,15 @@ class HubServer:
     def resolve(self, request, repo_id: str, name: str, body: bool) -> None:
         repo = self.repos.get(repo_id)
         if repo is None:
-            return self.error(request, 401, "RepoNotFound")
+            return self.error(request, 401, "RepoNotFound", body)
         if repo.gated and not request.headers.get("authorization"):
-            return self.error(request, 401, "GatedRepo")
+            return self.error(request, 401, "GatedRepo", body)
         if name == "README.md":
             data = repo.card.encode()
             return self.send(request, 200, data, {"ETag": '"card"'}, body)
         path = repo.files.get(name)
         if path is None:
-            return self.error(request, 404, "EntryNotFound")
+            return self.error(request, 404, "EntryNotFound", body)
         data = path.read_bytes()
         start, status, headers = 0, 200, {"ETag": f'"{repo.sha[name]}"',
                                           "X-Linked-Etag": f'"{repo.sha[name]}"',
@@ -142,9 +142,11 @@ class HubServer:
         self.send(request, 200, json.dumps(value).encode(),
                   {"Content-Type": "application/json"}, True)
 
-    def error(self, request, status: int, code: str) -> None:
+    def error(self, request, status: int, code: str, body: bool = True) -> None:
+        """An error answer; without a body for HEAD (one there would be read as the start
+        of the next answer on the same kept-alive connection)."""
         self.send(request, status, json.dumps({"error": code}).encode(),
-                  {"X-Error-Code": code, "Content-Type": "application/json"}, True)
+                  {"X-Error-Code": code, "Content-Type": "application/json"}, body)
 
     def send(self, request, status: int, data: bytes, headers: dict, body: bool,
              stream: bool = False) -> None:
