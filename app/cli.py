@@ -27,7 +27,7 @@ def _store(quiet: bool = False):
 # -- serve ------------------------------------------------------------------------
 
 def cmd_serve(args) -> int:
-    from engine.generation import Engine, EngineSettings
+    from engine.engine import Engine, EngineSettings
     from engine.llama_runtime import LoadSettings
     from engine.downloads import Downloads
     from engine.hub_api import hub_routes
@@ -41,7 +41,8 @@ def cmd_serve(args) -> int:
         store.resolve(args.model)  # an unknown model fails now, not at the first request
     settings = EngineSettings(
         load=LoadSettings(n_ctx=args.ctx, n_threads=args.threads or _default_threads()),
-        max_queue=args.queue_size, cache=_cache_limits(args), speculation=args.speculation,
+        max_queue=args.queue_size, parallel=args.parallel, resident=args.resident,
+        cache=_cache_limits(args), speculation=args.speculation,
         calibration_file=paths().cache / "memory-calibration.json",
         load_journal=paths().runtime / "loading.json",
         no_repack_file=paths().cache / "no-repack.json",
@@ -338,7 +339,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--token", help="API token (default: $HOMERACK_TOKEN or a new one)")
     serve.add_argument("--ctx", type=int, default=4096, help="context size in tokens")
     serve.add_argument("--threads", type=int, default=0)
-    serve.add_argument("--queue-size", type=int, default=16)
+    serve.add_argument("--queue-size", type=int, default=16,
+                       help="requests that may wait for a slot; more get 503 + Retry-After")
+    serve.add_argument("--parallel", type=int, default=4,
+                       help="requests generating at once, batched together (1: one at a time)")
+    serve.add_argument("--resident", type=int, default=4,
+                       help="finished conversations kept in KV memory for an instant return")
     serve.add_argument("--cache-ram-mib", type=int,
                        help="prompt cache RAM budget (default: a quarter of available RAM)")
     serve.add_argument("--cache-disk-mib", type=int, default=4096,

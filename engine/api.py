@@ -16,11 +16,13 @@ from typing import AsyncIterator
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from .errors import HomerackError, InvalidRequest, ModelNotFound, QueueFull, Unauthorized
-from .generation import (Delta, Engine, Failed, Finished, GenerationRequest, Job,
-                         LoadOverride, Started, Usage)
+from .engine import Engine
+from .events import Delta, Failed, Finished, GenerationRequest, Job, Started, Usage
+from .metrics import prometheus_text
+from .model_host import LoadOverride
 from .schemas import ChatCompletionRequest, CompletionRequest, LoadRequest
 
 FINGERPRINT = "homerack-0.1"
@@ -50,6 +52,9 @@ def _usage_json(usage: Usage) -> dict:
             "time_to_first_token_s": usage.time_to_first_token_s,
             "prompt_tokens_per_s": usage.prompt_tokens_per_s,
             "decode_tokens_per_s": usage.decode_tokens_per_s,
+            "inter_token_p50_s": usage.inter_token_p50_s,
+            "inter_token_p95_s": usage.inter_token_p95_s,
+            "shared_streams": usage.shared_streams,
         },
         **({"speculative": usage.speculative} if usage.speculative else {}),
     }
@@ -137,6 +142,12 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = ())
     @app.get("/health")
     async def health():
         return {"status": "ok", **engine.status()}
+
+    @app.get("/metrics", dependencies=[Depends(require_token)])
+    async def metrics():
+        """The engine's figures in Prometheus' text format (as llama.cpp's server has)."""
+        body, content_type = prometheus_text(engine.status())
+        return Response(body, media_type=content_type)
 
     @app.get("/v1/hardware", dependencies=[Depends(require_token)])
     async def hardware():

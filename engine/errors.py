@@ -72,3 +72,9 @@ class StarterModelMissing(HomerackError):
 class Unauthorized(HomerackError):
     status = 401
     kind = "invalid_api_key"
+
+
+class MemoryFull(HomerackError):
+    """The KV memory shared by all sequences ran out while this one grew."""
+    status = 503
+    kind = "kv_memory_full"

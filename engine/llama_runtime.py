@@ -104,13 +104,23 @@ class LoadSettings:
     n_batch: int = 512
     n_threads: int = 2
     n_gpu_layers: int = 0
-    n_seq_max: int = 1
+    n_seq_max: int = 1  # sequences sharing the context's one pool of KV cells
     kv_type: str = "f16"  # or "q8_0" (needs flash attention)
+    flash_attn: bool = False
     devices: tuple[str, ...] = ()  # the GPUs to use, by ggml device name
     tensor_split: tuple[float, ...] = ()  # their shares of the GPU layers
     # llama.cpp's extra buffer types: CPU weights repacked for its fastest kernels (AMX
     # tiles on CPUs that have them). Off after such an evaluation killed an engine.
     repack: bool = True
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Consecutive tokens of one sequence in a batch, from position `start`."""
+    seq_id: int
+    start: int
+    tokens: tuple[int, ...]
+    logits: bool  # keep the last token's logits (it will be sampled)
 
 
 @dataclass(frozen=True)
@@ -284,12 +294,19 @@ class LlamaModel:
         # A full-size sliding-window cache can be cut back to any prefix, which the
         # prompt cache relies on (a pruned one cannot).
         cparams.swa_full = True
+        # One pool of cells for all sequences: any one may use the whole context (a split
+        # cache would give each n_ctx / n_seq_max), and copied prefixes share cells.
+        cparams.kv_unified = True
         # llama.cpp reserves compute memory for logits at every position of a ubatch
         # (n_vocab x n_ubatch floats: 512 MiB for Gemma 3); the planner counts these.
         cparams.n_outputs_max = MAX_OUTPUTS
+        # Flash attention skips the cells of other sequences instead of adding their
+        # zeros: a sequence's attention sums the same terms in the same order whatever
+        # shares the pool, so batched greedy output equals solo output. (A quantized V
+        # cache requires it too.)
+        cparams.flash_attn_type = 1 if settings.flash_attn or settings.kv_type == "q8_0" else 0
         if settings.kv_type == "q8_0":
             cparams.type_k = cparams.type_v = llama.GGML_TYPE_Q8_0
-            cparams.flash_attn_type = 1  # a quantized V cache requires it
         return cparams
 
     # -- vocabulary -------------------------------------------------------------
@@ -325,6 +342,27 @@ class LlamaModel:
         if len(tokens) > self.settings.n_batch:
             raise ValueError(f"{len(tokens)} tokens exceed n_batch; use sync()")
         self._decode_batch(self._fill_batch(tokens, start, seq_id, True, all_logits))
+
+    def decode_chunks(self, chunks: "list[Chunk]") -> list[int]:
+        """Evaluate parts of several sequences in one batch (at most n_batch tokens in
+        all). Returns the batch index of each chunk's last token, where its logits are
+        when the chunk asked for them."""
+        batch, n, ends = self._batch, 0, []
+        for chunk in chunks:
+            for i, token in enumerate(chunk.tokens):
+                batch.token[n] = token
+                batch.pos[n] = chunk.start + i
+                batch.n_seq_id[n] = 1
+                batch.seq_id[n][0] = chunk.seq_id
+                batch.logits[n] = 0
+                n += 1
+            batch.logits[n - 1] = chunk.logits
+            ends.append(n - 1)
+        if n > self.settings.n_batch:
+            raise ValueError(f"{n} tokens exceed n_batch")
+        batch.n_tokens = n
+        self._decode_batch(batch)
+        return ends
 
     def sync(self, held: list[int], wanted: list[int], seq_id: int = 0,
              stop: Callable[[], bool] = lambda: False) -> int:
@@ -388,6 +426,15 @@ class LlamaModel:
         """Drop a sequence's KV entries from from_pos on. False when the memory cannot
         remove part of a sequence (then the caller drops it whole)."""
         return llama.llama_memory_seq_rm(self.memory, seq_id, from_pos, -1)
+
+    def copy_prefix(self, src: int, dst: int, n: int) -> None:
+        """Make sequence dst hold src's first n positions, sharing their cells."""
+        llama.llama_memory_seq_rm(self.memory, dst, 0, -1)
+        llama.llama_memory_seq_cp(self.memory, src, dst, 0, n)
+
+    def clear(self) -> None:
+        """Forget every sequence."""
+        llama.llama_memory_clear(self.memory, True)
 
     # -- state -------------------------------------------------------------------
 

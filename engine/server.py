@@ -10,7 +10,7 @@ from typing import Callable
 import uvicorn
 
 from .api import create_app
-from .generation import Engine
+from .engine import Engine
 
 
 @dataclass(frozen=True)

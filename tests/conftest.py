@@ -135,7 +135,7 @@ class Collector:
         self.events.put(event)
 
     def result(self, timeout=60):
-        from engine.generation import Delta, Failed, Finished, Started
+        from engine.events import Delta, Failed, Finished, Started
 
         started, text = None, ""
         while True:
@@ -150,7 +150,7 @@ class Collector:
 
 def run(engine, **request):
     """Submit one GenerationRequest and wait for (Started, text, Finished or Failed)."""
-    from engine.generation import GenerationRequest
+    from engine.events import GenerationRequest
 
     collector = Collector()
     engine.submit(GenerationRequest(**request), collector)

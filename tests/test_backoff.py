@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from conftest import STARTER
-from engine.generation import Engine, EngineSettings, LoadOverride
+from engine.engine import Engine, EngineSettings, LoadOverride
 from engine.llama_runtime import LoadSettings
 
 MiB = 1 << 20

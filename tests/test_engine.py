@@ -7,7 +7,8 @@ import pytest
 
 from conftest import GREEDY, Collector, run
 from engine.errors import ContextLengthExceeded, InvalidModelFile, QueueFull
-from engine.generation import Delta, Engine, EngineSettings, Failed, Finished, GenerationRequest
+from engine.engine import Engine, EngineSettings
+from engine.events import Delta, Failed, Finished, GenerationRequest
 from engine.llama_runtime import LoadSettings, SamplingParams
 
 @pytest.fixture

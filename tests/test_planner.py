@@ -150,7 +150,7 @@ def test_scaled_shape_keeps_the_attention_shape(real_shapes):
 def test_engine_loads_by_the_plan_and_records_its_accuracy(starters_dir, tmp_path):
     import json
 
-    from engine.generation import Engine, EngineSettings
+    from engine.engine import Engine, EngineSettings
     from engine.gguf_file import GGUFInspector
     from engine.models import ModelStore
     from conftest import run

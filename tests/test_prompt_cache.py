@@ -118,7 +118,7 @@ def test_disk_budget_evicts_oldest_files(tmp_path):
 
 # -- inside the engine ---------------------------------------------------------------
 
-from engine.generation import Engine, EngineSettings  # noqa: E402
+from engine.engine import Engine, EngineSettings  # noqa: E402
 from engine.llama_runtime import LoadSettings, SamplingParams  # noqa: E402
 from conftest import run  # noqa: E402
 

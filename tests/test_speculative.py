@@ -12,7 +12,8 @@ from app.engine_proc import EngineProcess
 from conftest import GEMMA, STARTER
 from engine import draft_head
 from engine.draft import IncompatibleDraft, check_pair, pick_draft, requantize
-from engine.generation import Engine, EngineSettings, Failed, Finished, GenerationRequest
+from engine.engine import Engine, EngineSettings
+from engine.events import Failed, Finished, GenerationRequest
 from engine.gguf_file import GGUFInspector
 from engine.llama_runtime import LlamaModel, LoadSettings, SamplingParams, Vocabulary
 from engine.models import ModelStore
@@ -241,7 +242,7 @@ def test_sampling_with_a_draft_keeps_the_target_distribution(spec_store, cut_dra
                  speculation="draft", draft_model=draft)  # times the plain baseline
         plain = second_tokens("off", range(0, 150))
         speculative = second_tokens("draft", range(1000, 1150))
-        controller = next(iter(engine._controllers.values()))
+        controller = next(iter(engine.host._controllers.values()))
     finally:
         engine.close()
     assert controller.spec_rounds > 100  # the samples really went through verification

@@ -1,0 +1,92 @@
+"""What goes into the engine and what comes out: requests, jobs and the small frozen
+events a job's `emit` callback receives (Started, then Deltas, then Finished or Failed).
+Events are called from the engine's worker thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .errors import HomerackError
+from .llama_runtime import SamplingParams
+from .models import LocalModel
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    model: LocalModel
+    messages: tuple[dict, ...] | None = None  # a chat, rendered with the model's template
+    prompt: str | None = None                 # or a raw completion prompt
+    max_tokens: int | None = None
+    sampling: SamplingParams = SamplingParams()
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+    speculation: str | None = None  # "off", "lookup" or "draft"; None: the engine default
+    draft_model: LocalModel | None = None  # None with "draft": picked automatically
+    cache_prompt: bool = True  # False: evaluate the whole prompt afresh (as llama-server)
+
+    @property
+    def generates(self) -> bool:
+        """False for a preload: a request with nothing to generate."""
+        return self.messages is not None or self.prompt is not None
+
+
+@dataclass(frozen=True)
+class Started:
+    model: str
+    prompt_tokens: int
+    cached_tokens: int
+    max_tokens: int
+    n_ctx: int
+    chat_format: str | None
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Delta:
+    text: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    queue_s: float
+    time_to_first_token_s: float
+    prompt_tokens_per_s: float
+    decode_tokens_per_s: float
+    speculative: dict | None = None
+    inter_token_p50_s: float = 0.0  # gaps between this stream's tokens
+    inter_token_p95_s: float = 0.0
+    shared_streams: int = 1  # the most sequences that shared a step with this one
+
+
+@dataclass(frozen=True)
+class Finished:
+    finish_reason: str  # "stop", "length" or "cancelled"
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: HomerackError
+
+
+Event = Started | Delta | Finished | Failed
+CANCELLED = Finished("cancelled", Usage(0, 0, 0, 0.0, 0.0, 0.0, 0.0))
+LOADED = Finished("loaded", CANCELLED.usage)  # what a preload answers
+
+
+@dataclass
+class Job:
+    id: int
+    request: GenerationRequest
+    emit: Callable[[Event], None]
+    submitted: float = field(default_factory=time.perf_counter)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def cancel(self) -> None:
+        self.cancelled.set()

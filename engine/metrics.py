@@ -1,0 +1,52 @@
+"""The engine's status as Prometheus metrics (the names follow llama.cpp's server where
+it has the same figure: requests processing/deferred, tokens per second, KV use)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+GAUGES = {  # status["batching"] key -> (metric, help)
+    "active": ("requests_processing", "Requests generating now."),
+    "prefilling": ("requests_prefilling", "Active requests still evaluating their prompt."),
+    "resident": ("sequences_resident", "Finished conversations kept in KV memory."),
+    "parallel": ("slots", "Requests that can generate at once."),
+    "kv_cells_used": ("kv_cells_used", "KV cells holding tokens, shared cells counted once."),
+    "kv_cells_total": ("kv_cells_total", "KV cells in the pool all sequences share."),
+    "prompt_tokens_per_s": ("prompt_tokens_seconds", "Prompt tokens evaluated per second, last 10 s."),
+    "generated_tokens_per_s": ("predicted_tokens_seconds", "Tokens generated per second, last 10 s."),
+}
+COUNTERS = {
+    "prompt_tokens": ("prompt_tokens", "Prompt tokens evaluated."),
+    "generated_tokens": ("tokens_predicted", "Tokens generated."),
+    "requests": ("requests", "Requests admitted."),
+    "steps": ("decode_steps", "Batched evaluation steps."),
+    "evictions": ("sequences_evicted", "Resident conversations moved to the prompt cache."),
+    "memory_full": ("kv_memory_full", "Requests failed because the KV memory ran out."),
+}
+
+
+class _Status:
+    def __init__(self, status: dict):
+        self.status = status
+
+    def collect(self):
+        batching = self.status.get("batching") or {}
+        queued = GaugeMetricFamily("homerack_requests_deferred", "Requests waiting in the queue.")
+        queued.add_metric([], self.status.get("queued", 0))
+        yield queued
+        for key, (name, text) in GAUGES.items():
+            metric = GaugeMetricFamily(f"homerack_{name}", text)
+            metric.add_metric([], batching.get(key, 0))
+            yield metric
+        for key, (name, text) in COUNTERS.items():
+            metric = CounterMetricFamily(f"homerack_{name}", text)
+            metric.add_metric([], batching.get(key, 0))
+            yield metric
+
+
+def prometheus_text(status: dict) -> tuple[bytes, str]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Status(status))
+    return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,323 @@
+"""The loaded model and everything that comes with it: loading by the plan (with the
+crash journal and the out-of-memory back-off in loader.py), its chat format and prompt
+cache, the measured memory against the plan, and the draft models that speculate for it.
+Used from the engine's worker thread only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from . import draft_head
+from .calibration import Calibration
+from .chat_format import ChatFormat, chat_format_for
+from .draft import check_pair, pick_draft
+from .errors import ContextLengthExceeded, InvalidRequest, OutOfMemory
+from .events import GenerationRequest
+from .llama_runtime import LlamaModel, LoadSettings, build_id, model_fingerprint
+from .loader import LoadJournal, load
+from .models import LocalModel, ModelStore
+from .planner import Plan, Preferences, place_draft, plan
+from .probe import probe
+from .prompt_cache import CacheLimits, PromptCache
+from .speculative import (TIE_MARGIN, LookupDrafter, ModelDrafter, SpecController, Speculation,
+                          SpecStats, tie_margin)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    load: LoadSettings = LoadSettings()
+    max_queue: int = 16               # requests waiting for a slot
+    parallel: int = 4                 # requests generating at once, in one batch
+    resident: int = 4                 # finished conversations kept in KV memory
+    cache: CacheLimits | None = None  # None: no prompt cache
+    cache_folder: Path | None = None  # None: RAM tier only
+    speculation: str = "off"          # the default for requests that do not say
+    calibration_file: Path | None = None  # measured/predicted memory ratios
+    load_journal: Path | None = None      # the load in progress (see loader.py)
+    no_repack_file: Path | None = None    # models whose repacked weights killed an engine
+    spec_min_speedup: float = 0.95    # below this measured gain speculation turns off
+    draft_folder: Path | None = None  # cut drafts (draft_head.py); None: drafts run whole
+
+    @property
+    def sequences(self) -> int:
+        """KV sequences: the active ones, the resident ones, and one for measurements."""
+        return self.parallel + self.resident + 1
+
+    def load_settings(self) -> LoadSettings:
+        # Batched greedy streams must equal their solo output: repacked K-quant kernels
+        # round differently for one token than for several (logit gaps near 2 here,
+        # against 0.03 unpacked), so concurrency turns the repack off.
+        return replace(self.load, n_seq_max=self.sequences,
+                       repack=self.load.repack and self.parallel == 1,
+                       flash_attn=self.load.flash_attn or self.parallel > 1)
+
+
+@dataclass(frozen=True)
+class LoadOverride:
+    """The user's choice for a model, over the planner's: None keeps the planner's."""
+    n_ctx: int | None = None
+    gpu_layers: int | None = None
+
+
+@dataclass
+class Loaded:
+    model: LocalModel
+    llama: LlamaModel
+    chat_format: ChatFormat
+    turn_end_tokens: frozenset[int]
+    cache: PromptCache | None
+    memory: dict | None = None  # the plan, and its prediction against llama.cpp's buffers
+    plan: Plan | None = None  # what it was loaded by
+    override: LoadOverride | None = None  # the user's context / GPU layers
+    notes: tuple[str, ...] = ()  # what the out-of-memory back-off changed
+    drafters: dict = field(default_factory=dict)  # draft model path or "lookup" -> drafter
+    evaluated: bool = False  # its first request ran (the load journal's watch ends)
+    tie_margin: float | None = None  # measured on its first greedy request (speculative.py)
+
+    def close(self) -> None:
+        if self.cache:
+            self.cache.flush()  # states being written survive a clean shutdown
+        for drafter in self.drafters.values():
+            drafter.close()
+        self.llama.close()
+
+    def reset_drafters(self) -> None:
+        """After a failure a draft's KV may not match its token list."""
+        for drafter in self.drafters.values():
+            if isinstance(drafter, ModelDrafter):
+                drafter.llama.forget(0, 0)
+                drafter.tokens = []
+
+    def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], list[str]]:
+        llama, notes = self.llama, []
+        if request.messages is not None:
+            text = self.chat_format.render(list(request.messages))
+            if self.chat_format.fallback:
+                notes.append(f"chat format: {self.chat_format.describe()}")
+            tokens = llama.tokenize(text, add_special=False, parse_special=True)
+            if llama.add_bos and (not tokens or tokens[0] != llama.bos):
+                tokens.insert(0, llama.bos)
+        else:
+            tokens = llama.tokenize(request.prompt or "", add_special=True, parse_special=True)
+        if not tokens:
+            raise InvalidRequest("the prompt is empty", param="prompt")
+        return tokens, notes
+
+    def budget(self, request: GenerationRequest, n_prompt: int) -> tuple[int, list[str]]:
+        """max_tokens, clamped to what the context holds after the prompt."""
+        n_ctx = self.llama.n_ctx
+        room = n_ctx - n_prompt
+        if room <= 0:
+            raise ContextLengthExceeded(
+                f"the prompt has {n_prompt} tokens but the context holds {n_ctx}; "
+                "shorten the conversation")
+        wanted = request.max_tokens or room
+        if wanted > room:
+            return room, [f"max_tokens {wanted} does not fit the {n_ctx}-token context after "
+                          f"the {n_prompt}-token prompt; clamped to {room}"]
+        return wanted, []
+
+
+class ModelHost:
+    """Loads models by plan and holds the loaded one, its drafts and their controllers."""
+
+    def __init__(self, store: ModelStore, settings: EngineSettings):
+        self.store = store
+        self.settings = settings
+        self.loaded: Loaded | None = None
+        self.default: LocalModel | None = None  # the model of requests that name none
+        self.overrides: dict[Path, LoadOverride] = {}
+        self.load_error: str | None = None  # the last load's failure, for /health
+        self._controllers: dict[tuple, SpecController] = {}
+        self._cuts = draft_head.DraftCuts(settings.draft_folder)
+        self._whole_drafts: set[Path] = set()  # drafts whose cut missed too much text
+        self._hardware = None  # probed on the first load, in the worker
+        self._calibration = Calibration(settings.calibration_file)
+        self.journal = LoadJournal(settings.load_journal, settings.no_repack_file)
+
+    def is_loaded(self, model: LocalModel) -> bool:
+        return (self.loaded is not None and self.loaded.model.path == model.path
+                and self.loaded.override == self.overrides.get(model.path))
+
+    def ensure_loaded(self, model: LocalModel) -> Loaded:
+        if self.is_loaded(model):
+            return self.loaded
+        override = self.overrides.get(model.path)
+        info = self.store.inspector.inspect(model.path)  # before llama.cpp ever opens it
+        self.unload()
+        if self._hardware is None:
+            self._hardware = probe()
+        try:
+            outcome = load(model.path, info, self.settings.load_settings(), self._hardware,
+                           self._preferences(info, override, model), self.journal)
+        except Exception as exc:
+            self.load_error = f"{model.id}: {getattr(exc, 'message', exc)}"
+            raise
+        self.load_error = None
+        llama = outcome.llama
+        fmt = chat_format_for(info)
+        turn_ends = set()
+        for text in fmt.turn_ends:
+            ids = llama.tokenize(text, add_special=False, parse_special=True)
+            if len(ids) == 1:
+                turn_ends.add(ids[0])
+        self.loaded = Loaded(model, llama, fmt, frozenset(turn_ends), self._prompt_cache(model),
+                             self._compare(outcome.plan, llama, info.architecture),
+                             plan=outcome.plan, override=override, notes=outcome.notes)
+        return self.loaded
+
+    def unload(self) -> None:
+        if self.loaded:
+            self.loaded.close()
+            self.loaded = None
+
+    def close(self) -> None:
+        if self.loaded:
+            self.loaded.close()  # still described by status() afterwards
+        self.journal.end()  # a clean stop is no crash
+        self._cuts.wait(timeout=60)
+
+    def _preferences(self, info, override: LoadOverride | None,
+                     model: LocalModel) -> Preferences:
+        """The planner's inputs for `model`; with draft speculation on by default, the
+        draft it will pick is counted too."""
+        draft = None
+        if self.settings.speculation == "draft":
+            picked = pick_draft(model, self.store.list(), self.store.inspector)
+            draft = self.store.inspector.inspect(picked.path).shape if picked else None
+        wanted = self.settings.load.n_ctx
+        n_ctx = min(override.n_ctx if override and override.n_ctx else wanted,
+                    info.context_length or wanted)
+        return Preferences(
+            ctx=n_ctx, min_ctx=n_ctx if override and override.n_ctx else min(2048, n_ctx),
+            gpu_layers=override.gpu_layers if override else None, draft=draft,
+            calibration=self._calibration.for_architecture(info.architecture))
+
+    def plan_for(self, model: LocalModel, override: LoadOverride | None = None) -> Plan | None:
+        """What loading `model` (with the user's override) would do on this machine now;
+        None for a model whose shape the planner cannot read."""
+        info = self.store.inspector.inspect(model.path)
+        if info.shape is None:
+            return None
+        return plan(probe(), info.shape, self._preferences(info, override, model))
+
+    def _compare(self, planned, llama: LlamaModel, arch: str) -> dict | None:
+        """Measured against predicted bytes per device; the ratios calibrate later plans."""
+        if planned is None:
+            return None
+        measured: dict[str, int] = {}
+        for (device, _kind), size in llama.buffers.items():
+            measured[device] = measured.get(device, 0) + size
+        devices = []
+        for use in planned.uses:
+            got = measured.get(use.device, 0)
+            if use.total and got:
+                kind = next((d.kind for d in self._hardware.devices if d.name == use.device),
+                            "cpu")
+                self._calibration.record(kind, arch, got / use.total)
+                devices.append({"device": use.device, "predicted_bytes": use.total,
+                                "measured_bytes": got, "ratio": round(got / use.total, 3)})
+        return {"plan": planned.as_dict(), "devices": devices}
+
+    def _prompt_cache(self, model: LocalModel) -> PromptCache | None:
+        if self.settings.cache is None:
+            return None
+        return PromptCache(model_fingerprint(model.path), build_id(),
+                           self.settings.cache_folder, self.settings.cache)
+
+    # -- speculation ------------------------------------------------------------------
+
+    def measure_tie_margin(self, scratch_seq: int) -> float:
+        """The loaded model's tie margin (speculative.tie_margin), measured once in a
+        sequence no request uses."""
+        loaded = self.loaded
+        if loaded.tie_margin is None:
+            loaded.tie_margin = tie_margin(loaded.llama, [], scratch_seq)
+        return loaded.tie_margin
+
+    def speculation(self, request: GenerationRequest, notes: list[str],
+                    scratch_seq: int) -> Speculation | None:
+        loaded = self.loaded
+        mode = request.speculation or self.settings.speculation
+        if mode == "off":
+            return None
+        if mode == "lookup":
+            key = "lookup"
+            if key not in loaded.drafters:
+                loaded.drafters[key] = LookupDrafter()
+        else:
+            draft = request.draft_model or pick_draft(loaded.model, self.store.list(),
+                                                      self.store.inspector)
+            if draft is None:
+                notes.append("no compatible draft model is installed: speculation is off")
+                return None
+            check_pair(loaded.model, draft, self.store.inspector)
+            key = str(draft.path)
+            held = loaded.drafters.get(key)
+            if held is not None and held.outside_share() > draft_head.MAX_OUTSIDE:
+                notes.append(f"{held.outside_share():.0%} of the text was outside the cut "
+                             "draft's tokens: the draft runs whole from now on")
+                self._whole_drafts.add(draft.path)
+                held.close()
+                held = None  # reloaded whole below
+            cut = self._cut_draft(draft, held, notes)
+            if held is None or cut is not None:  # (re)load, or its cut is now ready
+                if held is not None:
+                    held.close()
+                loaded.drafters[key] = self._load_draft(draft, cut, notes)
+        controller = self._controllers.setdefault(
+            (str(loaded.model.path), key), SpecController(min_speedup=self.settings.spec_min_speedup))
+        controller.start_request()
+        drafter = loaded.drafters[key]
+        margin = TIE_MARGIN
+        if request.sampling.temperature <= 0:  # greedy exactness needs it (verify)
+            margin = self.measure_tie_margin(scratch_seq)
+        return Speculation(drafter, controller, SpecStats(
+            mode, model=drafter.model_id, device=drafter.device, vocab=drafter.vocab), margin)
+
+    def _cut_draft(self, draft: LocalModel, held: ModelDrafter | None,
+                   notes: list[str]) -> draft_head.CutDraft | None:
+        """The draft's cut version when it is ready and not yet in use (see draft_head)."""
+        if held is not None and held.head is not None:
+            return None
+        if draft.path in self._whole_drafts:
+            return None
+        cut = self._cuts.ready(draft.path, self.store.inspector.inspect(draft.path).vocab_size)
+        if held is None and self._cuts.building(draft.path):
+            notes.append("the draft runs whole while a faster cut of it is made "
+                         "(once, about 20 s, in the background)")
+        failure = self._cuts.failure(draft.path)
+        if failure and held is None:
+            notes.append(failure)
+        return cut
+
+    def _load_draft(self, draft: LocalModel, cut: draft_head.CutDraft | None,
+                    notes: list[str]) -> ModelDrafter:
+        """The draft, cut if it can be, on the fastest device with room for it (see
+        planner.place_draft); on the CPU when that fails for memory."""
+        llama, device = self._open_draft(draft, cut.model if cut else draft.path)
+        if cut is None:
+            return ModelDrafter(llama, draft.id, device=device)
+        try:
+            draft_head.load(cut, llama)
+        except draft_head.DraftCutFailed as exc:
+            llama.close()
+            notes.append(f"the draft runs whole: {exc}")
+            return self._load_draft(draft, None, notes)
+        return ModelDrafter(llama, draft.id, device=device, head=cut.keep)
+
+    def _open_draft(self, draft: LocalModel, path: Path) -> tuple[LlamaModel, str]:
+        loaded = self.loaded
+        settings = replace(self.settings.load, n_ctx=loaded.llama.n_ctx, n_gpu_layers=0,
+                           devices=(), tensor_split=(), repack=loaded.llama.settings.repack)
+        shape = self.store.inspector.inspect(draft.path).shape
+        if loaded.plan is not None and shape is not None:
+            device, layers = place_draft(loaded.plan, shape, loaded.llama.n_ctx)
+            if layers:
+                try:
+                    gpu = replace(settings, n_gpu_layers=layers, devices=(device,))
+                    return LlamaModel(path, gpu), device
+                except OutOfMemory:
+                    pass
+        return LlamaModel(path, settings), "CPU"

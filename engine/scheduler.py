@@ -1,0 +1,476 @@
+"""Continuous batching: every step evaluates the next tokens of all active sequences in
+one llama_decode, as llama.cpp's server does (`update_slots`): the tokens sampled last
+step go into the batch first, then chunks of waiting prompts up to the batch size; then
+each sequence samples at its own batch index.
+
+A request joins at the next step and leaves when it ends. All sequences draw on one pool
+of KV cells (kv_pool.py): a finished conversation stays resident as an idle sequence
+until its cells or its sequence id are needed, and is saved to the prompt cache's RAM and
+disk tiers only then. A new request starts from the sequence that shares the longest
+prefix with its prompt: it continues an idle conversation in place, or shares a prefix's
+cells with another sequence (llama_memory_seq_cp).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import replace
+
+import numpy as np
+
+from .errors import MemoryFull
+from .events import CANCELLED, Failed, Job, Started, Usage
+from .kv_pool import CellLedger
+from .llama_runtime import Chunk, LlamaModel, Sampler
+from .model_host import EngineSettings, ModelHost
+from .prompt_cache import common_prefix
+from .slot import Output, Slot
+from .speculative import (GAP_CANDIDATES, GAP_SAFETY, GAP_SAMPLE, near_tie,
+                          speculative_step)
+
+PREFILL_SHARE = 128  # prompt tokens per step while other sequences decode
+RATE_WINDOW_S = 10.0  # tokens/s are reported over this window
+
+
+def plan_batch(slots: list[Slot], n_batch: int, prefill_share: int = PREFILL_SHARE) -> list[Chunk]:
+    """The next batch: one token for every decoding slot, then prompt chunks, oldest
+    request first, capped so that a long prompt cannot stall running streams.
+
+    A prompt's last token goes in alone, as a generated token does: its KV and the first
+    token's logits then do not depend on how much of the prompt was cached or how the
+    rest was chunked, so greedy output is the same cached or not, batched or solo."""
+    chunks = [Chunk(s.seq_id, len(s.tokens), (s.last,), True) for s in slots if s.decoding]
+    room = n_batch - len(chunks)
+    if chunks:
+        room = min(room, prefill_share)
+    for slot in sorted((s for s in slots if s.prefilling), key=lambda s: s.admitted):
+        rest = slot.pending()
+        if room <= 0:
+            break
+        if len(rest) == 1:
+            chunks.append(Chunk(slot.seq_id, len(slot.tokens), tuple(rest), True))
+            room -= 1
+            continue
+        take = rest[:-1][:room]
+        chunks.append(Chunk(slot.seq_id, len(slot.tokens), tuple(take), False))
+        room -= len(take)
+    return chunks
+
+
+def batch_drift(llama: LlamaModel, seq_a: int, seq_b: int, k: int = 8) -> float:
+    """The largest difference between a sequence's best logits evaluated in a batch
+    with another sequence and evaluated alone (0.0 on this machine's CPU kernels for
+    unpacked weights: each output is the same dot product at any batch size)."""
+    sample = llama.tokenize(GAP_SAMPLE, add_special=False, parse_special=False)[:2 * k]
+    ours, other = sample[:len(sample) // 2], sample[len(sample) // 2:]
+    drift = 0.0
+    for i, (token, peer) in enumerate(zip(ours, other)):
+        end = llama.decode_chunks([Chunk(seq_a, i, (token,), True),
+                                   Chunk(seq_b, i, (peer,), True)])[0]
+        batched = llama.logits(end).copy()
+        llama.forget(seq_a, i)
+        llama.decode([token], i, seq_a)
+        alone = llama.logits()
+        best = np.argpartition(alone, -GAP_CANDIDATES)[-GAP_CANDIDATES:]
+        drift = max(drift, float(np.abs(alone[best] - batched[best]).max()))
+    llama.forget(seq_a, 0)
+    llama.forget(seq_b, 0)
+    return drift
+
+
+class Scheduler:
+    """The slots of the loaded model and the step that advances them. Worker thread only."""
+
+    def __init__(self, host: ModelHost, settings: EngineSettings):
+        self.host, self.settings = host, settings
+        self.slots: dict[int, Slot] = {}  # seq id -> slot, active or resident
+        self.ledger = CellLedger(0)
+        self.margin: float | None = None  # near ties re-decided alone (batch_drift)
+        self.totals = {"prompt_tokens": 0, "generated_tokens": 0, "steps": 0,
+                       "requests": 0, "evictions": 0, "memory_full": 0}
+        self._recent: deque[tuple[float, int, int]] = deque()  # (time, prompt, generated)
+        self.mean_request_s = 2.0  # for Retry-After estimates
+
+    # -- the loaded model -------------------------------------------------------------
+
+    def attach(self) -> None:
+        """A model was loaded: its memory is empty."""
+        self.slots.clear()
+        self.ledger = CellLedger(self.host.loaded.llama.n_ctx)
+        self.margin = None
+
+    @property
+    def scratch(self) -> tuple[int, int]:
+        """Two sequence ids no request uses, for measurements."""
+        return self.settings.sequences - 2, self.settings.sequences - 1
+
+    @property
+    def active(self) -> list[Slot]:
+        return [s for s in self.slots.values() if s.active]
+
+    def has_room(self) -> bool:
+        return len(self.active) < self.settings.parallel
+
+    # -- admission --------------------------------------------------------------------
+
+    def admit(self, job: Job) -> bool:
+        """Give `job` a sequence, its prompt's prefix taken from the best source; False
+        (nothing changed) when the KV memory cannot take the prompt until others end."""
+        loaded, request = self.host.loaded, job.request
+        prompt, notes = loaded.prompt_tokens(request)
+        max_tokens, clamped = loaded.budget(request, len(prompt))
+        source, keep = self._best_source(prompt) if request.cache_prompt else (None, 0)
+        if not self._make_room(len(prompt) - keep + 1, spare=source):
+            if self.active:
+                return False
+            keep, source = 0, None  # only residents hold cells: start afresh
+            self._make_room(len(prompt) + 1, spare=None)
+        slot = self._slot_for(source, keep)
+        slot.n_cached = self._restore_longer(slot, prompt) if request.cache_prompt else 0
+        self._trim(slot, common_prefix(slot.tokens, prompt[:-1]))
+        slot.n_cached = len(slot.tokens)
+        if request.sampling.temperature <= 0 and self.margin is None:
+            self.margin = GAP_SAFETY * batch_drift(loaded.llama, *self.scratch)
+        slot.job, slot.prompt, slot.admitted = job, prompt, time.perf_counter()
+        slot.sampler = Sampler(request.sampling, loaded.llama.n_vocab)
+        slot.output = Output(job, loaded.llama, loaded.chat_format.turn_ends,
+                             loaded.turn_end_tokens, max_tokens)
+        slot.spec = self.host.speculation(request, notes, self.scratch[0])
+        slot.peers = 1
+        slot.started = Started(loaded.model.id, len(prompt), slot.n_cached, max_tokens,
+                               loaded.llama.n_ctx,
+                               loaded.chat_format.describe() if request.messages else None,
+                               tuple(notes + clamped))
+        self.totals["requests"] += 1
+        return True
+
+    def _best_source(self, prompt: list[int]) -> tuple[Slot | None, int]:
+        """The sequence sharing the longest prefix with the prompt (the last prompt
+        token is always evaluated: sampling needs its logits)."""
+        best, keep = None, 0
+        for slot in self.slots.values():
+            n = min(common_prefix(slot.tokens, prompt), len(prompt) - 1)
+            if n > keep:
+                best, keep = slot, n
+        return best, keep
+
+    def _slot_for(self, source: Slot | None, keep: int) -> Slot:
+        """An idle conversation the prompt continues is taken over in place; otherwise
+        a free sequence, holding the source's prefix in shared cells."""
+        if source is not None and not source.active and _continues(source, keep):
+            return source
+        slot = self._free_slot(spare=source)
+        if slot is None:  # no other sequence id: the source must serve
+            self._trim(source, keep)
+            return source
+        if source is not None and keep:
+            self.host.loaded.llama.copy_prefix(source.seq_id, slot.seq_id, keep)
+            self.ledger.share(source.seq_id, slot.seq_id, keep)
+            slot.tokens = source.tokens[:keep]
+        return slot
+
+    def _free_slot(self, spare: Slot | None) -> Slot | None:
+        ids = set(range(self.settings.sequences - 2)) - set(self.slots)
+        if not ids:
+            idle = self._idle(spare)
+            if not idle:
+                return None
+            ids = {self._evict(idle[0])}
+        slot = Slot(min(ids))
+        self.slots[slot.seq_id] = slot
+        return slot
+
+    def _restore_longer(self, slot: Slot, prompt: list[int]) -> int:
+        """A longer prefix from the prompt cache's tiers, restored into the slot."""
+        cache, llama = self.host.loaded.cache, self.host.loaded.llama
+        hit = cache.best(prompt) if cache else None
+        if hit is None or hit.length <= common_prefix(slot.tokens, prompt):
+            return len(slot.tokens)
+        state = cache.fetch(hit)
+        if state is not None and self._make_room(len(hit.entry.tokens), spare=slot) \
+                and llama.restore(slot.seq_id, state):
+            slot.tokens = list(hit.entry.tokens)
+            slot.saved = True
+        self.ledger.hold(slot.seq_id, len(slot.tokens))
+        return len(slot.tokens)
+
+    def _trim(self, slot: Slot, keep: int) -> None:
+        llama = self.host.loaded.llama
+        if keep < len(slot.tokens):
+            if not llama.forget(slot.seq_id, keep):
+                llama.forget(slot.seq_id, 0)
+                keep = 0
+            del slot.tokens[keep:]
+            slot.saved = False
+        self.ledger.hold(slot.seq_id, len(slot.tokens))
+
+    # -- memory -----------------------------------------------------------------------
+
+    def _idle(self, spare: Slot | None = None) -> list[Slot]:
+        """Resident conversations, least recently used first."""
+        return sorted((s for s in self.slots.values() if not s.active and s is not spare),
+                      key=lambda s: s.used)
+
+    def _make_room(self, cells: int, spare: Slot | None) -> bool:
+        """Evict resident conversations until `cells` are free; False if they cannot be."""
+        for slot in self._idle(spare):
+            if self.ledger.free >= cells:
+                break
+            self._evict(slot)
+        return self.ledger.free >= cells
+
+    def _evict(self, slot: Slot) -> int:
+        """Drop a resident conversation, saving it to the prompt cache first."""
+        self.save(slot)
+        self.host.loaded.llama.forget(slot.seq_id, 0)
+        self.ledger.drop(slot.seq_id)
+        del self.slots[slot.seq_id]
+        self.totals["evictions"] += 1
+        return slot.seq_id
+
+    def save(self, slot: Slot) -> None:
+        cache = self.host.loaded.cache
+        if cache and not slot.saved and slot.tokens:
+            cache.save(slot.tokens, self.host.loaded.llama.snapshot(slot.seq_id))
+            slot.saved = True
+
+    def save_one(self) -> bool:
+        """Save one resident conversation the cache lacks (when the engine is idle)."""
+        for slot in self._idle():
+            if not slot.saved and self.host.loaded.cache:
+                self.save(slot)
+                return True
+        return False
+
+    # -- the step ---------------------------------------------------------------------
+
+    def step(self) -> None:
+        self._drop_cancelled()
+        active = self.active
+        if not active:
+            return
+        lone = active[0] if len(active) == 1 and active[0].decoding else None
+        if lone and lone.spec and not lone.spec.controller.wants_plain():
+            self._speculate(lone)
+            return
+        chunks = plan_batch(active, self.host.loaded.llama.settings.n_batch)
+        if not self._make_room(sum(len(c.tokens) for c in chunks), spare=None):
+            self._outgrown(active)
+            return
+        started = time.perf_counter()
+        ends = self._decode(chunks)
+        picks = []
+        for chunk, end in zip(chunks, ends):
+            slot = self.slots[chunk.seq_id]
+            slot.tokens.extend(chunk.tokens)
+            self.ledger.hold(slot.seq_id, len(slot.tokens))
+            slot.peers = max(slot.peers, len(chunks))
+            if not slot.decoding:
+                self._count(prompt=len(chunk.tokens))
+            slot.last = None
+            if chunk.logits:
+                picks.append((slot, end))
+        self._sample(picks, shared=len(chunks) > 1)
+        if lone and lone.spec:
+            lone.spec.controller.record_plain(time.perf_counter() - started)
+        self.totals["steps"] += 1
+
+    def _sample(self, picks: list[tuple[Slot, int]], shared: bool) -> None:
+        """Each slot samples at its batch index. Greedy output must not depend on what
+        else ran: where evaluating in company moves logits (batch_drift), a pick whose
+        best two are closer than that is re-decided by its token evaluated alone, after
+        the others (a lone evaluation replaces the batch's logits)."""
+        llama, alone = self.host.loaded.llama, []
+        for slot, end in picks:
+            if shared and slot.sampler.greedy and self.margin and \
+                    near_tie(llama.logits(end), self.margin):
+                alone.append(slot)
+            else:
+                self._advance(slot, slot.sampler.sample(llama, end))
+        for slot in alone:
+            position = len(slot.tokens) - 1
+            llama.forget(slot.seq_id, position)
+            end = self._decode([Chunk(slot.seq_id, position, (slot.tokens[position],), True)])
+            self._advance(slot, slot.sampler.sample(llama, end[0]))
+
+    def _decode(self, chunks: list[Chunk]) -> list[int]:
+        """One llama_decode. A lone token gets company in a scratch sequence: llama.cpp
+        attends for a single query by splitting the KV cells among threads once there
+        are 512 (flash attention's split-KV path), which rounds differently from the
+        sequential pass that two to 63 queries get; with company, a sequence's
+        attention is the same pass whether it runs alone or among others."""
+        llama = self.host.loaded.llama
+        if len(chunks) > 1 or len(chunks[0].tokens) > 1:
+            return llama.decode_chunks(chunks)
+        company = Chunk(self.scratch[1], 0, chunks[0].tokens, False)
+        ends = llama.decode_chunks([*chunks, company])
+        llama.forget(company.seq_id, 0)
+        return ends[:1]
+
+    def _advance(self, slot: Slot, token: int) -> None:
+        """A token was sampled for the slot: the first starts its stream."""
+        output = slot.output
+        if output.produced == 0:
+            slot.job.emit(slot.started)
+            slot.t_first = time.perf_counter()
+            if slot.spec:
+                slot.spec.drafter.follow([*slot.tokens, token])
+        self._count(generated=1)
+        if output.take(token):
+            slot.last = token
+        else:
+            self._finish(slot)
+
+    def _speculate(self, slot: Slot) -> None:
+        """A lone decoding sequence with a drafter: one speculative round."""
+        llama, output = self.host.loaded.llama, slot.output
+        room = min(output.max_tokens - output.produced, llama.n_ctx - len(slot.tokens))
+        if not self._make_room(min(slot.spec.controller.k, room) + 1, spare=None):
+            self._outgrown([slot])
+            return
+        tokens = speculative_step(llama, slot.tokens, slot.last, slot.spec, slot.sampler,
+                                  slot.seq_id, room) if room >= 2 else []
+        self.ledger.hold(slot.seq_id, len(slot.tokens))
+        if not tokens:  # the next token needs a plain step
+            self._plain_lone(slot)
+            return
+        slot.last = None
+        for token in tokens:
+            self._count(generated=1)
+            if not output.take(token):
+                self._finish(slot)
+                return
+        slot.last = tokens[-1]
+
+    def _plain_lone(self, slot: Slot) -> None:
+        end = self._decode([Chunk(slot.seq_id, len(slot.tokens), (slot.last,), True)])
+        slot.tokens.append(slot.last)
+        self.ledger.hold(slot.seq_id, len(slot.tokens))
+        slot.last = None
+        self._advance(slot, slot.sampler.sample(self.host.loaded.llama, end[0]))
+
+    def _outgrown(self, active: list[Slot]) -> None:
+        """The pool is full and no resident can make room: the sequence holding the most
+        cells fails, so the others go on."""
+        victim = max(active, key=lambda s: self.ledger.held(s.seq_id))
+        self.totals["memory_full"] += 1
+        used, total = self.ledger.held(victim.seq_id), self.ledger.total
+        self._fail(victim, MemoryFull(
+            f"the KV memory is full: this request held {used} of the {total} cells that "
+            f"{len(active)} concurrent requests share; retry when fewer are running, or "
+            "load the model with a larger context"))
+
+    # -- leaving ------------------------------------------------------------------------
+
+    def _drop_cancelled(self) -> None:
+        for slot in self.active:
+            if slot.job.cancelled.is_set() and slot.output.produced == 0:
+                slot.job.emit(CANCELLED)
+                self._release(slot)
+
+    def _finish(self, slot: Slot) -> None:
+        output = slot.output
+        usage = self._usage(slot)
+        if slot.spec:
+            usage = _with_spec(usage, slot.spec)
+        output.finish(usage)
+        elapsed = time.perf_counter() - slot.admitted
+        self.mean_request_s = 0.8 * self.mean_request_s + 0.2 * elapsed
+        if output.reason == "cancelled" or not slot.job.request.cache_prompt:
+            self._release(slot)
+        else:
+            slot.end()
+        loaded = self.host.loaded
+        if not loaded.evaluated:  # it survived its first evaluations
+            loaded.evaluated = True
+            self.host.journal.end()
+
+    def _release(self, slot: Slot) -> None:
+        """A cancelled request's sequence and cells are freed at once."""
+        slot.end()
+        self.host.loaded.llama.forget(slot.seq_id, 0)
+        self.ledger.drop(slot.seq_id)
+        del self.slots[slot.seq_id]
+
+    def _fail(self, slot: Slot, error) -> None:
+        slot.job.emit(Failed(error))
+        self._release(slot)
+
+    def fail_all(self, error) -> None:
+        """After an evaluation failed: the memory may not match any token list."""
+        for slot in self.active:
+            slot.job.emit(Failed(error))
+            slot.end()
+        self.slots.clear()
+        self.ledger.clear()
+        loaded = self.host.loaded
+        if loaded:
+            loaded.llama.clear()
+            loaded.reset_drafters()
+
+    def save_all(self) -> None:
+        for slot in self._idle():
+            self.save(slot)
+
+    # -- figures ------------------------------------------------------------------------
+
+    def _count(self, prompt: int = 0, generated: int = 0) -> None:
+        self.totals["prompt_tokens"] += prompt
+        self.totals["generated_tokens"] += generated
+        self._recent.append((time.monotonic(), prompt, generated))
+
+    def rates(self) -> tuple[float, float]:
+        """Prompt and generated tokens per second over the last RATE_WINDOW_S."""
+        horizon = time.monotonic() - RATE_WINDOW_S
+        while self._recent and self._recent[0][0] < horizon:
+            self._recent.popleft()
+        recent = list(self._recent)
+        if not recent:
+            return 0.0, 0.0
+        span = max(time.monotonic() - recent[0][0], 1.0)
+        return (sum(r[1] for r in recent) / span, sum(r[2] for r in recent) / span)
+
+    def status(self) -> dict:
+        active = self.active
+        prompt_rate, generated_rate = self.rates()
+        return {"active": len(active),
+                "prefilling": sum(s.prefilling for s in active),
+                "resident": len(self.slots) - len(active),
+                "parallel": self.settings.parallel,
+                "kv_cells_used": self.ledger.used, "kv_cells_total": self.ledger.total,
+                "prompt_tokens_per_s": round(prompt_rate, 2),
+                "generated_tokens_per_s": round(generated_rate, 2),
+                **self.totals}
+
+    def _usage(self, slot: Slot) -> Usage:
+        now, output = time.perf_counter(), slot.output
+        t_first = slot.t_first or now
+        prompt_s = max(t_first - slot.admitted, 1e-9)
+        decode_s = now - t_first
+        n_prompt = len(slot.prompt)
+        p50, p95 = output.gaps()
+        produced = output.produced
+        return Usage(
+            prompt_tokens=n_prompt, completion_tokens=produced, cached_tokens=slot.n_cached,
+            queue_s=round(slot.admitted - slot.job.submitted, 4),
+            time_to_first_token_s=round(prompt_s, 4),
+            prompt_tokens_per_s=round((n_prompt - slot.n_cached) / prompt_s, 2),
+            decode_tokens_per_s=round((produced - 1) / decode_s, 2)
+            if produced > 1 and decode_s > 0 else 0.0,
+            inter_token_p50_s=round(p50, 4), inter_token_p95_s=round(p95, 4),
+            shared_streams=slot.peers)
+
+
+def _continues(slot: Slot, keep: int) -> bool:
+    """The prompt continues the slot's conversation: at most its last few tokens differ
+    (a template renders the previous answer's ending anew)."""
+    return len(slot.tokens) - keep <= max(32, len(slot.tokens) // 8)
+
+
+def _with_spec(usage: Usage, spec) -> Usage:
+    usage = replace(usage, speculative={**spec.stats.as_dict(spec.controller),
+                                        "tie_margin": round(spec.tie_margin, 3),
+                                        "note": spec.controller.note})
+    spec.controller.note = None
+    return usage

@@ -1,0 +1,109 @@
+"""One sequence of the shared KV memory and the request it serves.
+
+A slot with a job is active: it is prefilling (its prompt not yet all in its KV memory)
+or decoding (`last` was sampled and goes into the next batch). A slot without a job is
+idle but resident: its KV cells still hold a finished conversation, so a request that
+continues it starts where it ended (see scheduler.py).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from .events import Delta, Finished, Job, Started, Usage
+from .llama_runtime import LlamaModel, Sampler
+from .speculative import Speculation
+from .text_stream import TextStream
+
+
+@dataclass
+class Slot:
+    seq_id: int
+    tokens: list[int] = field(default_factory=list)  # what its KV memory holds
+    job: Job | None = None
+    prompt: list[int] = field(default_factory=list)  # all of it is held before sampling
+    sampler: Sampler | None = None
+    output: "Output | None" = None
+    spec: Speculation | None = None
+    last: int | None = None  # sampled, not yet evaluated
+    n_cached: int = 0        # prompt tokens found in memory
+    admitted: float = 0.0
+    used: float = field(default_factory=time.monotonic)  # recency, for eviction
+    saved: bool = False      # the prompt cache holds its state
+    peers: int = 1           # most sequences in one of its steps
+    started: Started | None = None  # emitted with the first token
+    t_first: float | None = None    # when the first token was sampled
+
+    @property
+    def active(self) -> bool:
+        return self.job is not None
+
+    @property
+    def prefilling(self) -> bool:
+        return self.job is not None and self.last is None and len(self.tokens) < len(self.prompt)
+
+    @property
+    def decoding(self) -> bool:
+        return self.job is not None and self.last is not None
+
+    def pending(self) -> list[int]:
+        """The prompt tokens its memory still lacks."""
+        return self.prompt[len(self.tokens):]
+
+    def end(self) -> None:
+        """Back to idle: the request is done, the cells stay."""
+        if self.sampler:
+            self.sampler.close()
+        self.job = self.sampler = self.output = self.spec = self.last = None
+        self.started = self.t_first = None
+        self.prompt = []
+        self.used = time.monotonic()
+        self.saved = False
+
+
+class Output:
+    """Emits one request's tokens as text, times them, and decides when it stops."""
+
+    def __init__(self, job: Job, llama: LlamaModel, turn_ends: tuple[str, ...],
+                 turn_end_tokens: frozenset[int], max_tokens: int):
+        self.job, self.llama, self.max_tokens = job, llama, max_tokens
+        self.turn_end_tokens = turn_end_tokens
+        self.stream = TextStream(job.request.stop + turn_ends)
+        self.produced = 0
+        self.reason = "length"
+        self.times: list[float] = []  # when each token was taken
+
+    def take(self, token: int) -> bool:
+        """Emit a token; False when generation must stop."""
+        if self.job.cancelled.is_set():
+            self.reason = "cancelled"
+            return False
+        self.produced += 1
+        self.times.append(time.perf_counter())
+        if not self.job.request.ignore_eos and (self.llama.is_end_of_generation(token)
+                                                or token in self.turn_end_tokens):
+            self.reason = "stop"
+            return False
+        text = self.stream.feed(self.llama.piece(token))
+        if text:
+            self.job.emit(Delta(text))
+        if self.stream.stopped:
+            self.reason = "stop"
+            return False
+        return self.produced < self.max_tokens
+
+    def gaps(self) -> tuple[float, float]:
+        """p50 and p95 of the gaps between tokens, in seconds."""
+        gaps = [b - a for a, b in zip(self.times, self.times[1:])]
+        if len(gaps) < 2:
+            return (gaps[0], gaps[0]) if gaps else (0.0, 0.0)
+        cuts = statistics.quantiles(gaps, n=20, method="inclusive")
+        return statistics.median(gaps), cuts[18]
+
+    def finish(self, usage: Usage) -> None:
+        tail = self.stream.flush()
+        if tail:
+            self.job.emit(Delta(tail))
+        self.job.emit(Finished(self.reason, usage))
