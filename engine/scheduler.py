@@ -29,7 +29,7 @@ from .slot import Output, Slot
 from .speculative import (GAP_CANDIDATES, GAP_SAFETY, GAP_SAMPLE, near_tie,
                           speculative_step)
 
-PREFILL_SHARE = 128  # prompt tokens per step while other sequences decode
+PREFILL_SHARE = 64  # prompt tokens per step while other sequences decode (SmolLM2: ~0.3 s)
 RATE_WINDOW_S = 10.0  # tokens/s are reported over this window
 
 
@@ -121,7 +121,8 @@ class Scheduler:
         prompt, notes = loaded.prompt_tokens(request)
         max_tokens, clamped = loaded.budget(request, len(prompt))
         source, keep = self._best_source(prompt) if request.cache_prompt else (None, 0)
-        if not self._make_room(len(prompt) - keep + 1, spare=source):
+        waiting = sum(len(s.pending()) for s in self.active)  # prompts admitted, not yet held
+        if not self._make_room(len(prompt) - keep + 1 + waiting, spare=source):
             if self.active:
                 return False
             keep, source = 0, None  # only residents hold cells: start afresh

@@ -1,0 +1,292 @@
+"""Continuous batching: the scheduler's pure batch plan, the KV cell ledger, and the
+engine serving many requests at once (tiny models in-process; the starter model through
+a real `homerack serve` and the official openai client)."""
+
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+from conftest import GREEDY, STARTER, Collector, run
+from engine.engine import PUBLISH_S, Engine, EngineSettings
+from engine.errors import MemoryFull, QueueFull
+from engine.events import Failed, Finished, GenerationRequest
+from engine.kv_pool import CellLedger
+from engine.llama_runtime import LoadSettings
+from engine.scheduler import plan_batch
+from engine.slot import Slot
+
+
+# -- pure parts ----------------------------------------------------------------------
+
+def slot(seq_id, held, prompt=(), last=None, admitted=0.0):
+    s = Slot(seq_id, tokens=list(held), prompt=list(prompt), last=last, admitted=admitted)
+    s.job = object()  # active
+    return s
+
+
+def test_the_batch_puts_decoding_tokens_first_then_capped_prompt_chunks_oldest_first():
+    decoding = [slot(0, range(10), range(10), last=7), slot(1, range(5), range(5), last=9)]
+    young = slot(2, [], range(300), admitted=2.0)
+    old = slot(3, range(3), range(100), admitted=1.0)
+    chunks = plan_batch([*decoding, young, old], n_batch=512, prefill_share=64)
+    assert [(c.seq_id, c.start, len(c.tokens), c.logits) for c in chunks] == [
+        (0, 10, 1, True), (1, 5, 1, True), (3, 3, 64, False)]  # the older prompt first
+    # alone, a prompt takes the whole batch, but its last token waits for a step of its own
+    chunks = plan_batch([slot(3, range(3), range(100))], n_batch=512)
+    assert [(c.start, len(c.tokens), c.logits) for c in chunks] == [(3, 96, False)]
+    chunks = plan_batch([slot(3, range(99), range(100))], n_batch=512)
+    assert [(c.start, c.tokens, c.logits) for c in chunks] == [(99, (99,), True)]
+
+
+def test_the_ledger_counts_shared_cells_once():
+    ledger = CellLedger(100)
+    ledger.hold(0, 40)
+    ledger.share(0, 1, 30)  # a common prefix
+    ledger.hold(1, 35)
+    assert ledger.used == 45 and ledger.own(0) == 10 and ledger.own(1) == 5
+    ledger.drop(0)
+    assert ledger.used == 35 and ledger.held(1) == 35
+    ledger.hold(1, 10)
+    assert ledger.used == 10 and ledger.free == 90
+
+
+# -- the engine in-process, tiny model -----------------------------------------------
+
+@pytest.fixture
+def engine_for(tiny_store):
+    engines = []
+
+    def make(**settings):
+        load = settings.pop("load", LoadSettings(n_ctx=512, n_batch=64))
+        engines.append(Engine(tiny_store, EngineSettings(load, **settings)))
+        return engines[-1]
+    yield make
+    for engine in engines:
+        engine.close()
+
+
+def settled(engine) -> dict:
+    """The engine's batching figures once no request runs (they are published by the
+    worker a moment after the last event)."""
+    deadline = time.monotonic() + 5
+    while engine.status()["batching"].get("active") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(PUBLISH_S * 2)
+    return engine.status()["batching"]
+
+
+def submit(engine, model, prompt, **request):
+    collector = Collector()
+    job = engine.submit(GenerationRequest(model=model, prompt=prompt, sampling=GREEDY,
+                                          **request), collector)
+    return job, collector
+
+
+def test_concurrent_requests_share_steps_and_equal_their_solo_output(engine_for, tiny_store):
+    engine, model = engine_for(parallel=4), tiny_store.resolve("tiny")
+    prompts = [f"request number {i} says" for i in range(6)]
+    solo = [run(engine, model=model, prompt=p, max_tokens=24, sampling=GREEDY,
+                ignore_eos=True, cache_prompt=False)[1] for p in prompts]
+    jobs = [submit(engine, model, p, max_tokens=24, ignore_eos=True, cache_prompt=False)
+            for p in prompts]
+    results = [collector.result() for _, collector in jobs]
+    assert [text for _, text, _ in results] == solo
+    assert max(done.usage.shared_streams for _, _, done in results) == 4  # the slots were full
+    assert settled(engine)["requests"] == 12
+
+
+def test_a_full_queue_answers_503_with_a_retry_time(engine_for, tiny_store):
+    engine, model = engine_for(parallel=1, max_queue=1), tiny_store.resolve("tiny")
+    release = threading.Event()
+    busy = Collector()
+    # the worker blocks inside the first request's first event: the queue cannot drain
+    engine.submit(GenerationRequest(model=model, prompt="first", max_tokens=2),
+                  lambda event: (release.wait(10), busy(event)))
+    time.sleep(0.3)
+    waiting = submit(engine, model, "waits", max_tokens=2)
+    with pytest.raises(QueueFull) as refused:
+        submit(engine, model, "one too many", max_tokens=2)
+    assert refused.value.retry_after_s >= 1
+    release.set()
+    assert isinstance(busy.result()[2], Finished)
+    assert isinstance(waiting[1].result()[2], Finished)
+
+
+def test_a_sequence_outgrowing_the_pool_fails_alone(engine_for, tiny_store):
+    # 256 cells for three requests that would need ~3 x 200: one fails, clearly.
+    engine = engine_for(load=LoadSettings(n_ctx=256, n_batch=64), parallel=3)
+    model = tiny_store.resolve("tiny")
+    jobs = [submit(engine, model, f"stream {i}", max_tokens=200, ignore_eos=True)
+            for i in range(3)]
+    ends = [collector.result()[2] for _, collector in jobs]
+    failed = [e for e in ends if isinstance(e, Failed)]
+    assert failed and all(isinstance(e.error, MemoryFull) for e in failed)
+    assert "KV memory is full" in failed[0].error.message
+    assert any(isinstance(e, Finished) and e.finish_reason == "length" for e in ends)
+    batching = settled(engine)
+    assert batching["kv_cells_total"] == 256 and batching["memory_full"] == len(failed)
+
+
+def test_requests_wait_for_cells_rather_than_fail(engine_for, tiny_store):
+    # The pool holds one long prompt at a time: the second waits, then runs.
+    engine = engine_for(load=LoadSettings(n_ctx=256, n_batch=64), parallel=2, resident=0)
+    model = tiny_store.resolve("tiny")
+    long_prompt = " ".join(["word"] * 30)  # ~150 tokens
+    first = submit(engine, model, long_prompt, max_tokens=40, ignore_eos=True)
+    second = submit(engine, model, long_prompt + " again", max_tokens=40, ignore_eos=True,
+                    cache_prompt=False)
+    for _, collector in (first, second):
+        assert isinstance(collector.result()[2], Finished)
+
+
+def test_a_common_prefix_is_stored_once(engine_for, tiny_store):
+    engine, model = engine_for(parallel=2), tiny_store.resolve("tiny")
+    document = " ".join(f"line {i} of the shared document." for i in range(8))
+    a = run(engine, model=model, prompt=document + " Question one?", max_tokens=8,
+            sampling=GREEDY, ignore_eos=True)
+    b = run(engine, model=model, prompt=document + " Question two, longer?", max_tokens=8,
+            sampling=GREEDY, ignore_eos=True)
+    held = sum(done.usage.prompt_tokens + done.usage.completion_tokens - 1
+               for _, _, done in (a, b))
+    assert b[2].usage.cached_tokens > 100  # the document came from the first sequence
+    assert settled(engine)["kv_cells_used"] <= held - b[2].usage.cached_tokens
+
+
+def test_returning_to_a_resident_conversation_reuses_every_cell(engine_for, tiny_store):
+    engine, model = engine_for(parallel=2, resident=2), tiny_store.resolve("tiny")
+    talks = {name: f"conversation {name}: " + " ".join([name] * 60) for name in "AB"}
+    held = {}
+    for turn in range(3):
+        for name in "AB":
+            started, _, done = run(engine, model=model, prompt=talks[name], max_tokens=6,
+                                      sampling=GREEDY, ignore_eos=True)
+            if turn:  # all of the last prompt was resident (a re-tokenized seam aside)
+                assert started.cached_tokens >= held[name] - 2, (started, held[name])
+            held[name] = done.usage.prompt_tokens
+            talks[name] += f" and turn {turn}"
+    assert settled(engine)["evictions"] == 0
+
+
+def test_a_cancelled_request_leaves_at_once_and_frees_its_cells(engine_for, tiny_store):
+    engine, model = engine_for(parallel=2), tiny_store.resolve("tiny")
+    runner = submit(engine, model, "keeps going", max_tokens=200, ignore_eos=True)
+    leaver, seen = Collector(), []
+
+    def emit(event):  # the client goes away after five pieces of text
+        seen.append(event)
+        if len(seen) == 6:
+            job.cancel()
+        leaver(event)
+
+    job = engine.submit(GenerationRequest(model=model, prompt="leaves early", max_tokens=200,
+                                          sampling=GREEDY, ignore_eos=True), emit)
+    _, _, gone = leaver.result()
+    _, _, done = runner[1].result()
+    assert gone.finish_reason == "cancelled" and done.finish_reason == "length"
+    assert done.usage.shared_streams == 2
+    batching = settled(engine)
+    # only the runner's conversation stays resident; the leaver's cells are free
+    assert batching["resident"] == 1
+    assert batching["kv_cells_used"] == done.usage.prompt_tokens + done.usage.completion_tokens - 1
+
+
+# -- through the API, the starter model --------------------------------------------
+
+QUESTIONS = ["What is the capital of France?", "Name three colours.", "What is 2 + 2?",
+             "Say hello in Spanish.", "What do bees make?", "Name a large ocean.",
+             "What is water made of?", "Which planet is red?"]
+
+
+@pytest.fixture(scope="module")
+def batching_server(home):
+    from app.engine_proc import EngineProcess
+    import os
+
+    env = dict(os.environ, HOMERACK_HOME=str(home / "batching"))
+    (home / "batching" / "data").mkdir(parents=True, exist_ok=True)
+    models = home / "batching" / "data" / "models"
+    if not models.exists():
+        models.symlink_to(home / "data" / "models")
+    process = EngineProcess(["--model", STARTER, "--ctx", "4096", "--parallel", "8",
+                             "--queue-size", "8"], env=env)
+    address = process.wait_ready()
+    yield address
+    process.stop()
+
+
+def stream(client, question, times=None, **extra):
+    """One streamed greedy answer; `times` collects when each chunk arrived."""
+    chunks = client.chat.completions.create(
+        model=STARTER, messages=[{"role": "user", "content": question}], temperature=0,
+        stream=True, stream_options={"include_usage": True}, **extra)
+    text, usage = "", None
+    for chunk in chunks:
+        if chunk.choices and chunk.choices[0].delta.content:
+            text += chunk.choices[0].delta.content
+            if times is not None:
+                times.append(time.perf_counter())
+        usage = chunk.usage or usage
+    return text, usage
+
+
+@pytest.mark.slow
+def test_eight_streams_through_the_openai_client_equal_their_solo_answers(batching_server):
+    client = openai.OpenAI(base_url=f"{batching_server.url}/v1", api_key=batching_server.token,
+                           max_retries=0)
+    solo = [stream(client, q, max_tokens=32)[0] for q in QUESTIONS]
+    results = [None] * len(QUESTIONS)
+
+    def ask(i):
+        results[i] = stream(client, QUESTIONS[i], max_tokens=32)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(QUESTIONS))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert [text for text, _ in results] == solo
+    shared = [usage.model_extra["timings"]["shared_streams"] for _, usage in results]
+    assert max(shared) >= 4, shared
+
+
+@pytest.mark.slow
+def test_a_long_prompt_joins_without_stalling_running_streams(batching_server):
+    client = openai.OpenAI(base_url=f"{batching_server.url}/v1", api_key=batching_server.token,
+                           max_retries=0)
+    times: list[list[float]] = [[], []]
+    runners = [threading.Thread(target=stream, args=(client, q, times[i]),
+                                kwargs={"max_tokens": 200, "extra_body": {"ignore_eos": True}})
+               for i, q in enumerate(QUESTIONS[:2])]
+    for runner in runners:
+        runner.start()
+    while len(times[0]) < 10:
+        time.sleep(0.01)
+    document = " ".join(f"Paragraph {i} talks about rivers and bridges." for i in range(150))
+    joined = time.perf_counter()
+    _, usage = stream(client, document + " Summarise.", max_tokens=4)
+    prefill_s = usage.model_extra["timings"]["time_to_first_token_s"]
+    for runner in runners:
+        runner.join(timeout=120)
+    assert usage.prompt_tokens > 1000
+    during = [b - a for run_times in times for a, b in zip(run_times, run_times[1:])
+              if a >= joined and b <= joined + prefill_s]
+    assert during, "the running streams produced nothing while the prompt was evaluated"
+    assert max(during) < prefill_s / 4, (max(during), prefill_s)
+
+
+@pytest.mark.slow
+def test_metrics_and_health_show_the_batch(batching_server):
+    headers = {"Authorization": f"Bearer {batching_server.token}"}
+    metrics = httpx.get(f"{batching_server.url}/metrics", headers=headers)
+    assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
+    for name in ("homerack_requests_processing", "homerack_requests_deferred",
+                 "homerack_kv_cells_used", "homerack_kv_cells_total",
+                 "homerack_predicted_tokens_seconds", "homerack_prompt_tokens_seconds"):
+        assert f"\n{name} " in metrics.text, name
+    assert "homerack_kv_cells_total 4096.0" in metrics.text
+    assert httpx.get(f"{batching_server.url}/metrics").status_code == 401
+    batching = httpx.get(f"{batching_server.url}/health").json()["batching"]
+    assert batching["parallel"] == 8 and batching["kv_cells_total"] == 4096
