@@ -358,3 +358,11 @@ def test_model_wizard_explains_a_gated_repo(qtbot, open_window, hub):
         assert "gated" in status.text(), status.text()
     qtbot.waitUntil(explained, timeout=30_000)
     assert "HF_TOKEN" in status.text() and not wizard.files_page.isComplete()
+
+
+def test_the_status_area_describes_the_batch():
+    from ui.metrics import describe_batching
+
+    assert describe_batching({"active": 0, "resident": 3}) == "idle · 3 conversations resident"
+    assert describe_batching({"active": 2, "prefilling": 1, "generated_tokens_per_s": 61.25}) \
+        == "2 sequences (1 reading) · 61.2 tokens/s in all"
