@@ -22,7 +22,7 @@ from app.supervisor import EngineSupervisor
 from .chat_view import ChatView
 from .composer import Composer
 from .markdown import Shown
-from .metrics import MetricsBar, describe_batching
+from .metrics import MetricsBar
 from .download_wizard import ModelWizard
 from .downloads_panel import DownloadsPanel, DownloadWatcher
 from .plan_panel import PlanPanel
@@ -330,20 +330,11 @@ class MainWindow(QMainWindow):
         if self._checking:
             return
         self._checking = True
-        client = self.client
-
-        def check(_task):
-            death = self.supervisor.check()
-            return death, (client.health().get("batching") if client and not death else None)
-
-        start_task(check, on_done=self._on_engine_checked,
+        start_task(lambda _task: self.supervisor.check(), on_done=self._on_engine_checked,
                    on_error=lambda _e: setattr(self, "_checking", False))
 
-    def _on_engine_checked(self, result: tuple[str | None, dict | None]) -> None:
+    def _on_engine_checked(self, death: str | None) -> None:
         self._checking = False
-        death, batching = result
-        if batching:
-            self.metrics.set("batch", describe_batching(batching))
         if death and self.client is not None:
             self.last_death = death
             if self.stream_task:
