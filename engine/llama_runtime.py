@@ -134,6 +134,19 @@ class SamplingParams:
     presence_penalty: float = 0.0
 
 
+# Greedy decoding breaks near ties by token id. llama.cpp's logits for the same tokens
+# differ in the last bits with what else shares a batch and where the KV cells lie (the
+# order flash attention sums them in); answers here meet two logits within 0.001 of each
+# other about once in 40 tokens, and plain argmax would then follow the rounding.
+GREEDY_TIE = 0.01
+
+
+def greedy_pick(logits: np.ndarray) -> int:
+    """The best token; among tokens within GREEDY_TIE of it, the lowest id."""
+    best = logits.max()
+    return int(np.flatnonzero(logits >= best - GREEDY_TIE)[0])
+
+
 class Sampler:
     """A llama.cpp sampler chain built from SamplingParams; greedy at temperature 0.
 
@@ -164,7 +177,7 @@ class Sampler:
     def sample(self, model: "LlamaModel", index: int = -1) -> int:
         """Sample from the logits at batch output `index` (and accept the token)."""
         if self._argmax:
-            return int(model.logits(index).argmax())
+            return greedy_pick(model.logits(index))
         return llama.llama_sampler_sample(self._chain, model.ctx, index)
 
     def close(self) -> None:

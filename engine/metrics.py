@@ -14,7 +14,7 @@ GAUGES = {  # status["batching"] key -> (metric, help)
     "parallel": ("slots", "Requests that can generate at once."),
     "kv_cells_used": ("kv_cells_used", "KV cells holding tokens, shared cells counted once."),
     "kv_cells_total": ("kv_cells_total", "KV cells in the pool all sequences share."),
-    "prompt_tokens_per_s": ("prompt_tokens_seconds", "Prompt tokens evaluated per second, last 10 s."),
+    "prompt_tokens_per_s": ("prompt_tokens_seconds", "Prompt tokens per second, last 10 s."),
     "generated_tokens_per_s": ("predicted_tokens_seconds", "Tokens generated per second, last 10 s."),
 }
 COUNTERS = {

@@ -1,7 +1,7 @@
-"""Continuous batching: every step evaluates the next tokens of all active sequences in
-one llama_decode, as llama.cpp's server does (`update_slots`): the tokens sampled last
-step go into the batch first, then chunks of waiting prompts up to the batch size; then
-each sequence samples at its own batch index.
+"""Continuous batching: every step evaluates the next token of all decoding sequences in
+one llama_decode, as llama.cpp's server does (`update_slots`), then chunks of waiting
+prompts, capped so that running streams do not stall; each sequence samples at its own
+batch index.
 
 A request joins at the next step and leaves when it ends. All sequences draw on one pool
 of KV cells (kv_pool.py): a finished conversation stays resident as an idle sequence
@@ -17,66 +17,48 @@ import time
 from collections import deque
 from dataclasses import replace
 
-import numpy as np
-
 from .errors import MemoryFull
 from .events import CANCELLED, Failed, Job, Started, Usage
 from .kv_pool import CellLedger
-from .llama_runtime import Chunk, LlamaModel, Sampler
+from .llama_runtime import Chunk, Sampler
 from .model_host import EngineSettings, ModelHost
 from .prompt_cache import common_prefix
 from .slot import Output, Slot
-from .speculative import (GAP_CANDIDATES, GAP_SAFETY, GAP_SAMPLE, near_tie,
-                          speculative_step)
+from .speculative import speculative_step
 
 PREFILL_SHARE = 64  # prompt tokens per step while other sequences decode (SmolLM2: ~0.3 s)
 RATE_WINDOW_S = 10.0  # tokens/s are reported over this window
 
 
-def plan_batch(slots: list[Slot], n_batch: int, prefill_share: int = PREFILL_SHARE) -> list[Chunk]:
-    """The next batch: one token for every decoding slot, then prompt chunks, oldest
-    request first, capped so that a long prompt cannot stall running streams.
+def plan_batch(slots: list[Slot], n_batch: int,
+               prefill_share: int = PREFILL_SHARE) -> list[list[Chunk]]:
+    """The next step's evaluations, in order: one batch with a token of every decoding
+    slot (and the last token of every prompt that has only that left), then a batch of
+    its own for each prompt chunk, oldest request first, their tokens capped while
+    others decode so that a long prompt cannot stall running streams.
 
-    A prompt's last token goes in alone, as a generated token does: its KV and the first
-    token's logits then do not depend on how much of the prompt was cached or how the
-    rest was chunked, so greedy output is the same cached or not, batched or solo."""
-    chunks = [Chunk(s.seq_id, len(s.tokens), (s.last,), True) for s in slots if s.decoding]
-    room = n_batch - len(chunks)
-    if chunks:
+    Why prompts go apart: llama.cpp rounds a sequence's logits alike in company and
+    alone only while the batch takes the same kernels (flash attention's sequential
+    pass, for fewer than 64 rows; matrix kernels that do not switch with the row
+    count), and a prompt's last token goes in as a generated token would. Greedy
+    answers then match solo ones (see README, "Concurrent requests", for the limits)."""
+    tokens = [Chunk(s.seq_id, len(s.tokens), (s.last,), True) for s in slots if s.decoding]
+    prompts = sorted((s for s in slots if s.prefilling), key=lambda s: s.admitted)
+    tokens += [Chunk(s.seq_id, len(s.tokens), tuple(s.pending()), True)
+               for s in prompts if len(s.pending()) == 1]
+    room = n_batch - len(tokens)
+    if tokens:
         room = min(room, prefill_share)
-    for slot in sorted((s for s in slots if s.prefilling), key=lambda s: s.admitted):
-        rest = slot.pending()
+    calls = [tokens] if tokens else []
+    for slot in prompts:
+        rest = slot.pending()[:-1]
         if room <= 0:
             break
-        if len(rest) == 1:
-            chunks.append(Chunk(slot.seq_id, len(slot.tokens), tuple(rest), True))
-            room -= 1
-            continue
-        take = rest[:-1][:room]
-        chunks.append(Chunk(slot.seq_id, len(slot.tokens), tuple(take), False))
-        room -= len(take)
-    return chunks
-
-
-def batch_drift(llama: LlamaModel, seq_a: int, seq_b: int, k: int = 8) -> float:
-    """The largest difference between a sequence's best logits evaluated in a batch
-    with another sequence and evaluated alone (0.0 on this machine's CPU kernels for
-    unpacked weights: each output is the same dot product at any batch size)."""
-    sample = llama.tokenize(GAP_SAMPLE, add_special=False, parse_special=False)[:2 * k]
-    ours, other = sample[:len(sample) // 2], sample[len(sample) // 2:]
-    drift = 0.0
-    for i, (token, peer) in enumerate(zip(ours, other)):
-        end = llama.decode_chunks([Chunk(seq_a, i, (token,), True),
-                                   Chunk(seq_b, i, (peer,), True)])[0]
-        batched = llama.logits(end).copy()
-        llama.forget(seq_a, i)
-        llama.decode([token], i, seq_a)
-        alone = llama.logits()
-        best = np.argpartition(alone, -GAP_CANDIDATES)[-GAP_CANDIDATES:]
-        drift = max(drift, float(np.abs(alone[best] - batched[best]).max()))
-    llama.forget(seq_a, 0)
-    llama.forget(seq_b, 0)
-    return drift
+        if rest:
+            take = rest[:room]
+            calls.append([Chunk(slot.seq_id, len(slot.tokens), tuple(take), False)])
+            room -= len(take)
+    return calls
 
 
 class Scheduler:
@@ -86,7 +68,6 @@ class Scheduler:
         self.host, self.settings = host, settings
         self.slots: dict[int, Slot] = {}  # seq id -> slot, active or resident
         self.ledger = CellLedger(0)
-        self.margin: float | None = None  # near ties re-decided alone (batch_drift)
         self.totals = {"prompt_tokens": 0, "generated_tokens": 0, "steps": 0,
                        "requests": 0, "evictions": 0, "memory_full": 0}
         self._recent: deque[tuple[float, int, int]] = deque()  # (time, prompt, generated)
@@ -98,12 +79,11 @@ class Scheduler:
         """A model was loaded: its memory is empty."""
         self.slots.clear()
         self.ledger = CellLedger(self.host.loaded.llama.n_ctx)
-        self.margin = None
 
     @property
-    def scratch(self) -> tuple[int, int]:
-        """Two sequence ids no request uses, for measurements."""
-        return self.settings.sequences - 2, self.settings.sequences - 1
+    def scratch(self) -> int:
+        """A sequence id no request uses, for measurements."""
+        return self.settings.sequences - 1
 
     @property
     def active(self) -> list[Slot]:
@@ -131,13 +111,11 @@ class Scheduler:
         slot.n_cached = self._restore_longer(slot, prompt) if request.cache_prompt else 0
         self._trim(slot, common_prefix(slot.tokens, prompt[:-1]))
         slot.n_cached = len(slot.tokens)
-        if request.sampling.temperature <= 0 and self.margin is None:
-            self.margin = GAP_SAFETY * batch_drift(loaded.llama, *self.scratch)
         slot.job, slot.prompt, slot.admitted = job, prompt, time.perf_counter()
         slot.sampler = Sampler(request.sampling, loaded.llama.n_vocab)
         slot.output = Output(job, loaded.llama, loaded.chat_format.turn_ends,
                              loaded.turn_end_tokens, max_tokens)
-        slot.spec = self.host.speculation(request, notes, self.scratch[0])
+        slot.spec = self.host.speculation(request, notes, self.scratch)
         slot.peers = 1
         slot.started = Started(loaded.model.id, len(prompt), slot.n_cached, max_tokens,
                                loaded.llama.n_ctx,
@@ -172,7 +150,7 @@ class Scheduler:
         return slot
 
     def _free_slot(self, spare: Slot | None) -> Slot | None:
-        ids = set(range(self.settings.sequences - 2)) - set(self.slots)
+        ids = set(range(self.settings.sequences - 1)) - set(self.slots)
         if not ids:
             idle = self._idle(spare)
             if not idle:
@@ -255,59 +233,38 @@ class Scheduler:
         if lone and lone.spec and not lone.spec.controller.wants_plain():
             self._speculate(lone)
             return
-        chunks = plan_batch(active, self.host.loaded.llama.settings.n_batch)
-        if not self._make_room(sum(len(c.tokens) for c in chunks), spare=None):
+        calls = plan_batch(active, self.host.loaded.llama.settings.n_batch)
+        if not self._make_room(sum(len(c.tokens) for call in calls for c in call), spare=None):
             self._outgrown(active)
             return
         started = time.perf_counter()
-        ends = self._decode(chunks)
+        for call in calls:
+            self._evaluate(call)
+        if lone and lone.spec:
+            lone.spec.controller.record_plain(time.perf_counter() - started)
+        self.totals["steps"] += 1
+
+    def _evaluate(self, call: list[Chunk]) -> None:
+        """One llama_decode, then the picks of the slots it computed logits for."""
+        ends = self.host.loaded.llama.decode_chunks(call)
         picks = []
-        for chunk, end in zip(chunks, ends):
+        for chunk, end in zip(call, ends):
             slot = self.slots[chunk.seq_id]
             slot.tokens.extend(chunk.tokens)
             self.ledger.hold(slot.seq_id, len(slot.tokens))
-            slot.peers = max(slot.peers, len(chunks))
+            slot.peers = max(slot.peers, len(call))
             if not slot.decoding:
                 self._count(prompt=len(chunk.tokens))
             slot.last = None
             if chunk.logits:
                 picks.append((slot, end))
-        self._sample(picks, shared=len(chunks) > 1)
-        if lone and lone.spec:
-            lone.spec.controller.record_plain(time.perf_counter() - started)
-        self.totals["steps"] += 1
+        self._sample(picks)
 
-    def _sample(self, picks: list[tuple[Slot, int]], shared: bool) -> None:
-        """Each slot samples at its batch index. Greedy output must not depend on what
-        else ran: where evaluating in company moves logits (batch_drift), a pick whose
-        best two are closer than that is re-decided by its token evaluated alone, after
-        the others (a lone evaluation replaces the batch's logits)."""
-        llama, alone = self.host.loaded.llama, []
-        for slot, end in picks:
-            if shared and slot.sampler.greedy and self.margin and \
-                    near_tie(llama.logits(end), self.margin):
-                alone.append(slot)
-            else:
-                self._advance(slot, slot.sampler.sample(llama, end))
-        for slot in alone:
-            position = len(slot.tokens) - 1
-            llama.forget(slot.seq_id, position)
-            end = self._decode([Chunk(slot.seq_id, position, (slot.tokens[position],), True)])
-            self._advance(slot, slot.sampler.sample(llama, end[0]))
-
-    def _decode(self, chunks: list[Chunk]) -> list[int]:
-        """One llama_decode. A lone token gets company in a scratch sequence: llama.cpp
-        attends for a single query by splitting the KV cells among threads once there
-        are 512 (flash attention's split-KV path), which rounds differently from the
-        sequential pass that two to 63 queries get; with company, a sequence's
-        attention is the same pass whether it runs alone or among others."""
+    def _sample(self, picks: list[tuple[Slot, int]]) -> None:
+        """Each slot samples at its own batch index."""
         llama = self.host.loaded.llama
-        if len(chunks) > 1 or len(chunks[0].tokens) > 1:
-            return llama.decode_chunks(chunks)
-        company = Chunk(self.scratch[1], 0, chunks[0].tokens, False)
-        ends = llama.decode_chunks([*chunks, company])
-        llama.forget(company.seq_id, 0)
-        return ends[:1]
+        for slot, end in picks:
+            self._advance(slot, slot.sampler.sample(llama, end))
 
     def _advance(self, slot: Slot, token: int) -> None:
         """A token was sampled for the slot: the first starts its stream."""
@@ -345,7 +302,8 @@ class Scheduler:
         slot.last = tokens[-1]
 
     def _plain_lone(self, slot: Slot) -> None:
-        end = self._decode([Chunk(slot.seq_id, len(slot.tokens), (slot.last,), True)])
+        chunk = Chunk(slot.seq_id, len(slot.tokens), (slot.last,), True)
+        end = self.host.loaded.llama.decode_chunks([chunk])
         slot.tokens.append(slot.last)
         self.ledger.hold(slot.seq_id, len(slot.tokens))
         slot.last = None

@@ -27,18 +27,25 @@ def slot(seq_id, held, prompt=(), last=None, admitted=0.0):
     return s
 
 
-def test_the_batch_puts_decoding_tokens_first_then_capped_prompt_chunks_oldest_first():
+def test_the_batch_puts_generated_tokens_together_and_each_prompt_apart():
     decoding = [slot(0, range(10), range(10), last=7), slot(1, range(5), range(5), last=9)]
     young = slot(2, [], range(300), admitted=2.0)
     old = slot(3, range(3), range(100), admitted=1.0)
-    chunks = plan_batch([*decoding, young, old], n_batch=512, prefill_share=64)
-    assert [(c.seq_id, c.start, len(c.tokens), c.logits) for c in chunks] == [
-        (0, 10, 1, True), (1, 5, 1, True), (3, 3, 64, False)]  # the older prompt first
-    # alone, a prompt takes the whole batch, but its last token waits for a step of its own
-    chunks = plan_batch([slot(3, range(3), range(100))], n_batch=512)
-    assert [(c.start, len(c.tokens), c.logits) for c in chunks] == [(3, 96, False)]
-    chunks = plan_batch([slot(3, range(99), range(100))], n_batch=512)
-    assert [(c.start, c.tokens, c.logits) for c in chunks] == [(99, (99,), True)]
+    ending = slot(4, range(19), range(20), admitted=3.0)  # only its last prompt token left
+    calls = plan_batch([*decoding, young, old, ending], n_batch=512, prefill_share=80)
+    shape = [[(c.seq_id, c.start, len(c.tokens), c.logits) for c in call] for call in calls]
+    assert shape == [[(0, 10, 1, True), (1, 5, 1, True), (4, 19, 1, True)],
+                     [(3, 3, 80, False)]]  # the older prompt first, capped
+    # alone, a prompt takes the whole batch but its last token waits for the next step
+    calls = plan_batch([slot(3, range(3), range(100))], n_batch=512)
+    assert [[(c.start, len(c.tokens), c.logits) for c in call] for call in calls] == \
+        [[(3, 96, False)]]
+    calls = plan_batch([slot(3, range(99), range(100))], n_batch=512)
+    assert [[(c.start, c.tokens, c.logits) for c in call] for call in calls] == \
+        [[(99, (99,), True)]]
+    # two short prompts: one batch each, in one step
+    calls = plan_batch([slot(5, [], range(30), admitted=1.0), slot(6, [], range(40))], 512)
+    assert [[(c.seq_id, len(c.tokens)) for c in call] for call in calls] == [[(6, 39)], [(5, 29)]]
 
 
 def test_the_ledger_counts_shared_cells_once():
@@ -236,24 +243,24 @@ def stream(client, question, times=None, **extra):
 def test_eight_streams_through_the_openai_client_equal_their_solo_answers(batching_server):
     client = openai.OpenAI(base_url=f"{batching_server.url}/v1", api_key=batching_server.token,
                            max_retries=0)
-    solo = [stream(client, q, max_tokens=32)[0] for q in QUESTIONS]
+    fresh = {"extra_body": {"cache_prompt": False}}  # see the README's limits
+    solo = [stream(client, q, max_tokens=32, **fresh)[0] for q in QUESTIONS]
     results = [None] * len(QUESTIONS)
 
     def ask(i):
-        results[i] = stream(client, QUESTIONS[i], max_tokens=32)
+        results[i] = stream(client, QUESTIONS[i], max_tokens=32, **fresh)
 
     threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(QUESTIONS))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=120)
-    # Each stream is its own answer, not another's or a mix: it opens as its solo answer
-    # does. Bitwise equality holds only where llama.cpp's kernels round alike for one
-    # row and for several (decode steps of SmolLM2: yes; prompt chunks of several
-    # sequences in one batch: not always), so a near tie can go the other way later on.
+    # Each stream is its own answer, not another's or a mix, and nearly all are equal to
+    # their solo answer bit for bit; a single row's attention over 512 cells or more is
+    # summed by two threads and can turn a near tie late in an answer (README).
     texts = [text for text, _ in results]
     assert all(a[:16] == b[:16] for a, b in zip(texts, solo)), list(zip(texts, solo))
-    assert sum(a == b for a, b in zip(texts, solo)) >= 2, list(zip(texts, solo))
+    assert sum(a == b for a, b in zip(texts, solo)) >= 6, list(zip(texts, solo))
     shared = [usage.model_extra["timings"]["shared_streams"] for _, usage in results]
     assert max(shared) >= 4, shared
 
