@@ -96,10 +96,11 @@ class Scheduler:
 
     def admit(self, job: Job) -> bool:
         """Give `job` a sequence, its prompt's prefix taken from the best source; False
-        (nothing changed) when the KV memory cannot take the prompt until others end."""
+        (the job not taken) when the KV memory cannot hold the prompt until others end."""
         loaded, request = self.host.loaded, job.request
         prompt, notes = loaded.prompt_tokens(request)
         max_tokens, clamped = loaded.budget(request, len(prompt))
+        spec = self.host.speculation(request, notes, self.scratch)
         source, keep = self._best_source(prompt) if request.cache_prompt else (None, 0)
         waiting = sum(len(s.pending()) for s in self.active)  # prompts admitted, not yet held
         if not self._make_room(len(prompt) - keep + 1 + waiting, spare=source):
@@ -108,15 +109,15 @@ class Scheduler:
             keep, source = 0, None  # only residents hold cells: start afresh
             self._make_room(len(prompt) + 1, spare=None)
         slot = self._slot_for(source, keep)
-        slot.n_cached = self._restore_longer(slot, prompt) if request.cache_prompt else 0
+        if request.cache_prompt:
+            self._restore_longer(slot, prompt)
         self._trim(slot, common_prefix(slot.tokens, prompt[:-1]))
         slot.n_cached = len(slot.tokens)
         slot.job, slot.prompt, slot.admitted = job, prompt, time.perf_counter()
         slot.sampler = Sampler(request.sampling, loaded.llama.n_vocab)
         slot.output = Output(job, loaded.llama, loaded.chat_format.turn_ends,
                              loaded.turn_end_tokens, max_tokens)
-        slot.spec = self.host.speculation(request, notes, self.scratch)
-        slot.peers = 1
+        slot.spec, slot.peers = spec, 1
         slot.started = Started(loaded.model.id, len(prompt), slot.n_cached, max_tokens,
                                loaded.llama.n_ctx,
                                loaded.chat_format.describe() if request.messages else None,
@@ -160,19 +161,18 @@ class Scheduler:
         self.slots[slot.seq_id] = slot
         return slot
 
-    def _restore_longer(self, slot: Slot, prompt: list[int]) -> int:
+    def _restore_longer(self, slot: Slot, prompt: list[int]) -> None:
         """A longer prefix from the prompt cache's tiers, restored into the slot."""
         cache, llama = self.host.loaded.cache, self.host.loaded.llama
         hit = cache.best(prompt) if cache else None
         if hit is None or hit.length <= common_prefix(slot.tokens, prompt):
-            return len(slot.tokens)
+            return
         state = cache.fetch(hit)
         if state is not None and self._make_room(len(hit.entry.tokens), spare=slot) \
                 and llama.restore(slot.seq_id, state):
             slot.tokens = list(hit.entry.tokens)
             slot.saved = True
         self.ledger.hold(slot.seq_id, len(slot.tokens))
-        return len(slot.tokens)
 
     def _trim(self, slot: Slot, keep: int) -> None:
         llama = self.host.loaded.llama
@@ -291,7 +291,7 @@ class Scheduler:
                                   slot.seq_id, room) if room >= 2 else []
         self.ledger.hold(slot.seq_id, len(slot.tokens))
         if not tokens:  # the next token needs a plain step
-            self._plain_lone(slot)
+            self._evaluate([Chunk(slot.seq_id, len(slot.tokens), (slot.last,), True)])
             return
         slot.last = None
         for token in tokens:
@@ -300,14 +300,6 @@ class Scheduler:
                 self._finish(slot)
                 return
         slot.last = tokens[-1]
-
-    def _plain_lone(self, slot: Slot) -> None:
-        chunk = Chunk(slot.seq_id, len(slot.tokens), (slot.last,), True)
-        end = self.host.loaded.llama.decode_chunks([chunk])
-        slot.tokens.append(slot.last)
-        self.ledger.hold(slot.seq_id, len(slot.tokens))
-        slot.last = None
-        self._advance(slot, slot.sampler.sample(self.host.loaded.llama, end[0]))
 
     def _outgrown(self, active: list[Slot]) -> None:
         """The pool is full and no resident can make room: the sequence holding the most
@@ -340,6 +332,8 @@ class Scheduler:
             self._release(slot)
         else:
             slot.end()
+            for extra in self._idle()[:-self.settings.resident or None]:
+                self._evict(extra)  # beyond --resident: to the prompt cache
         loaded = self.host.loaded
         if not loaded.evaluated:  # it survived its first evaluations
             loaded.evaluated = True

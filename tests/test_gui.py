@@ -50,8 +50,18 @@ def messages(window):
     return window.history.messages(window.conversation.id)
 
 
+def replying(window):
+    """The reply on its way in the shown conversation (None when there is none)."""
+    return window.sessions.reply(window.conversation.id if window.conversation else None)
+
+
+def reply_text(window) -> str:
+    reply = replying(window)
+    return reply.text if reply else ""
+
+
 def wait_reply(qtbot, window, timeout=90_000):
-    qtbot.waitUntil(lambda: window.stream_task is None, timeout=timeout)
+    qtbot.waitUntil(lambda: not window.sessions.running(), timeout=timeout)
 
 
 def set_long_replies(window):
@@ -65,8 +75,9 @@ def test_prompt_streams_an_answer(qtbot, open_window):
     seen = []
     qtbot.keyClicks(window.composer, PARIS)
     qtbot.keyClick(window.composer, Qt.Key_Return)
-    assert window.stream_task is not None
-    window.stream_task.signals.progress.connect(lambda _p: seen.append(window.view.toPlainText()))
+    assert replying(window) is not None
+    replying(window).task.signals.progress.connect(
+        lambda _p: seen.append(window.view.toPlainText()))
     wait_reply(qtbot, window)
     assert len(seen) > 1, "the reply did not stream"
     assert any("Paris" not in text for text in seen)  # shown before it was complete
@@ -84,7 +95,7 @@ def test_shift_enter_inserts_a_newline_and_ctrl_n_starts_a_chat(qtbot, open_wind
     qtbot.keyClick(window.composer, Qt.Key_Return, Qt.ShiftModifier)
     qtbot.keyClicks(window.composer, "line two")
     assert window.composer.toPlainText() == "line one\nline two"
-    assert window.stream_task is None
+    assert replying(window) is None
     qtbot.keyClick(window, Qt.Key_N, Qt.ControlModifier)
     assert window.conversation is not None and messages(window) == []
 
@@ -93,7 +104,7 @@ def test_stop_mid_stream_keeps_the_partial_reply(qtbot, open_window):
     window = open_window()
     set_long_replies(window)
     window.send(LONG)
-    qtbot.waitUntil(lambda: len(window.stream_text) > 40, timeout=60_000)
+    qtbot.waitUntil(lambda: len(reply_text(window)) > 40, timeout=60_000)
     qtbot.keyClick(window, Qt.Key_Escape)
     wait_reply(qtbot, window, timeout=10_000)
     reply = messages(window)[-1]
@@ -128,6 +139,31 @@ def test_regenerate_and_edit_and_resend(qtbot, open_window):
     assert messages(window)[-1].role == "assistant"
 
 
+def test_two_conversations_generate_at_once(qtbot, open_window):
+    window = open_window()
+    set_long_replies(window)
+    window.max_tokens.setValue(60)
+    window.send("Tell me a story about a lighthouse.")
+    first = window.conversation.id
+    qtbot.waitUntil(lambda: len(reply_text(window)) > 5, timeout=60_000)
+    qtbot.keyClick(window, Qt.Key_N, Qt.ControlModifier)
+    window.send("Tell me a story about a mountain.")
+    second = window.conversation.id
+    # both replies are on their way at the same time, each in its own conversation
+    qtbot.waitUntil(lambda: len(window.sessions.running()) == 2
+                    and all(r.pieces > 3 for r in window.sessions.running()), timeout=60_000)
+    window.open_conversation(first)
+    assert "lighthouse" in window.view.toPlainText() and window.stop_button.isEnabled()
+    wait_reply(qtbot, window)
+    for conversation in (first, second):
+        stored = window.history.messages(conversation)
+        assert [m.role for m in stored] == ["user", "assistant"]
+        assert stored[-1].status == "complete" and stored[-1].content
+    assert "mountain" not in window.view.toPlainText()
+    health = httpx.get(f"{window.supervisor.address.url}/health").json()
+    assert health["batching"]["requests"] >= 2
+
+
 def test_conversations_persist_and_switch(qtbot, open_window):
     window = open_window()
     window.max_tokens.setValue(12)
@@ -159,7 +195,7 @@ def test_killed_engine_is_survived_and_restarted(qtbot, open_window):
     wait_reply(qtbot, window)
     set_long_replies(window)
     window.send(LONG)
-    qtbot.waitUntil(lambda: len(window.stream_text) > 20, timeout=60_000)
+    qtbot.waitUntil(lambda: len(reply_text(window)) > 20, timeout=60_000)
     old_pid = window.supervisor.pid()
     os.kill(old_pid, signal.SIGKILL)
     qtbot.waitUntil(lambda: window.banner.isVisible()
@@ -185,14 +221,14 @@ def test_killed_engine_is_survived_and_restarted(qtbot, open_window):
     assert "Paris" in messages(window)[-1].content
 
 
-@pytest.mark.skip(reason="the app starts its engine with --parallel 4, which loads without repacked weights; the crash path is covered by test_backoff with --parallel 1 (issue 13: pass serve args through the app)")
 def test_a_crash_in_the_first_evaluation_restarts_without_repacked_weights(qtbot, open_window,
                                                                           monkeypatch):
     """The engine dies on its first prompt as llama.cpp's AMX kernels do (fault injection,
     see README); the app restarts it, the banner says it now runs without repacked
     weights, and the question is answered."""
     monkeypatch.setenv("HOMERACK_FAULT", "repacked-eval")
-    window = open_window()
+    # one sequence at a time: concurrent engines load without repacked weights anyway
+    window = open_window(("--model", STARTER, "--ctx", "2048", "--parallel", "1"))
     window.send(PARIS)
     qtbot.waitUntil(lambda: "SIGSEGV" in window.banner.label.text(), timeout=30_000)
     qtbot.waitUntil(lambda: "restarted" in window.banner.label.text(), timeout=90_000)

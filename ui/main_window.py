@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QFrame, Q
 
 from app.client import EngineClient, Reply
 from app.history import Conversation, History
+from app.session import Sessions
 from app.paths import Paths
 from app.settings import Sampling, load_sampling, save_sampling
 from app.supervisor import EngineSupervisor
@@ -32,7 +33,7 @@ STREAM_KEY = "streaming"
 
 
 def _stream_reply(task: Task, client: EngineClient, messages: list[dict], options: dict) -> Reply:
-    reply = Reply()
+    reply = Reply()  # the client's record of the stream: finish reason, usage
     for piece in client.stream_chat(messages, reply, should_stop=task.cancelled.is_set, **options):
         task.report(piece)
     return reply
@@ -93,9 +94,7 @@ class MainWindow(QMainWindow):
         self.supervisor = supervisor
         self.client: EngineClient | None = None
         self.conversation: Conversation | None = None
-        self.stream_task: Task | None = None
-        self.stream_conversation: int | None = None
-        self.stream_text = ""
+        self.sessions = Sessions(self.history)  # replies being generated, by conversation
         self.last_death: str | None = None
         self.loaded_model: str | None = None
         self._checking = False
@@ -249,7 +248,7 @@ class MainWindow(QMainWindow):
         QShortcut(QKeySequence("Ctrl+N"), self, activated=self.new_conversation)
 
     def _update_buttons(self) -> None:
-        streaming = self.stream_task is not None
+        streaming = self._current_reply() is not None
         ready = self.client is not None
         self.send_button.setEnabled(ready and not streaming)
         self.stop_button.setEnabled(streaming)
@@ -337,8 +336,8 @@ class MainWindow(QMainWindow):
         self._checking = False
         if death and self.client is not None:
             self.last_death = death
-            if self.stream_task:
-                self.stream_task.cancel()
+            for reply in self.sessions.running():
+                reply.task.cancel()
             self.show_error(f"{death[0].upper()}{death[1:]}. Restarting it; "
                             "your conversations are safe.")
             self.start_engine()
@@ -383,7 +382,7 @@ class MainWindow(QMainWindow):
             self.refresh_conversations()
 
     def delete_conversation(self) -> None:
-        if not self.conversation or self.stream_conversation == self.conversation.id:
+        if not self.conversation or self._current_reply():
             return
         self.history.delete(self.conversation.id)
         self.conversation = None
@@ -499,15 +498,19 @@ class MainWindow(QMainWindow):
         if self.conversation:
             shown = [Shown(str(m.id), m.role, m.content, m.status)
                      for m in self.history.messages(self.conversation.id)]
-            if self.stream_conversation == self.conversation.id:
-                shown.append(Shown(STREAM_KEY, "assistant", self.stream_text))
+            reply = self._current_reply()
+            if reply:
+                shown.append(Shown(STREAM_KEY, "assistant", reply.text))
         self.view.show_messages(shown)
         self._update_buttons()
 
-    # -- chatting -------------------------------------------------------------------
+    def _current_reply(self):
+        return self.sessions.reply(self.conversation.id if self.conversation else None)
+
+    # -- chatting: each conversation can have a reply on its way, all at once ---------
 
     def send(self, text: str) -> None:
-        if not text or self.stream_task or self.client is None:
+        if not text or self.client is None or self._current_reply():
             return
         conversation = self.conversation or self.new_conversation()
         self.history.add_message(conversation.id, "user", text)
@@ -520,45 +523,45 @@ class MainWindow(QMainWindow):
 
     def _generate(self) -> None:
         conversation = self.conversation
-        messages = ([{"role": "system", "content": conversation.system_prompt}]
-                    if conversation.system_prompt.strip() else [])
-        messages += [{"role": m.role, "content": m.content}
-                     for m in self.history.messages(conversation.id) if m.content]
+        messages = self.sessions.request(conversation)
         options = {**self.sampling.as_request(), "model": self.model_box.currentData()}
-        self.stream_conversation, self.stream_text = conversation.id, ""
+        reply = self.sessions.start(conversation.id)
+        key = conversation.id
+        reply.task = start_task(_stream_reply, self.client, messages, options,
+                                on_progress=lambda piece: self._on_piece(key, piece),
+                                on_done=lambda done: self._on_reply(key, done),
+                                on_error=lambda error: self._on_stream_failed(key, error))
         self._show_conversation()
-        self.stream_task = start_task(_stream_reply, self.client, messages, options,
-                                      on_progress=self._on_piece, on_done=self._on_reply,
-                                      on_error=self._on_stream_failed)
-        self._update_buttons()
 
-    def _on_piece(self, piece: str) -> None:
-        self.stream_text += piece
-        if self.conversation and self.conversation.id == self.stream_conversation:
-            self.view.set_last(Shown(STREAM_KEY, "assistant", self.stream_text))
+    def _on_piece(self, conversation_id: int, piece: str) -> None:
+        reply = self.sessions.feed(conversation_id, piece)
+        if reply and self.conversation and self.conversation.id == conversation_id:
+            self.view.set_last(Shown(STREAM_KEY, "assistant", reply.text))
 
-    def _on_reply(self, reply: Reply) -> None:
-        status = "stopped" if reply.finish_reason == "stopped" else "complete"
-        self._finish_stream(status)
-        self.metrics.show_usage(reply.usage, reply.n_ctx)
+    def _on_reply(self, conversation_id: int, done: Reply) -> None:
+        status = "stopped" if done.finish_reason == "stopped" else "complete"
+        self._finish_stream(conversation_id, status)
+        if self.conversation and self.conversation.id == conversation_id:
+            self.metrics.show_usage(done.usage, done.n_ctx)
 
-    def _on_stream_failed(self, error) -> None:
-        self._finish_stream("interrupted")
+    def _on_stream_failed(self, conversation_id: int, error) -> None:
+        self._finish_stream(conversation_id, "interrupted")
         if self.last_death is None and self.client is not None:
             self.show_error(f"The reply failed: {error}")
 
-    def _finish_stream(self, status: str) -> None:
-        self.history.add_message(self.stream_conversation, "assistant", self.stream_text, status)
-        self.stream_task, self.stream_conversation, self.stream_text = None, None, ""
-        self._show_conversation()
+    def _finish_stream(self, conversation_id: int, status: str) -> None:
+        self.sessions.finish(conversation_id, status)
+        if self.conversation and self.conversation.id == conversation_id:
+            self._show_conversation()
 
     def stop(self) -> None:
-        if self.stream_task:
-            self.stream_task.cancel()
+        reply = self._current_reply()
+        if reply:
+            reply.task.cancel()
 
     def regenerate(self) -> None:
         """Replace the last reply with a new one."""
-        if not self.conversation or self.stream_task or self.client is None:
+        if not self.conversation or self._current_reply() or self.client is None:
             return
         messages = self.history.messages(self.conversation.id)
         if messages and messages[-1].role == "assistant":
@@ -568,7 +571,7 @@ class MainWindow(QMainWindow):
 
     def edit_last(self) -> None:
         """Put the last prompt back into the composer and drop it and what followed."""
-        if not self.conversation or self.stream_task:
+        if not self.conversation or self._current_reply():
             return
         users = [m for m in self.history.messages(self.conversation.id) if m.role == "user"]
         if users:
@@ -579,8 +582,8 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event) -> None:
         self.watchdog.stop()
-        if self.stream_task:
-            self.stream_task.cancel()
+        for reply in self.sessions.running():
+            reply.task.cancel()
         self.supervisor.stop()
         self.history.close()
         super().closeEvent(event)

@@ -1,0 +1,58 @@
+"""The replies being generated, at most one per conversation, several conversations at
+once (the engine batches them). Qt-free: the window starts a reply, feeds it the pieces
+its task receives and finishes it; what a reply has so far is here, not in a widget, so
+switching conversations shows each one's own reply as it grows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .history import Conversation, History, Message
+
+
+@dataclass
+class Reply:
+    """One reply on its way."""
+    conversation_id: int
+    text: str = ""
+    pieces: int = 0
+    task: object = field(default=None, repr=False)  # what runs it (a ui Task), to cancel
+
+
+class Sessions:
+    def __init__(self, history: History):
+        self.history = history
+        self._replies: dict[int, Reply] = {}
+
+    def request(self, conversation: Conversation) -> list[dict]:
+        """The messages to send for the conversation's next reply."""
+        messages = ([{"role": "system", "content": conversation.system_prompt}]
+                    if conversation.system_prompt.strip() else [])
+        return messages + [{"role": m.role, "content": m.content}
+                           for m in self.history.messages(conversation.id) if m.content]
+
+    def start(self, conversation_id: int) -> Reply:
+        if conversation_id in self._replies:
+            raise RuntimeError("this conversation is already being answered")
+        reply = self._replies[conversation_id] = Reply(conversation_id)
+        return reply
+
+    def feed(self, conversation_id: int, piece: str) -> Reply | None:
+        reply = self._replies.get(conversation_id)
+        if reply is not None:
+            reply.text += piece
+            reply.pieces += 1
+        return reply
+
+    def finish(self, conversation_id: int, status: str) -> Message | None:
+        """Store what the reply has (complete, stopped or interrupted) and end it."""
+        reply = self._replies.pop(conversation_id, None)
+        if reply is None:
+            return None
+        return self.history.add_message(conversation_id, "assistant", reply.text, status)
+
+    def reply(self, conversation_id: int | None) -> Reply | None:
+        return self._replies.get(conversation_id) if conversation_id is not None else None
+
+    def running(self) -> list[Reply]:
+        return list(self._replies.values())
