@@ -23,7 +23,7 @@ from app.supervisor import EngineSupervisor
 from .chat_view import ChatView
 from .composer import Composer
 from .markdown import Shown
-from .metrics import MetricsBar
+from .metrics import MetricsBar, describe_batching
 from .download_wizard import ModelWizard
 from .downloads_panel import DownloadsPanel, DownloadWatcher
 from .plan_panel import PlanPanel
@@ -329,11 +329,20 @@ class MainWindow(QMainWindow):
         if self._checking:
             return
         self._checking = True
-        start_task(lambda _task: self.supervisor.check(), on_done=self._on_engine_checked,
+        client = self.client
+
+        def check(_task) -> tuple[str | None, dict | None]:
+            death = self.supervisor.check()
+            return death, (client.health().get("batching") if client and not death else None)
+
+        start_task(check, on_done=self._on_engine_checked,
                    on_error=lambda _e: setattr(self, "_checking", False))
 
-    def _on_engine_checked(self, death: str | None) -> None:
+    def _on_engine_checked(self, result: tuple[str | None, dict | None]) -> None:
         self._checking = False
+        death, batching = result
+        if batching:
+            self.metrics.set("batch", describe_batching(batching))
         if death and self.client is not None:
             self.last_death = death
             for reply in self.sessions.running():

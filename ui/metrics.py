@@ -12,6 +12,7 @@ FIELDS = (
     ("cache", "cached prompt"),
     ("speculation", "speculation"),
     ("device", "device"),
+    ("batch", "engine"),
 )
 
 
@@ -67,3 +68,15 @@ def describe_speculation(spec: dict | None) -> str:
     where = (f" ({spec['draft_device']}, {spec['draft_vocab']:,} tokens)"
              if spec.get("draft_vocab") else "")
     return f"{spec['mode']}: {accepted}{speedup}{where}"
+
+
+def describe_batching(batching: dict) -> str:
+    """What the engine does for all its clients: sequences generating at once (those
+    still reading their prompt) and the tokens per second of all of them together."""
+    active = batching.get("active", 0)
+    if not active:
+        return f"idle · {batching.get('resident', 0)} conversations resident"
+    prefilling = batching.get("prefilling", 0)
+    reading = f" ({prefilling} reading)" if prefilling else ""
+    return (f"{active} sequence{'s' if active != 1 else ''}{reading} · "
+            f"{batching.get('generated_tokens_per_s', 0):.1f} tokens/s in all")
