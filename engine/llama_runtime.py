@@ -106,7 +106,6 @@ class LoadSettings:
     n_gpu_layers: int = 0
     n_seq_max: int = 1  # sequences sharing the context's one pool of KV cells
     kv_type: str = "f16"  # or "q8_0" (needs flash attention)
-    flash_attn: bool = False
     devices: tuple[str, ...] = ()  # the GPUs to use, by ggml device name
     tensor_split: tuple[float, ...] = ()  # their shares of the GPU layers
     # llama.cpp's extra buffer types: CPU weights repacked for its fastest kernels (AMX
@@ -313,13 +312,13 @@ class LlamaModel:
         # llama.cpp reserves compute memory for logits at every position of a ubatch
         # (n_vocab x n_ubatch floats: 512 MiB for Gemma 3); the planner counts these.
         cparams.n_outputs_max = MAX_OUTPUTS
-        # Flash attention skips the cells of other sequences instead of adding their
-        # zeros: a sequence's attention sums the same terms in the same order whatever
-        # shares the pool, so batched greedy output equals solo output. (A quantized V
-        # cache requires it too.)
-        cparams.flash_attn_type = 1 if settings.flash_attn or settings.kv_type == "q8_0" else 0
+        # Flash attention stays on llama.cpp's "auto" (on wherever the backend has it):
+        # it skips the cells of other sequences instead of adding their zeros, so a
+        # sequence's attention sums the same terms in the same order whatever shares
+        # the pool, and batched greedy output equals solo output.
         if settings.kv_type == "q8_0":
             cparams.type_k = cparams.type_v = llama.GGML_TYPE_Q8_0
+            cparams.flash_attn_type = 1  # a quantized V cache requires it
         return cparams
 
     # -- vocabulary -------------------------------------------------------------

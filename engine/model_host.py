@@ -49,8 +49,7 @@ class EngineSettings:
         # round differently for one token than for several (logit gaps near 2 here,
         # against 0.03 unpacked), so concurrency turns the repack off.
         return replace(self.load, n_seq_max=self.sequences,
-                       repack=self.load.repack and self.parallel == 1,
-                       flash_attn=self.load.flash_attn or self.parallel > 1)
+                       repack=self.load.repack and self.parallel == 1)
 
 
 @dataclass(frozen=True)

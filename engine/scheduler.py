@@ -415,10 +415,13 @@ class Scheduler:
             shared_streams=slot.peers)
 
 
+SEAM = 8  # tokens a template may render anew at the end of the previous answer
+
+
 def _continues(slot: Slot, keep: int) -> bool:
     """The prompt continues the slot's conversation: at most its last few tokens differ
-    (a template renders the previous answer's ending anew)."""
-    return len(slot.tokens) - keep <= max(32, len(slot.tokens) // 8)
+    (a chat template renders the previous answer's ending anew)."""
+    return len(slot.tokens) - keep <= SEAM
 
 
 def _with_spec(usage: Usage, spec) -> Usage:

@@ -51,7 +51,8 @@ def alternate(client, model):
 
 @pytest.mark.parametrize("model", [STARTER, GEMMA])
 def test_switching_conversations_is_identical_and_cached(engine_home, model):
-    process, client = start(engine_home, "--no-prompt-cache")
+    # cold: no prompt cache and no conversation kept in KV memory once answered
+    process, client = start(engine_home, "--no-prompt-cache", "--resident", "0")
     try:
         cold = alternate(client, model)
     finally:
