@@ -42,6 +42,7 @@ def cmd_serve(args) -> int:
     settings = EngineSettings(
         load=LoadSettings(n_ctx=args.ctx, n_threads=args.threads or _default_threads()),
         max_queue=args.queue_size, parallel=args.parallel, resident=args.resident,
+        ram_budget=int(args.ram * 2**30) if args.ram else None,
         cache=_cache_limits(args), speculation=args.speculation,
         calibration_file=paths().cache / "memory-calibration.json",
         load_journal=paths().runtime / "loading.json",
@@ -343,6 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="requests that may wait for a slot; more get 503 + Retry-After")
     serve.add_argument("--parallel", type=int, default=4,
                        help="requests generating at once, batched together (1: one at a time)")
+    serve.add_argument("--ram", type=float, metavar="GIB",
+                       help="plan within this much RAM (default: what is available)")
     serve.add_argument("--resident", type=int, default=4,
                        help="finished conversations kept in KV memory for an instant return")
     serve.add_argument("--cache-ram-mib", type=int,

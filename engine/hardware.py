@@ -4,7 +4,7 @@ machine. Pure data: the planner reads it without loading llama.cpp."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 GiB = 1 << 30
 KINDS = ("cpu", "gpu", "igpu", "accel", "meta")  # enum ggml_backend_dev_type
@@ -34,6 +34,16 @@ class Hardware:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def within(self, ram_bytes: int | None) -> "Hardware":
+        """This machine with at most `ram_bytes` of RAM for Homerack (None: all of it)."""
+        if ram_bytes is None:
+            return self
+        devices = tuple(replace(d, free_bytes=min(d.free_bytes, ram_bytes),
+                                total_bytes=min(d.total_bytes, ram_bytes))
+                        if d.kind == "cpu" else d for d in self.devices)
+        return replace(self, devices=devices, ram_total_bytes=min(self.ram_total_bytes, ram_bytes),
+                       ram_available_bytes=min(self.ram_available_bytes, ram_bytes))
 
 
 def simulated(vram_gib: tuple[float, ...] = (), ram_gib: float = 16.0, cores: int = 8,

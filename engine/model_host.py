@@ -38,6 +38,7 @@ class EngineSettings:
     no_repack_file: Path | None = None    # models whose repacked weights killed an engine
     spec_min_speedup: float = 0.95    # below this measured gain speculation turns off
     draft_folder: Path | None = None  # cut drafts (draft_head.py); None: drafts run whole
+    ram_budget: int | None = None     # bytes of RAM the plans may use; None: what is free
 
     @property
     def sequences(self) -> int:
@@ -146,7 +147,7 @@ class ModelHost:
         info = self.store.inspector.inspect(model.path)  # before llama.cpp ever opens it
         self.unload()
         if self._hardware is None:
-            self._hardware = probe()
+            self._hardware = probe().within(self.settings.ram_budget)
         try:
             outcome = load(model.path, info, self.settings.load_settings(), self._hardware,
                            self._preferences(info, override, model), self.journal)
@@ -199,7 +200,8 @@ class ModelHost:
         info = self.store.inspector.inspect(model.path)
         if info.shape is None:
             return None
-        return plan(probe(), info.shape, self._preferences(info, override, model))
+        return plan(probe().within(self.settings.ram_budget), info.shape,
+                    self._preferences(info, override, model))
 
     def _compare(self, planned, llama: LlamaModel, arch: str) -> dict | None:
         """Measured against predicted bytes per device; the ratios calibrate later plans."""

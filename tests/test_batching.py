@@ -303,3 +303,29 @@ def test_metrics_and_health_show_the_batch(batching_server):
     assert httpx.get(f"{batching_server.url}/metrics").status_code == 401
     batching = httpx.get(f"{batching_server.url}/health").json()["batching"]
     assert batching["parallel"] == 8 and batching["kv_cells_total"] == 4096
+
+
+def test_the_pool_comes_from_the_plan_within_a_memory_budget(starters_dir):
+    """150 MiB of RAM for SmolLM2: the plan gives 2,048 cells (q8_0) instead of the 8,192
+    asked for; four requests that would need 2,400 share them, and one that outgrows the
+    pool fails alone."""
+    from engine.gguf_file import GGUFInspector
+    from engine.models import ModelStore
+
+    store = ModelStore(starters_dir, GGUFInspector())
+    model = store.resolve(STARTER)
+    engine = Engine(store, EngineSettings(LoadSettings(n_ctx=8192), parallel=4,
+                                          ram_budget=150 << 20))
+    try:
+        planned = engine.plan_for(model)
+        assert planned.fits and planned.n_ctx < 8192
+        jobs = [submit(engine, model, f"Write a long story about the number {i}.",
+                       max_tokens=600, ignore_eos=True) for i in range(4)]
+        ends = [collector.result(timeout=300)[2] for _, collector in jobs]
+        batching = settled(engine)
+    finally:
+        engine.close()
+    assert batching["kv_cells_total"] == planned.n_ctx
+    failed = [e for e in ends if isinstance(e, Failed)]
+    assert failed and all(isinstance(e.error, MemoryFull) for e in failed)
+    assert sum(isinstance(e, Finished) and e.finish_reason == "length" for e in ends) >= 2
