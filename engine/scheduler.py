@@ -33,31 +33,23 @@ RATE_WINDOW_S = 10.0  # tokens/s are reported over this window
 def plan_batch(slots: list[Slot], n_batch: int,
                prefill_share: int = PREFILL_SHARE) -> list[list[Chunk]]:
     """The next step's evaluations, in order: one batch with a token of every decoding
-    slot (and the last token of every prompt that has only that left), then a batch of
-    its own for each prompt chunk, oldest request first, their tokens capped while
-    others decode so that a long prompt cannot stall running streams.
+    slot, then a batch of its own for each prompt chunk, oldest request first, their
+    tokens capped while others decode so that a long prompt cannot stall running streams.
 
     Why prompts go apart: llama.cpp rounds a sequence's logits alike in company and
     alone only while the batch takes the same kernels (flash attention's sequential
     pass, for fewer than 64 rows; matrix kernels that do not switch with the row
-    count), and a prompt's last token goes in as a generated token would. Greedy
-    answers then match solo ones (see README, "Concurrent requests", for the limits)."""
+    count). Greedy answers then match solo ones (see README, "Concurrent requests")."""
     tokens = [Chunk(s.seq_id, len(s.tokens), (s.last,), True) for s in slots if s.decoding]
-    prompts = sorted((s for s in slots if s.prefilling), key=lambda s: s.admitted)
-    tokens += [Chunk(s.seq_id, len(s.tokens), tuple(s.pending()), True)
-               for s in prompts if len(s.pending()) == 1]
-    room = n_batch - len(tokens)
-    if tokens:
-        room = min(room, prefill_share)
+    room = min(n_batch - len(tokens), prefill_share) if tokens else n_batch
     calls = [tokens] if tokens else []
-    for slot in prompts:
-        rest = slot.pending()[:-1]
+    for slot in sorted((s for s in slots if s.prefilling), key=lambda s: s.admitted):
         if room <= 0:
             break
-        if rest:
-            take = rest[:room]
-            calls.append([Chunk(slot.seq_id, len(slot.tokens), tuple(take), False)])
-            room -= len(take)
+        rest = slot.pending()
+        take = rest[:room]
+        calls.append([Chunk(slot.seq_id, len(slot.tokens), tuple(take), len(take) == len(rest))])
+        room -= len(take)
     return calls
 
 
