@@ -2,7 +2,7 @@
 
   plain   Gemma 3 270M requantized to all-F32 (the target) alone
   draft   the same target with Gemma 3 270M Q4_K_M as its draft, its output layer cut
-          to the 65,536 most used tokens (engine/draft_head.py), as the engine runs it
+          to the 65,536 most used tokens (engine/speculation/cut_draft.py), as the engine runs it
   whole   the same with the draft run whole (`homerack serve --whole-drafts`)
   lookup  the same target with prompt-lookup decoding
   anchor  llama.cpp's llama-server (vendored commit): -md DRAFT --spec-type draft-simple,
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from app.engine_proc import EngineProcess  # noqa: E402
 from build_tools import build, llama_server  # noqa: E402
 from app.paths import paths  # noqa: E402
-from engine.draft import requantize  # noqa: E402
+from engine.speculation.pairing import requantize  # noqa: E402
 from engine.gguf_file import GGUFInspector  # noqa: E402
 from engine.models import ModelStore  # noqa: E402
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .draft import MAX_DRAFT_SIZE_RATIO
+from .speculation.pairing import MAX_DRAFT_SIZE_RATIO
 from .errors import HomerackError, InvalidRequest
 from .gguf_file import ModelShape, read_header
 from .hardware import Hardware

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import draft_head
 from .calibration import Calibration
 from .chat_format import ChatFormat, chat_format_for
-from .draft import check_pair, pick_draft
+from .speculation import cut_draft
+from .speculation.pairing import check_pair, pick_draft
 from .errors import ContextLengthExceeded, InvalidRequest, OutOfMemory
 from .events import GenerationRequest
 from .llama_runtime import LlamaModel, LoadSettings, build_id, model_fingerprint
@@ -20,8 +20,9 @@ from .models import LocalModel, ModelStore
 from .planner import Plan, Preferences, place_draft, plan
 from .probe import probe
 from .prompt_cache import CacheLimits, PromptCache
-from .speculative import (TIE_MARGIN, LookupDrafter, ModelDrafter, SpecController, Speculation,
-                          SpecStats, tie_margin)
+from .speculation.controller import TIE_MARGIN, SpecController, Speculation, SpecStats
+from .speculation.drafters import LookupDrafter, ModelDrafter
+from .speculation.verify import tie_margin
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class EngineSettings:
     load_journal: Path | None = None      # the load in progress (see loader.py)
     no_repack_file: Path | None = None    # models whose repacked weights killed an engine
     spec_min_speedup: float = 0.95    # below this measured gain speculation turns off
-    draft_folder: Path | None = None  # cut drafts (draft_head.py); None: drafts run whole
+    draft_folder: Path | None = None  # cut drafts (speculation/cut_draft.py); None: whole
     ram_budget: int | None = None     # bytes of RAM the plans may use; None: what is free
 
     @property
@@ -73,7 +74,7 @@ class Loaded:
     notes: tuple[str, ...] = ()  # what the out-of-memory back-off changed
     drafters: dict = field(default_factory=dict)  # draft model path or "lookup" -> drafter
     evaluated: bool = False  # its first request ran (the load journal's watch ends)
-    tie_margin: float | None = None  # measured on its first greedy request (speculative.py)
+    tie_margin: float | None = None  # measured on its first greedy draft (speculation/verify.py)
 
     def close(self) -> None:
         if self.cache:
@@ -130,7 +131,7 @@ class ModelHost:
         self.overrides: dict[Path, LoadOverride] = {}
         self.load_error: str | None = None  # the last load's failure, for /health
         self._controllers: dict[tuple, SpecController] = {}
-        self._cuts = draft_head.DraftCuts(settings.draft_folder)
+        self._cuts = cut_draft.DraftCuts(settings.draft_folder)
         self._whole_drafts: set[Path] = set()  # drafts whose cut missed too much text
         self._hardware = None  # probed on the first load, in the worker
         self._calibration = Calibration(settings.calibration_file)
@@ -256,7 +257,7 @@ class ModelHost:
             check_pair(loaded.model, draft, self.store.inspector)
             key = str(draft.path)
             held = loaded.drafters.get(key)
-            if held is not None and held.outside_share() > draft_head.MAX_OUTSIDE:
+            if held is not None and held.outside_share() > cut_draft.MAX_OUTSIDE:
                 notes.append(f"{held.outside_share():.0%} of the text was outside the cut "
                              "draft's tokens: the draft runs whole from now on")
                 self._whole_drafts.add(draft.path)
@@ -278,8 +279,8 @@ class ModelHost:
             mode, model=drafter.model_id, device=drafter.device, vocab=drafter.vocab), margin)
 
     def _cut_draft(self, draft: LocalModel, held: ModelDrafter | None,
-                   notes: list[str]) -> draft_head.CutDraft | None:
-        """The draft's cut version when it is ready and not yet in use (see draft_head)."""
+                   notes: list[str]) -> cut_draft.CutDraft | None:
+        """The draft's cut version when it is ready and not yet in use (cut_draft.py)."""
         if held is not None and held.head is not None:
             return None
         if draft.path in self._whole_drafts:
@@ -293,7 +294,7 @@ class ModelHost:
             notes.append(failure)
         return cut
 
-    def _load_draft(self, draft: LocalModel, cut: draft_head.CutDraft | None,
+    def _load_draft(self, draft: LocalModel, cut: cut_draft.CutDraft | None,
                     notes: list[str]) -> ModelDrafter:
         """The draft, cut if it can be, on the fastest device with room for it (see
         planner.place_draft); on the CPU when that fails for memory."""
@@ -301,8 +302,8 @@ class ModelHost:
         if cut is None:
             return ModelDrafter(llama, draft.id, device=device)
         try:
-            draft_head.load(cut, llama)
-        except draft_head.DraftCutFailed as exc:
+            cut_draft.load(cut, llama)
+        except cut_draft.DraftCutFailed as exc:
             llama.close()
             notes.append(f"the draft runs whole: {exc}")
             return self._load_draft(draft, None, notes)

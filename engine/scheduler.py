@@ -24,7 +24,7 @@ from .llama_runtime import Chunk, Sampler
 from .model_host import EngineSettings, ModelHost
 from .prompt_cache import common_prefix
 from .slot import Output, Slot
-from .speculative import speculative_step
+from .speculation.verify import speculative_step
 
 PREFILL_SHARE = 64  # prompt tokens per step while other sequences decode (SmolLM2: ~0.3 s)
 RATE_WINDOW_S = 10.0  # tokens/s are reported over this window

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from .events import Delta, Finished, Job, Started, Usage
 from .llama_runtime import LlamaModel, Sampler
-from .speculative import Speculation
+from .speculation.controller import Speculation
 from .text_stream import TextStream
 
 

@@ -10,14 +10,15 @@ import pytest
 
 from app.engine_proc import EngineProcess
 from conftest import GEMMA, STARTER
-from engine import draft_head
-from engine.draft import IncompatibleDraft, check_pair, pick_draft, requantize
+from engine.speculation import cut_draft
+from engine.speculation.pairing import IncompatibleDraft, check_pair, pick_draft, requantize
 from engine.engine import Engine, EngineSettings
 from engine.events import Failed, Finished, GenerationRequest
 from engine.gguf_file import GGUFInspector
 from engine.llama_runtime import LlamaModel, LoadSettings, SamplingParams, Vocabulary
 from engine.models import ModelStore
-from engine.speculative import LookupDrafter, ModelDrafter, SpecController
+from engine.speculation.controller import SpecController
+from engine.speculation.drafters import LookupDrafter, ModelDrafter
 from conftest import Collector
 
 pytestmark = pytest.mark.slow
@@ -65,7 +66,7 @@ def spec_store(tmp_path_factory, starters_dir):
 def cut_drafts(spec_store, tmp_path_factory):
     """A folder holding the cut version of the Gemma draft."""
     folder = tmp_path_factory.mktemp("cut-drafts")
-    draft_head.prepare(spec_store.resolve(GEMMA).path, folder)
+    cut_draft.prepare(spec_store.resolve(GEMMA).path, folder)
     return folder
 
 
@@ -110,7 +111,7 @@ def test_the_tie_margin_covers_batched_drift_on_other_text(spec_store, model):
     """llama.cpp's batched and single-token logits differ (K-quant mixes such as Gemma 3
     Q4_K_M: by about 1 logit here). The margin the engine measures on one sentence must
     cover what two candidate logits can drift apart on other text, code included."""
-    from engine.speculative import GAP_CANDIDATES, TIE_MARGIN, tie_margin
+    from engine.speculation.verify import GAP_CANDIDATES, TIE_MARGIN, tie_margin
 
     llama = LlamaModel(spec_store.resolve(model).path, LoadSettings(n_ctx=512, n_threads=2))
     try:
@@ -255,16 +256,16 @@ def test_sampling_with_a_draft_keeps_the_target_distribution(spec_store, cut_dra
 def whole_and_cut(store, folder) -> tuple[ModelDrafter, ModelDrafter]:
     settings = LoadSettings(n_ctx=512, n_threads=2)
     source = store.resolve(GEMMA).path
-    cut = draft_head.cached(source, folder)
+    cut = cut_draft.cached(source, folder)
     llama = LlamaModel(cut.model, settings)
-    draft_head.load(cut, llama)
+    cut_draft.load(cut, llama)
     return (ModelDrafter(LlamaModel(source, settings), GEMMA, min_prob=0.0),
             ModelDrafter(llama, GEMMA, min_prob=0.0, head=cut.keep))
 
 
 def test_a_cut_draft_keeps_the_used_tokens_and_guesses_like_the_whole_one(spec_store, cut_drafts):
     source = spec_store.resolve(GEMMA).path
-    cut = draft_head.cached(source, cut_drafts)
+    cut = cut_draft.cached(source, cut_drafts)
     vocab = Vocabulary(source)
     try:
         text = "def load(path):\n    with open(path) as f:\n        return json.load(f)\n"
@@ -286,12 +287,12 @@ def test_a_cut_draft_keeps_the_used_tokens_and_guesses_like_the_whole_one(spec_s
 
 
 def test_a_cut_draft_that_misreads_its_inputs_is_refused(spec_store, cut_drafts):
-    cut = draft_head.cached(spec_store.resolve(GEMMA).path, cut_drafts)
+    cut = cut_draft.cached(spec_store.resolve(GEMMA).path, cut_drafts)
     wrong = replace(cut, table_offset=cut.table_offset + 7 * 680)  # rows shifted by 7
     llama = LlamaModel(cut.model, LoadSettings(n_ctx=512, n_threads=2))
     try:
-        with pytest.raises(draft_head.DraftCutFailed, match="differently"):
-            draft_head.load(wrong, llama)
+        with pytest.raises(cut_draft.DraftCutFailed, match="differently"):
+            cut_draft.load(wrong, llama)
         assert llama.embed is None
     finally:
         llama.close()
@@ -307,7 +308,7 @@ def test_the_engine_cuts_a_draft_in_the_background_and_swaps_it_in(spec_store, t
         first, usage = generate(engine, **request)
         assert usage.speculative["draft_vocab"] == 262144  # whole while the cut is made
         for _ in range(120):
-            if draft_head.cached(draft.path, tmp_path):
+            if cut_draft.cached(draft.path, tmp_path):
                 break
             time.sleep(1)
         again, usage = generate(engine, **request)
