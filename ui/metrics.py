@@ -6,13 +6,13 @@ from __future__ import annotations
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
 FIELDS = (
+    ("batch", "engine"),
     ("speed", "tokens/s"),
     ("ttft", "first token"),
     ("context", "context"),
     ("cache", "cached prompt"),
     ("speculation", "speculation"),
     ("device", "device"),
-    ("batch", "engine"),
 )
 
 
@@ -71,12 +71,11 @@ def describe_speculation(spec: dict | None) -> str:
 
 
 def describe_batching(batching: dict) -> str:
-    """What the engine does for all its clients: sequences generating at once (those
+    """What the engine does for all its clients: requests generating at once (those
     still reading their prompt) and the tokens per second of all of them together."""
     active = batching.get("active", 0)
     if not active:
-        return f"idle · {batching.get('resident', 0)} conversations resident"
+        return f"idle · {batching.get('resident', 0)} resident"
     prefilling = batching.get("prefilling", 0)
     reading = f" ({prefilling} reading)" if prefilling else ""
-    return (f"{active} sequence{'s' if active != 1 else ''}{reading} · "
-            f"{batching.get('generated_tokens_per_s', 0):.1f} tokens/s in all")
+    return f"{active} generating{reading} · {batching.get('generated_tokens_per_s', 0):.0f} tok/s"
