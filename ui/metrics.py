@@ -40,6 +40,7 @@ class MetricsBar(QWidget):
         label = self._labels.get(key) or self._add(key)
         label.setText(f"{self._titles.get(key, key)}: {value}")
         label.setMinimumWidth(label.sizeHint().width())  # the status bar must not clip it
+        self.updateGeometry()  # and must give the bar the room its longer text needs
 
     def text(self, key: str) -> str:
         return self._labels[key].text()
