@@ -39,7 +39,6 @@ class Engine:
         self._stopping = False
         self._published: dict = {}
         self._published_at = 0.0
-        self._mean_request_s = 2.0
         self._thread = threading.Thread(target=self._work, name="homerack-engine", daemon=True)
         self._thread.start()
 
@@ -51,7 +50,7 @@ class Engine:
             self._queue.put_nowait(job)
         except queue.Full:
             waves = (self._queue.qsize() + 1) / max(1, self.settings.parallel)
-            wait = math.ceil(self._mean_request_s * waves)
+            wait = math.ceil(self.scheduler.mean_request_s * waves)
             raise QueueFull(f"the engine queue is full ({self.settings.max_queue} waiting); "
                             "retry shortly", retry_after_s=max(1, wait)) from None
         return job
@@ -198,7 +197,6 @@ class Engine:
         if force or now - self._published_at >= PUBLISH_S:
             self._published = self.scheduler.status() if self.host.loaded else {}
             self._published_at = now
-            self._mean_request_s = self.scheduler.mean_request_s
 
 
 def _as_error(exc: Exception) -> HomerackError:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import os
 import re
 import secrets
@@ -351,30 +352,16 @@ class LlamaModel:
         """Evaluate at most n_batch tokens at positions start.. for one sequence.
         Logits are kept for the last token only (all sampling needs), or for every
         token when verifying a draft."""
-        if len(tokens) > self.settings.n_batch:
-            raise ValueError(f"{len(tokens)} tokens exceed n_batch; use sync()")
-        self._decode_batch(self._fill_batch(tokens, start, seq_id, True, all_logits))
+        self._decode_batch(self._fill_batch([Chunk(seq_id, start, tuple(tokens), True)],
+                                            all_logits))
 
     def decode_chunks(self, chunks: "list[Chunk]") -> list[int]:
         """Evaluate parts of several sequences in one batch (at most n_batch tokens in
         all). Returns the batch index of each chunk's last token, where its logits are
         when the chunk asked for them."""
-        batch, n, ends = self._batch, 0, []
-        for chunk in chunks:
-            for i, token in enumerate(chunk.tokens):
-                batch.token[n] = token
-                batch.pos[n] = chunk.start + i
-                batch.n_seq_id[n] = 1
-                batch.seq_id[n][0] = chunk.seq_id
-                batch.logits[n] = 0
-                n += 1
-            batch.logits[n - 1] = chunk.logits
-            ends.append(n - 1)
-        if n > self.settings.n_batch:
-            raise ValueError(f"{n} tokens exceed n_batch")
-        batch.n_tokens = n
-        self._decode_batch(batch)
-        return ends
+        self._decode_batch(self._fill_batch(chunks))
+        ends = list(itertools.accumulate(len(chunk.tokens) for chunk in chunks))
+        return [end - 1 for end in ends]
 
     def sync(self, held: list[int], wanted: list[int], seq_id: int = 0,
              stop: Callable[[], bool] = lambda: False) -> int:
@@ -396,19 +383,27 @@ class LlamaModel:
             held.extend(chunk)
         return keep
 
-    def _fill_batch(self, tokens: list[int], start: int, seq_id: int, want_last: bool,
-                    want_all: bool):
-        batch = self._batch if self.embed is None else self._vectors(tokens)
-        for i, token in enumerate(tokens):
-            if self.embed is None:
-                batch.token[i] = token
-            batch.pos[i] = start + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = seq_id
-            batch.logits[i] = want_all
-        if want_last:
-            batch.logits[len(tokens) - 1] = 1
-        batch.n_tokens = len(tokens)
+    def _fill_batch(self, chunks: "list[Chunk]", all_logits: bool = False):
+        n_tokens = sum(len(chunk.tokens) for chunk in chunks)
+        if n_tokens > self.settings.n_batch:
+            raise ValueError(f"{n_tokens} tokens exceed n_batch; use sync()")
+        if self.embed is None:
+            batch = self._batch
+        else:
+            batch = self._vectors([token for chunk in chunks for token in chunk.tokens])
+        n = 0
+        for chunk in chunks:
+            for i, token in enumerate(chunk.tokens):
+                if self.embed is None:
+                    batch.token[n] = token
+                batch.pos[n] = chunk.start + i
+                batch.n_seq_id[n] = 1
+                batch.seq_id[n][0] = chunk.seq_id
+                batch.logits[n] = all_logits
+                n += 1
+            if chunk.logits:
+                batch.logits[n - 1] = 1
+        batch.n_tokens = n
         return batch
 
     def _vectors(self, tokens: list[int]):

@@ -260,17 +260,16 @@ class Scheduler:
 
     def _advance(self, slot: Slot, token: int) -> None:
         """A token was sampled for the slot: the first starts its stream."""
-        output = slot.output
-        if output.produced == 0:
+        output, first = slot.output, slot.output.produced == 0
+        if first:
             slot.job.emit(slot.started)
-            slot.t_first = time.perf_counter()
-            if slot.spec:
-                slot.spec.drafter.follow([*slot.tokens, token])
         self._count(generated=1)
-        if output.take(token):
-            slot.last = token
-        else:
+        if not output.take(token):
             self._finish(slot)
+            return
+        slot.last = token
+        if first and slot.spec:  # the draft catches up after the first token is out
+            slot.spec.drafter.follow([*slot.tokens, token])
 
     def _speculate(self, slot: Slot) -> None:
         """A lone decoding sequence with a drafter: one speculative round."""
@@ -332,7 +331,8 @@ class Scheduler:
             self.host.journal.end()
 
     def _release(self, slot: Slot) -> None:
-        """A cancelled request's sequence and cells are freed at once."""
+        """The sequence leaves with its cells at once (cancelled, failed, or asked not
+        to keep its prompt)."""
         slot.end()
         self.host.loaded.llama.forget(slot.seq_id, 0)
         self.ledger.drop(slot.seq_id)
@@ -390,7 +390,7 @@ class Scheduler:
 
     def _usage(self, slot: Slot) -> Usage:
         now, output = time.perf_counter(), slot.output
-        t_first = slot.t_first or now
+        t_first = output.times[0] if output.times else now
         prompt_s = max(t_first - slot.admitted, 1e-9)
         decode_s = now - t_first
         n_prompt = len(slot.prompt)

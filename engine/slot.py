@@ -34,7 +34,6 @@ class Slot:
     saved: bool = False      # the prompt cache holds its state
     peers: int = 1           # most sequences in one of its steps
     started: Started | None = None  # emitted with the first token
-    t_first: float | None = None    # when the first token was sampled
 
     @property
     def active(self) -> bool:
@@ -57,7 +56,7 @@ class Slot:
         if self.sampler:
             self.sampler.close()
         self.job = self.sampler = self.output = self.spec = self.last = None
-        self.started = self.t_first = None
+        self.started = None
         self.prompt = []
         self.used = time.monotonic()
         self.saved = False

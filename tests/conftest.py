@@ -77,18 +77,25 @@ def tiny_store(tmp_path, tiny_model):
     return ModelStore(folder, GGUFInspector())
 
 
+def start_engine(home: Path, name: str, args: list[str]):
+    """A real `homerack serve` with a HOMERACK_HOME of its own under `home`, sharing the
+    starter models: (its process, the address it listens on, its models folder)."""
+    from app.engine_proc import EngineProcess
+
+    env = dict(os.environ, HOMERACK_HOME=str(home / name))
+    (home / name / "data").mkdir(parents=True, exist_ok=True)
+    models = home / name / "data" / "models"
+    if not models.exists():
+        models.symlink_to(home / "data" / "models")
+    process = EngineProcess(args, env=env)
+    return process, process.wait_ready(), models
+
+
 @pytest.fixture(scope="session")
 def server(home):
     """A real engine process on the starter chat model, shared by the API tests."""
-    from app.engine_proc import EngineProcess
-
-    env = dict(os.environ, HOMERACK_HOME=str(home / "server"))
-    (home / "server" / "data").mkdir(parents=True, exist_ok=True)
-    models = home / "server" / "data" / "models"
-    if not models.exists():
-        models.symlink_to(home / "data" / "models")
-    process = EngineProcess(["--model", STARTER, "--ctx", "2048", "--queue-size", "4"], env=env)
-    address = process.wait_ready()
+    process, address, models = start_engine(
+        home, "server", ["--model", STARTER, "--ctx", "2048", "--queue-size", "4"])
     yield address, process, models
     process.stop()
 

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import GREEDY, STARTER, Collector, run
+from conftest import GREEDY, STARTER, Collector, run, start_engine
 from engine.engine import PUBLISH_S, Engine, EngineSettings
 from engine.errors import MemoryFull, QueueFull
 from engine.events import Failed, Finished, GenerationRequest
@@ -205,17 +205,8 @@ QUESTIONS = ["What is the capital of France?", "Name three colours.", "What is 2
 
 @pytest.fixture(scope="module")
 def batching_server(home):
-    from app.engine_proc import EngineProcess
-    import os
-
-    env = dict(os.environ, HOMERACK_HOME=str(home / "batching"))
-    (home / "batching" / "data").mkdir(parents=True, exist_ok=True)
-    models = home / "batching" / "data" / "models"
-    if not models.exists():
-        models.symlink_to(home / "data" / "models")
-    process = EngineProcess(["--model", STARTER, "--ctx", "4096", "--parallel", "8",
-                             "--queue-size", "8"], env=env)
-    address = process.wait_ready()
+    process, address, _ = start_engine(home, "batching", [
+        "--model", STARTER, "--ctx", "4096", "--parallel", "8", "--queue-size", "8"])
     yield address
     process.stop()
 
