@@ -9,6 +9,8 @@ import signal
 import sys
 from contextlib import contextmanager
 
+from .cluster_cli import cmd_pair, cmd_worker, cmd_workers
+from .engine_proc import EngineAddress, remove_engine_file, write_engine_file
 from .history import DEFAULT_SYSTEM_PROMPT
 from .paths import paths
 
@@ -33,9 +35,21 @@ def cmd_serve(args) -> int:
     from engine.hub_api import hub_routes
     from engine.server import ServeConfig, serve
 
-    from .engine_proc import EngineAddress, remove_engine_file, write_engine_file
-
     token = args.token or os.environ.get("HOMERACK_TOKEN") or secrets.token_urlsafe(32)
+    engine_file = paths().engine_file
+    if args.workers and args.fd is None:  # the API's socket here, the engine in a child
+        from .cluster_cli import supervise
+
+        os.environ["HOMERACK_TOKEN"] = token
+
+        def announce(url: str) -> None:
+            write_engine_file(engine_file, EngineAddress(url, token, os.getpid()))
+            print(f"listening on {url}", flush=True)
+
+        try:
+            return supervise(args, args.argv, announce)
+        finally:
+            remove_engine_file(engine_file, os.getpid())
     store = _store()
     if args.model:
         store.resolve(args.model)  # an unknown model fails now, not at the first request
@@ -49,24 +63,31 @@ def cmd_serve(args) -> int:
         no_repack_file=paths().cache / "no-repack.json",
         cache_folder=paths().cache / "kv" if args.cache_disk_mib else None,
         draft_folder=None if args.whole_drafts else paths().cache / "drafts")
-    engine = Engine(store, settings)
-    engine_file = paths().engine_file
+    cluster, holder = None, {}
+    if args.workers:
+        from .cluster_cli import lost_handler, make_cluster
+
+        cluster = make_cluster(args, lost_handler(holder))
+    engine = holder["engine"] = Engine(store, settings, cluster)
     downloads = Downloads(store.folder, paths().data / "downloads.json",
                           token=os.environ.get("HF_TOKEN"))
 
     def ready(url: str) -> None:
-        write_engine_file(engine_file, EngineAddress(url, token, os.getpid()))
-        print(f"listening on {url}", flush=True)
+        if args.fd is None:  # a supervised child's parent has announced the address
+            write_engine_file(engine_file, EngineAddress(url, token, os.getpid()))
+            print(f"listening on {url}", flush=True)
         if args.model:
             engine.preload(store.resolve(args.model))
 
     # uvicorn re-raises the signal it stopped on; exit through `finally` to clean up.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        serve(engine, ServeConfig(args.host, args.port, token), ready,
+        serve(engine, ServeConfig(args.host, args.port, token, args.fd), ready,
               routers=(hub_routes(store, downloads),))
     finally:
         remove_engine_file(engine_file, os.getpid())
+        if cluster:
+            cluster.close()
     return 0
 
 
@@ -358,7 +379,36 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--speculation", choices=["off", "lookup", "draft"], default="off",
                        help="default speculative decoding for requests that do not choose "
                             "(draft: the smallest compatible local model)")
+    serve.add_argument("--workers", metavar="auto|WORKER,...",
+                       help="use paired workers as pipeline stages: 'auto' takes those "
+                            "announced on the LAN, or name them (names or host:port)")
+    serve.add_argument("--split", metavar="N,...",
+                       help="layers on each worker, in --workers order (default: planned)")
+    serve.add_argument("--fd", type=int, help=argparse.SUPPRESS)  # a supervised engine child
     serve.set_defaults(func=cmd_serve)
+
+    worker = sub.add_parser("worker", help="share this machine as a LAN pipeline stage")
+    worker.add_argument("--host", default="0.0.0.0", help="the gateway's address")
+    worker.add_argument("--port", type=int, default=50151, help="the gateway's port (0: any)")
+    worker.add_argument("--name", help="the name hosts see (default: the host name)")
+    worker.add_argument("--code", help="a fixed pairing code (default: a new one-time code)")
+    worker.add_argument("--threads", type=int, default=0)
+    worker.add_argument("--ram", type=float, metavar="GIB", help="offer at most this much memory")
+    worker.add_argument("--no-advertise", action="store_true", help="no mDNS announcement")
+    worker.add_argument("--no-cache", action="store_true", help="no local tensor cache")
+    worker.set_defaults(func=cmd_worker)
+
+    pair = sub.add_parser("pair", help="pair with a worker, using the code it shows")
+    pair.add_argument("address", metavar="HOST[:PORT]")
+    pair.add_argument("--code", required=True)
+    pair.set_defaults(func=cmd_pair)
+
+    workers = sub.add_parser("workers", help="paired workers (and those announced on the LAN)")
+    workers.add_argument("--revoke", metavar="NAME|HOST:PORT", help="forget a paired worker")
+    workers.add_argument("--browse", type=float, nargs="?", const=3.0, metavar="S",
+                         help="also list workers announced on the LAN (listen S seconds)")
+    workers.add_argument("--json", action="store_true")
+    workers.set_defaults(func=cmd_workers)
 
     chat = sub.add_parser("chat", help="chat in the terminal")
     chat.add_argument("prompt", nargs="?", help="one prompt (interactive without it)")
@@ -406,6 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.command is None:
         return launch_desktop()
     if args.command == "models" and args.action == "add" and not args.path:

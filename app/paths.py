@@ -26,6 +26,16 @@ class Paths:
         return self.runtime / "engine.json"
 
     @property
+    def pairings(self) -> Path:
+        """The workers this host may use (cluster/pairing.py; mode 0600)."""
+        return self.data / "cluster" / "pairings.json"
+
+    @property
+    def worker_folder(self) -> Path:
+        """This machine's identity and granted hosts when it shares itself."""
+        return self.data / "worker"
+
+    @property
     def gguf_cache(self) -> Path:
         return self.cache / "gguf-info.json"
 

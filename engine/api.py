@@ -179,6 +179,11 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = ())
         body, content_type = prometheus_text(engine.status())
         return Response(body, media_type=content_type)
 
+    @app.get("/v1/cluster", dependencies=[Depends(require_token)])
+    async def cluster():
+        """The machines, their stages, links and figures (the app's dashboard)."""
+        return engine.cluster_status() or {"workers": []}
+
     @app.get("/v1/hardware", dependencies=[Depends(require_token)])
     async def hardware():
         from .probe import probe

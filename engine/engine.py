@@ -28,10 +28,11 @@ IDLE_SAVE_S = 1.0  # idle this long, the worker saves resident conversations to 
 
 
 class Engine:
-    def __init__(self, store: ModelStore, settings: EngineSettings = EngineSettings()):
+    def __init__(self, store: ModelStore, settings: EngineSettings = EngineSettings(),
+                 cluster=None):
         self.store = store
         self.settings = settings
-        self.host = ModelHost(store, settings)
+        self.host = ModelHost(store, settings, cluster)
         self.scheduler = Scheduler(self.host, settings)
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=settings.max_queue)
         self._pending: Job | None = None  # first in line, waiting for memory or a swap
@@ -95,6 +96,30 @@ class Engine:
             "max_queue": self.settings.max_queue,
             "batching": batching,
         }
+
+    def abandon(self, error: HomerackError) -> None:
+        """From another thread, when the loaded model can run no more (a worker holding
+        its layers is gone, and llama.cpp may be blocked on it): every request running or
+        waiting gets `error`. The process is restarted next (cluster mode)."""
+        for slot in list(self.scheduler.active):
+            slot.job.emit(Failed(error))
+        if self._pending is not None:
+            self._pending.emit(Failed(error))
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None:
+                job.emit(Failed(error))
+
+    def cluster_status(self) -> dict | None:
+        cluster = self.host.cluster
+        if cluster is None:
+            return None
+        return {**cluster.status(), "plan": cluster.last.as_dict() if cluster.last else None,
+                "tokens_per_s": self._published.get("generated_tokens_per_s"),
+                "generated_tokens": self._published.get("generated_tokens")}
 
     def cache_status(self) -> dict | None:
         loaded = self.host.loaded

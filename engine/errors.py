@@ -78,3 +78,10 @@ class MemoryFull(HomerackError):
     """The KV memory shared by all sequences ran out while this one grew."""
     status = 503
     kind = "kv_memory_full"
+
+
+class WorkerLost(HomerackError):
+    """A worker holding layers of the loaded model went away: the engine answers what was
+    in flight with this, then restarts and plans without it."""
+    status = 503
+    kind = "worker_lost"

@@ -27,6 +27,7 @@ from .errors import HomerackError, ModelLoadFailed, OutOfMemory
 from .native import library_file
 from .planner import MAX_OUTPUTS
 from .prompt_cache import common_prefix
+from .rpc import device_of_buffer
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -60,7 +61,10 @@ _no_memory: list[str] = []  # devices where an allocation failed during that loa
 
 
 def _device(name: str) -> str:
-    """The ggml device name of a buffer type ("RPC0[host:port]" -> "RPC0")."""
+    """The ggml device name of a buffer type ("CPU_Mapped" -> "CPU"; an RPC buffer type
+    "RPC0[host:port]" -> the name that worker's device has here)."""
+    if name.startswith("RPC") and "[" in name:
+        return device_of_buffer(name)
     return name.split("[")[0].removesuffix("_Mapped").removesuffix("_REPACK")
 
 

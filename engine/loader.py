@@ -119,9 +119,10 @@ def _used(planned: Plan | None) -> dict[str, int]:
 
 
 def load(path: Path, info: GGUFInfo, base: LoadSettings, hardware: Hardware | None,
-         prefs: Preferences, journal: LoadJournal) -> LoadOutcome:
+         prefs: Preferences, journal: LoadJournal, planner=plan) -> LoadOutcome:
     """Load `path` by the plan for `hardware` (no plan when the model's shape or the
-    hardware is unknown: then only the context shrinks on failure)."""
+    hardware is unknown: then only the context shrinks on failure). `planner`: the
+    cluster's placement when workers take part."""
     notes: list[str] = []
     can_plan = info.shape is not None and hardware is not None
     crashed = journal.unfinished(path)
@@ -135,8 +136,8 @@ def load(path: Path, info: GGUFInfo, base: LoadSettings, hardware: Hardware | No
         prefs = back_off(prefs, crashed["used"], None)
         base = replace(base, n_ctx=max(512, base.n_ctx // 2))
     for attempt in range(ATTEMPTS):
-        planned = plan(hardware, info.shape, prefs) if can_plan else None
-        if attempt and planned is not None and not planned.fits:
+        planned = planner(hardware, info.shape, prefs) if can_plan else None
+        if planned is not None and not planned.fits and (attempt or planner is not plan):
             raise OutOfMemory(f"{path.name} does not load on this machine: "
                               + "; ".join(notes + list(planned.reasons)), device="")
         settings = _settings(base, planned)

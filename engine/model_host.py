@@ -123,9 +123,10 @@ class Loaded:
 class ModelHost:
     """Loads models by plan and holds the loaded one, its drafts and their controllers."""
 
-    def __init__(self, store: ModelStore, settings: EngineSettings):
+    def __init__(self, store: ModelStore, settings: EngineSettings, cluster=None):
         self.store = store
         self.settings = settings
+        self.cluster = cluster  # cluster.host.Cluster when workers take part
         self.loaded: Loaded | None = None
         self.default: LocalModel | None = None  # the model of requests that name none
         self.overrides: dict[Path, LoadOverride] = {}
@@ -147,11 +148,12 @@ class ModelHost:
         override = self.overrides.get(model.path)
         info = self.store.inspector.inspect(model.path)  # before llama.cpp ever opens it
         self.unload()
-        if self._hardware is None:
-            self._hardware = probe().within(self.settings.ram_budget)
+        if self._hardware is None or self.cluster:
+            self._hardware = self._probe()
         try:
             outcome = load(model.path, info, self.settings.load_settings(), self._hardware,
-                           self._preferences(info, override, model), self.journal)
+                           self._preferences(info, override, model), self.journal,
+                           self.cluster.place if self.cluster else plan)
         except Exception as exc:
             self.load_error = f"{model.id}: {getattr(exc, 'message', exc)}"
             raise
@@ -201,8 +203,15 @@ class ModelHost:
         info = self.store.inspector.inspect(model.path)
         if info.shape is None:
             return None
-        return plan(probe().within(self.settings.ram_budget), info.shape,
-                    self._preferences(info, override, model))
+        planner = self.cluster.place if self.cluster else plan
+        return planner(self._probe(), info.shape, self._preferences(info, override, model))
+
+    def _probe(self):
+        """This machine, with the workers' devices registered first (they must be before
+        llama.cpp's device list is read)."""
+        if self.cluster:
+            self.cluster.connect()
+        return probe().within(self.settings.ram_budget)
 
     def _compare(self, planned, llama: LlamaModel, arch: str) -> dict | None:
         """Measured against predicted bytes per device; the ratios calibrate later plans."""

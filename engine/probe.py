@@ -12,7 +12,7 @@ import psutil
 from .hardware import KINDS, Device, Hardware
 
 
-def _ggml():
+def registry_lib():
     from .native import library
 
     lib = library("ggml")
@@ -29,8 +29,9 @@ def _ggml():
     return lib
 
 
-def _handles(lib):
+def device_handles(lib=None):
     """(name, handle) of every device in the ggml registry, in its order."""
+    lib = lib or registry_lib()
     for index in range(lib.ggml_backend_dev_count()):
         handle = lib.ggml_backend_dev_get(index)
         yield lib.ggml_backend_dev_name(handle).decode(), handle
@@ -39,9 +40,9 @@ def _handles(lib):
 def probe() -> Hardware:
     import llama_cpp
 
-    lib = _ggml()
+    lib = registry_lib()
     devices = []
-    for name, handle in _handles(lib):
+    for name, handle in device_handles(lib):
         free, total = ctypes.c_size_t(), ctypes.c_size_t()
         lib.ggml_backend_dev_memory(handle, ctypes.byref(free), ctypes.byref(total))
         kind = lib.ggml_backend_dev_type(handle)
@@ -58,7 +59,7 @@ def probe() -> Hardware:
 def device_array(names: tuple[str, ...]):
     """The ggml devices with these names as the NULL-terminated array llama.cpp takes
     (llama_model_params.devices): explicit, in the planner's order."""
-    handles = dict(_handles(_ggml()))
+    handles = dict(device_handles())
     missing = [name for name in names if name not in handles]
     if missing:
         raise LookupError(f"no such device: {', '.join(missing)}")

@@ -1,5 +1,5 @@
 """llama.cpp's RPC backend through ctypes (llama-cpp-python binds none of it): a worker
-serves this machine's CPU as a device to one remote llama.cpp at a time, and a client
+serves this machine's devices to one remote llama.cpp at a time, and a client
 adds such a worker, whose device then appears in the ggml registry before the GPUs
 (so in `probe.probe()` and in llama.cpp's own device list)."""
 
@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ctypes
 from pathlib import Path
+
+from .probe import registry_lib, device_handles
 
 
 def _libs():
@@ -24,19 +26,46 @@ def _libs():
     return ggml, rpc
 
 
-def add_worker(endpoint: str) -> None:
-    """Make the worker at host:port a device of this process (before loading a model)."""
+_devices: dict[str, list[str]] = {}  # endpoint -> its devices' names here, in its order
+
+
+def add_worker(endpoint: str) -> list[str]:
+    """Make the worker at host:port a device of this process (before loading a model);
+    returns the names its devices have here (RPC0, RPC1, ...)."""
     ggml, rpc = _libs()
     registry = rpc.ggml_backend_rpc_add_server(endpoint.encode())
     if not registry:
         raise ConnectionError(f"no llama.cpp RPC worker answers at {endpoint}")
     ggml.ggml_backend_register(registry)
+    lib = registry_lib()
+    _devices[endpoint] = [
+        name for name, handle in device_handles(lib)
+        if name.startswith("RPC") and lib.ggml_backend_dev_description(handle).decode() == endpoint]
+    return _devices[endpoint]
 
 
-def serve_cpu(endpoint: str, threads: int, cache_dir: Path | None = None) -> None:
-    """Serve this machine's CPU device at host:port; blocks for the process's life."""
-    ggml, rpc = _libs()
-    devices = (ctypes.c_void_p * 1)(ggml.ggml_backend_dev_by_type(0))  # the CPU
+def device_of_buffer(name: str) -> str:
+    """The device here of an RPC buffer type named by llama.cpp "RPC<i>[host:port]" (i
+    counts the worker's own devices, so two workers both have an RPC0 buffer)."""
+    index, _, endpoint = name.partition("[")
+    names = _devices.get(endpoint.rstrip("]"), [])
+    remote = int(index.removeprefix("RPC") or 0)
+    return names[remote] if remote < len(names) else index
+
+
+def serve(endpoint: str, threads: int, cache_dir: Path | None = None) -> None:
+    """Serve every device of this machine (CPU and GPUs) at host:port, with the local
+    tensor cache in `cache_dir` (a second load of the same weights sends only hashes);
+    blocks for the process's life."""
+    _ggml, rpc = _libs()
+    local = [handle for name, handle in device_handles() if not name.startswith("RPC")]
+    devices = (ctypes.c_void_p * len(local))(*local)
     rpc.ggml_backend_rpc_start_server(endpoint.encode(),
                                       str(cache_dir).encode() if cache_dir else None,
-                                      threads, 1, devices)
+                                      threads, len(local), devices)
+
+
+if __name__ == "__main__":  # the worker's RPC server process: ENDPOINT THREADS [CACHE]
+    import sys
+
+    serve(sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]) if len(sys.argv) > 3 else None)

@@ -18,6 +18,7 @@ class ServeConfig:
     host: str = "127.0.0.1"
     port: int = 0
     token: str = ""
+    fd: int | None = None  # a socket already listening, handed over by a supervisor
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -32,7 +33,8 @@ def serve(engine: Engine, config: ServeConfig, on_ready: Callable[[str], None],
           routers: tuple = ()) -> None:
     """Blocks until the server stops (Ctrl+C or SIGTERM). `routers`: more routes, under
     the same token."""
-    sock = bind(config.host, config.port)
+    sock = socket.socket(fileno=config.fd) if config.fd is not None else \
+        bind(config.host, config.port)
     host, port = sock.getsockname()[:2]
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
     app = create_app(engine, config.token, on_startup=lambda: on_ready(url), routers=routers)

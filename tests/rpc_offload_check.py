@@ -28,7 +28,7 @@ def free_port() -> int:
 
 def start_worker(endpoint: str) -> subprocess.Popen:
     code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); " \
-           f"from engine.rpc import serve_cpu; serve_cpu({endpoint!r}, 1)"
+           f"from engine.rpc import serve; serve({endpoint!r}, 1)"
     worker = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     host, port = endpoint.split(":")

@@ -1,0 +1,176 @@
+"""The cluster's commands: `worker`, `pair`, `workers`, and `serve --workers` — which runs
+the engine as a supervised child holding the API's socket, so a worker lost mid-request
+(llama.cpp cannot survive it in-process) costs a restart of the engine, not the API."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from .paths import paths
+
+EXIT_REPLAN = 75  # the engine child's "a worker was lost: start me again"
+MAX_RESTARTS_A_MINUTE = 5
+
+
+def cmd_worker(args) -> int:
+    from engine.cluster.worker import Worker, WorkerConfig
+
+    config = WorkerConfig(name=args.name or socket.gethostname(), folder=paths().worker_folder,
+                          cache_dir=None if args.no_cache else paths().cache / "rpc",
+                          host=args.host, port=args.port, code=args.code,
+                          threads=args.threads or os.cpu_count() or 2,
+                          ram_bytes=int(args.ram * 2**30) if args.ram else None,
+                          advertise=not args.no_advertise)
+    worker = Worker(config)
+
+    def ready(address: str, code: str) -> None:
+        print(f"worker {config.name} listening on {address}", flush=True)
+        print(f"pairing code: {code}", flush=True)
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        asyncio.run(worker.run(ready, log=lambda m: print(m, flush=True)))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def cmd_pair(args) -> int:
+    from engine.cluster.link import pair
+    from engine.cluster.pairing import Pairings
+    from engine.cluster.protocol import Refused
+
+    try:
+        pairing = asyncio.run(pair(args.address, args.code, socket.gethostname()))
+    except (Refused, ConnectionError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    Pairings(paths().pairings).add(pairing)
+    print(f"paired with worker {pairing.name} at {pairing.address}")
+    return 0
+
+
+def cmd_workers(args) -> int:
+    import json
+
+    from engine.cluster.pairing import Pairings
+
+    store = Pairings(paths().pairings)
+    if args.revoke:
+        if not store.revoke(args.revoke):
+            print(f"error: no paired worker {args.revoke}", file=sys.stderr)
+            return 1
+        print(f"revoked {args.revoke}")
+        return 0
+    found = _announced(args.browse) if args.browse else []
+    if args.json:
+        print(json.dumps({"paired": [{"name": p.name, "address": p.address,
+                                      "fingerprint": p.fingerprint} for p in store.all()],
+                          "announced": [vars(a) for a in found]}, indent=2))
+        return 0
+    for p in store.all():
+        print(f"paired     {p.name:<20} {p.address:<22} {p.fingerprint[:16]}")
+    paired = {p.name for p in store.all()}
+    for a in found:
+        state = "paired" if a.name in paired else "not paired"
+        print(f"announced  {a.name:<20} {a.address:<22} {state}; "
+              f"{a.free_bytes / 2**30:.1f} GiB free; Homerack {a.versions.get('homerack')}")
+    return 0
+
+
+def _announced(seconds: float):
+    from engine.cluster.discovery import Browser
+
+    browser = Browser()
+    try:
+        return browser.wait(seconds)
+    finally:
+        browser.close()
+
+
+def resolve_workers(spec: str, browse_s: float = 3.0):
+    """The pairings `--workers` names: "auto" (the paired ones announced on the LAN now)
+    or a comma list of names or addresses."""
+    from engine.cluster.pairing import Pairings
+
+    store = Pairings(paths().pairings)
+    if spec == "auto":
+        found = _announced(browse_s)
+        names = {a.name for a in found}
+        addresses = {a.address for a in found}
+        return [p for p in store.all() if p.name in names or p.address in addresses]
+    chosen = []
+    for key in filter(None, (k.strip() for k in spec.split(","))):
+        pairing = store.find(key)
+        if pairing is None:
+            raise SystemExit(f"error: worker {key} is not paired; run: homerack pair {key} --code CODE")
+        chosen.append(pairing)
+    return chosen
+
+
+def make_cluster(args, on_lost):
+    from engine.cluster.host import Cluster
+
+    pairings = resolve_workers(args.workers)
+    split = None
+    if args.split:
+        counts = [int(n) for n in args.split.split(",")]
+        split = {p.name: n for p, n in zip(pairings, counts)}
+    return Cluster(pairings, on_lost, split)
+
+
+def lost_handler(holder: dict):
+    """What the engine child does when a worker goes: answer everything in flight with an
+    error naming it, then exit for the supervisor to start it again."""
+    from engine.errors import WorkerLost
+
+    def lost(name: str, why: str) -> None:
+        print(f"cluster: {why}; restarting the engine without it", flush=True)
+        engine = holder.get("engine")
+        if engine is not None:
+            engine.host.journal.end()  # not a crash of the load: no safer plan needed
+            engine.abandon(WorkerLost(f"{why}; the engine restarts without worker {name}"))
+        threading.Timer(0.5, os._exit, (EXIT_REPLAN,)).start()  # the error reaches clients first
+
+    return lost
+
+
+def supervise(args, argv: list[str], on_ready) -> int:
+    """Hold the API's socket and run the engine as a child on it, again after each exit
+    for a lost worker. Clients that connect meanwhile wait in the socket's backlog."""
+    from engine.server import bind
+
+    sock = bind(args.host, args.port)
+    host, port = sock.getsockname()[:2]
+    on_ready(f"http://{host}:{port}")
+    child = None
+
+    def stop(*_):
+        if child and child.poll() is None:
+            child.terminate()
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    restarts: list[float] = []
+    while True:
+        child = subprocess.Popen([sys.executable, "-m", "app", *argv, "--fd", str(sock.fileno())],
+                                 pass_fds=[sock.fileno()])
+        try:
+            code = child.wait()
+        except KeyboardInterrupt:
+            stop()
+        if code != EXIT_REPLAN:
+            return code
+        now = time.monotonic()
+        restarts = [t for t in restarts if now - t < 60] + [now]
+        if len(restarts) > MAX_RESTARTS_A_MINUTE:
+            print("cluster: workers keep failing; the engine stops", flush=True)
+            return 1
+        print("cluster: restarting the engine to plan without the lost worker", flush=True)

@@ -1,0 +1,110 @@
+"""The host's view of its workers, in the engine process: a link to each paired worker
+(heartbeat and forwarder, link.py), its devices registered with llama.cpp, and the
+placement over them. Workers that do not answer, refuse, or run another version are
+left out with the reason; one that answers again is taken at the next start."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Callable
+
+from ..hardware import Hardware
+from ..planner import Plan, Preferences
+from ..rpc import add_worker
+from ..gguf_file import ModelShape
+from .link import LinkLoop, WorkerLink
+from .pairing import Pairing
+from .placement import ClusterPlan, Machine, local_machine, place_cluster
+from .protocol import Refused
+from .speed import memory_bandwidth
+
+
+class Cluster:
+    def __init__(self, pairings: list[Pairing], on_lost: Callable[[str, str], None],
+                 split: dict[str, int] | None = None):
+        self.pairings = pairings
+        self.on_lost = on_lost          # (worker name, why), from the links' thread
+        self.split = split              # layers per worker, chosen by the user
+        self.links: dict[str, WorkerLink] = {}
+        self.devices: dict[str, list[str]] = {}   # worker -> its devices' names here
+        self.left_out: dict[str, str] = {}        # worker -> why it is not used
+        self.last: ClusterPlan | None = None
+        self._loop = LinkLoop()
+        self._bandwidth: float | None = None
+        self._lock = threading.Lock()
+
+    def connect(self) -> None:
+        """Reach every paired worker not linked yet; register its devices."""
+        for pairing in self.pairings:
+            if pairing.name in self.links:
+                continue
+            link = WorkerLink(pairing, self._lost)
+            try:
+                self._loop.run(link.start(), timeout=10)
+                self.devices[pairing.name] = add_worker(link.endpoint)
+            except (Refused, ConnectionError, TimeoutError) as exc:
+                self.left_out[pairing.name] = str(exc)
+                continue
+            self.links[pairing.name] = link
+            self.left_out.pop(pairing.name, None)
+
+    def _lost(self, link: WorkerLink, why: str) -> None:
+        self.left_out[link.name] = why
+        self.on_lost(link.name, why)
+
+    def machines(self, hw: Hardware) -> list[Machine]:
+        """The linked workers as placement sees them: each device's free memory (capped
+        by what the worker offers), its measured speed and its link's round trip."""
+        free = {d.name: d.free_bytes for d in hw.devices}
+        machines = []
+        for name, link in self.links.items():
+            if link.lost:
+                continue
+            info, offered = link.info, link.info.get("free_bytes")
+            devices = tuple(
+                (here, remote.get("kind", "cpu"),
+                 min(free.get(here, 0), offered) if remote.get("kind") == "cpu" and offered
+                 else free.get(here, 0))
+                for here, remote in zip(self.devices[name], info.get("devices", [])))
+            machines.append(Machine(name, devices, float(info.get("bandwidth") or 1e9),
+                                    link.stats.rtt_s or 0.001))
+        return machines
+
+    def place(self, hw: Hardware, shape: ModelShape, prefs: Preferences) -> Plan:
+        """The plan over this machine and the workers (the loader's planner)."""
+        if self._bandwidth is None:
+            self._bandwidth = memory_bandwidth()
+        here = local_machine(hw, prefs, self._bandwidth)
+        self.last = place_cluster(shape, hw, here, self.machines(hw), prefs, self.split)
+        return self.last.plan
+
+    def status(self) -> dict:
+        stages = self.last.stages if self.last else ()
+        workers = []
+        for pairing in self.pairings:
+            link = self.links.get(pairing.name)
+            stats = link.stats if link else None
+            workers.append({
+                "name": pairing.name, "address": pairing.address,
+                "state": "lost" if link and link.lost else "linked" if link else "left out",
+                "why": self.left_out.get(pairing.name),
+                "rtt_ms": round(stats.rtt_s * 1000, 2) if stats and stats.rtt_s else None,
+                "bytes_sent": stats.bytes_sent if stats else 0,
+                "bytes_received": stats.bytes_received if stats else 0,
+                "round_trips": stats.round_trips if stats else 0,
+                "free_bytes": link.info.get("free_bytes") if link else None,
+                "stages": [vars(s) for s in stages if s.machine == pairing.name]})
+        plan = self.last
+        return {"host": socket.gethostname(), "workers": workers,
+                "local_stages": [vars(s) for s in stages if s.machine not in self.links],
+                "expected_tokens_per_s": round(plan.tokens_per_s, 1) if plan else None,
+                "left_out": dict(plan.left_out) if plan else {}}
+
+    def close(self) -> None:
+        for link in self.links.values():
+            try:
+                self._loop.run(link.stop(), timeout=2)
+            except Exception:
+                pass
+        self._loop.close()

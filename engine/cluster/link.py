@@ -1,0 +1,207 @@
+"""The host's side of a worker: pairing, the heartbeat link, and the local forwarder
+llama.cpp's RPC client connects to (127.0.0.1 only), which carries its bytes over TLS to
+the worker's gateway and counts them.
+
+When the worker goes (the link breaks, or no heartbeat answer for LOST_AFTER_S), the
+forwarder keeps llama.cpp's socket open and silent: llama.cpp would abort the process on
+a closed one, a silent one only blocks it, so the engine can answer the request in flight
+with an error naming the worker before it restarts (cluster/host.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import ssl
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from .identity import client_context, peer_fingerprint
+from .pairing import Pairing
+from .protocol import (DEFAULT_PORT, HEARTBEAT_S, LOST_AFTER_S, Refused, code_proof, read_line, versions,
+                       write_line)
+from .gateway import PIPE_CHUNK
+
+
+def split_address(address: str, default_port: int) -> tuple[str, int]:
+    host, _, port = address.rpartition(":") if ":" in address else (address, "", "")
+    return host.strip("[]"), int(port) if port else default_port
+
+
+async def _connect(address: str):
+    """TLS to a worker's gateway: (reader, writer, the certificate's fingerprint)."""
+    host, port = split_address(address, DEFAULT_PORT)
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=client_context(), limit=1 << 16), 5)
+    except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
+        raise ConnectionError(f"no Homerack worker answers at {host}:{port} ({exc})") from None
+    writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return reader, writer, peer_fingerprint(writer.get_extra_info("ssl_object"))
+
+
+async def _hello(reader, writer, message: dict) -> dict:
+    await write_line(writer, {"versions": versions(), **message})
+    answer = await read_line(reader)
+    if not answer.get("ok"):
+        writer.close()
+        raise Refused(answer.get("error") or "refused")
+    return answer
+
+
+async def open_link(address: str, mode: str, pinned: str, token: str):
+    """A paired worker's gateway in `mode`, its certificate checked against the pinned
+    fingerprint before a byte of ours is sent. Returns (reader, writer, its answer)."""
+    reader, writer, seen = await _connect(address)
+    if seen != pinned:
+        writer.close()
+        raise Refused(f"the worker at {address} shows another certificate than the one "
+                      "paired (fingerprint changed): pair it again if it was reinstalled")
+    answer = await _hello(reader, writer, {"mode": mode, "token": token})
+    return reader, writer, answer
+
+
+async def pair(address: str, code: str, host_name: str) -> Pairing:
+    """Pair with the worker at `address` using the code it shows."""
+    reader, writer, seen = await _connect(address)
+    try:
+        answer = await _hello(reader, writer, {"mode": "pair", "host": host_name,
+                                               "proof": code_proof(code, seen)})
+    finally:
+        writer.close()
+    host, port = split_address(address, DEFAULT_PORT)
+    return Pairing(str(answer["name"]), f"{host}:{port}", seen, str(answer["token"]))
+
+
+@dataclass
+class LinkStats:
+    bytes_sent: int = 0         # host -> worker, RPC only
+    bytes_received: int = 0
+    round_trips: int = 0        # request/response turns on the RPC link
+    rtt_s: float | None = None  # the last heartbeat's round trip
+
+
+class WorkerLink:
+    """One paired worker: heartbeat, forwarder, figures. Lives on a LinkLoop."""
+
+    def __init__(self, pairing: Pairing, on_lost: Callable[["WorkerLink", str], None]):
+        self.pairing = pairing
+        self.on_lost = on_lost
+        self.stats = LinkStats()
+        self.info: dict = {}
+        self.lost: str | None = None
+        self.endpoint: str | None = None   # where llama.cpp connects (127.0.0.1:port)
+        self._server: asyncio.AbstractServer | None = None
+        self._control: asyncio.StreamWriter | None = None
+        self._held: list[asyncio.StreamWriter] = []  # llama.cpp's sockets, kept open when lost
+        self._tasks: set[asyncio.Task] = set()  # asyncio keeps only weak references to them
+
+    @property
+    def name(self) -> str:
+        return self.pairing.name
+
+    async def start(self) -> None:
+        """Check the worker (version, pairing) and open the forwarder."""
+        reader, writer, answer = await open_link(self.pairing.address, "control",
+                                                    self.pairing.fingerprint, self.pairing.token)
+        self.info = answer.get("info", {})
+        self._control = writer
+        self._server = await asyncio.start_server(self._forward, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.endpoint = f"127.0.0.1:{port}"
+        self._tasks.add(asyncio.get_running_loop().create_task(self._heartbeat(reader, writer)))
+
+    async def _heartbeat(self, reader, writer) -> None:
+        while self.lost is None:
+            sent = time.monotonic()
+            try:
+                await write_line(writer, {"t": sent})
+                line = await asyncio.wait_for(reader.readline(), LOST_AFTER_S - HEARTBEAT_S)
+                if not line:
+                    raise ConnectionError("closed")
+                self.info = json.loads(line).get("info", self.info)
+            except (asyncio.TimeoutError, OSError, ValueError, ssl.SSLError) as exc:
+                self._lose(f"worker {self.name} ({self.pairing.address}) stopped answering"
+                           + (" (connection closed)" if isinstance(exc, OSError) else ""))
+                return
+            self.stats.rtt_s = time.monotonic() - sent
+            await asyncio.sleep(max(0.0, HEARTBEAT_S - self.stats.rtt_s))
+
+    def _lose(self, why: str) -> None:
+        if self.lost is None:
+            self.lost = why
+            self.on_lost(self, why)
+
+    async def _forward(self, local_reader, local_writer) -> None:
+        task = asyncio.current_task()
+        self._tasks.add(task)
+        try:
+            await self._carry(local_reader, local_writer)
+        finally:
+            self._tasks.discard(task)
+
+    async def _carry(self, local_reader, local_writer) -> None:
+        if self.lost:
+            self._held.append(local_writer)
+            return
+        local_writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            remote_reader, remote_writer, _ = await open_link(
+                self.pairing.address, "rpc", self.pairing.fingerprint, self.pairing.token)
+        except (Refused, ConnectionError) as exc:
+            self._held.append(local_writer)
+            self._lose(f"worker {self.name}: {exc}")
+            return
+        awaiting, ended = [False], [False]
+
+        async def upstream():
+            while data := await local_reader.read(PIPE_CHUNK):
+                self.stats.bytes_sent += len(data)
+                awaiting[0] = True
+                remote_writer.write(data)
+                await remote_writer.drain()
+            ended[0] = True  # llama.cpp closed its connection: end the session there too
+            remote_writer.close()
+
+        async def downstream():
+            while data := await remote_reader.read(PIPE_CHUNK):
+                self.stats.bytes_received += len(data)
+                if awaiting[0]:
+                    self.stats.round_trips, awaiting[0] = self.stats.round_trips + 1, False
+                local_writer.write(data)
+                await local_writer.drain()
+            if not ended[0]:
+                raise ConnectionError("the worker closed the link")
+
+        try:
+            await asyncio.gather(upstream(), downstream())
+            local_writer.close()
+        except (OSError, ssl.SSLError) as exc:
+            self._held.append(local_writer)
+            self._lose(f"worker {self.name} ({self.pairing.address}) was lost: {exc}")
+        finally:
+            remote_writer.close()
+
+    async def stop(self) -> None:
+        if self._server:
+            self._server.close()
+        if self._control:
+            self._control.close()
+
+
+class LinkLoop:
+    """An asyncio loop on its own thread for every link of this process."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="homerack-links",
+                                        daemon=True)
+        self._thread.start()
+
+    def run(self, coro, timeout: float = 30.0):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)

@@ -1,0 +1,205 @@
+"""Where each layer runs when other machines help: a pure function from the model's shape,
+this machine and the workers (their memory, measured speed and link round trip) to a
+plan of contiguous layer ranges, as exo's placement and prima.cpp's solver do.
+
+Decoding a token streams every weight once, so a stage's time is its bytes over its
+device's bandwidth; each remote stage adds round trips on its link. Layers go to the
+fastest devices first, within each one's memory; the token embeddings and the output
+layer stay on this machine (only an activation row crosses a link, never the logits).
+Every subset of workers is tried: a worker that would make tokens slower than the best
+plan without it is left out, with the figures that say why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from itertools import combinations
+
+from ..gguf_file import ModelShape
+from ..hardware import Hardware
+from ..planner import DeviceUse, Plan, Preferences, _contexts, budgets, compute_bytes, plan
+
+THIS_MACHINE = "this machine"
+ROUND_TRIPS_PER_STAGE = 2     # llama.cpp RPC per remote stage and token (measured: bench/cluster.py)
+LINK_BYTES_PER_S = 125e6      # 1 Gbit/s, for the activation rows
+GPU_BANDWIDTH_FACTOR = 8.0    # a GPU against its host's RAM, when not measured
+MAX_SUBSETS = 64
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    devices: tuple[tuple[str, str, int], ...]  # (ggml device name here, kind, usable bytes)
+    bandwidth: float                           # bytes/s its CPU reads (measured probe)
+    rtt_s: float = 0.0                         # round trip of its link; 0 for this machine
+
+    def speed(self, kind: str) -> float:
+        return self.bandwidth * (GPU_BANDWIDTH_FACTOR if kind in ("gpu", "igpu") else 1.0)
+
+
+@dataclass(frozen=True)
+class Stage:
+    machine: str
+    device: str
+    first_layer: int
+    last_layer: int     # inclusive; the output layer is counted as layer n_layers
+    bytes: int          # weights, KV cache and compute buffer there
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    plan: Plan
+    stages: tuple[Stage, ...]
+    tokens_per_s: float               # expected decode speed
+    left_out: tuple[tuple[str, str], ...]  # (worker, why)
+
+    def as_dict(self) -> dict:
+        return {**self.plan.as_dict(), "tokens_per_s": round(self.tokens_per_s, 1),
+                "stages": [vars(s) for s in self.stages],
+                "left_out": [{"worker": w, "why": why} for w, why in self.left_out]}
+
+
+def local_machine(hw: Hardware, prefs: Preferences, bandwidth: float) -> Machine:
+    """This machine's devices, the output device last (its largest GPU, else the CPU)."""
+    gpus, cpu = budgets(_without_remote(hw), prefs)
+    kinds = {d.name: d.kind for d in hw.devices}
+    ordered = [("CPU", "cpu", cpu)] + [(n, kinds[n], b) for n, b in sorted(gpus, key=lambda g: g[1])]
+    return Machine(THIS_MACHINE, tuple(ordered), bandwidth)
+
+
+def _without_remote(hw: Hardware) -> Hardware:
+    return replace(hw, devices=tuple(d for d in hw.devices if not d.name.startswith("RPC")))
+
+
+def place_cluster(shape: ModelShape, hw: Hardware, here: Machine, workers: list[Machine],
+                  prefs: Preferences, split: dict[str, int] | None = None) -> ClusterPlan:
+    """The fastest plan that fits, over this machine and any subset of `workers` (with
+    `split`, that many layers on each named worker, the rest here)."""
+    subsets = [tuple(w for w in workers if w.name in split)] if split else \
+        [s for n in range(len(workers) + 1) for s in combinations(workers, n)][:MAX_SUBSETS]
+    for n_ctx in _contexts(prefs, shape):
+        for kv_type in (["f16", "q8_0"] if prefs.allow_quantized_kv else ["f16"]):
+            found = [c for s in subsets
+                     if (c := _candidate(shape, hw, here, s, n_ctx, kv_type, prefs, split))]
+            if found:
+                best = max(found, key=lambda c: (c.tokens_per_s, -len(c.stages)))
+                return replace(best, left_out=_left_out(best, found, workers))
+    alone = plan(_without_remote(hw), shape, prefs)
+    return ClusterPlan(replace(alone, reasons=alone.reasons + (
+        "not even this machine and every worker together hold it",)), (), 0.0,
+        tuple((w.name, "the model does not fit even with it") for w in workers))
+
+
+def _left_out(best: ClusterPlan, found: list[ClusterPlan], workers: list[Machine]):
+    used = {s.machine for s in best.stages}
+    reasons = []
+    for worker in workers:
+        if worker.name in used:
+            continue
+        with_it = [c for c in found if worker.name in {s.machine for s in c.stages}]
+        if with_it:
+            faster = max(c.tokens_per_s for c in with_it)
+            reasons.append((worker.name, f"would slow generation: {faster:.1f} tok/s expected "
+                                         f"with it, {best.tokens_per_s:.1f} without"))
+        else:
+            reasons.append((worker.name, "no layers fit in its free memory"))
+    return tuple(reasons)
+
+
+def _candidate(shape, hw, here: Machine, remote: tuple[Machine, ...], n_ctx: int,
+               kv_type: str, prefs: Preferences, split) -> ClusterPlan | None:
+    if not remote:
+        alone = plan(_without_remote(hw), shape, replace(prefs, ctx=n_ctx, min_ctx=n_ctx,
+                                                         allow_quantized_kv=kv_type != "f16"))
+        if not alone.fits or alone.kv_type != kv_type:
+            return None
+        stage = Stage(THIS_MACHINE, "CPU", 0, shape.n_layers, sum(u.total for u in alone.uses))
+        return ClusterPlan(alone, (stage,), 1 / _seconds(shape, [(here, "cpu", shape.n_layers)]), ())
+    devices = [(m, name, kind, budget) for m in (*remote, here) for name, kind, budget in m.devices]
+    counts = _fill(shape, devices, n_ctx, kv_type, split)
+    if counts is None:
+        return None
+    return _as_plan(shape, devices, counts, n_ctx, kv_type, prefs)
+
+
+def _layer_cost(shape: ModelShape, n_ctx: int, kv_type: str) -> int:
+    return max(shape.layer_bytes) + int(shape.kv_bytes_per_token(kv_type) * n_ctx)
+
+
+def _fixed(shape: ModelShape, n_ctx: int, last: bool) -> int:
+    """What a device holds besides its layers: the compute buffer; on the output device
+    also the output matrix, the embeddings, the logits row."""
+    if not last:
+        return compute_bytes(shape, n_ctx, False)
+    return (compute_bytes(shape, n_ctx, True) + shape.output_bytes + shape.embd_bytes
+            + shape.other_bytes + shape.n_vocab * 4)
+
+
+def _fill(shape, devices, n_ctx, kv_type, split) -> list[int] | None:
+    """Layers per device (in device order): fastest devices first, each to its memory."""
+    cost = _layer_cost(shape, n_ctx, kv_type)
+    room = []
+    for i, (machine, _name, kind, budget) in enumerate(devices):
+        spare = budget - _fixed(shape, n_ctx, i == len(devices) - 1)
+        room.append(max(0, spare // cost))
+    counts = [0] * len(devices)
+    left = shape.n_layers
+    if split:
+        for i, (machine, *_rest) in enumerate(devices):
+            if machine.name in split:
+                counts[i] = min(split[machine.name], left)
+                left -= counts[i]
+        counts[-1] = left
+        return counts if all(c <= r for c, r in zip(counts, room)) else None
+    order = sorted(range(len(devices)), key=lambda i: (-devices[i][0].speed(devices[i][2]),
+                                                      devices[i][0].rtt_s, -i))
+    for i in order:
+        counts[i] = min(room[i], left)
+        left -= counts[i]
+    return None if left else counts
+
+
+def _seconds(shape: ModelShape, parts: list[tuple[Machine, str, int]]) -> float:
+    """Predicted seconds a token: each stage streams its layers' weights, each remote stage
+    adds its link's round trips and an activation row each way."""
+    per_layer = sum(shape.layer_bytes) / shape.n_layers
+    seconds = (shape.output_bytes or shape.embd_bytes) / parts[-1][0].speed(parts[-1][1])
+    machines = {}
+    for machine, kind, layers in parts:
+        seconds += layers * per_layer / machine.speed(kind)
+        if layers and machine.name != THIS_MACHINE:
+            machines[machine.name] = machine
+    for machine in machines.values():
+        seconds += ROUND_TRIPS_PER_STAGE * machine.rtt_s + 2 * shape.n_embd * 4 / LINK_BYTES_PER_S
+    return seconds
+
+
+def _as_plan(shape, devices, counts, n_ctx, kv_type, prefs) -> ClusterPlan | None:
+    used = [(d, c) for d, c in zip(devices, counts) if c or d is devices[-1]]
+    if all(m.name == THIS_MACHINE for (m, *_r), _c in used):
+        return None  # no worker got a layer: that is the plan without them
+    kv_layer = int(shape.kv_bytes_per_token(kv_type) * n_ctx)
+    stages, uses, first = [], [], 0
+    for index, ((machine, name, kind, budget), count) in enumerate(used):
+        last = index == len(used) - 1
+        weights = sum(shape.layer_bytes[first:first + count])
+        if last:
+            weights += shape.output_bytes + shape.embd_bytes + shape.other_bytes
+        use = DeviceUse(name, budget, weights, kv_layer * count,
+                        compute_bytes(shape, n_ctx, last), shape.n_vocab * 4 if last else 0)
+        uses.append(use)
+        stages.append(Stage(machine.name, name, first, first + count - (0 if last else 1),
+                            use.total))
+        first += count
+    if any(u.total > u.budget for u in uses):
+        return None
+    machines = sorted({m.name for (m, *_r), _c in used} - {THIS_MACHINE})
+    reasons = (f"layers spread over this machine and {', '.join(machines)}: "
+               + "; ".join(f"{s.machine} ({s.device}) layers {s.first_layer}-{s.last_layer}"
+                           for s in stages),
+               "the output layer stays on this machine: only one activation row crosses "
+               "each link per token")
+    planned = Plan(shape.name, shape.n_layers + 1, tuple(u.device for u in uses),
+                   tuple(float(c + (1 if i == len(used) - 1 else 0)) for i, (_d, c) in enumerate(used)),
+                   n_ctx, kv_type, kv_type != "f16", tuple(uses), True, reasons)
+    seconds = _seconds(shape, [(m, kind, c) for (m, _n, kind, _b), c in used])
+    return ClusterPlan(planned, tuple(stages), 1 / seconds, ())

@@ -1,0 +1,127 @@
+"""A machine shared as a pipeline stage: llama.cpp's RPC server in a supervised child
+process on 127.0.0.1 (restarted if it dies), the TLS gateway on the LAN port in front of
+it, and the mDNS announcement. `homerack worker` and the app's Share switch run this."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+from .gateway import Gateway
+from .identity import certificate_fingerprint, ensure_identity, server_context, short
+from .pairing import Grants
+from .protocol import versions
+from .speed import memory_bandwidth
+
+RESTART_DELAY_S = 1.0
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    name: str
+    folder: Path               # identity and grants
+    cache_dir: Path | None     # llama.cpp's tensor cache
+    host: str = "0.0.0.0"      # the gateway's address (the RPC server is always 127.0.0.1)
+    port: int = 0
+    code: str | None = None    # a fixed pairing code (scripts); None: a new one-time code
+    threads: int = 2
+    ram_bytes: int | None = None  # the most memory this machine offers
+    advertise: bool = True     # on the gateway's address (every LAN address for 0.0.0.0)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Worker:
+    def __init__(self, config: WorkerConfig):
+        from ..probe import probe
+
+        self.config = config
+        cert, key = ensure_identity(config.folder, config.name)
+        self.context = server_context(cert, key)
+        self.fingerprint = certificate_fingerprint(cert)
+        self.grants = Grants(config.folder / "grants.json", config.code)
+        self.rpc_endpoint = f"127.0.0.1:{free_port()}"
+        hardware = probe()
+        self.devices = [{"name": d.name, "kind": d.kind, "description": d.description,
+                         "total": d.total_bytes} for d in hardware.devices
+                        if not d.name.startswith("RPC")]
+        self.bandwidth = memory_bandwidth()
+        self.rpc_process: subprocess.Popen | None = None
+        self.rpc_restarts = 0
+        self.gateway = Gateway(config.name, self.grants, self.fingerprint, self.rpc_endpoint,
+                               self.info)
+
+    def free_bytes(self) -> int:
+        free = psutil.virtual_memory().available
+        return min(free, self.config.ram_bytes) if self.config.ram_bytes else free
+
+    def info(self) -> dict:
+        return {"devices": self.devices, "free_bytes": self.free_bytes(),
+                "bandwidth": self.bandwidth, "serving": self.gateway.stats.serving,
+                "rpc_restarts": self.rpc_restarts}
+
+    def _start_rpc(self) -> subprocess.Popen:
+        args = [sys.executable, "-m", "engine.rpc", self.rpc_endpoint, str(self.config.threads)]
+        if self.config.cache_dir:
+            self.config.cache_dir.mkdir(parents=True, exist_ok=True)
+            args.append(str(self.config.cache_dir))
+        return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                cwd=Path(__file__).resolve().parents[2])
+
+    async def _supervise_rpc(self, log: Callable[[str], None]) -> None:
+        while True:
+            self.rpc_process = self._start_rpc()
+            code = await asyncio.to_thread(self.rpc_process.wait)
+            self.rpc_restarts += 1
+            log(f"llama.cpp's RPC server exited ({code}); restarting it")
+            await asyncio.sleep(RESTART_DELAY_S)
+
+    async def run(self, on_ready: Callable[[str, str], None],
+                  log: Callable[[str], None] = print) -> None:
+        """Serve until cancelled; on_ready(gateway address, pairing code)."""
+        supervisor = asyncio.create_task(self._supervise_rpc(log))
+        server = await self.gateway.serve(self.config.host, self.config.port, self.context)
+        port = server.sockets[0].getsockname()[1]
+        advertiser = self._advertise(port) if self.config.advertise else None
+        on_ready(f"{self.config.host}:{port}", self.grants.code)
+        log(f"certificate fingerprint {short(self.fingerprint)}")
+        try:
+            while True:  # keep the announced free memory current
+                await asyncio.sleep(10)
+                if advertiser:
+                    await asyncio.to_thread(advertiser.publish, versions(), self._announced(),
+                                            self.free_bytes())
+        finally:
+            supervisor.cancel()
+            server.close()
+            if self.rpc_process and self.rpc_process.poll() is None:
+                self.rpc_process.kill()
+            if advertiser:
+                await asyncio.to_thread(advertiser.close)
+
+    def _announced(self) -> list[dict]:
+        return [{"name": d["name"], "kind": d["kind"], "total": d["total"]} for d in self.devices]
+
+    def _advertise(self, port: int):
+        from .discovery import Advertiser
+
+        addresses = _lan_addresses() if self.config.host in ("0.0.0.0", "") else [self.config.host]
+        advertiser = Advertiser(self.config.name, port, addresses, addresses)
+        advertiser.publish(versions(), self._announced(), self.free_bytes())
+        return advertiser
+
+
+def _lan_addresses() -> list[str]:
+    return [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+            if a.family == socket.AF_INET and not a.address.startswith("127.")]
