@@ -50,6 +50,10 @@ def cmd_serve(args) -> int:
             return supervise(args, args.argv, announce)
         finally:
             remove_engine_file(engine_file, os.getpid())
+    if args.fd is not None:
+        from engine.native import die_with_parent
+
+        die_with_parent()
     store = _store()
     if args.model:
         store.resolve(args.model)  # an unknown model fails now, not at the first request
@@ -83,7 +87,7 @@ def cmd_serve(args) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         serve(engine, ServeConfig(args.host, args.port, token, args.fd), ready,
-              routers=(hub_routes(store, downloads),))
+              routers=(hub_routes(store, downloads),), holder=holder)
     finally:
         remove_engine_file(engine_file, os.getpid())
         if cluster:

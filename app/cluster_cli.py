@@ -133,6 +133,8 @@ def lost_handler(holder: dict):
 
     def lost(name: str, why: str) -> None:
         print(f"cluster: {why}; restarting the engine without it", flush=True)
+        if "stop_accepting" in holder:  # new requests wait in the backlog for the next engine
+            holder["stop_accepting"]()
         engine = holder.get("engine")
         if engine is not None:
             engine.host.journal.end()  # not a crash of the load: no safer plan needed

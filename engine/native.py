@@ -35,3 +35,12 @@ def library(name: str) -> ctypes.CDLL:
     """Library `name`, loaded once (llama.cpp's backends are initialised first)."""
     llama_cpp.llama_backend_init()
     return ctypes.CDLL(str(library_file(name)))
+
+
+def die_with_parent() -> None:
+    """Linux: this process gets SIGKILL when its parent dies (a worker's RPC server, a
+    supervised engine), so none outlives the process that serves or supervises it."""
+    if sys.platform.startswith("linux"):
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG

@@ -68,4 +68,7 @@ def serve(endpoint: str, threads: int, cache_dir: Path | None = None) -> None:
 if __name__ == "__main__":  # the worker's RPC server process: ENDPOINT THREADS [CACHE]
     import sys
 
+    from .native import die_with_parent
+
+    die_with_parent()
     serve(sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]) if len(sys.argv) > 3 else None)

@@ -3,6 +3,7 @@ and the real address is known before the first request."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from dataclasses import dataclass
 from typing import Callable
@@ -30,16 +31,26 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def serve(engine: Engine, config: ServeConfig, on_ready: Callable[[str], None],
-          routers: tuple = ()) -> None:
+          routers: tuple = (), holder: dict | None = None) -> None:
     """Blocks until the server stops (Ctrl+C or SIGTERM). `routers`: more routes, under
-    the same token."""
+    the same token. `holder` receives "stop_accepting": a callable that closes this
+    process's listening socket (a supervisor's copy keeps new clients waiting)."""
     sock = socket.socket(fileno=config.fd) if config.fd is not None else \
         bind(config.host, config.port)
     host, port = sock.getsockname()[:2]
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
-    app = create_app(engine, config.token, on_startup=lambda: on_ready(url), routers=routers)
+    loop = {}
+
+    def started() -> None:
+        loop["loop"] = asyncio.get_running_loop()
+        on_ready(url)
+
+    app = create_app(engine, config.token, on_startup=started, routers=routers)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
                                            timeout_graceful_shutdown=2))
+    if holder is not None:
+        holder["stop_accepting"] = lambda: loop["loop"].call_soon_threadsafe(
+            lambda: [listener.close() for listener in server.servers])
     try:
         server.run(sockets=[sock])
     finally:

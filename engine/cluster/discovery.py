@@ -1,6 +1,11 @@
 """Workers announce themselves on the LAN with mDNS (zeroconf): name, gateway port,
-devices and free memory, Homerack and llama.cpp RPC versions. Records carry a short TTL,
-so a worker that vanishes without saying goodbye leaves hosts' lists within TTL_S."""
+devices and free memory, Homerack and llama.cpp RPC versions.
+
+A worker that leaves cleanly says goodbye; one that vanishes must be noticed by its
+records expiring. zeroconf stretches a service pointer's TTL to 1125 s (against query
+storms), which is why exo's nodes linger for minutes; so the host record carries a short
+TTL and the browser asks each known worker again every CHECK_S: one that no longer
+answers once its records expire is dropped, within about TTL_S + 2 x CHECK_S."""
 
 from __future__ import annotations
 
@@ -14,7 +19,8 @@ from zeroconf import IPVersion, ServiceBrowser, ServiceInfo, ServiceStateChange,
 
 from .protocol import SERVICE
 
-TTL_S = 20  # a departed worker is forgotten within this (goodbyes are immediate)
+TTL_S = 20
+CHECK_S = 5
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,15 @@ class Browser:
         self._found: dict[str, Announced] = {}
         self._lock = threading.Lock()
         self._browser = ServiceBrowser(self._zc, SERVICE, handlers=[self._changed])
+        self._stop = threading.Event()
+        threading.Thread(target=self._check, name="homerack-mdns-check", daemon=True).start()
+
+    def _check(self) -> None:
+        while not self._stop.wait(CHECK_S):
+            for name in list(self._found):
+                if self._zc.get_service_info(SERVICE, name, timeout=3000) is None:
+                    with self._lock:
+                        self._found.pop(name, None)
 
     def _changed(self, zeroconf: Zeroconf, service_type: str, name: str,
                  state_change: ServiceStateChange) -> None:
@@ -93,5 +108,6 @@ class Browser:
         return self.workers()
 
     def close(self) -> None:
+        self._stop.set()
         self._browser.cancel()
         self._zc.close()

@@ -78,8 +78,9 @@ def place_cluster(shape: ModelShape, hw: Hardware, here: Machine, workers: list[
         [s for n in range(len(workers) + 1) for s in combinations(workers, n)][:MAX_SUBSETS]
     for n_ctx in _contexts(prefs, shape):
         for kv_type in (["f16", "q8_0"] if prefs.allow_quantized_kv else ["f16"]):
-            found = [c for s in subsets
-                     if (c := _candidate(shape, hw, here, s, n_ctx, kv_type, prefs, split))]
+            found = [c for s in subsets for balanced in (False, True)
+                     if (c := _candidate(shape, hw, here, s, n_ctx, kv_type, prefs, split,
+                                         balanced))]
             if found:
                 best = max(found, key=lambda c: (c.tokens_per_s, -len(c.stages)))
                 return replace(best, left_out=_left_out(best, found, workers))
@@ -106,8 +107,10 @@ def _left_out(best: ClusterPlan, found: list[ClusterPlan], workers: list[Machine
 
 
 def _candidate(shape, hw, here: Machine, remote: tuple[Machine, ...], n_ctx: int,
-               kv_type: str, prefs: Preferences, split) -> ClusterPlan | None:
+               kv_type: str, prefs: Preferences, split, balanced: bool) -> ClusterPlan | None:
     if not remote:
+        if balanced:
+            return None
         alone = plan(_without_remote(hw), shape, replace(prefs, ctx=n_ctx, min_ctx=n_ctx,
                                                          allow_quantized_kv=kv_type != "f16"))
         if not alone.fits or alone.kv_type != kv_type:
@@ -115,7 +118,7 @@ def _candidate(shape, hw, here: Machine, remote: tuple[Machine, ...], n_ctx: int
         stage = Stage(THIS_MACHINE, "CPU", 0, shape.n_layers, sum(u.total for u in alone.uses))
         return ClusterPlan(alone, (stage,), 1 / _seconds(shape, [(here, "cpu", shape.n_layers)]), ())
     devices = [(m, name, kind, budget) for m in (*remote, here) for name, kind, budget in m.devices]
-    counts = _fill(shape, devices, n_ctx, kv_type, split)
+    counts = _fill(shape, devices, n_ctx, kv_type, split, balanced)
     if counts is None:
         return None
     return _as_plan(shape, devices, counts, n_ctx, kv_type, prefs)
@@ -134,8 +137,9 @@ def _fixed(shape: ModelShape, n_ctx: int, last: bool) -> int:
             + shape.other_bytes + shape.n_vocab * 4)
 
 
-def _fill(shape, devices, n_ctx, kv_type, split) -> list[int] | None:
-    """Layers per device (in device order): fastest devices first, each to its memory."""
+def _fill(shape, devices, n_ctx, kv_type, split, balanced) -> list[int] | None:
+    """Layers per device (in device order): fastest devices first, each to its memory;
+    or (`balanced`) first in proportion to their speeds, as llama.cpp's own split does."""
     cost = _layer_cost(shape, n_ctx, kv_type)
     room = []
     for i, (machine, _name, kind, budget) in enumerate(devices):
@@ -150,11 +154,16 @@ def _fill(shape, devices, n_ctx, kv_type, split) -> list[int] | None:
                 left -= counts[i]
         counts[-1] = left
         return counts if all(c <= r for c, r in zip(counts, room)) else None
-    order = sorted(range(len(devices)), key=lambda i: (-devices[i][0].speed(devices[i][2]),
-                                                      devices[i][0].rtt_s, -i))
+    speeds = [m.speed(kind) for m, _name, kind, _budget in devices]
+    if balanced:
+        for i, speed in enumerate(speeds):
+            counts[i] = min(room[i], int(shape.n_layers * speed / sum(speeds)))
+        left -= sum(counts)
+    order = sorted(range(len(devices)), key=lambda i: (-speeds[i], devices[i][0].rtt_s, -i))
     for i in order:
-        counts[i] = min(room[i], left)
-        left -= counts[i]
+        more = min(room[i] - counts[i], left)
+        counts[i] += more
+        left -= more
     return None if left else counts
 
 

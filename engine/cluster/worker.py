@@ -93,7 +93,7 @@ class Worker:
         supervisor = asyncio.create_task(self._supervise_rpc(log))
         server = await self.gateway.serve(self.config.host, self.config.port, self.context)
         port = server.sockets[0].getsockname()[1]
-        advertiser = self._advertise(port) if self.config.advertise else None
+        advertiser = await asyncio.to_thread(self._advertise, port) if self.config.advertise else None
         on_ready(f"{self.config.host}:{port}", self.grants.code)
         log(f"certificate fingerprint {short(self.fingerprint)}")
         try:

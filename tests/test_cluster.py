@@ -1,0 +1,407 @@
+"""The LAN cluster: placement (pure), the gateway's refusals (real TLS, a sentinel where
+llama.cpp's RPC server would be), and real worker processes on 127.0.0.1 serving layers
+of the starter models to a real engine — identical greedy output, a worker killed in the
+middle of a reply, discovery across two network namespaces."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from conftest import GEMMA, ROOT, STARTER, start_engine
+from engine.cluster import link, protocol
+from engine.cluster.gateway import Gateway
+from engine.cluster.identity import certificate_fingerprint, ensure_identity, server_context
+from engine.cluster.pairing import ATTEMPTS_PER_MINUTE, Grants, Pairing
+from engine.cluster.placement import THIS_MACHINE, Machine, local_machine, place_cluster
+from engine.cluster.protocol import Refused
+from engine.gguf_file import ModelShape
+from engine.hardware import GiB, simulated
+from engine.planner import Preferences
+
+MiB = 1 << 20
+
+
+# -- placement (pure) ---------------------------------------------------------------
+
+def shape(n_layers=32, layer_mib=200) -> ModelShape:
+    return ModelShape("big", n_layers, 4096, 14336, 8, 128, 128, 128256, 8192,
+                      tuple([layer_mib * MiB] * n_layers), 500 * MiB, 500 * MiB)
+
+
+def worker(name, ram_gib, bandwidth=20e9, rtt_s=0.0005, gpu_gib=0.0):
+    devices = ((f"RPC{name}", "cpu", int(ram_gib * GiB)),)
+    if gpu_gib:
+        devices += ((f"RPC{name}g", "gpu", int(gpu_gib * GiB)),)
+    return Machine(name, devices, bandwidth, rtt_s)
+
+
+def test_a_model_too_big_for_one_machine_is_spread_with_the_output_here():
+    hw = simulated(ram_gib=3)
+    here = local_machine(hw, Preferences(), 20e9)
+    result = place_cluster(shape(), hw, here, [worker("a", 4), worker("b", 4)],
+                           Preferences(ctx=2048))
+    assert result.plan.fits
+    stages = result.stages
+    assert stages[-1].machine == THIS_MACHINE and stages[-1].last_layer == 32  # the output
+    assert [s.first_layer for s in stages] == [0] + [s.last_layer + 1 for s in stages[:-1]]
+    assert {s.machine for s in stages} == {"a", "b", THIS_MACHINE}
+    assert result.plan.gpus[-1] == "CPU" and result.plan.n_gpu_layers == 33
+    assert sum(result.plan.tensor_split) == 33
+    assert all(u.total <= u.budget for u in result.plan.uses)
+
+
+def test_a_worker_that_would_only_slow_generation_is_left_out_with_the_reason():
+    hw = simulated(ram_gib=64)
+    here = local_machine(hw, Preferences(), 20e9)
+    slow = worker("slow", 64, bandwidth=20e9, rtt_s=0.005)
+    result = place_cluster(shape(), hw, here, [slow], Preferences(ctx=2048))
+    assert [s.machine for s in result.stages] == [THIS_MACHINE]
+    (name, why), = result.left_out
+    assert name == "slow" and "would slow generation" in why
+
+
+def test_a_faster_worker_takes_layers_and_is_never_slower_than_this_machine_alone():
+    hw = simulated(ram_gib=64)
+    here = local_machine(hw, Preferences(), 10e9)
+    alone = place_cluster(shape(), hw, here, [], Preferences(ctx=2048))
+    gpu = worker("gpu-box", 16, bandwidth=20e9, gpu_gib=24)
+    helped = place_cluster(shape(), hw, here, [gpu], Preferences(ctx=2048))
+    assert "gpu-box" in {s.machine for s in helped.stages}
+    assert helped.tokens_per_s > alone.tokens_per_s
+    assert helped.stages[-1].machine == THIS_MACHINE
+
+
+def test_a_chosen_split_is_kept():
+    hw = simulated(ram_gib=64)
+    here = local_machine(hw, Preferences(), 20e9)
+    result = place_cluster(shape(), hw, here, [worker("a", 8), worker("b", 8)],
+                           Preferences(ctx=2048), split={"a": 5, "b": 7})
+    assert [(s.machine, s.first_layer, s.last_layer) for s in result.stages] == \
+        [("a", 0, 4), ("b", 5, 11), (THIS_MACHINE, 12, 32)]
+
+
+def test_versions_must_match():
+    ours = {"homerack": "0.1.0", "rpc": "7.0.0"}
+    assert protocol.mismatch(ours, {"homerack": "0.1.3", "rpc": "7.0.0"}) is None
+    assert "RPC protocol 6.1.0" in protocol.mismatch(ours, {"homerack": "0.1.0", "rpc": "6.1.0"})
+    assert "Homerack 0.2.0" in protocol.mismatch(ours, {"homerack": "0.2.0", "rpc": "7.0.0"})
+
+
+# -- the gateway's refusals (in process, real TLS) ------------------------------------
+
+class Sentinel:
+    """A TCP listener where llama.cpp's RPC server would be: it records every byte."""
+
+    async def start(self):
+        self.connections, self.received = 0, b""
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _handle(self, reader, writer):
+        self.connections += 1
+        self.received += await reader.read(1024)
+        writer.write(b"pong")
+        await writer.drain()
+        writer.close()
+
+
+async def start_gateway(folder: Path, rpc_endpoint: str, code="123456"):
+    cert, key = ensure_identity(folder, "w")
+    gateway = Gateway("w", Grants(folder / "grants.json", code), certificate_fingerprint(cert),
+                      rpc_endpoint, lambda: {"free_bytes": 1})
+    server = await gateway.serve("127.0.0.1", 0, server_context(cert, key))
+    return gateway, f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+def test_only_a_paired_host_reaches_the_rpc_server(tmp_path, monkeypatch):
+    async def scenario():
+        sentinel = Sentinel()
+        gateway, address = await start_gateway(tmp_path / "w", await sentinel.start())
+        host, port = address.split(":")
+        # raw bytes, no TLS: the handshake fails, nothing passes
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"\x00\x00\x00\x00 raw llama.cpp RPC hello\n")
+        await writer.drain()
+        assert await reader.read(100) == b""
+        # TLS but no pairing
+        fp = certificate_fingerprint(tmp_path / "w" / "gateway.crt")
+        with pytest.raises(Refused, match="not paired"):
+            await link.open_link(address, "rpc", fp, "a guessed token")
+        # a wrong code
+        with pytest.raises(Refused, match="wrong pairing code"):
+            await link.pair(address, "654321", "intruder")
+        # a host with another version of llama.cpp's RPC protocol, even with the right code
+        with monkeypatch.context() as patched:
+            patched.setattr(link, "versions", lambda: {**protocol.versions(), "rpc": "6.1.0"})
+            with pytest.raises(Refused, match="version mismatch"):
+                await link.pair(address, "123456", "old host")
+        # another certificate than the one pinned: the host sends nothing
+        other = tmp_path / "other"
+        ensure_identity(other, "impostor")
+        with pytest.raises(Refused, match="another certificate"):
+            await link.open_link(address, "rpc", certificate_fingerprint(other / "gateway.crt"),
+                                 "token")
+        assert sentinel.connections == 0 and sentinel.received == b""
+        # the right code pairs; the pairing's token reaches the RPC server
+        pairing = await link.pair(address, "123456", "host")
+        assert pairing.fingerprint == fp
+        reader, writer, _ = await link.open_link(address, "rpc", fp, pairing.token)
+        writer.write(b"ping")
+        await writer.drain()
+        assert await reader.read(4) == b"pong"
+        assert sentinel.received == b"ping"
+        assert gateway.stats.refused >= 3
+
+    asyncio.run(scenario())
+
+
+def test_wrong_codes_are_rate_limited_and_a_used_code_is_spent(tmp_path):
+    async def scenario():
+        _gateway, address = await start_gateway(tmp_path / "w", "127.0.0.1:9", code=None)
+        grants = _gateway.grants
+        code = grants.code
+        for _ in range(ATTEMPTS_PER_MINUTE):
+            with pytest.raises(Refused, match="wrong pairing code"):
+                await link.pair(address, "x", "guesser")
+        with pytest.raises(Refused, match="too many wrong pairing codes"):
+            await link.pair(address, code, "host")  # even the right code waits now
+        grants._failures.clear()
+        await link.pair(address, code, "host")
+        assert grants.code != code  # one-time
+        with pytest.raises(Refused, match="wrong pairing code"):
+            await link.pair(address, code, "second host")
+
+    asyncio.run(scenario())
+
+
+def test_pairings_are_private_and_revocable(tmp_path):
+    from engine.cluster.pairing import Pairings
+
+    store = Pairings(tmp_path / "pairings.json")
+    store.add(Pairing("w1", "127.0.0.1:1", "ab", "t1"))
+    store.add(Pairing("w2", "127.0.0.1:2", "cd", "t2"))
+    assert (tmp_path / "pairings.json").stat().st_mode & 0o777 == 0o600
+    assert store.revoke("w1") and [p.name for p in store.all()] == ["w2"]
+    grants = Grants(tmp_path / "grants.json", "1")
+    grants.grant("secret", "host")
+    assert grants.admits("secret") == "host" and "secret" not in (tmp_path / "grants.json").read_text()
+    assert grants.revoke("host") and grants.admits("secret") is None
+
+
+# -- real workers -----------------------------------------------------------------------
+
+def start_worker(home: Path, name: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "worker", "--host", "127.0.0.1", "--port", "0", "--name",
+         name, "--code", "424242", "--no-advertise", "--threads", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+        env=dict(os.environ, HOMERACK_HOME=str(home / name), **(env or {})))
+    line = process.stdout.readline()
+    assert "listening on" in line, line
+    return process, line.split("listening on ")[1].strip()
+
+
+def pair(home: Path, host: str, address: str, code="424242") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app", "pair", address, "--code", code],
+                          capture_output=True, text=True, cwd=ROOT,
+                          env=dict(os.environ, HOMERACK_HOME=str(home / host)))
+
+
+@pytest.fixture
+def workers(home):
+    started = [start_worker(home, f"w{i}") for i in (1, 2)]
+    yield started
+    for process, _ in started:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(10)
+
+
+def ask(address, model, prompt, max_tokens=24, chat=True, **extra):
+    body = {"model": model, "max_tokens": max_tokens, "temperature": 0, **extra}
+    if chat:
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    reply = httpx.post(f"{address.url}/v1/{'chat/' if chat else ''}completions", json=body,
+                       headers={"Authorization": f"Bearer {address.token}"}, timeout=120)
+    assert reply.status_code == 200, reply.text
+    choice = reply.json()["choices"][0]
+    return choice["message"]["content"] if chat else choice["text"]
+
+
+def cluster(address) -> dict:
+    return httpx.get(f"{address.url}/v1/cluster", timeout=10,
+                     headers={"Authorization": f"Bearer {address.token}"}).json()
+
+
+@pytest.mark.slow
+def test_the_rpc_server_listens_on_loopback_only(workers):
+    process, _ = workers[0]
+    time.sleep(1)
+    rpc = [c for c in psutil.Process(process.pid).children() if "engine.rpc" in " ".join(c.cmdline())]
+    assert rpc, "the worker runs llama.cpp's RPC server in a child process"
+    listening = [c.laddr for c in rpc[0].net_connections("tcp") if c.status == psutil.CONN_LISTEN]
+    assert listening and all(addr.ip == "127.0.0.1" for addr in listening)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model,chat", [(STARTER, True), (GEMMA, False)])
+def test_layers_on_two_workers_give_the_same_greedy_text(home, workers, model, chat):
+    host = f"host-{model}"
+    for _, address in workers:
+        assert pair(home, host, address).returncode == 0
+    prompt = "What is the capital of France?" if chat else "The three primary colours are"
+    solo, solo_address, _ = start_engine(home, f"{host}-solo", ["--model", model, "--ctx", "1024"])
+    try:
+        expected = ask(solo_address, model, prompt, chat=chat)
+    finally:
+        solo.stop()
+    process, address, _ = start_engine(home, host, ["--model", model, "--ctx", "1024",
+                                                    "--workers", "w1,w2", "--split", "6,6"])
+    try:
+        assert ask(address, model, prompt, chat=chat) == expected
+        view = cluster(address)
+        stages = {w["name"]: w["stages"] for w in view["workers"]}
+        assert [(s["first_layer"], s["last_layer"]) for s in stages["w1"]] == [(0, 5)]
+        assert [(s["first_layer"], s["last_layer"]) for s in stages["w2"]] == [(6, 11)]
+        assert view["local_stages"][0]["first_layer"] == 12
+        assert all(w["bytes_sent"] > 0 and w["rtt_ms"] for w in view["workers"])
+    finally:
+        process.stop()
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_reply_is_named_and_the_next_prompt_is_answered(home, workers):
+    for _, address in workers:
+        assert pair(home, "host-failover", address).returncode == 0
+    process, address, _ = start_engine(home, "host-failover", [
+        "--model", STARTER, "--ctx", "2048", "--workers", "w1,w2", "--split", "8,8"])
+    try:
+        ask(address, STARTER, "Hello", max_tokens=4)
+        body = {"model": STARTER, "max_tokens": 1500, "temperature": 0, "stream": True,
+                "messages": [{"role": "user", "content": "Write a long story about a dragon."}]}
+        events, killed_at = [], None
+        with httpx.stream("POST", f"{address.url}/v1/chat/completions", json=body, timeout=60,
+                          headers={"Authorization": f"Bearer {address.token}"}) as stream:
+            for line in stream.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                events.append(json.loads(line[6:]))
+                if len(events) == 10:
+                    workers[1][0].send_signal(signal.SIGSTOP)  # silent: only heartbeats tell
+                    killed_at = time.monotonic()
+        noticed = time.monotonic() - killed_at
+        error = events[-1].get("error")
+        assert error and error["type"] == "worker_lost" and "w2" in error["message"], events[-1]
+        assert noticed < 2.5 + 0.6  # heartbeats (LOST_AFTER_S) + the error's way out
+        started = time.monotonic()
+        answer = ask(address, STARTER, "What is the capital of France?", max_tokens=12)
+        assert answer and time.monotonic() - started < 30
+        view = cluster(address)
+        states = {w["name"]: (w["state"], w["why"]) for w in view["workers"]}
+        assert states["w1"][0] == "linked" and states["w2"][0] == "left out", states
+    finally:
+        workers[1][0].send_signal(signal.SIGCONT)
+        process.stop()
+
+
+@pytest.mark.slow
+def test_a_worker_of_another_version_is_refused_before_loading(home):
+    worker_process, address = start_worker(home, "old", env={"HOMERACK_RPC_PROTOCOL": "6.1.0"})
+    try:
+        result = pair(home, "host-versions", address)
+        assert result.returncode == 1
+        assert "version mismatch" in result.stderr and "6.1.0" in result.stderr
+    finally:
+        worker_process.terminate()
+
+
+# -- discovery across network namespaces ------------------------------------------------
+
+def _netns_available() -> str | None:
+    if shutil.which("ip") is None:
+        return "the ip command is missing"
+    if os.geteuid() != 0:
+        return "creating network namespaces needs root"
+    probe = subprocess.run(["ip", "netns", "add", "hr-probe"], capture_output=True, text=True)
+    subprocess.run(["ip", "netns", "del", "hr-probe"], capture_output=True)
+    return None if probe.returncode == 0 else f"network namespaces unavailable: {probe.stderr.strip()}"
+
+
+@pytest.fixture
+def namespaces():
+    why = _netns_available()
+    if why:
+        pytest.skip(why)
+    names = (f"hrw{os.getpid()}", f"hrh{os.getpid()}")
+    commands = [
+        ["ip", "netns", "add", names[0]], ["ip", "netns", "add", names[1]],
+        ["ip", "link", "add", "hrv0", "netns", names[0], "type", "veth", "peer", "name", "hrv1",
+         "netns", names[1]],
+        ["ip", "-n", names[0], "addr", "add", "10.77.0.1/24", "dev", "hrv0"],
+        ["ip", "-n", names[1], "addr", "add", "10.77.0.2/24", "dev", "hrv1"],
+        ["ip", "-n", names[0], "link", "set", "hrv0", "up", "multicast", "on"],
+        ["ip", "-n", names[1], "link", "set", "hrv1", "up", "multicast", "on"],
+        ["ip", "-n", names[0], "link", "set", "lo", "up"], ["ip", "-n", names[1], "link", "set", "lo", "up"],
+    ]
+    try:
+        for command in commands:
+            subprocess.run(command, check=True, capture_output=True)
+        yield names
+    finally:
+        for name in names:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+@pytest.mark.slow
+def test_a_worker_is_discovered_in_another_namespace_and_its_departure_noticed(home, namespaces):
+    worker_ns, host_ns = namespaces
+    env = dict(os.environ, HOMERACK_HOME=str(home / "ns-worker"))
+    worker_process = subprocess.Popen(
+        ["ip", "netns", "exec", worker_ns, sys.executable, "-m", "app", "worker", "--host",
+         "10.77.0.1", "--port", "0", "--name", "attic", "--code", "111111", "--threads", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env)
+    assert "listening on" in worker_process.stdout.readline()
+    browse = [sys.executable, "-c", BROWSE]
+    browser = subprocess.Popen(["ip", "netns", "exec", host_ns, *browse], stdout=subprocess.PIPE,
+                               text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        seen = json.loads(browser.stdout.readline())
+        assert seen["name"] == "attic" and seen["address"].startswith("10.77.0.1:")
+        assert seen["after_s"] < 5 and seen["versions"]["rpc"] == protocol.rpc_protocol()
+        worker_process.kill()  # no goodbye: the records' TTL must expire
+        gone = json.loads(browser.stdout.readline())
+        assert gone["gone_after_s"] < 60
+    finally:
+        browser.kill()
+        if worker_process.poll() is None:
+            worker_process.kill()
+
+
+BROWSE = """
+import json, time
+from engine.cluster.discovery import Browser
+browser = Browser(["10.77.0.2"])
+start = time.monotonic()
+while not browser.workers():
+    time.sleep(0.1)
+found = browser.workers()[0]
+print(json.dumps({**vars(found), "after_s": time.monotonic() - start}), flush=True)
+lost = time.monotonic()
+while browser.workers() and time.monotonic() - lost < 90:
+    time.sleep(0.2)
+print(json.dumps({"gone_after_s": time.monotonic() - lost}), flush=True)
+"""
