@@ -9,7 +9,7 @@ import signal
 import sys
 from contextlib import contextmanager
 
-from .cluster_cli import cmd_pair, cmd_worker, cmd_workers
+from .cluster import cmd_pair, cmd_worker, cmd_workers
 from .engine_proc import EngineAddress, remove_engine_file, write_engine_file
 from .history import DEFAULT_SYSTEM_PROMPT
 from .paths import paths
@@ -38,7 +38,7 @@ def cmd_serve(args) -> int:
     token = args.token or os.environ.get("HOMERACK_TOKEN") or secrets.token_urlsafe(32)
     engine_file = paths().engine_file
     if args.workers and args.fd is None:  # the API's socket here, the engine in a child
-        from .cluster_cli import supervise
+        from .cluster import supervise
 
         os.environ["HOMERACK_TOKEN"] = token
 
@@ -69,7 +69,7 @@ def cmd_serve(args) -> int:
         draft_folder=None if args.whole_drafts else paths().cache / "drafts")
     cluster, holder = None, {}
     if args.workers:
-        from .cluster_cli import lost_handler, make_cluster
+        from .cluster import lost_handler, make_cluster
 
         cluster = make_cluster(args, lost_handler(holder))
     engine = holder["engine"] = Engine(store, settings, cluster)
@@ -267,10 +267,48 @@ def cmd_plan(args) -> int:
                              real.cpu_cores)
     else:
         hardware = probe()
+    if args.workers:
+        return _plan_cluster(args, shape)
     result = plan(hardware, shape, Preferences(ctx=args.ctx))
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
         return 0 if result.fits else 2
+    _print_plan(result)
+    return 0 if result.fits else 2
+
+
+def _plan_cluster(args, shape) -> int:
+    """The preview `serve --workers` would load by: stages, bytes, expected speed."""
+    import json
+
+    from engine.planner import Preferences
+    from engine.probe import probe
+
+    from .cluster import make_cluster
+
+    cluster = make_cluster(args, on_lost=lambda *_: None)
+    try:
+        cluster.connect()
+        preview = cluster.preview(probe(), shape, Preferences(ctx=args.ctx))
+    finally:
+        cluster.close()
+    if args.json:
+        print(json.dumps(preview.as_dict(), indent=2))
+        return 0 if preview.plan.fits else 2
+    _print_plan(preview.plan)
+    for stage in preview.stages:
+        print(f"  {stage.machine:<24} {stage.device:<6} layers {stage.first_layer:>3}-"
+              f"{stage.last_layer:<3} {stage.bytes / 2**20:8.1f} MiB")
+    if preview.tokens_per_s:
+        print(f"expected: {preview.tokens_per_s:.1f} tokens/s")
+    for worker, why in preview.left_out:
+        print(f"left out: {worker}: {why}")
+    for name, why in cluster.left_out.items():
+        print(f"unreachable: {name}: {why}")
+    return 0 if preview.plan.fits else 2
+
+
+def _print_plan(result) -> None:
     print(f"{result.model}: {'fits' if result.fits else 'DOES NOT FIT'} — "
           f"n_gpu_layers {result.n_gpu_layers}, n_ctx {result.n_ctx}, KV {result.kv_type}"
           + (f", split {list(result.tensor_split)}" if result.tensor_split else ""))
@@ -282,7 +320,6 @@ def cmd_plan(args) -> int:
               f"{use.total / 2**20:>10.1f}{use.budget / 2**20:>11.0f}")
     for reason in result.reasons:
         print(f"- {reason}")
-    return 0 if result.fits else 2
 
 
 def cmd_pull(args) -> int:
@@ -451,6 +488,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--vram", type=float, nargs="*", metavar="GIB",
                       help="simulate GPUs with this much memory each")
     plan.add_argument("--ram", type=float, metavar="GIB", help="simulate this much RAM")
+    plan.add_argument("--workers", metavar="auto|WORKER,...",
+                      help="plan over this machine and these paired workers (as serve would)")
+    plan.add_argument("--split", metavar="N,...", help="layers on each worker")
     plan.set_defaults(func=cmd_plan)
 
     desktop = sub.add_parser("install-desktop", help="add Homerack to the desktop menu")

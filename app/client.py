@@ -37,6 +37,10 @@ class EngineClient:
     def health(self) -> dict:
         return self._checked(self._http.get("/health", timeout=5)).json()
 
+    def cluster(self) -> dict:
+        """The machines, their stages and links (GET /v1/cluster)."""
+        return self._checked(self._http.get("/v1/cluster", timeout=5)).json()
+
     def plan(self, model: str, n_ctx: int | None = None, gpu_layers: int | None = None) -> dict:
         """What loading `model` with these choices would use (nothing is loaded)."""
         body = {"model": model, "n_ctx": n_ctx, "gpu_layers": gpu_layers}

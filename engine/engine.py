@@ -20,7 +20,6 @@ from .errors import HomerackError, QueueFull
 from .events import CANCELLED, LOADED, Event, Failed, GenerationRequest, Job
 from .model_host import EngineSettings, LoadOverride, ModelHost
 from .models import LocalModel, ModelStore
-from .planner import Plan
 from .scheduler import Scheduler
 
 PUBLISH_S = 0.1  # how often the worker refreshes the figures other threads read
@@ -77,7 +76,7 @@ class Engine:
         loaded = self.host.loaded
         return loaded.model if loaded else self.host.default
 
-    def plan_for(self, model: LocalModel, override: LoadOverride | None = None) -> Plan | None:
+    def plan_for(self, model: LocalModel, override: LoadOverride | None = None):
         return self.host.plan_for(model, override)
 
     def status(self) -> dict:
@@ -117,7 +116,9 @@ class Engine:
         cluster = self.host.cluster
         if cluster is None:
             return None
-        return {**cluster.status(), "plan": cluster.last.as_dict() if cluster.last else None,
+        totals = self.scheduler.totals
+        return {**cluster.status(totals["prompt_tokens"] + totals["generated_tokens"]),
+                "plan": cluster.last.as_dict() if cluster.last else None,
                 "tokens_per_s": self._published.get("generated_tokens_per_s"),
                 "generated_tokens": self._published.get("generated_tokens")}
 
@@ -201,6 +202,9 @@ class Engine:
                     self.scheduler.save_all()
                 self.host.ensure_loaded(model)
                 self.scheduler.attach()
+                if self.host.cluster:
+                    totals = self.scheduler.totals
+                    self.host.cluster.mark_loaded(totals["prompt_tokens"] + totals["generated_tokens"])
             if not job.request.generates:
                 job.emit(LOADED)
                 return True

@@ -197,13 +197,14 @@ class ModelHost:
             gpu_layers=override.gpu_layers if override else None, draft=draft,
             calibration=self._calibration.for_architecture(info.architecture))
 
-    def plan_for(self, model: LocalModel, override: LoadOverride | None = None) -> Plan | None:
-        """What loading `model` (with the user's override) would do on this machine now;
+    def plan_for(self, model: LocalModel, override: LoadOverride | None = None):
+        """What loading `model` (with the user's override) would do on this machine now
+        (a Plan; with workers, a cluster.placement.ClusterPlan: stages, expected speed);
         None for a model whose shape the planner cannot read."""
         info = self.store.inspector.inspect(model.path)
         if info.shape is None:
             return None
-        planner = self.cluster.place if self.cluster else plan
+        planner = self.cluster.preview if self.cluster else plan
         return planner(self._probe(), info.shape, self._preferences(info, override, model))
 
     def _probe(self):

@@ -405,3 +405,27 @@ while browser.workers() and time.monotonic() - lost < 90:
     time.sleep(0.2)
 print(json.dumps({"gone_after_s": time.monotonic() - lost}), flush=True)
 """
+
+
+@pytest.mark.slow
+def test_a_second_load_takes_the_weights_from_the_workers_tensor_cache(home, workers, tmp_path):
+    """llama.cpp's RPC cache keeps tensors over 10 MiB on the worker's disk; a load that
+    finds them there sends their hashes instead (so: a model with wide layers)."""
+    from tiny_gguf import write_tiny_model
+
+    model = write_tiny_model(tmp_path / "wide.gguf", n_layer=3, n_embd=1024, n_ff=4096)
+    assert pair(home, "host-cache", workers[0][1]).returncode == 0
+    sent = []
+    for _ in range(2):
+        process, address, _ = start_engine(home, "host-cache", [
+            "--model", str(model), "--ctx", "256", "--workers", "w1", "--split", "3"])
+        try:
+            ask(address, str(model), "Hello", max_tokens=2, chat=False)
+            (view,) = cluster(address)["workers"]
+            assert view["stages"], view
+            sent.append(view["bytes_sent"])
+        finally:
+            process.stop()
+    big = 3 * 3 * 16 * MiB  # three 16 MiB feed-forward matrices a layer
+    assert sent[0] > big
+    assert sent[0] - sent[1] >= big, sent  # the second time they stayed on the worker

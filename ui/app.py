@@ -14,7 +14,10 @@ from .main_window import MainWindow
 
 def create_window(serve_args: list[str] | None = None) -> MainWindow:
     where = paths()
-    return MainWindow(where, EngineSupervisor(where.engine_file, serve_args or []))
+    args = list(serve_args or [])
+    if (where.data / "cluster" / "use-workers").exists() and "--workers" not in args:
+        args += ["--workers", "auto"]  # the Cluster panel's choice, kept
+    return MainWindow(where, EngineSupervisor(where.engine_file, args))
 
 
 def main(serve_args: list[str] | None = None) -> int:

@@ -26,6 +26,7 @@ from .markdown import Shown
 from .metrics import MetricsBar, describe_batching
 from .download_wizard import ModelWizard
 from .downloads_panel import DownloadsPanel, DownloadWatcher
+from .cluster_panel import ClusterPanel
 from .plan_panel import PlanPanel
 from .tasks import Task, start_task
 
@@ -98,6 +99,9 @@ class MainWindow(QMainWindow):
         self.last_death: str | None = None
         self.loaded_model: str | None = None
         self._checking = False
+        self.shared = None  # app.cluster.SharedMachine while this machine is shared
+        self.share_args: list[str] = []  # more `homerack worker` options (tests: loopback)
+        self._polling_cluster = False
         self.setWindowTitle("Homerack")
         icon = paths_icon()
         if icon:
@@ -138,12 +142,14 @@ class MainWindow(QMainWindow):
         self.get_models_button = QPushButton("Get models…")
         self.get_models_button.clicked.connect(self.open_wizard)
         self.downloads_button = QPushButton("Downloads", checkable=True)
+        self.cluster_button = QPushButton("Cluster", checkable=True)
         top = QHBoxLayout()
         top.addWidget(QLabel("Model:"))
         top.addWidget(self.model_box, 1)
         top.addWidget(self.get_models_button)
         top.addWidget(self.downloads_button)
         top.addWidget(self.plan_button)
+        top.addWidget(self.cluster_button)
         top.addWidget(self.settings_button)
         self.settings_panel = self._build_settings()
         self.settings_button.toggled.connect(self.settings_panel.setVisible)
@@ -161,6 +167,16 @@ class MainWindow(QMainWindow):
         self.watcher.changed.connect(self.downloads_panel.show_downloads)
         self.watcher.finished.connect(self._on_download_finished)
         self.wizard: ModelWizard | None = None
+        self.cluster_panel = ClusterPanel()
+        self.cluster_panel.hide()
+        self.cluster_panel.use.setChecked("--workers" in self.supervisor.serve_args)
+        self.cluster_button.toggled.connect(self.cluster_panel.setVisible)
+        self.cluster_panel.share_toggled.connect(self._share)
+        self.cluster_panel.pair_requested.connect(self._pair)
+        self.cluster_panel.use_toggled.connect(self._use_workers)
+        self.cluster_timer = QTimer(self, interval=1000)
+        self.cluster_timer.timeout.connect(self._poll_cluster)
+        self.cluster_timer.start()
 
         self.view = ChatView()
         self.view.copied.connect(lambda _t: self.statusBar().showMessage("Copied", 2000))
@@ -187,6 +203,7 @@ class MainWindow(QMainWindow):
         main.addWidget(self.settings_panel)
         main.addWidget(self.plan_panel)
         main.addWidget(self.downloads_panel)
+        main.addWidget(self.cluster_panel)
         main.addWidget(self.view, 1)
         main.addWidget(self.composer)
         main.addLayout(buttons)
@@ -350,6 +367,68 @@ class MainWindow(QMainWindow):
             self.show_error(f"{death[0].upper()}{death[1:]}. Restarting it; "
                             "your conversations are safe.")
             self.start_engine()
+
+    # -- the cluster ----------------------------------------------------------------
+
+    def _share(self, on: bool) -> None:
+        from app.cluster import SharedMachine
+
+        if not on:
+            shared, self.shared = self.shared, None
+            self.cluster_panel.show_sharing("Not shared.")
+            if shared:
+                start_task(lambda _t: shared.stop())
+            return
+        self.cluster_panel.show_sharing("Starting…")
+        start_task(lambda _t: SharedMachine(self.share_args).wait_ready(),
+                   on_done=self._on_shared, on_error=self._on_share_failed)
+
+    def _on_shared(self, shared) -> None:
+        self.shared = shared
+        self.cluster_panel.show_sharing(f"Shared at {shared.address} · pairing code "
+                                        f"{shared.code}")
+
+    def _on_share_failed(self, error) -> None:
+        self.cluster_panel.share.setChecked(False)
+        self.show_error(f"This machine could not be shared: {error}")
+
+    def _pair(self, address: str, code: str) -> None:
+        from app.cluster import pair_worker
+
+        if not address or not code:
+            self.show_error("Pairing needs the worker's address and the code it shows.")
+            return
+        start_task(lambda _t: pair_worker(address, code),
+                   on_done=lambda p: self.show_notice(
+                       f"Paired with worker {p.name} at {p.address}. Turn on “Use paired "
+                       "workers” to give it layers."),
+                   on_error=lambda e: self.show_error(f"Pairing failed: {e}"))
+
+    def _use_workers(self, on: bool) -> None:
+        args = [a for a in self.supervisor.serve_args if a not in ("--workers", "auto")]
+        self.supervisor.serve_args = args + (["--workers", "auto"] if on else [])
+        flag = self.paths.data / "cluster" / "use-workers"
+        flag.parent.mkdir(parents=True, exist_ok=True)
+        flag.touch() if on else flag.unlink(missing_ok=True)  # the next start keeps it
+        if not self.supervisor.owned:
+            self.show_notice("The engine was started outside the app: the change applies "
+                             "the next time the app starts it.")
+            return
+        self.supervisor.stop()
+        self.start_engine()
+
+    def _poll_cluster(self) -> None:
+        if self._polling_cluster or not self.client or not self.cluster_panel.isVisible():
+            return
+        self._polling_cluster = True
+        client = self.client
+
+        def done(view) -> None:
+            self._polling_cluster = False
+            self.cluster_panel.show_cluster(view)
+
+        start_task(lambda _t: client.cluster(), on_done=done,
+                   on_error=lambda _e: setattr(self, "_polling_cluster", False))
 
     # -- conversations ------------------------------------------------------------
 
@@ -591,6 +670,9 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event) -> None:
         self.watchdog.stop()
+        self.cluster_timer.stop()
+        if self.shared:
+            self.shared.stop()
         for reply in self.sessions.running():
             reply.task.cancel()
         self.supervisor.stop()

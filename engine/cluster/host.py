@@ -6,7 +6,6 @@ left out with the reason; one that answers again is taken at the next start."""
 from __future__ import annotations
 
 import socket
-import threading
 from typing import Callable
 
 from ..hardware import Hardware
@@ -32,7 +31,7 @@ class Cluster:
         self.last: ClusterPlan | None = None
         self._loop = LinkLoop()
         self._bandwidth: float | None = None
-        self._lock = threading.Lock()
+        self._baseline: tuple[int, dict[str, int]] = (0, {})  # tokens, bytes sent: at load
 
     def connect(self) -> None:
         """Reach every paired worker not linked yet; register its devices."""
@@ -68,19 +67,31 @@ class Cluster:
                  else free.get(here, 0))
                 for here, remote in zip(self.devices[name], info.get("devices", [])))
             machines.append(Machine(name, devices, float(info.get("bandwidth") or 1e9),
-                                    link.stats.rtt_s or 0.001))
+                                    link.stats.rtt_min_s or 0.001))
         return machines
 
-    def place(self, hw: Hardware, shape: ModelShape, prefs: Preferences) -> Plan:
-        """The plan over this machine and the workers (the loader's planner)."""
+    def preview(self, hw: Hardware, shape: ModelShape, prefs: Preferences) -> ClusterPlan:
+        """The plan over this machine and the workers, as it would be now."""
         if self._bandwidth is None:
             self._bandwidth = memory_bandwidth()
         here = local_machine(hw, prefs, self._bandwidth)
-        self.last = place_cluster(shape, hw, here, self.machines(hw), prefs, self.split)
+        return place_cluster(shape, hw, here, self.machines(hw), prefs, self.split)
+
+    def place(self, hw: Hardware, shape: ModelShape, prefs: Preferences) -> Plan:
+        """The loader's planner: the preview, kept as the plan the model loads by."""
+        self.last = self.preview(hw, shape, prefs)
         return self.last.plan
 
-    def status(self) -> dict:
+    def mark_loaded(self, tokens: int) -> None:
+        """A model finished loading (its weights went over the links): per-token figures
+        count from here, `tokens` being the engine's count of evaluated tokens so far."""
+        self._baseline = (tokens, {n: link.stats.bytes_sent for n, link in self.links.items()})
+
+    def status(self, tokens: int = 0) -> dict:
+        """The dashboard's figures; `tokens`: the engine's evaluated tokens so far."""
         stages = self.last.stages if self.last else ()
+        base_tokens, base_bytes = self._baseline
+        counted = tokens - base_tokens
         workers = []
         for pairing in self.pairings:
             link = self.links.get(pairing.name)
@@ -93,6 +104,8 @@ class Cluster:
                 "bytes_sent": stats.bytes_sent if stats else 0,
                 "bytes_received": stats.bytes_received if stats else 0,
                 "round_trips": stats.round_trips if stats else 0,
+                "bytes_per_token": round((stats.bytes_sent - base_bytes.get(pairing.name, 0))
+                                         / counted) if stats and counted > 0 else None,
                 "free_bytes": link.info.get("free_bytes") if link else None,
                 "stages": [vars(s) for s in stages if s.machine == pairing.name]})
         plan = self.last

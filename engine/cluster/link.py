@@ -15,7 +15,7 @@ import socket
 import ssl
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from .identity import client_context, peer_fingerprint
@@ -81,6 +81,13 @@ class LinkStats:
     bytes_received: int = 0
     round_trips: int = 0        # request/response turns on the RPC link
     rtt_s: float | None = None  # the last heartbeat's round trip
+    rtt_min_s: float | None = None  # the least of the recent ones: the link, not the schedulers
+    recent: list = field(default_factory=list)
+
+    def add_rtt(self, seconds: float) -> None:
+        self.rtt_s = seconds
+        self.recent = (self.recent + [seconds])[-20:]
+        self.rtt_min_s = min(self.recent)
 
 
 class WorkerLink:
@@ -126,7 +133,7 @@ class WorkerLink:
                 self._lose(f"worker {self.name} ({self.pairing.address}) stopped answering"
                            + (" (connection closed)" if isinstance(exc, OSError) else ""))
                 return
-            self.stats.rtt_s = time.monotonic() - sent
+            self.stats.add_rtt(time.monotonic() - sent)
             await asyncio.sleep(max(0.0, HEARTBEAT_S - self.stats.rtt_s))
 
     def _lose(self, why: str) -> None:
@@ -185,10 +192,16 @@ class WorkerLink:
             remote_writer.close()
 
     async def stop(self) -> None:
+        """A clean end (no loss reported): the forwarder, the heartbeat, the link."""
+        self.lost = self.lost or "stopped"
         if self._server:
             self._server.close()
         if self._control:
             self._control.close()
+        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class LinkLoop:

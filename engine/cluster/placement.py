@@ -22,6 +22,9 @@ THIS_MACHINE = "this machine"
 ROUND_TRIPS_PER_STAGE = 2     # llama.cpp RPC per remote stage and token (measured: bench/cluster.py)
 LINK_BYTES_PER_S = 125e6      # 1 Gbit/s, for the activation rows
 GPU_BANDWIDTH_FACTOR = 8.0    # a GPU against its host's RAM, when not measured
+# Decoding streams weights at about a third of a plain read's rate on these CPUs (SmolLM2
+# 0.27, Gemma 3 270M 0.35 of speed.memory_bandwidth): the expected tokens/s shown uses it.
+DECODE_EFFICIENCY = 0.3
 MAX_SUBSETS = 64
 
 
@@ -33,7 +36,9 @@ class Machine:
     rtt_s: float = 0.0                         # round trip of its link; 0 for this machine
 
     def speed(self, kind: str) -> float:
-        return self.bandwidth * (GPU_BANDWIDTH_FACTOR if kind in ("gpu", "igpu") else 1.0)
+        """Bytes of weights a second its device of this kind gets through decoding."""
+        gpu = kind in ("gpu", "igpu")
+        return self.bandwidth * DECODE_EFFICIENCY * (GPU_BANDWIDTH_FACTOR if gpu else 1.0)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import asyncio
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -57,6 +58,7 @@ class Worker:
                          "total": d.total_bytes} for d in hardware.devices
                         if not d.name.startswith("RPC")]
         self.bandwidth = memory_bandwidth()
+        self._free, self._free_at = 0, 0.0
         self.rpc_process: subprocess.Popen | None = None
         self.rpc_restarts = 0
         self.gateway = Gateway(config.name, self.grants, self.fingerprint, self.rpc_endpoint,
@@ -67,7 +69,12 @@ class Worker:
         return min(free, self.config.ram_bytes) if self.config.ram_bytes else free
 
     def info(self) -> dict:
-        return {"devices": self.devices, "free_bytes": self.free_bytes(),
+        """What each heartbeat answer carries (memory read at most once a second, so a
+        pong costs next to nothing and the round trip measures the link)."""
+        now = time.monotonic()
+        if now - self._free_at > 1.0:
+            self._free, self._free_at = self.free_bytes(), now
+        return {"devices": self.devices, "free_bytes": self._free,
                 "bandwidth": self.bandwidth, "serving": self.gateway.stats.serving,
                 "rpc_restarts": self.rpc_restarts}
 

@@ -1,6 +1,7 @@
-"""The cluster's commands: `worker`, `pair`, `workers`, and `serve --workers` — which runs
-the engine as a supervised child holding the API's socket, so a worker lost mid-request
-(llama.cpp cannot survive it in-process) costs a restart of the engine, not the API."""
+"""The cluster, composed: the `worker`, `pair` and `workers` commands, the app's shared
+machine (a `homerack worker` child), and `serve --workers` — which runs the engine as a
+supervised child on the API's socket, so a worker lost mid-request (llama.cpp cannot
+survive it in-process) costs a restart of the engine, not the API."""
 
 from __future__ import annotations
 
@@ -42,17 +43,24 @@ def cmd_worker(args) -> int:
     return 0
 
 
-def cmd_pair(args) -> int:
+def pair_worker(address: str, code: str):
+    """Pair with the worker at `address` and remember it; raises Refused/ConnectionError."""
     from engine.cluster.link import pair
     from engine.cluster.pairing import Pairings
+
+    pairing = asyncio.run(pair(address, code, socket.gethostname()))
+    Pairings(paths().pairings).add(pairing)
+    return pairing
+
+
+def cmd_pair(args) -> int:
     from engine.cluster.protocol import Refused
 
     try:
-        pairing = asyncio.run(pair(args.address, args.code, socket.gethostname()))
+        pairing = pair_worker(args.address, args.code)
     except (Refused, ConnectionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    Pairings(paths().pairings).add(pairing)
     print(f"paired with worker {pairing.name} at {pairing.address}")
     return 0
 
@@ -95,17 +103,22 @@ def _announced(seconds: float):
         browser.close()
 
 
-def resolve_workers(spec: str, browse_s: float = 3.0):
-    """The pairings `--workers` names: "auto" (the paired ones announced on the LAN now)
-    or a comma list of names or addresses."""
+def resolve_workers(spec: str, browse_s: float = 2.0):
+    """The pairings `--workers` names: "auto" (every paired worker, at the address it
+    announces on the LAN now if it moved; the certificate pin still applies) or a comma
+    list of names or addresses."""
+    from dataclasses import replace
+
     from engine.cluster.pairing import Pairings
 
     store = Pairings(paths().pairings)
     if spec == "auto":
-        found = _announced(browse_s)
-        names = {a.name for a in found}
-        addresses = {a.address for a in found}
-        return [p for p in store.all() if p.name in names or p.address in addresses]
+        browse = store.all() and os.environ.get("HOMERACK_MDNS") != "off"
+        moved = {a.name: a.address for a in _announced(browse_s)} if browse else {}
+        for pairing in store.all():
+            if moved.get(pairing.name, pairing.address) != pairing.address:
+                store.add(replace(pairing, address=moved[pairing.name]))
+        return store.all()
     chosen = []
     for key in filter(None, (k.strip() for k in spec.split(","))):
         pairing = store.find(key)
@@ -176,3 +189,37 @@ def supervise(args, argv: list[str], on_ready) -> int:
             print("cluster: workers keep failing; the engine stops", flush=True)
             return 1
         print("cluster: restarting the engine to plan without the lost worker", flush=True)
+
+
+class SharedMachine:
+    """This machine shared from the app: a `homerack worker` child, its address and code."""
+
+    def __init__(self, args: list[str] = ()):
+        self.process = subprocess.Popen([sys.executable, "-m", "app", "worker", *args],
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True)
+        self.address = self.code = None
+
+    def wait_ready(self, timeout: float = 30.0) -> "SharedMachine":
+        """Blocks until the worker says where it listens and its pairing code."""
+        deadline = time.monotonic() + timeout
+        lines = []
+        while self.code is None and time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                raise RuntimeError("the worker did not start:\n" + "".join(lines[-10:]))
+            lines.append(line)
+            if " listening on " in line:
+                self.address = line.rsplit(" ", 1)[1].strip()
+            elif line.startswith("pairing code: "):
+                self.code = line.split(": ", 1)[1].strip()
+        threading.Thread(target=self.process.stdout.read, daemon=True).start()  # drain
+        return self
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()

@@ -1,0 +1,95 @@
+"""The cluster dashboard: this machine shared as a worker (its address and pairing code),
+pairing with another machine's worker, using the paired workers as pipeline stages, and
+the machines at work — their layer ranges, memory, link round trip, bytes per token on
+each link and the tokens/s while generating.
+
+The panel only shows and asks (signals); the main window runs the work off the UI
+thread and hands the answers back (`show_cluster`, `show_sharing`)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QLineEdit, QPushButton,
+                               QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+
+MiB = 1 << 20
+COLUMNS = ("Machine", "Layers", "Memory", "Round trip", "Bytes / token", "State")
+
+
+def _layers(stages: list[dict]) -> str:
+    return ", ".join(f"{s['first_layer']}–{s['last_layer']}" for s in stages) or "–"
+
+
+def machine_rows(view: dict) -> list[tuple[str, ...]]:
+    """One row per machine: this one first, then each paired worker."""
+    local = view.get("local_stages", [])
+    rows = [(f"{view.get('host', 'this machine')} (this machine)", _layers(local),
+             f"{sum(s['bytes'] for s in local) / MiB:,.0f} MiB" if local else "–", "–", "–",
+             "output layer here")]
+    for w in view.get("workers", []):
+        stages = w.get("stages", [])
+        per_token = f"{w['bytes_per_token']:,.0f} B" if w.get("bytes_per_token") else "–"
+        rows.append((f"{w['name']} ({w['address']})", _layers(stages),
+                     f"{sum(s['bytes'] for s in stages) / MiB:,.0f} MiB" if stages else "–",
+                     f"{w['rtt_ms']:.2f} ms" if w.get("rtt_ms") else "–", per_token,
+                     w["state"] + (f": {w['why']}" if w.get("why") else "")))
+    return rows
+
+
+class ClusterPanel(QWidget):
+    share_toggled = Signal(bool)
+    use_toggled = Signal(bool)
+    pair_requested = Signal(str, str)  # address, code
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.share = QCheckBox("Share this machine")
+        self.share.setToolTip("Other Homerack hosts on this network can use this machine as a "
+                              "pipeline stage once paired with the code shown here")
+        self.share.toggled.connect(self.share_toggled)
+        self.sharing = QLabel("Not shared.")
+        self.sharing.setObjectName("cluster-sharing")
+        self.sharing.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.address = QLineEdit(placeholderText="worker address, e.g. 192.168.1.20:50151")
+        self.code = QLineEdit(placeholderText="pairing code", maxLength=12)
+        pair = QPushButton("Pair")
+        pair.clicked.connect(lambda: self.pair_requested.emit(self.address.text().strip(),
+                                                              self.code.text().strip()))
+        self.use = QCheckBox("Use paired workers as stages (restarts the engine)")
+        self.use.toggled.connect(self.use_toggled)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.speed = QLabel("")
+        self.speed.setObjectName("cluster-speed")
+
+        layout = QVBoxLayout(self)
+        row = QHBoxLayout()
+        row.addWidget(self.share)
+        row.addWidget(self.sharing, 1)
+        layout.addLayout(row)
+        row = QHBoxLayout()
+        row.addWidget(self.address, 2)
+        row.addWidget(self.code, 1)
+        row.addWidget(pair)
+        layout.addLayout(row)
+        layout.addWidget(self.use)
+        layout.addWidget(self.table)
+        layout.addWidget(self.speed)
+
+    def show_sharing(self, text: str) -> None:
+        self.sharing.setText(text)
+
+    def show_cluster(self, view: dict) -> None:
+        rows = machine_rows(view)
+        self.table.setRowCount(len(rows))
+        for r, row in enumerate(rows):
+            for c, value in enumerate(row):
+                self.table.setItem(r, c, QTableWidgetItem(value))
+        self.table.resizeColumnsToContents()
+        expected, now = view.get("expected_tokens_per_s"), view.get("tokens_per_s")
+        parts = [f"{now:.1f} tokens/s now" if now else None,
+                 f"{expected:.1f} tokens/s expected by the plan" if expected else None]
+        left_out = [f"{name} left out: {why}" for name, why in (view.get("left_out") or {}).items()]
+        self.speed.setText(" · ".join(p for p in parts + left_out if p))
