@@ -1,7 +1,7 @@
-"""The cluster, composed: the `worker`, `pair` and `workers` commands, the app's shared
-machine (a `homerack worker` child), and `serve --workers` — which runs the engine as a
-supervised child on the API's socket, so a worker lost mid-request (llama.cpp cannot
-survive it in-process) costs a restart of the engine, not the API."""
+"""The cluster, composed: the `worker`, `pair` and `workers` commands, and `serve
+--workers` — which runs the engine as a supervised child on the API's socket, so a worker
+lost mid-request (llama.cpp cannot survive it in-process) costs a restart of the engine,
+not the API."""
 
 from __future__ import annotations
 
@@ -43,18 +43,10 @@ def cmd_worker(args) -> int:
     return 0
 
 
-def pair_worker(address: str, code: str):
-    """Pair with the worker at `address` and remember it; raises Refused/ConnectionError."""
-    from engine.cluster.link import pair
-    from engine.cluster.pairing import Pairings
-
-    pairing = asyncio.run(pair(address, code, socket.gethostname()))
-    Pairings(paths().pairings).add(pairing)
-    return pairing
-
-
 def cmd_pair(args) -> int:
     from engine.cluster.protocol import Refused
+
+    from .sharing import pair_worker
 
     try:
         pairing = pair_worker(args.address, args.code)
@@ -190,36 +182,3 @@ def supervise(args, argv: list[str], on_ready) -> int:
             return 1
         print("cluster: restarting the engine to plan without the lost worker", flush=True)
 
-
-class SharedMachine:
-    """This machine shared from the app: a `homerack worker` child, its address and code."""
-
-    def __init__(self, args: list[str] = ()):
-        self.process = subprocess.Popen([sys.executable, "-m", "app", "worker", *args],
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        text=True)
-        self.address = self.code = None
-
-    def wait_ready(self, timeout: float = 30.0) -> "SharedMachine":
-        """Blocks until the worker says where it listens and its pairing code."""
-        deadline = time.monotonic() + timeout
-        lines = []
-        while self.code is None and time.monotonic() < deadline:
-            line = self.process.stdout.readline()
-            if not line:
-                raise RuntimeError("the worker did not start:\n" + "".join(lines[-10:]))
-            lines.append(line)
-            if " listening on " in line:
-                self.address = line.rsplit(" ", 1)[1].strip()
-            elif line.startswith("pairing code: "):
-                self.code = line.split(": ", 1)[1].strip()
-        threading.Thread(target=self.process.stdout.read, daemon=True).start()  # drain
-        return self
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()

@@ -371,7 +371,7 @@ class MainWindow(QMainWindow):
     # -- the cluster ----------------------------------------------------------------
 
     def _share(self, on: bool) -> None:
-        from app.cluster import SharedMachine
+        from app.sharing import SharedMachine
 
         if not on:
             shared, self.shared = self.shared, None
@@ -393,7 +393,7 @@ class MainWindow(QMainWindow):
         self.show_error(f"This machine could not be shared: {error}")
 
     def _pair(self, address: str, code: str) -> None:
-        from app.cluster import pair_worker
+        from app.sharing import pair_worker
 
         if not address or not code:
             self.show_error("Pairing needs the worker's address and the code it shows.")

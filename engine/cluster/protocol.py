@@ -35,11 +35,15 @@ def homerack_version() -> str:
 
 @cache
 def rpc_protocol() -> str:
-    """llama.cpp's RPC protocol version, from the ggml-rpc.h the wheel ships."""
-    import llama_cpp
+    """llama.cpp's RPC protocol version, from the ggml-rpc.h the wheel ships (found without
+    loading llama.cpp: the app pairs from its UI process)."""
+    from importlib.util import find_spec
     from pathlib import Path
 
-    header = Path(llama_cpp.__file__).parents[1] / "include" / "ggml-rpc.h"
+    spec = find_spec("llama_cpp")
+    if spec is None or spec.origin is None:
+        return "unknown"
+    header = Path(spec.origin).parents[1] / "include" / "ggml-rpc.h"
     try:
         text = header.read_text()
     except OSError:

@@ -1,0 +1,57 @@
+"""What the app's UI process does for the cluster without loading llama.cpp: pairing
+with a worker, and sharing this machine through a `homerack worker` child process."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from .paths import paths
+
+
+def pair_worker(address: str, code: str):
+    """Pair with the worker at `address` and remember it; raises Refused/ConnectionError."""
+    from engine.cluster.link import pair
+    from engine.cluster.pairing import Pairings
+
+    pairing = asyncio.run(pair(address, code, socket.gethostname()))
+    Pairings(paths().pairings).add(pairing)
+    return pairing
+
+
+class SharedMachine:
+    """This machine shared from the app: a `homerack worker` child, its address and code."""
+
+    def __init__(self, args: list[str] = ()):
+        self.process = subprocess.Popen([sys.executable, "-m", "app", "worker", *args],
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True)
+        self.address = self.code = None
+
+    def wait_ready(self, timeout: float = 30.0) -> "SharedMachine":
+        """Blocks until the worker says where it listens and its pairing code."""
+        deadline = time.monotonic() + timeout
+        lines = []
+        while self.code is None and time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                raise RuntimeError("the worker did not start:\n" + "".join(lines[-10:]))
+            lines.append(line)
+            if " listening on " in line:
+                self.address = line.rsplit(" ", 1)[1].strip()
+            elif line.startswith("pairing code: "):
+                self.code = line.split(": ", 1)[1].strip()
+        threading.Thread(target=self.process.stdout.read, daemon=True).start()  # drain
+        return self
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()

@@ -1,0 +1,353 @@
+"""LAN cluster: decode tokens/s with 0, 1 and 2 RPC stages on loopback for Gemma 3 270M
+and SmolLM2 through Homerack (TLS gateways, forwarders, the output layer kept local),
+against llama.cpp's own rpc-server + llama-server --rpc (vendored commit) on the same
+stage sizes; the gateway's cost against raw RPC with the same client (llama-server
+pointed at Homerack's forwarders, or straight at rpc-servers); model load time cold and
+from the workers' tensor cache, on loopback and over a simulated LAN (a 1 Gbit/s tbf-
+shaped veth into a network namespace, 0.5 ms round trip added by a delaying proxy); and
+a lost worker: time to the client's error and to the next answer.
+
+Targets: stages cost no more than llama.cpp's own RPC (within 5%), the gateway <= 3%
+against raw RPC, a cached reload >= 3x faster than a cold one, a lost worker detected in
+<= 2 s and serving resumed in <= 30 s.
+
+    python bench/cluster.py [--tokens 96] [--threads 1]     (root, for the LAN part)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "packaging"))
+
+from app.engine_proc import EngineProcess  # noqa: E402
+from app.paths import paths  # noqa: E402
+from build_tools import build, llama_server  # noqa: E402
+
+MODELS = {"gemma-3-270m-q4_k_m": 18, "smollm2-135m-instruct-q4_1": 30}
+PROMPT = "The history of Rome"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def decode_rate(url: str, headers: dict, tokens: int, model: str | None = None,
+                runs: int = 2) -> float:
+    """Median decode tokens/s of streamed completions of exactly `tokens` tokens."""
+    rates = []
+    for run in range(runs + 1):  # the first one warms up
+        body = {"prompt": PROMPT, "max_tokens": tokens, "n_predict": tokens, "temperature": 0,
+                "stream": True, "ignore_eos": True, "cache_prompt": False, **({"model": model} if model else {})}
+        times = []
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, headers=headers,
+                          timeout=600) as reply:
+            reply.raise_for_status()
+            for line in reply.iter_lines():
+                if line.startswith("data: {") and json.loads(line[6:]).get("choices"):
+                    times.append(time.perf_counter())
+        if run:
+            rates.append((len(times) - 2) / (times[-1] - times[1]))
+    return statistics.median(rates)
+
+
+class Homes:
+    """HOMERACK_HOME folders for the host and each worker, under one temporary folder."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        (root / "host" / "data").mkdir(parents=True)
+        (root / "host" / "data" / "models").symlink_to(paths().models)
+
+    def env(self, name: str) -> dict:
+        return dict(os.environ, HOMERACK_HOME=str(self.root / name), PYTHONUNBUFFERED="1")
+
+
+@contextmanager
+def homerack_worker(homes: Homes, name: str, threads: int, host: str = "127.0.0.1",
+                    netns: str | None = None):
+    command = [sys.executable, "-m", "app", "worker", "--host", host, "--port", "0", "--name",
+               name, "--code", "246810", "--no-advertise", "--threads", str(threads)]
+    prefix = ["ip", "netns", "exec", netns] if netns else []
+    process = subprocess.Popen(prefix + command, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                               env=homes.env(name))
+    line = process.stdout.readline()
+    if "listening on" not in line:
+        raise RuntimeError(f"worker {name} did not start: {line}")
+    threading.Thread(target=process.stdout.read, daemon=True).start()
+    try:
+        yield process, line.split("listening on ")[1].strip()
+    finally:
+        process.send_signal(signal.SIGCONT)
+        process.terminate()
+        process.wait(10)
+
+
+def pair(homes: Homes, address: str) -> str:
+    result = subprocess.run([sys.executable, "-m", "app", "pair", address, "--code", "246810"],
+                            capture_output=True, text=True, cwd=ROOT, env=homes.env("host"))
+    if result.returncode:
+        raise RuntimeError(result.stderr)
+    return result.stdout.split("worker ")[1].split(" ")[0]
+
+
+@contextmanager
+def homerack_serve(homes: Homes, args: list[str]):
+    process = EngineProcess(args, env=homes.env("host"))
+    try:
+        address = process.wait_ready()
+        yield address, {"Authorization": f"Bearer {address.token}"}
+    finally:
+        process.stop()
+
+
+def homerack_split(workers: list[str], layers: int, stages: int) -> list[str]:
+    if not stages:
+        return []
+    share = layers // 3
+    return ["--workers", ",".join(workers[:stages]), "--split", ",".join([str(share)] * stages)]
+
+
+@contextmanager
+def rpc_servers(bins: Path, count: int, threads: int):
+    ports = [free_port() for _ in range(count)]
+    servers = [subprocess.Popen([str(bins / "rpc-server"), "-H", "127.0.0.1", "-p", str(p),
+                                 "-t", str(threads)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL) for p in ports]
+    time.sleep(1.0)
+    try:
+        yield [f"127.0.0.1:{p}" for p in ports]
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait(10)
+
+
+def llama_rpc_args(model_path: Path, endpoints: list[str], layers: int, threads: int) -> list[str]:
+    """llama-server over RPC stages of layers//3 each: it cannot keep the output layer on
+    its CPU (--device refuses the CPU), so the output goes with the last stage."""
+    args = ["-m", str(model_path), "-t", str(threads), "-c", "1024", "-np", "1"]
+    if not endpoints:
+        return args + ["-ngl", "0"]
+    share = layers // 3
+    devices = [f"RPC{i}" for i in range(len(endpoints))]
+    return args + ["--rpc", ",".join(endpoints), "--device", ",".join(devices),
+                   "-ngl", str(share * len(endpoints) + 1),
+                   "-ts", ",".join([str(share)] * (len(endpoints) - 1) + [str(share + 1)])]
+
+
+def decode_table(homes, bins, workers, args) -> dict:
+    results = {}
+    for model, layers in MODELS.items():
+        path = paths().models / f"{model}.gguf"
+        for stages in (0, 1, 2):
+            serve_args = ["--model", model, "--ctx", "1024", "--parallel", "1",
+                          "--threads", str(args.host_threads),
+                          *homerack_split(workers, layers, stages)]
+            with homerack_serve(homes, serve_args) as (address, headers):
+                ours = decode_rate(address.url, headers, args.tokens)
+            with rpc_servers(bins, stages, args.threads) as endpoints, \
+                    llama_server(bins, llama_rpc_args(path, endpoints, layers, args.host_threads)) as url:
+                theirs = decode_rate(url, {}, args.tokens)
+            results[(model, stages)] = (ours, theirs)
+            print(f"{model:<28} {stages} stages: Homerack {ours:6.1f} tok/s, llama.cpp RPC "
+                  f"{theirs:6.1f} tok/s ({ours / theirs:.2f}x)", flush=True)
+    print("stage cost (tok/s with stages / without, Homerack against llama.cpp):")
+    for model in MODELS:
+        for stages in (1, 2):
+            ours = results[(model, stages)][0] / results[(model, 0)][0]
+            theirs = results[(model, stages)][1] / results[(model, 0)][1]
+            print(f"  {model:<28} {stages} stages: {ours:.3f} vs {theirs:.3f} "
+                  f"-> {ours / theirs:.3f} (target >= 0.95)")
+    return results
+
+
+def gateway_cost(homes, bins, pairings, args) -> None:
+    """The same llama-server, the same split: straight to rpc-servers, or through
+    Homerack's forwarders and TLS gateways to the workers' RPC servers."""
+    from engine.cluster.link import LinkLoop, WorkerLink
+    from engine.cluster.pairing import Pairings
+
+    model = "smollm2-135m-instruct-q4_1"
+    path, layers = paths().models / f"{model}.gguf", MODELS[model]
+    loop = LinkLoop()
+    links = [WorkerLink(p, lambda *_: None) for p in Pairings(pairings).all()[:2]]
+    for link in links:
+        loop.run(link.start())
+    try:
+        with llama_server(bins, llama_rpc_args(path, [l.endpoint for l in links], layers,
+                                               args.host_threads)) as url:
+            gated = decode_rate(url, {}, args.tokens)
+        with rpc_servers(bins, 2, args.threads) as endpoints, \
+                llama_server(bins, llama_rpc_args(path, endpoints, layers, args.host_threads)) as url:
+            raw = decode_rate(url, {}, args.tokens)
+    finally:
+        for link in links:
+            loop.run(link.stop())
+        loop.close()
+    print(f"gateway: {model} over 2 stages, llama-server: through TLS gateways {gated:.1f} "
+          f"tok/s, raw RPC {raw:.1f} tok/s -> cost {(1 - gated / raw) * 100:+.1f}% (target <= 3%)",
+          flush=True)
+
+
+def load_times(homes: Homes, worker_name: str, label: str, wide: Path) -> None:
+    """Load the wide model with all its layers on the worker: cold (a fresh tensor cache
+    there), then again (the cache has its large tensors)."""
+    times = []
+    for _ in range(2):
+        with homerack_serve(homes, ["--ctx", "256", "--workers", worker_name, "--split", "4"]) \
+                as (address, headers):
+            start = time.perf_counter()
+            reply = httpx.post(f"{address.url}/v1/models/load", json={"model": str(wide)},
+                               headers=headers, timeout=600)
+            reply.raise_for_status()
+            times.append(time.perf_counter() - start)
+    print(f"load {label}: cold {times[0]:.2f} s, from the tensor cache {times[1]:.2f} s -> "
+          f"{times[0] / times[1]:.1f}x faster (target >= 3x)", flush=True)
+
+
+class DelayProxy:
+    """A TCP proxy that delivers every chunk `one_way_s` late, in order (netem is missing
+    here): the round trip grows by twice that."""
+
+    def __init__(self, target: tuple[str, int], one_way_s: float):
+        self.target, self.delay = target, one_way_s
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._handle, "127.0.0.1", 0), self.loop).result()
+        self.address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+    async def _handle(self, reader, writer):
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        for w in (writer, up_writer):
+            w.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        async def pipe(source, sink):
+            while data := await source.read(1 << 16):
+                self.loop.call_later(self.delay, sink.write, data)
+            self.loop.call_later(self.delay, sink.close)
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer),
+                             return_exceptions=True)
+
+
+@contextmanager
+def shaped_lan(name: str = "hrbench"):
+    """A namespace behind a veth pair shaped to 1 Gbit/s both ways: (namespace, its address)."""
+    commands = [
+        f"ip netns add {name}",
+        f"ip link add hrb0 type veth peer name hrb1 netns {name}",
+        "ip addr add 10.78.0.2/24 dev hrb0", "ip link set hrb0 up",
+        f"ip -n {name} addr add 10.78.0.1/24 dev hrb1", f"ip -n {name} link set hrb1 up",
+        f"ip -n {name} link set lo up",
+        "tc qdisc add dev hrb0 root tbf rate 1gbit burst 256kb latency 50ms",
+        f"ip netns exec {name} tc qdisc add dev hrb1 root tbf rate 1gbit burst 256kb latency 50ms",
+    ]
+    try:
+        for command in commands:
+            subprocess.run(command.split(), check=True, capture_output=True)
+        yield name, "10.78.0.1"
+    finally:
+        subprocess.run(["ip", "link", "del", "hrb0"], capture_output=True)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def lan(homes: Homes, wide: Path, args) -> None:
+    try:
+        context = shaped_lan()
+        netns, address = context.__enter__()
+    except subprocess.CalledProcessError as exc:
+        print(f"simulated LAN: skipped ({exc.stderr.decode().strip() or exc})")
+        return
+    try:
+        with homerack_worker(homes, "lan", args.threads, host=address, netns=netns) as (_, gw):
+            host, port = gw.rsplit(":", 1)
+            proxy = DelayProxy((host, int(port)), 0.00025)
+            name = pair(homes, proxy.address)
+            model = "smollm2-135m-instruct-q4_1"
+            for split in ("10",):
+                with homerack_serve(homes, ["--model", model, "--ctx", "1024", "--parallel", "1",
+                                            "--threads", str(args.host_threads), "--workers",
+                                            name, "--split", split]) as (served, headers):
+                    rate = decode_rate(served.url, headers, args.tokens)
+                    view = httpx.get(f"{served.url}/v1/cluster", headers=headers).json()
+                (w,) = view["workers"]
+                print(f"simulated LAN (1 Gbit/s, +0.5 ms): {model}, {split} layers on the worker: "
+                      f"{rate:.1f} tok/s; heartbeat round trip {w['rtt_ms']} ms; "
+                      f"{w['bytes_per_token']} bytes sent per token", flush=True)
+            load_times(homes, name, "over the simulated LAN", wide)
+    finally:
+        context.__exit__(None, None, None)
+
+
+def failure(homes: Homes, workers: list, names: list[str], args) -> None:
+    model = "smollm2-135m-instruct-q4_1"
+    with homerack_serve(homes, ["--model", model, "--ctx", "2048", "--threads",
+                                str(args.host_threads), "--workers", ",".join(names),
+                                "--split", "8,8"]) as (address, headers):
+        decode_rate(address.url, headers, 8, runs=0)
+        body = {"prompt": PROMPT, "max_tokens": 2000, "temperature": 0, "stream": True,
+                "ignore_eos": True}
+        stopped = errored = None
+        with httpx.stream("POST", f"{address.url}/v1/completions", json=body, headers=headers,
+                          timeout=120) as reply:
+            for n, line in enumerate(reply.iter_lines()):
+                if n == 40:
+                    workers[1].send_signal(signal.SIGSTOP)  # silent, as a pulled cable
+                    stopped = time.perf_counter()
+                if '"error"' in line:
+                    errored = time.perf_counter()
+                    message = json.loads(line[6:])["error"]["message"]
+        decode_rate(address.url, headers, 8, runs=0)
+        answered = time.perf_counter()
+    workers[1].send_signal(signal.SIGCONT)
+    print(f"lost worker: the client's error after {errored - stopped:.2f} s (target <= 2 s: "
+          f"\"{message[:70]}...\"); the next answer {answered - stopped:.1f} s after the loss "
+          "(target <= 30 s)", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tokens", type=int, default=96)
+    parser.add_argument("--threads", type=int, default=1, help="threads of each worker")
+    parser.add_argument("--host-threads", type=int, default=2)
+    args = parser.parse_args()
+    bins = build()
+    from tiny_gguf import write_tiny_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        homes = Homes(Path(tmp))
+        wide = write_tiny_model(Path(tmp) / "wide.gguf", n_layer=4, n_embd=1536, n_ff=6144)
+        with homerack_worker(homes, "w1", args.threads) as (p1, a1), \
+                homerack_worker(homes, "w2", args.threads) as (p2, a2):
+            names = [pair(homes, a1), pair(homes, a2)]
+            decode_table(homes, bins, names, args)
+            gateway_cost(homes, bins, Path(tmp) / "host" / "data" / "cluster" / "pairings.json", args)
+            load_times(homes, names[0], "on loopback", wide)
+            failure(homes, [p1, p2], names, args)
+        lan(homes, wide, args)
+
+
+if __name__ == "__main__":
+    main()
