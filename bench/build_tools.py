@@ -1,5 +1,5 @@
-"""Build llama.cpp's own llama-bench, llama-server and rpc-server from the exact commit that the
-installed llama-cpp-python vendors (its sdist), for anchors in the benchmarks, with the
+"""Build llama.cpp's own llama-bench, llama-server and ggml-rpc-server (its rpc-server)
+from the exact commit that the installed llama-cpp-python vendors (its sdist), for anchors in the benchmarks, with the
 same CPU choices as that build (packaging/llama_backend.py's stamp: AMX left out where
 it crashes, or the portable build where the native one failed its smoke test).
 
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "packaging"))
 
 from llama_backend import STAMP, compiler_env  # noqa: E402
-TARGETS = ("llama-bench", "llama-server", "rpc-server")
+TARGETS = ("llama-bench", "llama-server", "ggml-rpc-server")
 
 
 def installed_build() -> dict:

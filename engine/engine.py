@@ -85,7 +85,7 @@ class Engine:
         return {
             "model": loaded.model.id if loaded else None,
             "n_ctx": loaded.llama.n_ctx if loaded else None,
-            "offload": _offload(loaded.llama.settings.n_gpu_layers if loaded else 0),
+            "offload": self._offload(loaded),
             "busy": bool(batching.get("active")),
             "memory": loaded.memory if loaded else None,
             "load_notes": list(loaded.notes) if loaded else [],
@@ -111,6 +111,15 @@ class Engine:
                 return
             if job is not None:
                 job.emit(Failed(error))
+
+    def _offload(self, loaded) -> str:
+        """Where the layers run, in a few words."""
+        cluster = self.host.cluster
+        machines = {s.machine for s in cluster.last.stages} if cluster and cluster.last else ()
+        if loaded and len(machines) > 1:
+            return f"{len(machines)} machines"
+        n_gpu_layers = loaded.llama.settings.n_gpu_layers if loaded else 0
+        return f"{n_gpu_layers} layers on GPU" if n_gpu_layers else "CPU"
 
     def cluster_status(self) -> dict | None:
         cluster = self.host.cluster
@@ -230,7 +239,3 @@ class Engine:
 
 def _as_error(exc: Exception) -> HomerackError:
     return exc if isinstance(exc, HomerackError) else HomerackError(f"internal error: {exc!r}")
-
-
-def _offload(n_gpu_layers: int) -> str:
-    return f"{n_gpu_layers} layers on GPU" if n_gpu_layers else "CPU"

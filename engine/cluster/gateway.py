@@ -51,6 +51,8 @@ class Gateway:
             await self._refuse(writer, str(exc))
         except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            pass  # the worker is stopping: this connection ends with it
         finally:
             writer.close()
 

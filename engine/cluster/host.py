@@ -31,7 +31,7 @@ class Cluster:
         self.last: ClusterPlan | None = None
         self._loop = LinkLoop()
         self._bandwidth: float | None = None
-        self._baseline: tuple[int, dict[str, int]] = (0, {})  # tokens, bytes sent: at load
+        self._baseline: tuple[int, dict] = (0, {})  # tokens; (bytes sent, round trips): at load
 
     def connect(self) -> None:
         """Reach every paired worker not linked yet; register its devices."""
@@ -85,12 +85,13 @@ class Cluster:
     def mark_loaded(self, tokens: int) -> None:
         """A model finished loading (its weights went over the links): per-token figures
         count from here, `tokens` being the engine's count of evaluated tokens so far."""
-        self._baseline = (tokens, {n: link.stats.bytes_sent for n, link in self.links.items()})
+        self._baseline = (tokens, {n: (link.stats.bytes_sent, link.stats.round_trips)
+                                   for n, link in self.links.items()})
 
     def status(self, tokens: int = 0) -> dict:
         """The dashboard's figures; `tokens`: the engine's evaluated tokens so far."""
         stages = self.last.stages if self.last else ()
-        base_tokens, base_bytes = self._baseline
+        base_tokens, base = self._baseline
         counted = tokens - base_tokens
         workers = []
         for pairing in self.pairings:
@@ -104,8 +105,7 @@ class Cluster:
                 "bytes_sent": stats.bytes_sent if stats else 0,
                 "bytes_received": stats.bytes_received if stats else 0,
                 "round_trips": stats.round_trips if stats else 0,
-                "bytes_per_token": round((stats.bytes_sent - base_bytes.get(pairing.name, 0))
-                                         / counted) if stats and counted > 0 else None,
+                **_per_token(stats, base.get(pairing.name, (0, 0)), counted),
                 "free_bytes": link.info.get("free_bytes") if link else None,
                 "stages": [vars(s) for s in stages if s.machine == pairing.name]})
         plan = self.last
@@ -121,3 +121,11 @@ class Cluster:
             except Exception:
                 pass
         self._loop.close()
+
+
+def _per_token(stats, base: tuple[int, int], tokens: int) -> dict:
+    """Bytes sent and round trips on a link per evaluated token, since the model loaded."""
+    if stats is None or tokens <= 0:
+        return {"bytes_per_token": None, "round_trips_per_token": None}
+    return {"bytes_per_token": round((stats.bytes_sent - base[0]) / tokens),
+            "round_trips_per_token": round((stats.round_trips - base[1]) / tokens, 2)}

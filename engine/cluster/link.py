@@ -35,7 +35,7 @@ async def _connect(address: str):
     host, port = split_address(address, DEFAULT_PORT)
     try:
         reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, ssl=client_context(), limit=1 << 16), 5)
+            asyncio.open_connection(host, port, ssl=client_context(), limit=1 << 16), 3)
     except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
         raise ConnectionError(f"no Homerack worker answers at {host}:{port} ({exc})") from None
     writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -129,9 +129,12 @@ class WorkerLink:
                 if not line:
                     raise ConnectionError("closed")
                 self.info = json.loads(line).get("info", self.info)
-            except (asyncio.TimeoutError, OSError, ValueError, ssl.SSLError) as exc:
-                self._lose(f"worker {self.name} ({self.pairing.address}) stopped answering"
-                           + (" (connection closed)" if isinstance(exc, OSError) else ""))
+            except asyncio.TimeoutError:  # (an OSError too, since Python 3.11: first)
+                self._lose(f"worker {self.name} ({self.pairing.address}) stopped answering "
+                           f"for {LOST_AFTER_S:.0f} s")
+                return
+            except (OSError, ValueError, ssl.SSLError):
+                self._lose(f"worker {self.name} ({self.pairing.address}) closed the link")
                 return
             self.stats.add_rtt(time.monotonic() - sent)
             await asyncio.sleep(max(0.0, HEARTBEAT_S - self.stats.rtt_s))
