@@ -161,7 +161,11 @@ def supervise(args, argv: list[str], on_ready) -> int:
 
     def stop(*_):
         if child and child.poll() is None:
-            child.terminate()
+            child.terminate()  # it saves its conversations first (it dies with this process)
+            try:
+                child.wait(60)
+            except subprocess.TimeoutExpired:
+                child.kill()
         sys.exit(0)
 
     signal.signal(signal.SIGTERM, stop)
