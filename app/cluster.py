@@ -21,6 +21,7 @@ MAX_RESTARTS_A_MINUTE = 5
 
 
 def cmd_worker(args) -> int:
+    from engine.cluster.link import new_loop
     from engine.cluster.worker import Worker, WorkerConfig
 
     config = WorkerConfig(name=args.name or socket.gethostname(), folder=paths().worker_folder,
@@ -37,7 +38,8 @@ def cmd_worker(args) -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        asyncio.run(worker.run(ready, log=lambda m: print(m, flush=True)))
+        with asyncio.Runner(loop_factory=new_loop) as runner:
+            runner.run(worker.run(ready, log=lambda m: print(m, flush=True)))
     except KeyboardInterrupt:
         pass
     return 0

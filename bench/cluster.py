@@ -44,6 +44,7 @@ from build_tools import build, llama_server  # noqa: E402
 
 MODELS = {"gemma-3-270m-q4_k_m": 18, "smollm2-135m-instruct-q4_1": 30}
 PROMPT = "The history of Rome"
+POLL: list[str] = []
 
 
 def free_port() -> int:
@@ -151,7 +152,7 @@ def rpc_servers(bins: Path, count: int, threads: int):
 def llama_rpc_args(model_path: Path, endpoints: list[str], layers: int, threads: int) -> list[str]:
     """llama-server over RPC stages of layers//3 each: it cannot keep the output layer on
     its CPU (--device refuses the CPU), so the output goes with the last stage."""
-    args = ["-m", str(model_path), "-t", str(threads), "-c", "1024", "-np", "1"]
+    args = ["-m", str(model_path), "-t", str(threads), "-c", "1024", "-np", "1", *POLL]
     if not endpoints:
         return args + ["-ngl", "0"]
     share = layers // 3
@@ -187,32 +188,95 @@ def decode_table(homes, bins, workers, args) -> dict:
     return results
 
 
-def gateway_cost(homes, bins, pairings, args) -> None:
-    """The same llama-server, the same split: straight to rpc-servers, or through
-    Homerack's forwarders and TLS gateways to the workers' RPC servers."""
-    from engine.cluster.link import LinkLoop, WorkerLink
+def inner_decode(args) -> None:
+    """In a process of its own (llama.cpp's device registry is per process): Homerack's
+    engine over the stages, through the gateways (`gated`: the paired workers) or straight
+    to llama.cpp rpc-servers (`raw`: a bench-only cluster without links); prints tok/s."""
+    from engine.cluster.host import Cluster
     from engine.cluster.pairing import Pairings
+    from engine.cluster.placement import Machine
+    from engine.engine import Engine, EngineSettings
+    from engine.events import Finished, GenerationRequest
+    from engine.gguf_file import GGUFInspector
+    from engine.llama_runtime import LoadSettings, SamplingParams
+    from engine.models import ModelStore
+    from engine.rpc import add_worker
 
-    model = "smollm2-135m-instruct-q4_1"
-    path, layers = paths().models / f"{model}.gguf", MODELS[model]
-    loop = LinkLoop()
-    links = [WorkerLink(p, lambda *_: None) for p in Pairings(pairings).all()[:2]]
-    for link in links:
-        loop.run(link.start())
-    try:
-        with llama_server(bins, llama_rpc_args(path, [l.endpoint for l in links], layers,
-                                               args.host_threads)) as url:
-            gated = decode_rate(url, {}, args.tokens)
-        with rpc_servers(bins, 2, args.threads) as endpoints, \
-                llama_server(bins, llama_rpc_args(path, endpoints, layers, args.host_threads)) as url:
-            raw = decode_rate(url, {}, args.tokens)
-    finally:
-        for link in links:
-            loop.run(link.stop())
-        loop.close()
-    print(f"gateway: {model} over 2 stages, llama-server: through TLS gateways {gated:.1f} "
-          f"tok/s, raw RPC {raw:.1f} tok/s -> cost {(1 - gated / raw) * 100:+.1f}% (target <= 3%)",
-          flush=True)
+    class RawCluster(Cluster):
+        def connect(self):
+            for index, endpoint in enumerate(args.endpoints.split(",")):
+                if f"raw{index}" not in self.devices:
+                    self.devices[f"raw{index}"] = add_worker(endpoint)
+
+        def machines(self, hw):
+            free = {d.name: d.free_bytes for d in hw.devices}
+            return [Machine(name, tuple((d, "cpu", free[d]) for d in devices), 10e9, 1e-4)
+                    for name, devices in self.devices.items()]
+
+    counts = [int(n) for n in args.split.split(",")]
+    if args.inner == "gated":
+        pairings = Pairings(Path(args.pairings)).all()[:len(counts)]
+        cluster = Cluster(pairings, lambda *_: None, {p.name: n for p, n in zip(pairings, counts)})
+    else:
+        cluster = RawCluster([], lambda *_: None, {f"raw{i}": n for i, n in enumerate(counts)})
+    store = ModelStore(paths().models, GGUFInspector())
+    engine = Engine(store, EngineSettings(load=LoadSettings(n_ctx=1024, n_threads=args.host_threads),
+                                          parallel=1, resident=0), cluster)
+    model = store.resolve(args.model)
+    rates = []
+    for tokens in (8, args.tokens, args.tokens, args.tokens):
+        events = Collector()
+        engine.submit(GenerationRequest(model, prompt=PROMPT, max_tokens=tokens, ignore_eos=True,
+                                        sampling=SamplingParams(temperature=0),
+                                        cache_prompt=False), events)
+        finished = events.last()
+        assert isinstance(finished, Finished), finished
+        rates.append(finished.usage.decode_tokens_per_s)
+    print(json.dumps(statistics.median(rates[1:])), flush=True)
+    engine.close()
+    cluster.close()
+
+
+class Collector:
+    def __init__(self):
+        import queue
+
+        self.events = queue.Queue()
+
+    def __call__(self, event):
+        self.events.put(event)
+
+    def last(self):
+        from engine.events import Failed, Finished
+
+        while not isinstance(event := self.events.get(timeout=600), (Finished, Failed)):
+            pass
+        return event
+
+
+def run_inner(homes: Homes, args, mode: str, model: str, split: str, **extra) -> float:
+    command = [sys.executable, str(Path(__file__).resolve()), "--inner", mode, "--model", model,
+               "--split", split, "--tokens", str(args.tokens), "--host-threads",
+               str(args.host_threads), *[f"--{k}={v}" for k, v in extra.items()]]
+    result = subprocess.run(command, capture_output=True, text=True, env=homes.env("host"),
+                            cwd=ROOT, timeout=900)
+    if result.returncode:
+        raise RuntimeError(result.stderr[-2000:])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def gateway_cost(homes, bins, args, stages: int) -> None:
+    """Homerack's engine on the same split either way: through its forwarders and the TLS
+    gateways to the workers' RPC servers, or straight to llama.cpp rpc-servers."""
+    pairings = homes.root / "host" / "data" / "cluster" / "pairings.json"
+    for model, layers in MODELS.items():
+        split = ",".join([str(layers // 3)] * stages)
+        gated = run_inner(homes, args, "gated", model, split, pairings=pairings)
+        with rpc_servers(bins, stages, args.threads) as endpoints:
+            raw = run_inner(homes, args, "raw", model, split, endpoints=",".join(endpoints))
+        print(f"gateway: {model}, {stages} stages of {layers // 3} layers: through the TLS "
+              f"gateways {gated:.1f} tok/s, straight to rpc-servers {raw:.1f} tok/s -> cost "
+              f"{(1 - gated / raw) * 100:+.1f}% (target <= 3%)", flush=True)
 
 
 def load_times(homes: Homes, worker_name: str, label: str, wide: Path) -> None:
@@ -338,7 +402,14 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--threads", type=int, default=1, help="threads of each worker")
     parser.add_argument("--host-threads", type=int, default=2)
+    parser.add_argument("--inner", choices=["gated", "raw"], help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--split", help=argparse.SUPPRESS)
+    parser.add_argument("--pairings", help=argparse.SUPPRESS)
+    parser.add_argument("--endpoints", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.inner:
+        return inner_decode(args)
     bins = build()
     from tiny_gguf import write_tiny_model
 
@@ -350,7 +421,8 @@ def main() -> None:
                 homerack_worker(homes, "w2", args.threads) as (p2, a2):
             names = [pair(homes, a1), pair(homes, a2)]
             decode_table(homes, bins, names, args)
-            gateway_cost(homes, bins, Path(tmp) / "host" / "data" / "cluster" / "pairings.json", args)
+            for stages in (1, 2):
+                gateway_cost(homes, bins, args, stages)
             load_times(homes, names[0], "on loopback", wide)
             failure(homes, [p1, p2], names, args)
         lan(homes, wide, args)

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .pairing import Grants
+from .relay import Half, first_closed, join, no_delay
 from .protocol import Refused, code_proof, mismatch, read_line, versions, write_line
 
-PIPE_CHUNK = 1 << 16
 BUSY_WAIT_S = 3.0
 
 
@@ -44,6 +44,7 @@ class Gateway:
                                           ssl_handshake_timeout=5, limit=1 << 16)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        no_delay(writer)
         try:
             hello = await read_line(reader)
             await self._dispatch(hello, reader, writer)
@@ -113,26 +114,20 @@ class Gateway:
     async def _rpc_session(self, host: str, reader, writer) -> None:
         address, port = self.rpc_endpoint.rsplit(":", 1)
         try:
-            rpc_reader, rpc_writer = await asyncio.open_connection(address, int(port))
+            _, server = await asyncio.get_running_loop().create_connection(
+                lambda: Half(self._count("bytes_out")), address, int(port))
         except OSError:
             raise Refused(f"worker {self.name}: its llama.cpp RPC server is not running") from None
         self.stats.serving, self.stats.rpc_sessions = host, self.stats.rpc_sessions + 1
         try:
             await write_line(writer, {"ok": True, "name": self.name})
-            await asyncio.gather(self._pipe(reader, rpc_writer, "bytes_in"),
-                                 self._pipe(rpc_reader, writer, "bytes_out"))
+            # the host sends nothing more until it has read the ok: the stream holds nothing
+            client = Half(self._count("bytes_in")).adopt(writer.transport)
+            join(client, server)
+            await first_closed(client, server)
         finally:
             self.stats.serving = None
-            rpc_writer.close()
+            server.transport.close()
 
-    async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter,
-                    counter: str) -> None:
-        try:
-            while data := await source.read(PIPE_CHUNK):
-                setattr(self.stats, counter, getattr(self.stats, counter) + len(data))
-                sink.write(data)
-                await sink.drain()
-        except (ConnectionError, ssl.SSLError):
-            pass
-        finally:
-            sink.close()  # one side ends, the session ends: the RPC server frees itself
+    def _count(self, counter: str):
+        return lambda n: setattr(self.stats, counter, getattr(self.stats, counter) + n)

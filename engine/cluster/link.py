@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import ssl
 import threading
 import time
@@ -22,7 +21,7 @@ from .identity import client_context, peer_fingerprint
 from .pairing import Pairing
 from .protocol import (DEFAULT_PORT, HEARTBEAT_S, LOST_AFTER_S, Refused, code_proof, read_line, versions,
                        write_line)
-from .gateway import PIPE_CHUNK
+from .relay import Half, first_closed, join, no_delay
 
 
 def split_address(address: str, default_port: int) -> tuple[str, int]:
@@ -38,7 +37,7 @@ async def _connect(address: str):
             asyncio.open_connection(host, port, ssl=client_context(), limit=1 << 16), 3)
     except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
         raise ConnectionError(f"no Homerack worker answers at {host}:{port} ({exc})") from None
-    writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    no_delay(writer)
     return reader, writer, peer_fingerprint(writer.get_extra_info("ssl_object"))
 
 
@@ -102,7 +101,8 @@ class WorkerLink:
         self.endpoint: str | None = None   # where llama.cpp connects (127.0.0.1:port)
         self._server: asyncio.AbstractServer | None = None
         self._control: asyncio.StreamWriter | None = None
-        self._held: list[asyncio.StreamWriter] = []  # llama.cpp's sockets, kept open when lost
+        self._held: list[Half] = []  # llama.cpp's connections, kept open (and silent) when lost
+        self._awaiting = False  # llama.cpp sent a request the worker has not answered yet
         self._tasks: set[asyncio.Task] = set()  # asyncio keeps only weak references to them
 
     @property
@@ -115,7 +115,8 @@ class WorkerLink:
                                                     self.pairing.fingerprint, self.pairing.token)
         self.info = answer.get("info", {})
         self._control = writer
-        self._server = await asyncio.start_server(self._forward, "127.0.0.1", 0)
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: Half(self._sent, on_made=self._accept), "127.0.0.1", 0)
         port = self._server.sockets[0].getsockname()[1]
         self.endpoint = f"127.0.0.1:{port}"
         self._tasks.add(asyncio.get_running_loop().create_task(self._heartbeat(reader, writer)))
@@ -144,55 +145,43 @@ class WorkerLink:
             self.lost = why
             self.on_lost(self, why)
 
-    async def _forward(self, local_reader, local_writer) -> None:
-        task = asyncio.current_task()
+    def _accept(self, local: Half) -> None:
+        task = asyncio.get_running_loop().create_task(self._carry(local))
         self._tasks.add(task)
-        try:
-            await self._carry(local_reader, local_writer)
-        finally:
-            self._tasks.discard(task)
+        task.add_done_callback(self._tasks.discard)
 
-    async def _carry(self, local_reader, local_writer) -> None:
+    def _sent(self, n: int) -> None:
+        self.stats.bytes_sent += n
+        self._awaiting = True
+
+    def _received(self, n: int) -> None:
+        self.stats.bytes_received += n
+        if self._awaiting:
+            self.stats.round_trips, self._awaiting = self.stats.round_trips + 1, False
+
+    async def _carry(self, local: Half) -> None:
+        """One connection of llama.cpp's, carried to the worker's RPC server."""
         if self.lost:
-            self._held.append(local_writer)
+            self._hold(local)
             return
-        local_writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            remote_reader, remote_writer, _ = await open_link(
-                self.pairing.address, "rpc", self.pairing.fingerprint, self.pairing.token)
+            _, writer, _ = await open_link(self.pairing.address, "rpc", self.pairing.fingerprint,
+                                           self.pairing.token)
         except (Refused, ConnectionError) as exc:
-            self._held.append(local_writer)
+            self._hold(local)
             self._lose(f"worker {self.name}: {exc}")
             return
-        awaiting, ended = [False], [False]
+        remote = Half(self._received).adopt(writer.transport)
+        join(local, remote)
+        if await first_closed(local, remote) is local:
+            remote.transport.close()  # llama.cpp closed its side: a clean end
+            return
+        self._hold(local)
+        self._lose(f"worker {self.name} ({self.pairing.address}) was lost: the link closed")
 
-        async def upstream():
-            while data := await local_reader.read(PIPE_CHUNK):
-                self.stats.bytes_sent += len(data)
-                awaiting[0] = True
-                remote_writer.write(data)
-                await remote_writer.drain()
-            ended[0] = True  # llama.cpp closed its connection: end the session there too
-            remote_writer.close()
-
-        async def downstream():
-            while data := await remote_reader.read(PIPE_CHUNK):
-                self.stats.bytes_received += len(data)
-                if awaiting[0]:
-                    self.stats.round_trips, awaiting[0] = self.stats.round_trips + 1, False
-                local_writer.write(data)
-                await local_writer.drain()
-            if not ended[0]:
-                raise ConnectionError("the worker closed the link")
-
-        try:
-            await asyncio.gather(upstream(), downstream())
-            local_writer.close()
-        except (OSError, ssl.SSLError) as exc:
-            self._held.append(local_writer)
-            self._lose(f"worker {self.name} ({self.pairing.address}) was lost: {exc}")
-        finally:
-            remote_writer.close()
+    def _hold(self, local: Half) -> None:
+        local.detach()
+        self._held.append(local)
 
     async def stop(self) -> None:
         """A clean end (no loss reported): the forwarder, the heartbeat, the link."""
@@ -207,11 +196,21 @@ class WorkerLink:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop where it exists: its TLS is compiled, asyncio's is Python, and every relayed
+    RPC message crosses it twice (bench/cluster.py measures the gateway's cost)."""
+    try:
+        import uvloop
+    except ImportError:  # Windows
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
 class LinkLoop:
     """An asyncio loop on its own thread for every link of this process."""
 
     def __init__(self):
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="homerack-links",
                                         daemon=True)
         self._thread.start()
