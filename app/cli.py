@@ -437,6 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--ram", type=float, metavar="GIB", help="offer at most this much memory")
     worker.add_argument("--no-advertise", action="store_true", help="no mDNS announcement")
     worker.add_argument("--no-cache", action="store_true", help="no local tensor cache")
+    worker.add_argument("--hosts", action="store_true", help="list the hosts paired with this machine")
+    worker.add_argument("--revoke-host", metavar="HOST", help="unpair a host (takes effect at once)")
     worker.set_defaults(func=cmd_worker)
 
     pair = sub.add_parser("pair", help="pair with a worker, using the code it shows")

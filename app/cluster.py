@@ -22,7 +22,20 @@ MAX_RESTARTS_A_MINUTE = 5
 
 def cmd_worker(args) -> int:
     from engine.cluster.link import new_loop
+    from engine.cluster.pairing import Grants
     from engine.cluster.worker import Worker, WorkerConfig
+
+    if args.hosts or args.revoke_host:  # the hosts this machine admits, kept by the worker
+        grants = Grants(paths().worker_folder / "grants.json")
+        if args.revoke_host:
+            if not grants.revoke(args.revoke_host):
+                print(f"error: no host {args.revoke_host} is paired", file=sys.stderr)
+                return 1
+            print(f"revoked {args.revoke_host}: it must pair again")
+            return 0
+        for entry in grants.hosts():
+            print(f"{entry['host']:<24} paired {entry.get('since', '?')}")
+        return 0
 
     config = WorkerConfig(name=args.name or socket.gethostname(), folder=paths().worker_folder,
                           cache_dir=None if args.no_cache else paths().cache / "rpc",

@@ -17,7 +17,6 @@ against raw RPC, a cached reload >= 3x faster than a cold one, a lost worker det
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import signal
@@ -215,7 +214,8 @@ def inner_decode(args) -> None:
 
     counts = [int(n) for n in args.split.split(",")]
     if args.inner == "gated":
-        pairings = Pairings(Path(args.pairings)).all()[:len(counts)]
+        pairings = [p for p in Pairings(Path(args.pairings)).all()
+                    if not args.workers or p.name in args.workers.split(",")][:len(counts)]
         cluster = Cluster(pairings, lambda *_: None, {p.name: n for p, n in zip(pairings, counts)})
     else:
         cluster = RawCluster([], lambda *_: None, {f"raw{i}": n for i, n in enumerate(counts)})
@@ -271,7 +271,8 @@ def gateway_cost(homes, bins, args, stages: int) -> None:
     pairings = homes.root / "host" / "data" / "cluster" / "pairings.json"
     for model, layers in MODELS.items():
         split = ",".join([str(layers // 3)] * stages)
-        gated = run_inner(homes, args, "gated", model, split, pairings=pairings)
+        gated = run_inner(homes, args, "gated", model, split, pairings=pairings,
+                          workers="w1,w2")
         with rpc_servers(bins, stages, args.threads) as endpoints:
             raw = run_inner(homes, args, "raw", model, split, endpoints=",".join(endpoints))
         print(f"gateway: {model}, {stages} stages of {layers // 3} layers: through the TLS "
@@ -296,29 +297,39 @@ def load_times(homes: Homes, worker_name: str, label: str, wide: Path) -> None:
 
 
 class DelayProxy:
-    """A TCP proxy that delivers every chunk `one_way_s` late, in order (netem is missing
-    here): the round trip grows by twice that."""
+    """A TCP proxy that delivers every chunk `one_way_s` after it arrived, in order (netem is
+    missing here; asyncio's timers round to the millisecond, so threads that sleep until
+    each chunk's deadline): the round trip grows by twice `one_way_s`."""
 
     def __init__(self, target: tuple[str, int], one_way_s: float):
         self.target, self.delay = target, one_way_s
-        self.loop = asyncio.new_event_loop()
-        threading.Thread(target=self.loop.run_forever, daemon=True).start()
-        server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._handle, "127.0.0.1", 0), self.loop).result()
-        self.address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
 
-    async def _handle(self, reader, writer):
-        up_reader, up_writer = await asyncio.open_connection(*self.target)
-        for w in (writer, up_writer):
-            w.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def _accept(self) -> None:
+        while True:
+            client, _ = self.listener.accept()
+            upstream = socket.create_connection(self.target)
+            for sock in (client, upstream):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
 
-        async def pipe(source, sink):
-            while data := await source.read(1 << 16):
-                self.loop.call_later(self.delay, sink.write, data)
-            self.loop.call_later(self.delay, sink.close)
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer),
-                             return_exceptions=True)
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(1 << 16):
+                wait = time.perf_counter() + self.delay
+                while (left := wait - time.perf_counter()) > 0:
+                    time.sleep(left)
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:  # shutdown, not close: the other thread's recv holds the socket open
+            try:
+                sink.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
 
 
 @contextmanager
@@ -342,32 +353,38 @@ def shaped_lan(name: str = "hrbench"):
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
-def lan(homes: Homes, wide: Path, args) -> None:
+def lan(homes: Homes, bins: Path, wide: Path, args) -> None:
+    """One stage in a namespace behind a 1 Gbit/s veth, 0.5 ms further away: Homerack's
+    engine through the gateway against the same engine straight to an rpc-server there;
+    then the wide model's load, cold and from the worker's tensor cache."""
     try:
         context = shaped_lan()
         netns, address = context.__enter__()
     except subprocess.CalledProcessError as exc:
         print(f"simulated LAN: skipped ({exc.stderr.decode().strip() or exc})")
         return
+    port = 50600
+    raw = subprocess.Popen(["ip", "netns", "exec", netns, str(bins / "ggml-rpc-server"), "-H",
+                            address, "-p", str(port), "-t", str(args.threads)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         with homerack_worker(homes, "lan", args.threads, host=address, netns=netns) as (_, gw):
-            host, port = gw.rsplit(":", 1)
-            proxy = DelayProxy((host, int(port)), 0.00025)
-            name = pair(homes, proxy.address)
-            model = "smollm2-135m-instruct-q4_1"
-            for split in ("10",):
-                with homerack_serve(homes, ["--model", model, "--ctx", "1024", "--parallel", "1",
-                                            "--threads", str(args.host_threads), "--workers",
-                                            name, "--split", split]) as (served, headers):
-                    rate = decode_rate(served.url, headers, args.tokens)
-                    view = httpx.get(f"{served.url}/v1/cluster", headers=headers).json()
-                (w,) = view["workers"]
-                print(f"simulated LAN (1 Gbit/s, +0.5 ms): {model}, {split} layers on the worker: "
-                      f"{rate:.1f} tok/s; heartbeat round trip {w['rtt_ms']} ms; "
-                      f"{w['bytes_per_token']} bytes sent and {w['round_trips_per_token']} "
-                      "round trips per token", flush=True)
+            host, gw_port = gw.rsplit(":", 1)
+            name = pair(homes, DelayProxy((host, int(gw_port)), 0.00025).address)
+            raw_address = DelayProxy((address, port), 0.00025).address
+            pairings = homes.root / "host" / "data" / "cluster" / "pairings.json"
+            for model, layers in MODELS.items():
+                split = str(layers // 3)
+                gated = run_inner(homes, args, "gated", model, split, pairings=pairings,
+                                  workers=name)
+                direct = run_inner(homes, args, "raw", model, split, endpoints=raw_address)
+                print(f"simulated LAN (1 Gbit/s, +0.5 ms): {model}, {split} layers on the other "
+                      f"machine: through the gateway {gated:.1f} tok/s, raw RPC {direct:.1f} "
+                      f"tok/s -> gateway cost {(1 - gated / direct) * 100:+.1f}% (target <= 3%)",
+                      flush=True)
             load_times(homes, name, "over the simulated LAN", wide)
     finally:
+        raw.kill()
         context.__exit__(None, None, None)
 
 
@@ -407,6 +424,7 @@ def main() -> None:
     parser.add_argument("--split", help=argparse.SUPPRESS)
     parser.add_argument("--pairings", help=argparse.SUPPRESS)
     parser.add_argument("--endpoints", help=argparse.SUPPRESS)
+    parser.add_argument("--workers", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
         return inner_decode(args)
@@ -425,7 +443,7 @@ def main() -> None:
                 gateway_cost(homes, bins, args, stages)
             load_times(homes, names[0], "on loopback", wide)
             failure(homes, [p1, p2], names, args)
-        lan(homes, wide, args)
+        lan(homes, bins, wide, args)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ adds such a worker, whose device then appears in the ggml registry before the GP
 from __future__ import annotations
 
 import ctypes
+import os
 from pathlib import Path
 
 from .probe import registry_lib, device_handles
@@ -26,6 +27,7 @@ def _libs():
     return ggml, rpc
 
 
+RPC_NICE = 5
 _devices: dict[str, list[str]] = {}  # endpoint -> its devices' names here, in its order
 
 
@@ -71,4 +73,10 @@ if __name__ == "__main__":  # the worker's RPC server process: ENDPOINT THREADS 
     from .native import die_with_parent
 
     die_with_parent()
+    if hasattr(os, "nice"):
+        # Below the worker's gateway, which relays every RPC message: when the compute
+        # threads finish (and spin) the gateway must get a core at once to pass the result
+        # on (bench/cluster.py: +10% per token at the same priority, within noise at +5).
+        # It also keeps a shared machine responsive to its owner.
+        os.nice(RPC_NICE)
     serve(sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]) if len(sys.argv) > 3 else None)

@@ -132,7 +132,7 @@ class WorkerLink:
                 self.info = json.loads(line).get("info", self.info)
             except asyncio.TimeoutError:  # (an OSError too, since Python 3.11: first)
                 self._lose(f"worker {self.name} ({self.pairing.address}) stopped answering "
-                           f"for {LOST_AFTER_S:.0f} s")
+                           f"for {LOST_AFTER_S:.1f} s")
                 return
             except (OSError, ValueError, ssl.SSLError):
                 self._lose(f"worker {self.name} ({self.pairing.address}) closed the link")

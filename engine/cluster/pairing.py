@@ -110,7 +110,8 @@ class Grants:
     def grant(self, token: str, host: str) -> None:
         entry = {"host": host, "token_sha256": hashlib.sha256(token.encode()).hexdigest(),
                  "since": time.strftime("%Y-%m-%d %H:%M:%S")}
-        _write_private(self.path, self.hosts() + [entry])
+        kept = [e for e in self.hosts() if e["host"] != host]  # a host pairing again
+        _write_private(self.path, kept + [entry])
 
     def revoke(self, host: str) -> bool:
         kept = [e for e in self.hosts() if e["host"] != host]

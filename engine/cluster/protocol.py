@@ -17,8 +17,8 @@ SERVICE = "_homerack._tcp.local."
 DEFAULT_PORT = 50151
 LINE_LIMIT = 64 * 1024      # a hello is small; anything longer is not one of ours
 HELLO_TIMEOUT_S = 5.0
-HEARTBEAT_S = 0.4           # the host pings each worker this often
-LOST_AFTER_S = 2.0          # no answer for this long: the worker is gone
+HEARTBEAT_S = 0.3           # the host pings each worker this often
+LOST_AFTER_S = 1.8          # no answer for this long: the worker is gone (the target: 2 s)
 
 
 class Refused(Exception):
