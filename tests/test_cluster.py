@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -431,3 +432,33 @@ def test_a_second_load_takes_the_weights_from_the_workers_tensor_cache(home, wor
     big = 3 * 3 * 16 * MiB  # three 16 MiB feed-forward matrices a layer
     assert sent[0] > big
     assert sent[0] - sent[1] >= big, sent  # the second time they stayed on the worker
+
+
+def test_a_forwarder_carries_only_this_process_s_connections(tmp_path):
+    """The host's forwarder (127.0.0.1) carries a paired session: another local program
+    connecting to it is closed, and the worker's RPC server sees none of its bytes."""
+    from engine.cluster.link import LinkLoop, WorkerLink
+
+    loop = LinkLoop()
+    sentinel = Sentinel()
+
+    async def setup():
+        _gateway, address = await start_gateway(tmp_path / "w", await sentinel.start())
+        return await link.pair(address, "123456", "host")
+
+    pairing = loop.run(setup())
+    forwarder = WorkerLink(pairing, lambda *_: None)
+    loop.run(forwarder.start())
+    host, port = forwarder.endpoint.split(":")
+    other = subprocess.run(
+        [sys.executable, "-c", "import socket, sys; s = socket.create_connection((sys.argv[1], "
+         "int(sys.argv[2]))); s.sendall(b'stolen'); print(s.recv(10))", host, port],
+        capture_output=True, text=True, timeout=30)
+    assert other.stdout.strip() == "b''"  # closed without an answer
+    own = socket.create_connection((host, int(port)))
+    own.sendall(b"ping")
+    assert own.recv(4) == b"pong"
+    assert sentinel.received == b"ping"
+    own.close()
+    loop.run(forwarder.stop())
+    loop.close()

@@ -21,7 +21,7 @@ from .identity import client_context, peer_fingerprint
 from .pairing import Pairing
 from .protocol import (DEFAULT_PORT, HEARTBEAT_S, LOST_AFTER_S, Refused, code_proof, read_line, versions,
                        write_line)
-from .relay import Half, first_closed, join, no_delay
+from .relay import Half, first_closed, from_this_process, join, no_delay
 
 
 def split_address(address: str, default_port: int) -> tuple[str, int]:
@@ -161,6 +161,9 @@ class WorkerLink:
 
     async def _carry(self, local: Half) -> None:
         """One connection of llama.cpp's, carried to the worker's RPC server."""
+        if not from_this_process(local.transport.get_extra_info("peername")):
+            local.transport.close()  # another local program: it has no pairing of its own
+            return
         if self.lost:
             self._hold(local)
             return

@@ -6,7 +6,9 @@ about two round trips per remote stage and token, each crossing four relays.)"""
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+from pathlib import Path
 from typing import Callable
 
 
@@ -78,3 +80,27 @@ def no_delay(transport_or_writer) -> None:
     sock = transport_or_writer.get_extra_info("socket")
     if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def from_this_process(peer: tuple) -> bool:
+    """Whether the loopback connection from `peer` (host, port) was opened by this process
+    (llama.cpp in the engine), read from /proc on Linux: a forwarder carries a paired
+    session, so no other local program may use it. True where /proc cannot tell."""
+    try:
+        table = Path("/proc/net/tcp").read_text().splitlines()[1:]
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return True
+    host, port = peer[:2]
+    wanted = f"{socket.inet_aton(host)[::-1].hex().upper()}:{port:04X}"
+    inode = next((line.split()[9] for line in table if line.split()[1] == wanted), None)
+    if inode is None:
+        return False
+    target = f"socket:[{inode}]"
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == target:
+                return True
+        except OSError:
+            continue
+    return False
