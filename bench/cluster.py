@@ -43,7 +43,7 @@ from build_tools import build, llama_server  # noqa: E402
 
 MODELS = {"gemma-3-270m-q4_k_m": 18, "smollm2-135m-instruct-q4_1": 30}
 PROMPT = "The history of Rome"
-POLL: list[str] = []
+NICE = ["nice", "-n", "5"]
 
 
 def free_port() -> int:
@@ -136,7 +136,9 @@ def homerack_split(workers: list[str], layers: int, stages: int) -> list[str]:
 @contextmanager
 def rpc_servers(bins: Path, count: int, threads: int):
     ports = [free_port() for _ in range(count)]
-    servers = [subprocess.Popen([str(bins / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(p),
+    # at the priority Homerack's workers give their RPC servers (engine/rpc.py), so both
+    # paths compute alike on a machine that plays host and workers at once
+    servers = [subprocess.Popen([*NICE, str(bins / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(p),
                                  "-t", str(threads)], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL) for p in ports]
     time.sleep(1.0)
@@ -151,7 +153,7 @@ def rpc_servers(bins: Path, count: int, threads: int):
 def llama_rpc_args(model_path: Path, endpoints: list[str], layers: int, threads: int) -> list[str]:
     """llama-server over RPC stages of layers//3 each: it cannot keep the output layer on
     its CPU (--device refuses the CPU), so the output goes with the last stage."""
-    args = ["-m", str(model_path), "-t", str(threads), "-c", "1024", "-np", "1", *POLL]
+    args = ["-m", str(model_path), "-t", str(threads), "-c", "1024", "-np", "1"]
     if not endpoints:
         return args + ["-ngl", "0"]
     share = layers // 3
@@ -376,7 +378,7 @@ def lan(homes: Homes, bins: Path, wide: Path, args) -> None:
         print(f"simulated LAN: skipped ({exc.stderr.decode().strip() or exc})")
         return
     port = 50600
-    raw = subprocess.Popen(["ip", "netns", "exec", netns, str(bins / "ggml-rpc-server"), "-H",
+    raw = subprocess.Popen(["ip", "netns", "exec", netns, *NICE, str(bins / "ggml-rpc-server"), "-H",
                             address, "-p", str(port), "-t", str(args.threads)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
