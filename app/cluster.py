@@ -28,11 +28,7 @@ def cmd_worker(args) -> int:
     if args.hosts or args.revoke_host:  # the hosts this machine admits, kept by the worker
         grants = Grants(paths().worker_folder / "grants.json")
         if args.revoke_host:
-            if not grants.revoke(args.revoke_host):
-                print(f"error: no host {args.revoke_host} is paired", file=sys.stderr)
-                return 1
-            print(f"revoked {args.revoke_host}: it must pair again")
-            return 0
+            return _revoke(grants, args.revoke_host, "host")
         for entry in grants.hosts():
             print(f"{entry['host']:<24} paired {entry.get('since', '?')}")
         return 0
@@ -79,11 +75,7 @@ def cmd_workers(args) -> int:
 
     store = Pairings(paths().pairings)
     if args.revoke:
-        if not store.revoke(args.revoke):
-            print(f"error: no paired worker {args.revoke}", file=sys.stderr)
-            return 1
-        print(f"revoked {args.revoke}")
-        return 0
+        return _revoke(store, args.revoke, "worker")
     found = _announced(args.browse) if args.browse else []
     if args.json:
         print(json.dumps({"paired": [{"name": p.name, "address": p.address,
@@ -97,6 +89,15 @@ def cmd_workers(args) -> int:
         state = "paired" if a.name in paired else "not paired"
         print(f"announced  {a.name:<20} {a.address:<22} {state}; "
               f"{a.free_bytes / 2**30:.1f} GiB free; Homerack {a.versions.get('homerack')}")
+    return 0
+
+
+def _revoke(store, key: str, what: str) -> int:
+    """Unpair on this side (Pairings on a host, Grants on a worker): it must pair again."""
+    if not store.revoke(key):
+        print(f"error: no paired {what} {key}", file=sys.stderr)
+        return 1
+    print(f"revoked {key}: it must pair again to take part")
     return 0
 
 
