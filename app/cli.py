@@ -51,9 +51,12 @@ def cmd_serve(args) -> int:
         finally:
             remove_engine_file(engine_file, os.getpid())
     if args.fd is not None:
+        import faulthandler
+
         from engine.native import die_with_parent
 
         die_with_parent()
+        faulthandler.enable()  # a native crash leaves every thread's Python stack
     store = _store()
     if args.model:
         store.resolve(args.model)  # an unknown model fails now, not at the first request

@@ -167,8 +167,11 @@ def lost_handler(holder: dict):
 
 def supervise(args, argv: list[str], on_ready) -> int:
     """Hold the API's socket and run the engine as a child on it, again after each exit
-    for a lost worker. Clients that connect meanwhile wait in the socket's backlog."""
+    for a lost worker or death by a signal (llama.cpp aborts, the OOM killer). Clients that
+    connect meanwhile wait in the socket's backlog."""
     from engine.server import bind
+
+    from .supervisor import describe_exit
 
     sock = bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
@@ -193,12 +196,13 @@ def supervise(args, argv: list[str], on_ready) -> int:
             code = child.wait()
         except KeyboardInterrupt:
             stop()
-        if code != EXIT_REPLAN:
-            return code
+        if code != EXIT_REPLAN and code >= 0:
+            return code  # stopped, or could not start: starting it again would not help
         now = time.monotonic()
         restarts = [t for t in restarts if now - t < 60] + [now]
         if len(restarts) > MAX_RESTARTS_A_MINUTE:
-            print("cluster: workers keep failing; the engine stops", flush=True)
+            print("cluster: the engine keeps failing; it stops", flush=True)
             return 1
-        print("cluster: restarting the engine to plan without the lost worker", flush=True)
+        why = "a worker was lost" if code == EXIT_REPLAN else describe_exit(code)
+        print(f"cluster: {why}; restarting the engine", flush=True)
 

@@ -322,6 +322,23 @@ def test_a_worker_killed_mid_reply_is_named_and_the_next_prompt_is_answered(home
 
 
 @pytest.mark.slow
+def test_an_engine_that_dies_is_started_again_on_the_same_address(home, workers):
+    """With workers the engine is a supervised child: killed (the OOM killer, a llama.cpp
+    abort), it is started again behind the same socket, token and address."""
+    assert pair(home, "host-crash", workers[0][1]).returncode == 0
+    process, address, _ = start_engine(home, "host-crash", [
+        "--model", STARTER, "--ctx", "1024", "--workers", "w1", "--split", "6"])
+    try:
+        first = ask(address, STARTER, "What is the capital of France?")
+        (engine,) = psutil.Process(process.process.pid).children()
+        engine.kill()
+        assert ask(address, STARTER, "What is the capital of France?") == first
+        assert any("engine was killed" in line for line in process.output), process.output
+    finally:
+        process.stop()
+
+
+@pytest.mark.slow
 def test_a_worker_of_another_version_is_refused_before_loading(home):
     worker_process, address = start_worker(home, "old", env={"HOMERACK_RPC_PROTOCOL": "6.1.0"})
     try:
