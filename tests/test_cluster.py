@@ -489,3 +489,28 @@ def test_a_forwarder_carries_only_this_process_s_connections(tmp_path):
     own.close()
     loop.run(forwarder.stop())
     loop.close()
+
+
+def test_the_own_process_check_ignores_older_rows_of_a_reused_port():
+    """A client port last used towards another address (now TIME_WAIT, inode 0) must not
+    hide this process's connection: a forwarder closing llama.cpp's connection would make
+    llama.cpp abort the engine."""
+    from engine.cluster.relay import from_this_process
+
+    server, elsewhere = socket.create_server(("127.0.0.1", 0)), socket.create_server(("127.0.0.1", 0))
+    first = socket.socket()
+    first.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    first.bind(("127.0.0.1", 0))
+    port = first.getsockname()[1]
+    first.connect(elsewhere.getsockname())
+    accepted, _ = elsewhere.accept()
+    first.close()  # the client closes first: its row stays, in TIME_WAIT
+    accepted.close()
+    again = socket.socket()
+    again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    again.bind(("127.0.0.1", port))
+    again.connect(server.getsockname())
+    connection, peer = server.accept()
+    assert from_this_process(peer, connection.getsockname())
+    for sock in (again, connection, server, elsewhere):
+        sock.close()

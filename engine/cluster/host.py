@@ -41,9 +41,11 @@ class Cluster:
             link = WorkerLink(pairing, self._lost)
             try:
                 self._loop.run(link.start(), timeout=10)
+                _check_ready(link)
                 self.devices[pairing.name] = add_worker(link.endpoint)
             except (Refused, ConnectionError, TimeoutError) as exc:
                 self.left_out[pairing.name] = str(exc)
+                self._loop.run(link.stop(), timeout=5)
                 continue
             self.links[pairing.name] = link
             self.left_out.pop(pairing.name, None)
@@ -129,3 +131,12 @@ def _per_token(stats, base: tuple[int, int], tokens: int) -> dict:
         return {"bytes_per_token": None, "round_trips_per_token": None}
     return {"bytes_per_token": round((stats.bytes_sent - base[0]) / tokens),
             "round_trips_per_token": round((stats.round_trips - base[1]) / tokens, 2)}
+
+
+def _check_ready(link: WorkerLink) -> None:
+    """Refuse a worker that cannot take an RPC session now: llama.cpp aborts the process
+    when registering one fails, so this is asked on the heartbeat link first."""
+    if link.info.get("serving"):
+        raise Refused(f"worker {link.name} is busy: it serves {link.info['serving']}")
+    if link.info.get("rpc_running") is False:
+        raise Refused(f"worker {link.name}: its llama.cpp RPC server is not running (restarting)")

@@ -161,7 +161,8 @@ class WorkerLink:
 
     async def _carry(self, local: Half) -> None:
         """One connection of llama.cpp's, carried to the worker's RPC server."""
-        if not from_this_process(local.transport.get_extra_info("peername")):
+        if not from_this_process(local.transport.get_extra_info("peername"),
+                                 local.transport.get_extra_info("sockname")):
             local.transport.close()  # another local program: it has no pairing of its own
             return
         if self.lost:

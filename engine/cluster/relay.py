@@ -82,25 +82,28 @@ def no_delay(transport_or_writer) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def from_this_process(peer: tuple) -> bool:
-    """Whether the loopback connection from `peer` (host, port) was opened by this process
-    (llama.cpp in the engine), read from /proc on Linux: a forwarder carries a paired
-    session, so no other local program may use it. True where /proc cannot tell."""
+def from_this_process(peer: tuple, ours: tuple) -> bool:
+    """Whether the loopback connection from `peer` to `ours` (host, port each) was opened
+    by this process (llama.cpp in the engine), read from /proc on Linux: a forwarder carries
+    a paired session, so no other local program may use it. True where /proc cannot tell.
+    The whole address pair is matched: a port may also appear in older (TIME_WAIT) rows."""
     try:
-        table = Path("/proc/net/tcp").read_text().splitlines()[1:]
+        rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
         fds = os.listdir("/proc/self/fd")
     except OSError:
         return True
-    host, port = peer[:2]
-    wanted = f"{socket.inet_aton(host)[::-1].hex().upper()}:{port:04X}"
-    inode = next((line.split()[9] for line in table if line.split()[1] == wanted), None)
-    if inode is None:
-        return False
-    target = f"socket:[{inode}]"
+    local, remote = _hex_address(peer), _hex_address(ours)
+    inodes = {f"socket:[{row[9]}]" for row in rows
+              if row[1] == local and row[2] == remote and row[9] != "0"}
     for fd in fds:
         try:
-            if os.readlink(f"/proc/self/fd/{fd}") == target:
+            if os.readlink(f"/proc/self/fd/{fd}") in inodes:
                 return True
         except OSError:
             continue
     return False
+
+
+def _hex_address(address: tuple) -> str:
+    """How /proc/net/tcp writes an IPv4 address and port."""
+    return f"{socket.inet_aton(address[0])[::-1].hex().upper()}:{address[1]:04X}"

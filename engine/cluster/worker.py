@@ -76,6 +76,7 @@ class Worker:
             self._free, self._free_at = self.free_bytes(), now
         return {"devices": self.devices, "free_bytes": self._free,
                 "bandwidth": self.bandwidth, "serving": self.gateway.stats.serving,
+                "rpc_running": self.rpc_process is not None and self.rpc_process.poll() is None,
                 "rpc_restarts": self.rpc_restarts}
 
     def _start_rpc(self) -> subprocess.Popen:
