@@ -125,11 +125,15 @@ class Engine:
         cluster = self.host.cluster
         if cluster is None:
             return None
-        totals = self.scheduler.totals
-        return {**cluster.status(totals["prompt_tokens"] + totals["generated_tokens"]),
+        return {**cluster.status(self._evaluated_tokens()),
                 "plan": cluster.last.as_dict() if cluster.last else None,
                 "tokens_per_s": self._published.get("generated_tokens_per_s"),
                 "generated_tokens": self._published.get("generated_tokens")}
+
+    def _evaluated_tokens(self) -> int:
+        """Tokens evaluated so far (the cluster's per-token link figures count from it)."""
+        totals = self.scheduler.totals
+        return totals["prompt_tokens"] + totals["generated_tokens"]
 
     def cache_status(self) -> dict | None:
         loaded = self.host.loaded
@@ -212,8 +216,7 @@ class Engine:
                 self.host.ensure_loaded(model)
                 self.scheduler.attach()
                 if self.host.cluster:
-                    totals = self.scheduler.totals
-                    self.host.cluster.mark_loaded(totals["prompt_tokens"] + totals["generated_tokens"])
+                    self.host.cluster.mark_loaded(self._evaluated_tokens())
             if not job.request.generates:
                 job.emit(LOADED)
                 return True
