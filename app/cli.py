@@ -222,7 +222,12 @@ def cmd_models(args) -> int:
         return 0
     for model in store.list():
         mark = "*" if model.id == DEFAULT_MODEL else " "
-        print(f"{mark} {model.id:<32} {model.size_bytes / 2**20:8.1f} MiB  {model.path}")
+        try:
+            kind = "embedding" if store.inspector.inspect(model.path).embedding else "chat"
+        except HomerackError:
+            kind = "unreadable"
+        print(f"{mark} {model.id:<32} {kind:<10} {model.size_bytes / 2**20:8.1f} MiB  "
+              f"{model.path}")
     return 0
 
 

@@ -59,10 +59,13 @@ class ChatFormat:
     fallback: bool
     turn_ends: tuple[str, ...]
 
-    def render(self, messages: list[dict]) -> str:
+    def render(self, messages: list[dict], tools: list[dict] | None = None) -> str:
+        """The prompt; `tools` reach the template as Hugging Face's apply_chat_template
+        passes them (templates that know tools describe them to the model)."""
         try:
             return _compile(self.template).render(
                 messages=messages,
+                tools=tools,
                 add_generation_prompt=True,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,

@@ -16,9 +16,12 @@ import threading
 import time
 from typing import Callable
 
+from .chat_format import ChatFormat, chat_format_for
 from .errors import HomerackError, QueueFull
 from .events import CANCELLED, LOADED, Event, Failed, GenerationRequest, Job
-from .model_host import EngineSettings, LoadOverride, ModelHost
+from .embeddings import Embedder
+from .llama_runtime import Vocabulary
+from .model_host import EngineSettings, LoadOverride, ModelHost, prompt_tokens
 from .models import LocalModel, ModelStore
 from .scheduler import Scheduler
 
@@ -31,7 +34,8 @@ class Engine:
                  cluster=None):
         self.store = store
         self.settings = settings
-        self.host = ModelHost(store, settings, cluster)
+        self.embedder = Embedder(store, settings.load)
+        self.host = ModelHost(store, settings, cluster, reserved=lambda: self.embedder.bytes)
         self.scheduler = Scheduler(self.host, settings)
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=settings.max_queue)
         self._pending: Job | None = None  # first in line, waiting for memory or a swap
@@ -39,6 +43,8 @@ class Engine:
         self._stopping = False
         self._published: dict = {}
         self._published_at = 0.0
+        self._vocabs: dict = {}  # model path -> Vocabulary, for counting tokens
+        self._vocab_lock = threading.Lock()
         self._thread = threading.Thread(target=self._work, name="homerack-engine", daemon=True)
         self._thread.start()
 
@@ -76,6 +82,34 @@ class Engine:
         loaded = self.host.loaded
         return loaded.model if loaded else self.host.default
 
+    def kind_of(self, model: LocalModel) -> str:
+        """"embedding" for an embedding model, "chat" for any other (or "unreadable")."""
+        try:
+            return "embedding" if self.store.inspector.inspect(model.path).embedding else "chat"
+        except HomerackError:
+            return "unreadable"
+
+    def chat_format_of(self, model: LocalModel) -> ChatFormat:
+        """The chat format a model's prompts are rendered in (its template, or the
+        fallback), read from its file's metadata without loading it."""
+        return chat_format_for(self.store.inspector.inspect(model.path))
+
+    def embed(self, model: LocalModel, inputs: list) -> tuple:
+        """Vectors from an embedding model, loaded next to the chat model (embeddings.py);
+        runs on the caller's thread."""
+        return self.embedder.embed(model, inputs)
+
+    def count_prompt_tokens(self, request: GenerationRequest) -> int:
+        """The tokens the request's prompt will take, counted with the model's vocabulary
+        alone (the model need not be loaded; the count equals its usage.prompt_tokens)."""
+        model = request.model
+        with self._vocab_lock:
+            vocab = self._vocabs.get(model.path)
+            if vocab is None:
+                self.store.inspector.inspect(model.path)  # a bad file fails before llama.cpp
+                vocab = self._vocabs[model.path] = Vocabulary(model.path)
+            return len(prompt_tokens(request, self.chat_format_of(model), vocab)[0])
+
     def plan_for(self, model: LocalModel, override: LoadOverride | None = None):
         return self.host.plan_for(model, override)
 
@@ -94,6 +128,7 @@ class Engine:
             "queued": self._queue.qsize() + (self._pending is not None),
             "max_queue": self.settings.max_queue,
             "batching": batching,
+            "embedding_model": self.embedder.model.id if self.embedder.model else None,
         }
 
     def abandon(self, error: HomerackError) -> None:
@@ -146,6 +181,7 @@ class Engine:
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join(timeout=30)
+        self.embedder.close()
 
     # -- the worker thread ----------------------------------------------------
 

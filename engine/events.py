@@ -26,6 +26,8 @@ class GenerationRequest:
     speculation: str | None = None  # "off", "lookup" or "draft"; None: the engine default
     draft_model: LocalModel | None = None  # None with "draft": picked automatically
     cache_prompt: bool = True  # False: evaluate the whole prompt afresh (as llama-server)
+    tools: tuple[dict, ...] | None = None  # given to the chat template with the messages
+    grammar: str | None = None  # GBNF the output must match (llama.cpp's grammar sampler)
 
     @property
     def generates(self) -> bool:

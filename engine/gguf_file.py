@@ -19,7 +19,10 @@ from .errors import InvalidModelFile
 
 GGUF_MAGIC = b"GGUF"
 KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32}  # per element
-_CACHE_VERSION = 5
+_CACHE_VERSION = 6
+# Encoder architectures: their models embed text and cannot chat.
+ENCODERS = {"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3",
+            "modern-bert", "neo-bert", "t5encoder"}
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class GGUFInfo:
     vocab_size: int
     vocab_hash: str  # tokenizer model, tokens, token types and special ids
     shape: "ModelShape | None" = None  # None for architectures it cannot describe
+    embedding: bool = False  # an embedding model (pooled vectors), not a chat model
 
 
 def _field(reader, key: str, default=None):
@@ -108,7 +112,14 @@ def _parse(path: Path) -> GGUFInfo:
         if "tokenizer.ggml.tokens" in reader.fields else 0,
         vocab_hash=_vocab_hash(reader),
         shape=_shape_or_none(reader, path.stem),
+        embedding=_is_embedding(reader, str(arch)),
     )
+
+
+def _is_embedding(reader, arch: str) -> bool:
+    """An encoder, or a model whose metadata asks for pooled outputs (Qwen3-Embedding:
+    a causal model with pooling_type "last")."""
+    return arch in ENCODERS or int(_field(reader, f"{arch}.pooling_type", 0) or 0) > 0
 
 
 @dataclass(frozen=True)

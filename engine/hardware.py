@@ -46,6 +46,16 @@ class Hardware:
                        ram_available_bytes=min(self.ram_available_bytes, ram_bytes))
 
 
+    def reserving(self, ram_bytes: int) -> "Hardware":
+        """This machine with `ram_bytes` of its RAM already taken (by another model)."""
+        if not ram_bytes:
+            return self
+        devices = tuple(replace(d, free_bytes=max(0, d.free_bytes - ram_bytes))
+                        if d.kind == "cpu" else d for d in self.devices)
+        return replace(self, devices=devices,
+                       ram_available_bytes=max(0, self.ram_available_bytes - ram_bytes))
+
+
 def simulated(vram_gib: tuple[float, ...] = (), ram_gib: float = 16.0, cores: int = 8,
               unified: bool = False) -> Hardware:
     """A machine to plan for: GPUs with the given memory, and system RAM."""

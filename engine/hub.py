@@ -46,6 +46,7 @@ class RepoSummary:
     gated: bool
     license: str
     size_range: tuple[int, int] = (0, 0)  # smallest and largest quant, in bytes
+    embedding: bool = False  # an embedding model (for /v1/embeddings), not a chat model
 
 
 @dataclass(frozen=True)
@@ -129,8 +130,18 @@ def search(text: str, sort: str = "downloads", limit: int = 20, endpoint: str | 
     return [RepoSummary(m.id, m.downloads or 0, m.likes or 0,
                         str(m.last_modified or ""), bool(m.gated),
                         next((t.split(":", 1)[1] for t in (m.tags or ())
-                              if t.startswith("license:")), ""), sizes_)
+                              if t.startswith("license:")), ""), sizes_, _embedding(m))
             for m, sizes_ in zip(found, ranges)]
+
+
+EMBEDDING_TAGS = {"sentence-similarity", "feature-extraction", "sentence-transformers",
+                  "text-embeddings-inference"}
+
+
+def _embedding(info) -> bool:
+    """The Hub's own word for it: the pipeline tag or library of an embedding model."""
+    tags = {info.pipeline_tag or "", *(info.tags or ())}
+    return bool(tags & EMBEDDING_TAGS)
 
 
 def quant_of(filename: str) -> str:

@@ -54,7 +54,8 @@ def hub_routes(store: ModelStore, downloads: Downloads) -> APIRouter:
         return {"data": [{"id": r.id, "downloads": r.downloads, "likes": r.likes,
                           "last_modified": r.last_modified, "gated": r.gated,
                           "license": r.license, "size_min": r.size_range[0],
-                          "size_max": r.size_range[1]} for r in found]}
+                          "size_max": r.size_range[1], "embedding": r.embedding}
+                         for r in found]}
 
     @router.get("/v1/hub/repos/{repo:path}/quants")
     async def hub_quants(repo: str, ctx: int = 4096):

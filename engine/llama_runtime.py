@@ -116,6 +116,7 @@ class LoadSettings:
     # llama.cpp's extra buffer types: CPU weights repacked for its fastest kernels (AMX
     # tiles on CPUs that have them). Off after such an evaluation killed an engine.
     repack: bool = True
+    embeddings: bool = False  # pooled embeddings out instead of logits (embedding models)
 
 
 @dataclass(frozen=True)
@@ -153,14 +154,24 @@ def greedy_pick(logits: np.ndarray) -> int:
 
 class Sampler:
     """A llama.cpp sampler chain built from SamplingParams; greedy at temperature 0.
+    With a grammar (GBNF), llama.cpp's grammar sampler comes first: tokens the grammar
+    does not allow next are never picked, so the text always parses.
 
     Plain greedy decoding skips the chain: an argmax over the logits in place costs a
     fraction of building llama.cpp's candidate array (262k entries for Gemma)."""
 
-    def __init__(self, params: SamplingParams, n_vocab: int):
+    def __init__(self, params: SamplingParams, n_vocab: int, grammar: str | None = None,
+                 vocab=None):
         self.greedy = params.temperature <= 0
-        self._argmax = self.greedy and not params.frequency_penalty and not params.presence_penalty
+        self._argmax = (self.greedy and not params.frequency_penalty
+                        and not params.presence_penalty and grammar is None)
         chain = llama.llama_sampler_chain_init(llama.llama_sampler_chain_default_params())
+        if grammar is not None:
+            constraint = llama.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
+            if not constraint:
+                llama.llama_sampler_free(chain)
+                raise HomerackError(f"llama.cpp rejected the grammar:\n{grammar[:400]}")
+            llama.llama_sampler_chain_add(chain, constraint)
         if params.frequency_penalty or params.presence_penalty:
             llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_penalties(
                 n_vocab, 64, 1.0, params.frequency_penalty, params.presence_penalty))
@@ -226,11 +237,20 @@ class Vocabulary:
         self.vocab = llama.llama_model_get_vocab(self.model)
         self.n_vocab = llama.llama_vocab_n_tokens(self.vocab)
 
-    def tokenize(self, text: str) -> list[int]:
-        return _tokenize(self.vocab, text, False, False)
+    def tokenize(self, text: str, *, add_special: bool = False,
+                 parse_special: bool = False) -> list[int]:
+        return _tokenize(self.vocab, text, add_special, parse_special)
 
     def piece(self, token: int) -> bytes:
         return _piece(self.vocab, token)
+
+    @property
+    def add_bos(self) -> bool:
+        return llama.llama_vocab_get_add_bos(self.vocab)
+
+    @property
+    def bos(self) -> int:
+        return llama.llama_vocab_bos(self.vocab)
 
     def is_end_of_generation(self, token: int) -> bool:
         return llama.llama_vocab_is_eog(self.vocab, token)
@@ -321,6 +341,10 @@ class LlamaModel:
         # it skips the cells of other sequences instead of adding their zeros, so a
         # sequence's attention sums the same terms in the same order whatever shares
         # the pool, and batched greedy output equals solo output.
+        if settings.embeddings:
+            cparams.embeddings = True
+            cparams.pooling_type = llama.LLAMA_POOLING_TYPE_UNSPECIFIED  # the model's own
+            cparams.n_outputs_max = cparams.n_ubatch  # pooling reads every position
         if settings.kv_type == "q8_0":
             cparams.type_k = cparams.type_v = llama.GGML_TYPE_Q8_0
             cparams.flash_attn_type = 1  # a quantized V cache requires it
@@ -419,6 +443,29 @@ class LlamaModel:
                                      shape=(self.settings.n_batch, self.n_embd))
         rows[:len(tokens)] = self.embed(tokens)
         return self._embd_batch
+
+    def embed_texts(self, token_lists: list[list[int]]) -> np.ndarray:
+        """The pooled, L2-normalised embedding of each token list (an embeddings
+        context), as many lists in one evaluation as fit the batch."""
+        out = np.empty((len(token_lists), self.n_embd), dtype=np.float32)
+        i = 0
+        while i < len(token_lists):
+            chunks, used = [], 0
+            while i + len(chunks) < len(token_lists) and len(chunks) < self.settings.n_seq_max:
+                tokens = token_lists[i + len(chunks)]
+                if chunks and used + len(tokens) > self.settings.n_batch:
+                    break
+                chunks.append(Chunk(len(chunks), 0, tuple(tokens), True))
+                used += len(tokens)
+            self._decode_batch(self._fill_batch(chunks, all_logits=True))
+            for seq, _chunk in enumerate(chunks):
+                pointer = llama.llama_get_embeddings_seq(self.ctx, seq)
+                vector = np.ctypeslib.as_array(pointer, shape=(self.n_embd,))
+                out[i + seq] = vector / max(float(np.linalg.norm(vector)), 1e-12)
+            if self.memory:
+                llama.llama_memory_clear(self.memory, True)
+            i += len(chunks)
+        return out
 
     def logits(self, index: int = -1) -> np.ndarray:
         """The logits at a batch output, as a view (no copy)."""

@@ -91,19 +91,7 @@ class Loaded:
                 drafter.tokens = []
 
     def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], list[str]]:
-        llama, notes = self.llama, []
-        if request.messages is not None:
-            text = self.chat_format.render(list(request.messages))
-            if self.chat_format.fallback:
-                notes.append(f"chat format: {self.chat_format.describe()}")
-            tokens = llama.tokenize(text, add_special=False, parse_special=True)
-            if llama.add_bos and (not tokens or tokens[0] != llama.bos):
-                tokens.insert(0, llama.bos)
-        else:
-            tokens = llama.tokenize(request.prompt or "", add_special=True, parse_special=True)
-        if not tokens:
-            raise InvalidRequest("the prompt is empty", param="prompt")
-        return tokens, notes
+        return prompt_tokens(request, self.chat_format, self.llama)
 
     def budget(self, request: GenerationRequest, n_prompt: int) -> tuple[int, list[str]]:
         """max_tokens, clamped to what the context holds after the prompt."""
@@ -120,11 +108,33 @@ class Loaded:
         return wanted, []
 
 
+def prompt_tokens(request: GenerationRequest, chat_format: ChatFormat,
+                  tokenizer) -> tuple[list[int], list[str]]:
+    """The request's prompt as tokens (a chat rendered with the model's format), and notes
+    for the answer. `tokenizer`: the loaded model, or its Vocabulary alone (counting)."""
+    notes = []
+    if request.messages is not None:
+        tools = list(request.tools) if request.tools else None
+        text = chat_format.render(list(request.messages), tools)
+        if chat_format.fallback:
+            notes.append(f"chat format: {chat_format.describe()}")
+        tokens = tokenizer.tokenize(text, add_special=False, parse_special=True)
+        if tokenizer.add_bos and (not tokens or tokens[0] != tokenizer.bos):
+            tokens.insert(0, tokenizer.bos)
+    else:
+        tokens = tokenizer.tokenize(request.prompt or "", add_special=True, parse_special=True)
+    if not tokens:
+        raise InvalidRequest("the prompt is empty", param="prompt")
+    return tokens, notes
+
+
 class ModelHost:
     """Loads models by plan and holds the loaded one, its drafts and their controllers."""
 
-    def __init__(self, store: ModelStore, settings: EngineSettings, cluster=None):
+    def __init__(self, store: ModelStore, settings: EngineSettings, cluster=None,
+                 reserved=lambda: 0):
         self.store = store
+        self.reserved = reserved  # bytes of RAM others hold (the embedding model)
         self.settings = settings
         self.cluster = cluster  # cluster.host.Cluster when workers take part
         self.loaded: Loaded | None = None
@@ -147,6 +157,9 @@ class ModelHost:
             return self.loaded
         override = self.overrides.get(model.path)
         info = self.store.inspector.inspect(model.path)  # before llama.cpp ever opens it
+        if info.embedding:
+            raise InvalidRequest(f"{model.id} is an embedding model: it cannot generate text "
+                                 "(use it with /v1/embeddings)", param="model")
         self.unload()
         if self._hardware is None or self.cluster:
             self._hardware = self._probe()
@@ -212,7 +225,7 @@ class ModelHost:
         llama.cpp's device list is read)."""
         if self.cluster:
             self.cluster.connect()
-        return probe().within(self.settings.ram_budget)
+        return probe().within(self.settings.ram_budget).reserving(self.reserved())
 
     def _compare(self, planned, llama: LlamaModel, arch: str) -> dict | None:
         """Measured against predicted bytes per device; the ratios calibrate later plans."""

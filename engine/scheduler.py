@@ -100,13 +100,16 @@ class Scheduler:
                 return False
             keep, source = 0, None  # only residents hold cells: start afresh
             self._make_room(len(prompt) + 1, spare=None)
+        # made before a slot is taken: a grammar llama.cpp rejects fails the request alone
+        sampler = Sampler(request.sampling, loaded.llama.n_vocab, request.grammar,
+                          loaded.llama.vocab)
         slot = self._slot_for(source, keep)
         if request.cache_prompt:
             self._restore_longer(slot, prompt)
         self._trim(slot, common_prefix(slot.tokens, prompt[:-1]))
         slot.n_cached = len(slot.tokens)
         slot.job, slot.prompt, slot.admitted = job, prompt, time.perf_counter()
-        slot.sampler = Sampler(request.sampling, loaded.llama.n_vocab)
+        slot.sampler = sampler
         slot.output = Output(job, loaded.llama, loaded.chat_format.turn_ends,
                              loaded.turn_end_tokens, max_tokens)
         slot.spec, slot.peers = spec, 1

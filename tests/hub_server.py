@@ -24,6 +24,7 @@ class Repo:
     downloads: int = 0
     license: str = "apache-2.0"
     card: str = "# A model\n"
+    pipeline_tag: str = "text-generation"
     sha: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -93,7 +94,8 @@ class HubServer:
     def summary(self, name: str, repo: Repo) -> dict:
         return {"id": name, "modelId": name, "downloads": repo.downloads, "likes": 1,
                 "lastModified": "2026-11-01T00:00:00.000Z", "gated": repo.gated,
-                "private": False, "tags": ["gguf", f"license:{repo.license}"]}
+                "private": False, "pipeline_tag": repo.pipeline_tag,
+                "tags": ["gguf", f"license:{repo.license}"]}
 
     def info(self, request, repo_id: str) -> None:
         repo = self.repos.get(repo_id)

@@ -67,6 +67,8 @@ class SearchPage(QWizardPage):
             sizes = (f"{size_text(repo['size_min'])}–{size_text(repo['size_max'])}"
                      if repo["size_max"] else "size unknown")
             extra = " · gated (needs a token)" if repo["gated"] else ""
+            if repo.get("embedding"):
+                extra += " · embedding model (for /v1/embeddings, not chat)"
             item = QListWidgetItem(f"{repo['id']}   ·   {sizes} · {repo['downloads']:,} "
                                    f"downloads · {repo['license'] or 'no license'}{extra}")
             item.setData(Qt.UserRole, repo["id"])

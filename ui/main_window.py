@@ -322,6 +322,7 @@ class MainWindow(QMainWindow):
     def _fill_models(self, models: list[dict], health: dict) -> None:
         current = (self.conversation and self.conversation.model) or health.get("model")
         self.model_box.clear()
+        models = [m for m in models if m.get("kind") != "embedding"]  # they cannot chat
         for model in models:
             self.model_box.addItem(f"{model['id']}  ({model['size_bytes'] / 2**20:.0f} MiB)",
                                    model["id"])

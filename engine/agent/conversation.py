@@ -1,0 +1,79 @@
+"""One shape for a conversation with tools, whichever API it came through (OpenAI chat,
+Anthropic Messages, Responses): messages, tools and the tool choice, each message
+remembering where it was in the request so errors can name the field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import InvalidRequest
+from .json_schema import check
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: dict
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str  # "system", "user", "assistant" or "tool"
+    content: str = ""
+    calls: tuple[ToolCall, ...] = ()  # an assistant's tool calls
+    call_id: str | None = None        # a tool result: the call it answers
+    where: str = "messages"           # its place in the request, for errors
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What the model may do with its tools: "auto", "none", "required", or call the
+    function `name`."""
+    mode: str = "auto"
+    name: str | None = None
+    parallel: bool = True  # "required" may make several calls in one answer
+
+
+@dataclass(frozen=True)
+class Conversation:
+    messages: tuple[Message, ...]
+    tools: tuple[Tool, ...] = ()
+    choice: Choice = field(default_factory=Choice)
+    schema: dict | None = None  # the answer's JSON Schema (response_format)
+
+
+def tool(name: str, description: str | None, parameters: dict | None, where: str) -> Tool:
+    """A function tool, its parameters checked as JSON Schema the grammar can enforce."""
+    parameters = parameters if parameters is not None else {"type": "object", "properties": {}}
+    check(parameters, f"{where}.parameters")
+    return Tool(name, description or "", parameters)
+
+
+def checked(conversation: Conversation, choice_param: str) -> Conversation:
+    """Refuses what cannot work: a named choice that is not among the tools, a choice
+    that needs tools without any, a tool result that answers no earlier call."""
+    choice, names = conversation.choice, {t.name for t in conversation.tools}
+    if len(names) != len(conversation.tools):
+        raise InvalidRequest("two tools have the same name", param="tools")
+    if choice.mode == "function" and choice.name not in names:
+        raise InvalidRequest(f"tool_choice names {choice.name!r}, which is not among the "
+                             f"tools ({', '.join(sorted(names)) or 'none given'})",
+                             param=choice_param)
+    if choice.mode == "required" and not names:
+        raise InvalidRequest("tool_choice 'required' needs at least one tool",
+                             param=choice_param)
+    calls: set[str] = set()
+    for message in conversation.messages:
+        calls.update(call.id for call in message.calls)
+        if message.role == "tool" and message.call_id not in calls:
+            raise InvalidRequest(f"the tool result for {message.call_id!r} answers no earlier "
+                                 "tool call", param=message.where)
+    return conversation

@@ -1,0 +1,230 @@
+"""Anthropic's Messages API: /v1/messages (with tools and its streaming events) and
+/v1/messages/count_tokens, for clients such as Claude Code (ANTHROPIC_BASE_URL)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any, AsyncIterator, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..agent.conversation import Choice, Conversation, Message, ToolCall, tool
+from ..agent.tool_stream import CallArgs, CallStart, Text
+from ..engine import Engine
+from ..errors import HomerackError, InvalidRequest
+from .schemas import _Sampling, text_of
+from .turns import Done, conversation_turn, guarded
+
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                503: "overloaded_error"}
+_STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
+                 "cancelled": "end_turn"}
+_SKIPPED = ("thinking", "redacted_thinking")  # a model's own reasoning, not shown back to it
+
+
+def is_anthropic(request: Request) -> bool:
+    return request.url.path.startswith("/v1/messages")
+
+
+def error_body(status: int, message: str, param: str | None = None) -> dict:
+    error = {"type": _ERROR_TYPES.get(status, "api_error"), "message": message}
+    if param:
+        error["param"] = param
+    return {"type": "error", "error": error}
+
+
+class AnthropicTool(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str | None = None
+    input_schema: dict[str, Any] | None = None
+    type: str | None = None
+
+
+class AnthropicChoice(BaseModel):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool = False
+
+
+class AnthropicMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["user", "assistant"]
+    content: str | list[dict[str, Any]]
+
+
+class MessagesRequest(_Sampling):
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    max_tokens: int = Field(ge=1)
+    system: str | list[dict[str, Any]] | None = None
+    stop_sequences: list[str] | None = None
+    tools: list[AnthropicTool] | None = None
+    tool_choice: AnthropicChoice | None = None
+
+    def token_limit(self) -> int | None:
+        return self.max_tokens
+
+    def stop_strings(self) -> tuple[str, ...]:
+        return tuple(self.stop_sequences or ())
+
+
+class CountRequest(MessagesRequest):
+    max_tokens: int = 1
+
+
+def conversation(body: MessagesRequest) -> Conversation:
+    messages: list[Message] = []
+    if body.system:
+        messages.append(Message("system", text_of(body.system, "system"), where="system"))
+    for i, message in enumerate(body.messages):
+        messages += _messages(message, f"messages[{i}]")
+    tools = []
+    for i, t in enumerate(body.tools or ()):
+        if t.type not in (None, "custom") or t.input_schema is None:
+            raise InvalidRequest(f"tools[{i}]: only custom tools with an input_schema are "
+                                 f"supported (not {t.type or 'a tool without input_schema'})",
+                                 param=f"tools[{i}]")
+        tools.append(tool(t.name, t.description, t.input_schema, f"tools[{i}].input_schema"))
+    return Conversation(tuple(messages), tuple(tools), _choice(body.tool_choice))
+
+
+def _choice(choice: AnthropicChoice | None) -> Choice:
+    if choice is None:
+        return Choice()
+    parallel = not choice.disable_parallel_tool_use
+    mode = {"auto": "auto", "any": "required", "none": "none", "tool": "function"}[choice.type]
+    if mode == "function" and not choice.name:
+        raise InvalidRequest("tool_choice of type tool needs a name", param="tool_choice.name")
+    return Choice(mode, choice.name, parallel)
+
+
+def _messages(message: AnthropicMessage, where: str) -> list[Message]:
+    """One Anthropic message: its tool results become tool messages, its tool_use blocks
+    the assistant's calls."""
+    if isinstance(message.content, str):
+        return [Message(message.role, message.content, where=where)]
+    text, calls, results = [], [], []
+    for j, block in enumerate(message.content):
+        kind, at = block.get("type"), f"{where}.content[{j}]"
+        if kind == "text":
+            text.append(str(block.get("text", "")))
+        elif kind == "tool_use" and message.role == "assistant":
+            calls.append(ToolCall(str(block.get("id")), str(block.get("name")),
+                                  block.get("input") or {}))
+        elif kind == "tool_result" and message.role == "user":
+            content = text_of(block.get("content"), f"{at}.content")
+            if block.get("is_error"):
+                content = f"Error: {content}"
+            results.append(Message("tool", content, call_id=block.get("tool_use_id"),
+                                   where=f"{at}.tool_use_id"))
+        elif kind not in _SKIPPED:
+            raise InvalidRequest(f"{at}: content of type {kind!r} is not supported here"
+                                 f"{' (no vision yet)' if kind in ('image', 'document') else ''}",
+                                 param=at)
+    out = results
+    if text or calls:
+        out.append(Message(message.role, "".join(text), tuple(calls), where=where))
+    return out
+
+
+def router(engine: Engine) -> APIRouter:
+    api = APIRouter()
+
+    @api.post("/v1/messages")
+    async def messages(body: MessagesRequest, http: Request):
+        turn = conversation_turn(engine, body, conversation(body), http, "tool_choice",
+                                 id_prefix="toolu_")
+        try:
+            started = await turn.start()
+        except asyncio.CancelledError:
+            return JSONResponse(error_body(499, "client disconnected"), 499)
+        message_id = f"msg_{uuid.uuid4().hex[:24]}"
+        head = {"id": message_id, "type": "message", "role": "assistant",
+                "model": started.model, "stop_sequence": None}
+        if body.stream:
+            return StreamingResponse(_events(turn, head, started.prompt_tokens),
+                                     media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        try:
+            got = await turn.collect()
+        except asyncio.CancelledError:
+            return JSONResponse(error_body(499, "client disconnected"), 499)
+        content = [{"type": "text", "text": got.text}] if got.text or not got.calls else []
+        content += [{"type": "tool_use", "id": start.id, "name": start.name,
+                     "input": _input(args)} for start, args in got.calls]
+        return {**head, "content": content, "stop_reason": _STOP_REASONS[got.done.reason],
+                "usage": _usage(got.done.usage)}
+
+    @api.post("/v1/messages/count_tokens")
+    async def count_tokens(body: CountRequest, http: Request):
+        turn = conversation_turn(engine, body, conversation(body), http)
+        count = await asyncio.to_thread(engine.count_prompt_tokens, turn.request)
+        return {"input_tokens": count}
+
+    return api
+
+
+def _input(args: str) -> dict:
+    try:
+        value = json.loads(args or "{}")
+    except ValueError:
+        return {"_unparsed_arguments": args}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _usage(usage) -> dict:
+    return {"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens,
+            "cache_read_input_tokens": usage.cached_tokens, "cache_creation_input_tokens": 0}
+
+
+def _event(kind: str, data: dict) -> str:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n"
+
+
+def _error_event(error: HomerackError) -> str:
+    return _event("error", {"error": error_body(error.status, error.message,
+                                                error.param)["error"]})
+
+
+async def _events(turn, head: dict, input_tokens: int) -> AsyncIterator[str]:
+    yield _event("message_start", {"message": {
+        **head, "content": [], "stop_reason": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": 0}}})
+    index, open_kind = -1, None  # the content block being written
+
+    def start_block(block: dict):
+        nonlocal index, open_kind
+        out = [_event("content_block_stop", {"index": index})] if open_kind else []
+        index += 1
+        open_kind = block["type"]
+        return out + [_event("content_block_start", {"index": index, "content_block": block})]
+
+    async for part in guarded(turn, _error_event):
+        if isinstance(part, str):
+            yield part
+            return
+        if isinstance(part, Text) and part.text:
+            if open_kind != "text":
+                for line in start_block({"type": "text", "text": ""}):
+                    yield line
+            yield _event("content_block_delta", {"index": index, "delta": {
+                "type": "text_delta", "text": part.text}})
+        elif isinstance(part, CallStart):
+            for line in start_block({"type": "tool_use", "id": part.id, "name": part.name,
+                                     "input": {}}):
+                yield line
+        elif isinstance(part, CallArgs):
+            yield _event("content_block_delta", {"index": index, "delta": {
+                "type": "input_json_delta", "partial_json": part.text}})
+        elif isinstance(part, Done):
+            if open_kind:
+                yield _event("content_block_stop", {"index": index})
+            yield _event("message_delta", {
+                "delta": {"stop_reason": _STOP_REASONS[part.reason], "stop_sequence": None},
+                "usage": {"output_tokens": part.usage.completion_tokens}})
+            yield _event("message_stop", {})

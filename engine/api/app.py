@@ -1,0 +1,139 @@
+"""The engine's HTTP API: the routes of each wire format (openai_routes.py,
+anthropic_routes.py, responses_routes.py, embeddings_routes.py) and the engine's own.
+
+Every route but /health needs the token, as `Authorization: Bearer` or `x-api-key` (what
+Anthropic's clients send). Errors answer in OpenAI's shape ({"error": {"message", "type",
+"param", "code"}}), or Anthropic's on its routes, mapped here in one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+
+from ..engine import Engine
+from ..errors import HomerackError, InvalidRequest, QueueFull, Unauthorized
+from ..events import Failed
+from ..metrics import prometheus_text
+from ..model_host import LoadOverride
+from . import anthropic_routes, embeddings_routes, openai_routes, responses_routes
+from .channel import Channel
+from .schemas import LoadRequest
+
+
+def error_body(message: str, kind: str, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": kind, "param": param, "code": kind}}
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    first = exc.errors()[0]
+    if first.get("type") == "json_invalid":
+        return f"the request body is not valid JSON: {first.get('msg')}", None
+    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+    param = ".".join(loc) or None
+    return f"{param or 'body'}: {first.get('msg')}", param
+
+
+def _error_response(request: Request, status: int, message: str, kind: str,
+                    param: str | None, headers: dict | None = None) -> JSONResponse:
+    if anthropic_routes.is_anthropic(request):
+        return JSONResponse(anthropic_routes.error_body(status, message, param), status,
+                            headers=headers)
+    return JSONResponse(error_body(message, kind, param), status, headers=headers)
+
+
+def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = ()) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_app):
+        if on_startup is not None:
+            on_startup()
+        yield
+
+    app = FastAPI(title="Homerack engine", version="0.1.0", lifespan=lifespan)
+    expected = token.encode()
+
+    def require_token(request: Request) -> None:
+        bearer = request.headers.get("authorization", "")
+        given = bearer[7:] if bearer.startswith("Bearer ") else request.headers.get("x-api-key", "")
+        if not secrets.compare_digest(given.encode(), expected):
+            raise Unauthorized("missing or wrong API token (Authorization: Bearer <token>, "
+                               "or x-api-key: <token>)")
+
+    @app.exception_handler(HomerackError)
+    async def _homerack_error(request: Request, exc: HomerackError):
+        headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, QueueFull) else None
+        return _error_response(request, exc.status, exc.message, exc.kind, exc.param, headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_request(request: Request, exc: RequestValidationError):
+        message, param = _validation_message(exc)
+        return _error_response(request, 400, message, "invalid_request_error", param)
+
+    guarded = [Depends(require_token)]
+    for router in (*routers, openai_routes.router(engine), anthropic_routes.router(engine),
+                   responses_routes.router(engine), embeddings_routes.router(engine)):
+        app.include_router(router, dependencies=guarded)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", **engine.status()}
+
+    @app.get("/metrics", dependencies=guarded)
+    async def metrics():
+        """The engine's figures in Prometheus' text format (as llama.cpp's server has)."""
+        body, content_type = prometheus_text(engine.status())
+        return Response(body, media_type=content_type)
+
+    @app.get("/v1/cluster", dependencies=guarded)
+    async def cluster():
+        """The machines, their stages, links and figures (the app's dashboard)."""
+        return engine.cluster_status() or {"workers": []}
+
+    @app.get("/v1/hardware", dependencies=guarded)
+    async def hardware():
+        from ..probe import probe
+
+        return probe().as_dict()
+
+    @app.get("/v1/models", dependencies=guarded)
+    async def list_models():
+        status = engine.status()
+        loaded = (status["model"], status["embedding_model"])
+        return {"object": "list", "data": [
+            {"id": m.id, "object": "model", "created": int(m.path.stat().st_mtime),
+             "owned_by": "local", **m.as_dict(), "kind": engine.kind_of(m),
+             "loaded": m.id in loaded}
+            for m in engine.store.list()]}
+
+    def _override(body: LoadRequest) -> LoadOverride | None:
+        if body.n_ctx is None and body.gpu_layers is None:
+            return None
+        return LoadOverride(body.n_ctx, body.gpu_layers)
+
+    @app.post("/v1/plan", dependencies=guarded)
+    async def preview_plan(body: LoadRequest):
+        """What loading the model with these choices would use on this machine."""
+        model = engine.store.resolve(body.model)
+        planned = await asyncio.to_thread(engine.plan_for, model, _override(body))
+        if planned is None:
+            raise InvalidRequest(f"{model.id}: the planner cannot read this model's shape",
+                                 param="model")
+        return planned.as_dict()
+
+    @app.post("/v1/models/load", dependencies=guarded)
+    async def load_model(body: LoadRequest, http: Request):
+        """Load (or reload) the model with these choices; answers when it is loaded."""
+        model = engine.store.resolve(body.model)
+        channel = Channel()
+        job = engine.load(model, _override(body), channel.emit)
+        event = await channel.next(job, http)
+        if isinstance(event, Failed):
+            raise event.error
+        return engine.status()
+
+    return app

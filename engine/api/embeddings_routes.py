@@ -1,0 +1,51 @@
+"""OpenAI's /v1/embeddings, from an embedding model served next to the chat model."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Literal
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..engine import Engine
+from ..errors import InvalidRequest
+
+
+class EmbeddingRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str
+    input: str | list[str] | list[int] | list[list[int]]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, ge=1)
+
+
+def router(engine: Engine) -> APIRouter:
+    api = APIRouter()
+
+    @api.post("/v1/embeddings")
+    async def embeddings(body: EmbeddingRequest):
+        model = engine.store.resolve(body.model)
+        inputs = body.input
+        if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)):
+            inputs = [inputs]
+        if not inputs:
+            raise InvalidRequest("input is empty", param="input")
+        vectors, tokens = await asyncio.to_thread(engine.embed, model, list(inputs))
+        if body.dimensions is not None and body.dimensions != vectors.shape[1]:
+            raise InvalidRequest(f"{model.id} gives {vectors.shape[1]} dimensions; it cannot "
+                                 f"give {body.dimensions}", param="dimensions")
+        return {"object": "list", "model": model.id,
+                "data": [{"object": "embedding", "index": i,
+                          "embedding": _encoded(vector, body.encoding_format)}
+                         for i, vector in enumerate(vectors)],
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+    return api
+
+
+def _encoded(vector, encoding: str):
+    if encoding == "base64":  # little-endian float32, as OpenAI's clients decode it
+        return base64.b64encode(vector.astype("<f4").tobytes()).decode()
+    return vector.tolist()

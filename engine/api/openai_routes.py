@@ -1,0 +1,185 @@
+"""OpenAI's /v1/chat/completions (with tools and response_format) and /v1/completions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from ..agent.conversation import Conversation, tool
+from ..agent.tool_stream import CallArgs, CallStart, Text
+from ..engine import Engine
+from ..events import Started, Usage
+from .schemas import ChatCompletionRequest, CompletionRequest, answer_schema, tool_choice
+from .turns import Done, Turn, conversation_turn, guarded, request_for
+
+FINGERPRINT = "homerack-0.1"
+
+
+def usage_json(usage: Usage) -> dict:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "timings": {
+            "queue_s": usage.queue_s,
+            "time_to_first_token_s": usage.time_to_first_token_s,
+            "prompt_tokens_per_s": usage.prompt_tokens_per_s,
+            "decode_tokens_per_s": usage.decode_tokens_per_s,
+            "inter_token_p50_s": usage.inter_token_p50_s,
+            "inter_token_p95_s": usage.inter_token_p95_s,
+            "shared_streams": usage.shared_streams,
+        },
+        **({"speculative": usage.speculative} if usage.speculative else {}),
+    }
+
+
+def extension(started: Started) -> dict:
+    return {"chat_format": started.chat_format, "notes": list(started.notes),
+            "n_ctx": started.n_ctx}
+
+
+def cancelled() -> JSONResponse:
+    return JSONResponse({"error": {"message": "client disconnected", "type": "cancelled",
+                                   "param": None, "code": "cancelled"}}, 499)
+
+
+def sse(payload: dict) -> str:
+    return f"data: {json.dumps(payload)}\n\n"
+
+
+def error_event(error) -> str:
+    return sse({"error": {"message": error.message, "type": error.kind,
+                          "param": error.param, "code": error.kind}})
+
+
+def chat_conversation(body: ChatCompletionRequest) -> Conversation:
+    return Conversation(
+        messages=tuple(m.message(f"messages[{i}]") for i, m in enumerate(body.messages)),
+        tools=tuple(tool(t.function.name, t.function.description, t.function.parameters,
+                         f"tools[{i}].function") for i, t in enumerate(body.tools or ())),
+        choice=tool_choice(body.tool_choice, body.parallel_tool_calls),
+        schema=_checked_schema(body))
+
+
+def _checked_schema(body: ChatCompletionRequest) -> dict | None:
+    from ..agent.json_schema import check
+
+    schema = answer_schema(body.response_format, "response_format")
+    if schema is not None:
+        check(schema, "response_format.json_schema.schema")
+    return schema
+
+
+def router(engine: Engine) -> APIRouter:
+    api = APIRouter()
+
+    @api.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, http: Request):
+        turn = conversation_turn(engine, body, chat_conversation(body), http)
+        try:
+            started = await turn.start()
+        except asyncio.CancelledError:
+            return cancelled()
+        meta = _meta("chatcmpl", started)
+        if body.stream:
+            return _streaming(_chat_chunks(turn, meta, body.include_usage()))
+        try:
+            got = await turn.collect()
+        except asyncio.CancelledError:
+            return cancelled()
+        calls = [{"id": start.id, "type": "function",
+                  "function": {"name": start.name, "arguments": args or "{}"}}
+                 for start, args in got.calls]
+        message = {"role": "assistant", "content": got.text if got.text or not calls else None,
+                   **({"tool_calls": calls} if calls else {})}
+        return {**meta, "object": "chat.completion",
+                "choices": [{"index": 0, "message": message, "logprobs": None,
+                             "finish_reason": got.done.reason}],
+                "usage": usage_json(got.done.usage), "homerack": extension(started)}
+
+    @api.post("/v1/completions")
+    async def completions(body: CompletionRequest, http: Request):
+        turn = Turn(engine, request_for(engine, body, prompt=body.prompt), http)
+        try:
+            started = await turn.start()
+        except asyncio.CancelledError:
+            return cancelled()
+        meta = _meta("cmpl", started)
+        if body.stream:
+            return _streaming(_text_chunks(turn, meta, body.include_usage()))
+        try:
+            got = await turn.collect()
+        except asyncio.CancelledError:
+            return cancelled()
+        return {**meta, "object": "text_completion",
+                "choices": [{"index": 0, "text": got.text, "logprobs": None,
+                             "finish_reason": got.done.reason}],
+                "usage": usage_json(got.done.usage), "homerack": extension(started)}
+
+    return api
+
+
+def _meta(prefix: str, started: Started) -> dict:
+    return {"id": f"{prefix}-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
+            "model": started.model, "system_fingerprint": FINGERPRINT}
+
+
+def _streaming(chunks: AsyncIterator[str]) -> StreamingResponse:
+    return StreamingResponse(chunks, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache"})
+
+
+async def _chat_chunks(turn: Turn, meta: dict, include_usage: bool) -> AsyncIterator[str]:
+    def chunk(delta: dict | None, reason=None, usage=None, extra=None) -> str:
+        choices = [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None,
+                                             "finish_reason": reason}]
+        payload = {**meta, "object": "chat.completion.chunk", "choices": choices}
+        if include_usage:
+            payload["usage"] = usage
+        return sse({**payload, **(extra or {})})
+
+    yield chunk({"role": "assistant", "content": ""}, extra={"homerack": extension(turn.started)})
+    async for part in guarded(turn, error_event):
+        if isinstance(part, str):
+            yield part
+        elif isinstance(part, Text):
+            yield chunk({"content": part.text})
+        elif isinstance(part, CallStart):
+            yield chunk({"tool_calls": [{"index": part.index, "id": part.id, "type": "function",
+                                         "function": {"name": part.name, "arguments": ""}}]})
+        elif isinstance(part, CallArgs):
+            yield chunk({"tool_calls": [{"index": part.index,
+                                         "function": {"arguments": part.text}}]})
+        elif isinstance(part, Done):
+            yield chunk({}, part.reason)
+            if include_usage:
+                yield chunk(None, usage=usage_json(part.usage))
+            yield "data: [DONE]\n\n"
+
+
+async def _text_chunks(turn: Turn, meta: dict, include_usage: bool) -> AsyncIterator[str]:
+    def chunk(text: str | None, reason=None, usage=None) -> str:
+        choices = [] if text is None else [{"index": 0, "text": text, "logprobs": None,
+                                            "finish_reason": reason}]
+        payload = {**meta, "object": "text_completion", "choices": choices}
+        if include_usage:
+            payload["usage"] = usage
+        return sse(payload)
+
+    async for part in guarded(turn, error_event):
+        if isinstance(part, str):
+            yield part
+        elif isinstance(part, Text):
+            yield chunk(part.text)
+        elif isinstance(part, Done):
+            yield chunk("", part.reason)
+            if include_usage:
+                yield chunk(None, usage=usage_json(part.usage))
+            yield "data: [DONE]\n\n"

@@ -1,0 +1,270 @@
+"""OpenAI's Responses API, stateless: /v1/responses with input items, instructions,
+function tools, text.format and its streaming events (what Codex's
+`wire_api = "responses"` speaks). A previous_response_id is refused: nothing is stored."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import Any, AsyncIterator, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..agent.conversation import Choice, Conversation, Message, ToolCall, tool
+from ..agent.json_schema import check
+from ..agent.tool_stream import CallArgs, CallStart, Text
+from ..engine import Engine
+from ..errors import HomerackError, InvalidRequest
+from .openai_routes import cancelled
+from .schemas import _Sampling, text_of
+from .turns import Done, Turn, conversation_turn, guarded
+
+_TEXT_PARTS = ("input_text", "output_text", "text")
+_SKIPPED = ("reasoning",)
+
+
+class FunctionTool(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: str
+    name: str | None = Field(None, pattern=r"^[a-zA-Z0-9_.-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class TextFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text", "json_object", "json_schema"] = "text"
+    name: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+
+
+class TextOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    format: TextFormat | None = None
+
+
+class ResponsesRequest(_Sampling):
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    tools: list[FunctionTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
+    max_output_tokens: int | None = Field(None, ge=1)
+    text: TextOptions | None = None
+    previous_response_id: str | None = None
+
+    def token_limit(self) -> int | None:
+        return self.max_output_tokens
+
+
+def conversation(body: ResponsesRequest) -> Conversation:
+    if body.previous_response_id:
+        raise InvalidRequest("this server keeps no responses (stateless): send the whole "
+                             "conversation as input items", param="previous_response_id")
+    messages = [Message("system", body.instructions, where="instructions")] \
+        if body.instructions else []
+    items = [{"role": "user", "content": body.input}] if isinstance(body.input, str) \
+        else body.input
+    for i, item in enumerate(items):
+        messages += _message(item, f"input[{i}]")
+    tools = []
+    for i, t in enumerate(body.tools or ()):
+        if t.type != "function" or not t.name:
+            raise InvalidRequest(f"tools[{i}]: only function tools are supported (not "
+                                 f"{t.type!r})", param=f"tools[{i}].type")
+        tools.append(tool(t.name, t.description, t.parameters, f"tools[{i}]"))
+    return Conversation(tuple(messages), tuple(tools), _choice(body), _schema(body))
+
+
+def _message(item: dict, where: str) -> list[Message]:
+    kind = item.get("type", "message")
+    if kind == "message":
+        role = {"developer": "system"}.get(item.get("role"), item.get("role"))
+        if role not in ("system", "user", "assistant"):
+            raise InvalidRequest(f"{where}.role must be user, assistant, system or developer",
+                                 param=f"{where}.role")
+        return [Message(role, text_of(item.get("content"), f"{where}.content", _TEXT_PARTS),
+                        where=where)]
+    if kind == "function_call":
+        try:
+            arguments = json.loads(item.get("arguments") or "{}")
+        except ValueError:
+            raise InvalidRequest(f"{where}.arguments is not JSON",
+                                 param=f"{where}.arguments") from None
+        return [Message("assistant", calls=(ToolCall(str(item.get("call_id")),
+                                                     str(item.get("name")), arguments),),
+                        where=where)]
+    if kind == "function_call_output":
+        output = item.get("output")
+        return [Message("tool", output if isinstance(output, str) else json.dumps(output),
+                        call_id=item.get("call_id"), where=f"{where}.call_id")]
+    if kind in _SKIPPED:
+        return []
+    raise InvalidRequest(f"{where}: input items of type {kind!r} are not supported",
+                         param=f"{where}.type")
+
+
+def _choice(body: ResponsesRequest) -> Choice:
+    value, parallel = body.tool_choice, body.parallel_tool_calls
+    if value is None or isinstance(value, str):
+        return Choice(value or "auto", parallel=parallel)
+    if value.get("type") != "function" or not value.get("name"):
+        raise InvalidRequest("a named tool_choice is {\"type\": \"function\", \"name\": ...}",
+                             param="tool_choice")
+    return Choice("function", value["name"], parallel)
+
+
+def _schema(body: ResponsesRequest) -> dict | None:
+    fmt = body.text.format if body.text else None
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return {"type": "object"}
+    check(fmt.schema_, "text.format.schema")
+    return fmt.schema_
+
+
+class _Output:
+    """The response's output items as they are written (stream) or at once."""
+
+    def __init__(self):
+        self.text: list[str] = []
+        self.calls: list[dict] = []
+        self.message_id = f"msg_{uuid.uuid4().hex[:24]}"
+
+    def items(self) -> list[dict]:
+        items = [self.message_item("completed")] if self.text or not self.calls else []
+        return items + [{**call, "status": "completed"} for call in self.calls]
+
+    def message_item(self, status: str) -> dict:
+        return {"type": "message", "id": self.message_id, "status": status, "role": "assistant",
+                "content": [{"type": "output_text", "text": "".join(self.text),
+                             "annotations": []}] if status == "completed" else []}
+
+
+def _response(body: ResponsesRequest, response_id: str, model: str, output: _Output | None,
+              done: Done | None) -> dict:
+    status = "in_progress" if done is None else \
+        "incomplete" if done.reason == "length" else "completed"
+    usage = None if done is None else {
+        "input_tokens": done.usage.prompt_tokens, "output_tokens": done.usage.completion_tokens,
+        "total_tokens": done.usage.prompt_tokens + done.usage.completion_tokens,
+        "input_tokens_details": {"cached_tokens": done.usage.cached_tokens},
+        "output_tokens_details": {"reasoning_tokens": 0}}
+    return {"id": response_id, "object": "response", "created_at": int(time.time()),
+            "status": status, "model": model, "error": None,
+            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete"
+            else None,
+            "instructions": body.instructions, "metadata": {},
+            "output": output.items() if output and done else [],
+            "parallel_tool_calls": body.parallel_tool_calls,
+            "temperature": body.temperature, "top_p": body.top_p,
+            "max_output_tokens": body.max_output_tokens,
+            "tool_choice": body.tool_choice or "auto",
+            "tools": [t.model_dump(exclude_none=True) for t in body.tools or ()],
+            "text": {"format": {"type": "text"}}, "usage": usage}
+
+
+def router(engine: Engine) -> APIRouter:
+    api = APIRouter()
+
+    @api.post("/v1/responses")
+    async def responses(body: ResponsesRequest, http: Request):
+        turn = conversation_turn(engine, body, conversation(body), http)
+        try:
+            started = await turn.start()
+        except asyncio.CancelledError:
+            return cancelled()
+        response_id = f"resp_{uuid.uuid4().hex[:24]}"
+        if body.stream:
+            return StreamingResponse(_events(turn, body, response_id, started.model),
+                                     media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        try:
+            got = await turn.collect()
+        except asyncio.CancelledError:
+            return cancelled()
+        output = _Output()
+        output.text.append(got.text)
+        output.calls = [_call_item(start, args) for start, args in got.calls]
+        return _response(body, response_id, started.model, output, got.done)
+
+    return api
+
+
+def _call_item(start: CallStart, arguments: str) -> dict:
+    return {"type": "function_call", "id": f"fc_{start.id.removeprefix('call_')}",
+            "call_id": start.id, "name": start.name, "arguments": arguments}
+
+
+async def _events(turn: Turn, body: ResponsesRequest, response_id: str,
+                  model: str) -> AsyncIterator[str]:
+    numbers = iter(range(1 << 30))
+
+    def event(kind: str, **data) -> str:
+        payload = {"type": kind, "sequence_number": next(numbers), **data}
+        return f"event: {kind}\ndata: {json.dumps(payload)}\n\n"
+
+    def close_item() -> list[str]:
+        """Ends the item being written (the message, or the last call)."""
+        if kind_open == "message":
+            text = "".join(output.text)
+            part = {"type": "output_text", "text": text, "annotations": []}
+            where = {"item_id": output.message_id, "output_index": index, "content_index": 0}
+            return [event("response.output_text.done", **where, text=text),
+                    event("response.content_part.done", **where, part=part),
+                    event("response.output_item.done", output_index=index,
+                          item=output.message_item("completed"))]
+        if kind_open == "call":
+            call = {**output.calls[-1], "status": "completed"}
+            return [event("response.function_call_arguments.done", item_id=call["id"],
+                          output_index=index, arguments=call["arguments"]),
+                    event("response.output_item.done", output_index=index, item=call)]
+        return []
+
+    def failed(error: HomerackError) -> str:
+        return event("error", code=error.kind, message=error.message, param=error.param)
+
+    output, index, kind_open = _Output(), -1, None
+    shell = _response(body, response_id, model, None, None)
+    yield event("response.created", response=shell)
+    yield event("response.in_progress", response=shell)
+    async for part in guarded(turn, failed):
+        if isinstance(part, str):
+            yield part
+            return
+        if isinstance(part, Text) and part.text:
+            if kind_open != "message":
+                for line in close_item():
+                    yield line
+                index, kind_open = index + 1, "message"
+                yield event("response.output_item.added", output_index=index,
+                            item=output.message_item("in_progress"))
+                yield event("response.content_part.added", item_id=output.message_id,
+                            output_index=index, content_index=0,
+                            part={"type": "output_text", "text": "", "annotations": []})
+            output.text.append(part.text)
+            yield event("response.output_text.delta", item_id=output.message_id,
+                        output_index=index, content_index=0, delta=part.text)
+        elif isinstance(part, CallStart):
+            for line in close_item():
+                yield line
+            index, kind_open = index + 1, "call"
+            output.calls.append(_call_item(part, ""))
+            yield event("response.output_item.added", output_index=index,
+                        item={**output.calls[-1], "status": "in_progress"})
+        elif isinstance(part, CallArgs):
+            call = output.calls[-1]
+            call["arguments"] += part.text
+            yield event("response.function_call_arguments.delta", item_id=call["id"],
+                        output_index=index, delta=part.text)
+        elif isinstance(part, Done):
+            for line in close_item():
+                yield line
+            final = _response(body, response_id, model, output, part)
+            yield event("response.completed" if final["status"] == "completed"
+                        else "response.incomplete", response=final)

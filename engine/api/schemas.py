@@ -1,0 +1,209 @@
+"""Request bodies of the OpenAI-compatible API (pydantic validates and names bad fields)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..agent.conversation import Choice, Message, ToolCall
+from ..errors import InvalidRequest
+from ..llama_runtime import SamplingParams
+
+
+def text_of(content, where: str, text_types: tuple[str, ...] = ("text",)) -> str:
+    """The text of a message's content: a string, or a list of text parts. Anything
+    else (an image) is refused, naming the part: there is no vision here yet."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    parts = []
+    for i, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in text_types or not isinstance(part.get("text"), str):
+            raise InvalidRequest(f"{where}[{i}]: content of type {kind!r} is not supported "
+                                 "(text only; this engine has no vision yet)",
+                                 param=f"{where}[{i}]")
+        parts.append(part["text"])
+    return "".join(parts)
+
+
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str = "{}"
+
+
+class ToolCallIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
+
+    def message(self, where: str) -> Message:
+        role = "system" if self.role == "developer" else self.role
+        if role == "tool" and not self.tool_call_id:
+            raise InvalidRequest(f"{where}: a tool message needs tool_call_id",
+                                 param=f"{where}.tool_call_id")
+        calls = tuple(_call(c, f"{where}.tool_calls[{i}]")
+                      for i, c in enumerate(self.tool_calls or ()))
+        return Message(role, text_of(self.content, f"{where}.content"), calls,
+                       self.tool_call_id, where)
+
+
+def _call(call: ToolCallIn, where: str) -> ToolCall:
+    try:
+        arguments = json.loads(call.function.arguments or "{}")
+    except ValueError:
+        arguments = None
+    if not isinstance(arguments, dict):
+        raise InvalidRequest(f"{where}.function.arguments must be a JSON object in a string",
+                             param=f"{where}.function.arguments")
+    return ToolCall(call.id, call.function.name, arguments)
+
+
+class FunctionDef(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str = Field(pattern=r"^[a-zA-Z0-9_.-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ToolDef(BaseModel):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedChoice(BaseModel):
+    type: Literal["function"]
+    function: dict[str, str]
+
+
+class JSONSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str = "answer"
+    schema_: dict[str, Any] = Field(alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaFormat | None = None
+
+
+def answer_schema(response_format: ResponseFormat | None, param: str) -> dict | None:
+    """The JSON Schema the answer must follow, from an OpenAI response_format."""
+    if response_format is None or response_format.type == "text":
+        return None
+    if response_format.type == "json_object":
+        return {"type": "object"}
+    if response_format.json_schema is None:
+        raise InvalidRequest("response_format of type json_schema needs json_schema",
+                             param=f"{param}.json_schema")
+    return response_format.json_schema.schema_
+
+
+def tool_choice(value, parallel: bool = True, param: str = "tool_choice") -> Choice:
+    if value is None:
+        return Choice(parallel=parallel)
+    if isinstance(value, str):
+        return Choice(value, parallel=parallel)
+    name = value.function.get("name") if isinstance(value, NamedChoice) else None
+    if not name:
+        raise InvalidRequest("a named tool_choice needs function.name", param=param)
+    return Choice("function", name, parallel)
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class _Sampling(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=0)
+    min_p: float | None = Field(None, ge=0, le=1)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
+    n: int = Field(1, ge=1, le=1, description="only one choice per request is supported")
+    ignore_eos: bool = False  # llama-server's extension: generate exactly max_tokens
+    speculation: Literal["off", "lookup", "draft"] | None = None  # None: the engine default
+    draft_model: str | None = None  # a model id, or "auto"; implies speculation "draft"
+    cache_prompt: bool = True  # llama-server's extension: False evaluates the prompt afresh
+
+    @field_validator("stop")
+    @classmethod
+    def _at_most_four(cls, value):
+        if isinstance(value, list) and len(value) > 4:
+            raise ValueError("at most 4 stop sequences")
+        return value
+
+    def stop_strings(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+    def sampling(self) -> SamplingParams:
+        defaults = SamplingParams()
+        return SamplingParams(
+            temperature=defaults.temperature if self.temperature is None else self.temperature,
+            top_p=self.top_p or defaults.top_p,
+            top_k=defaults.top_k if self.top_k is None else self.top_k,
+            min_p=defaults.min_p if self.min_p is None else self.min_p,
+            seed=self.seed,
+            frequency_penalty=self.frequency_penalty,
+            presence_penalty=self.presence_penalty,
+        )
+
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedChoice | None = None
+    parallel_tool_calls: bool = True
+    response_format: ResponseFormat | None = None
+
+    def token_limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[str]
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, value):
+        if isinstance(value, list):
+            if len(value) != 1:
+                raise ValueError("exactly one prompt per request is supported")
+            return value[0]
+        return value
+
+    def token_limit(self) -> int | None:
+        return self.max_tokens if self.max_tokens is not None else 16
+
+
+class LoadRequest(BaseModel):
+    """A model to plan or load, with the user's choices over the planner's."""
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    n_ctx: int | None = Field(None, ge=256)
+    gpu_layers: int | None = Field(None, ge=0)

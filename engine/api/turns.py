@@ -1,0 +1,133 @@
+"""One generation as the routes see it: started, then text and tool calls as they come,
+then done. The OpenAI, Anthropic and Responses routes only translate these events into
+their wire shapes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import AsyncIterator, Callable
+
+from fastapi import Request
+
+from ..agent.compose import compose
+from ..agent.conversation import Conversation, checked
+from ..agent.tool_stream import CallArgs, CallStart, Text, ToolStream
+from ..engine import Engine
+from ..errors import HomerackError, ModelNotFound
+from ..events import Delta, Failed, Finished, GenerationRequest, Started, Usage
+from .channel import Channel
+
+
+@dataclass(frozen=True)
+class Done:
+    reason: str  # "stop", "length", "cancelled" or "tool_calls"
+    usage: Usage
+
+
+@dataclass
+class Collected:
+    """A whole answer: its text, its calls (start, arguments' JSON text), how it ended."""
+    text: str = ""
+    calls: list[tuple[CallStart, str]] = field(default_factory=list)
+    done: Done | None = None
+
+
+class Turn:
+    def __init__(self, engine: Engine, request: GenerationRequest, http: Request,
+                 reader: ToolStream | None = None):
+        self.engine, self.request, self.http, self.reader = engine, request, http, reader
+        self.started: Started | None = None
+
+    async def start(self) -> Started:
+        """Submit and wait for the first token (an error before it raises here, so a
+        route can still answer with an HTTP error status)."""
+        self.channel = Channel()
+        self.job = self.engine.submit(self.request, self.channel.emit)
+        first = await self.channel.next(self.job, self.http)
+        if isinstance(first, Failed):
+            raise first.error
+        self.started = first
+        return first
+
+    def cancel(self) -> None:
+        self.job.cancel()  # a no-op when finished; stops generation when the client left
+
+    async def events(self) -> AsyncIterator[Text | CallStart | CallArgs | Done]:
+        """Raises the engine's error if generation fails midway."""
+        while True:
+            event = await self.channel.next(self.job, self.http)
+            if isinstance(event, Delta):
+                for out in self._read(event.text):
+                    yield out
+            elif isinstance(event, Failed):
+                raise event.error
+            elif isinstance(event, Finished):
+                for out in self.reader.finish() if self.reader else ():
+                    yield out
+                reason = event.finish_reason
+                if self.reader and self.reader.calls and reason == "stop":
+                    reason = "tool_calls"
+                yield Done(reason, event.usage)
+                return
+
+    def _read(self, text: str) -> list:
+        return self.reader.feed(text) if self.reader else [Text(text)]
+
+    async def collect(self) -> Collected:
+        out, parts, args = Collected(), [], {}
+        async for event in self.events():
+            if isinstance(event, Text):
+                parts.append(event.text)
+            elif isinstance(event, CallStart):
+                out.calls.append((event, ""))
+                args[event.index] = []
+            elif isinstance(event, CallArgs):
+                args[event.index].append(event.text)
+            elif isinstance(event, Done):
+                out.done = event
+        out.text = "".join(parts)
+        out.calls = [(start, "".join(args[start.index])) for start, _ in out.calls]
+        return out
+
+
+def request_for(engine: Engine, body, **content) -> GenerationRequest:
+    """The engine request for a body of any of the APIs (they share the sampling fields
+    and Homerack's extensions, see schemas._Sampling)."""
+    default = engine.default_model()
+    model = engine.store.resolve(body.model) if body.model or not default else default
+    draft, speculation = None, body.speculation
+    if body.draft_model:
+        speculation = speculation or "draft"
+        if body.draft_model != "auto":
+            try:
+                draft = engine.store.resolve(body.draft_model)
+            except ModelNotFound as exc:
+                raise ModelNotFound(exc.message, param="draft_model") from None
+    return GenerationRequest(model=model, max_tokens=body.token_limit(),
+                             sampling=body.sampling(), stop=body.stop_strings(),
+                             ignore_eos=body.ignore_eos, speculation=speculation,
+                             draft_model=draft, cache_prompt=body.cache_prompt, **content)
+
+
+def conversation_turn(engine: Engine, body, conv: Conversation, http: Request,
+                      choice_param: str = "tool_choice", id_prefix: str = "call_") -> Turn:
+    """A turn of a conversation with tools: rendered in the form the model's template
+    uses, its output constrained where the choice or the schema demands it."""
+    conv = checked(conv, choice_param)
+    request = request_for(engine, body)
+    composed = compose(conv, engine.chat_format_of(request.model).template)
+    request = replace(request, messages=composed.messages, tools=composed.tools,
+                      grammar=composed.grammar)
+    return Turn(engine, request, http, composed.reader(conv, id_prefix))
+
+
+async def guarded(turn: Turn, error_event: Callable[[HomerackError], str]):
+    """A turn's events for a stream: a failure midway becomes a last event in the API's
+    own error shape (a string), and a client that leaves stops generation."""
+    try:
+        async for event in turn.events():
+            yield event
+    except HomerackError as error:
+        yield error_event(error)
+    finally:
+        turn.cancel()
