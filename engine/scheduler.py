@@ -20,7 +20,7 @@ from dataclasses import replace
 from .errors import MemoryFull
 from .events import CANCELLED, Failed, Job, Started, Usage
 from .kv_pool import CellLedger
-from .llama_runtime import Chunk, Sampler
+from .llama_runtime import Chunk, NoKVSlot, Sampler
 from .model_host import EngineSettings, ModelHost
 from .prompt_cache import common_prefix
 from .slot import Output, Slot
@@ -163,10 +163,13 @@ class Scheduler:
         if hit is None or hit.length <= common_prefix(slot.tokens, prompt):
             return
         state = cache.fetch(hit)
-        if state is not None and self._make_room(len(hit.entry.tokens), spare=slot) \
-                and llama.restore(slot.seq_id, state):
-            slot.tokens = list(hit.entry.tokens)
-            slot.saved = True
+        if state is not None and self._make_room(len(hit.entry.tokens), spare=slot):
+            # llama.cpp empties the sequence first, and the state takes cells of its own
+            # (none shared with the prefix the slot may have held): the ledger follows
+            restored = llama.restore(slot.seq_id, state)
+            self.ledger.drop(slot.seq_id)
+            slot.tokens = list(hit.entry.tokens) if restored else []
+            slot.saved = restored
         self.ledger.hold(slot.seq_id, len(slot.tokens))
 
     def _trim(self, slot: Slot, keep: int) -> None:
@@ -234,7 +237,12 @@ class Scheduler:
             return
         started = time.perf_counter()
         for call in calls:
-            self._evaluate(call)
+            try:
+                self._evaluate(call)
+            except NoKVSlot:  # the ledger saw room llama.cpp did not find: one leaves
+                self._outgrown([s for s in self.active if s.seq_id in
+                                {c.seq_id for c in call}] or self.active)
+                return
         if lone and lone.spec:
             lone.spec.controller.record_plain(time.perf_counter() - started)
         self.totals["steps"] += 1

@@ -162,3 +162,54 @@ def run(engine, **request):
     collector = Collector()
     engine.submit(GenerationRequest(**request), collector)
     return collector.result()
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> Path:
+    """A tiny random BERT embedding model, written with the `gguf` writer (through the
+    same writer the starter embedding model is converted with)."""
+    import numpy as np
+
+    from engine.bert_gguf import write_bert
+
+    hidden, ffn, layers, words = 32, 64, 2, ["the", "cat", "dog", "sat", "on", "mat", "##s"]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words, *"abcdefghijklmnopqrstuvwxyz"]
+    config = {"num_hidden_layers": layers, "hidden_size": hidden, "intermediate_size": ffn,
+              "num_attention_heads": 2, "max_position_embeddings": 64, "type_vocab_size": 2}
+    rng = np.random.default_rng(7)
+
+    def w(*shape):
+        return rng.normal(0, 0.2, shape).astype(np.float32)
+
+    tensors = {"embeddings.word_embeddings.weight": w(len(vocab), hidden),
+               "embeddings.position_embeddings.weight": w(64, hidden),
+               "embeddings.token_type_embeddings.weight": w(2, hidden),
+               "embeddings.LayerNorm.weight": np.ones(hidden, np.float32),
+               "embeddings.LayerNorm.bias": np.zeros(hidden, np.float32)}
+    for i in range(layers):
+        p = f"encoder.layer.{i}."
+        for name, shape in (("attention.self.query", (hidden, hidden)),
+                            ("attention.self.key", (hidden, hidden)),
+                            ("attention.self.value", (hidden, hidden)),
+                            ("attention.output.dense", (hidden, hidden)),
+                            ("intermediate.dense", (ffn, hidden)),
+                            ("output.dense", (hidden, ffn))):
+            tensors[p + name + ".weight"] = w(*shape)
+            tensors[p + name + ".bias"] = w(shape[0])
+        for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
+            tensors[p + norm + ".weight"] = np.ones(hidden, np.float32)
+            tensors[p + norm + ".bias"] = np.zeros(hidden, np.float32)
+    return write_bert(tmp_path_factory.mktemp("bert") / "tiny-bert.gguf", config, tensors,
+                      vocab, "tiny BERT")
+
+
+def with_template(source: Path, target: Path, template: str) -> Path:
+    """A copy of a GGUF model with another chat template in its metadata."""
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+
+    reader = GGUFReader(source, "r")
+    writer = GGUFWriter(str(target), arch=reader.fields["general.architecture"].contents())
+    copy_with_new_metadata(reader, writer, {
+        "tokenizer.chat_template": MetadataDetails(GGUFValueType.STRING, template)}, [])
+    return target

@@ -267,3 +267,21 @@ def test_a_split_quant_downloads_every_part_keeping_a_part_done_before(hub, tmp_
     assert state.status == "done" and state.done_bytes == quant.size == 2 << 20
     assert hub.sent - before == 1 << 20  # only the second part travelled
     assert sorted(p.name for p in models.glob("*.gguf")) == list(quant.files)
+
+
+def test_search_marks_embedding_models(starters_dir, tmp_path, monkeypatch):
+    from hub_server import HubServer, Repo
+
+    embedder = "sentence-transformers/all-MiniLM-L6-v2-GGUF"
+    server = HubServer({
+        embedder: Repo({"all-MiniLM-L6-v2-F16.gguf": starters_dir / "all-minilm-l6-v2-f16.gguf"},
+                       pipeline_tag="sentence-similarity", downloads=5),
+        SMOL: Repo({"SmolLM2-135M-Instruct-Q4_1.gguf":
+                    starters_dir / "smollm2-135m-instruct-q4_1.gguf"}, downloads=9)})
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    try:
+        found = search("", sizes=False)
+    finally:
+        server.close()
+    assert [(r.id, r.embedding) for r in found] == [(SMOL, False), (embedder, True)]

@@ -31,6 +31,7 @@ class Tool:
     name: str
     description: str
     parameters: dict
+    unenforced: tuple[str, ...] = ()  # schema keywords the grammar leaves out (reported)
 
 
 @dataclass(frozen=True)
@@ -49,12 +50,19 @@ class Conversation:
     choice: Choice = field(default_factory=Choice)
     schema: dict | None = None  # the answer's JSON Schema (response_format)
 
+    def notes(self) -> list[str]:
+        """What the answer should know: tool schema keywords no grammar enforces."""
+        places = [p for t in self.tools for p in t.unenforced]
+        return [f"not enforced in tool calls (the grammar cannot): {', '.join(places)}"] \
+            if places and self.choice.mode != "none" else []
+
 
 def tool(name: str, description: str | None, parameters: dict | None, where: str) -> Tool:
-    """A function tool, its parameters checked as JSON Schema the grammar can enforce."""
+    """A function tool, its parameters checked as JSON Schema; keywords the grammar cannot
+    enforce are kept aside to be reported."""
     parameters = parameters if parameters is not None else {"type": "object", "properties": {}}
-    check(parameters, f"{where}.parameters")
-    return Tool(name, description or "", parameters)
+    return Tool(name, description or "", parameters,
+                tuple(check(parameters, where, strict=False)))
 
 
 def checked(conversation: Conversation, choice_param: str) -> Conversation:

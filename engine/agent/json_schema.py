@@ -34,9 +34,11 @@ _SCHEMA_MAPS = {"properties", "$defs", "definitions"}
 _SCHEMA_LISTS = {"anyOf", "prefixItems"}
 
 
-def check(schema, param: str) -> None:
+def check(schema, param: str, strict: bool = True) -> list[str]:
     """Raise InvalidRequest (naming `param` and the place) unless `schema` is JSON Schema
-    whose every keyword the grammar enforces."""
+    whose every keyword the grammar enforces. Not `strict` (a tool's parameters: agents
+    such as Claude Code send `format: uri` and the like), such keywords are returned, to
+    be reported, instead of refused."""
     if not isinstance(schema, dict):
         raise InvalidRequest(f"{param} must be a JSON Schema object", param=param)
     try:
@@ -46,16 +48,27 @@ def check(schema, param: str) -> None:
         raise InvalidRequest(f"{param} is not valid JSON Schema"
                              f"{' at ' + where if where else ''}: {exc.message}",
                              param=param) from None
-    _check_keywords(schema, param)
+    if strict:
+        _check_keywords(schema, param)
+        return []
+    unenforced = []
+    while True:
+        try:
+            _check_keywords(schema, param, skip=unenforced)
+            return unenforced
+        except InvalidRequest as exc:
+            if exc.param in unenforced or ".$ref" in (exc.param or ""):
+                raise
+            unenforced.append(exc.param)
 
 
-def _check_keywords(schema, where: str) -> None:
+def _check_keywords(schema, where: str, skip: list[str] = ()) -> None:
     if not isinstance(schema, dict):
         if schema is True:
             return
         raise InvalidRequest(f"{where}: boolean schema false cannot be enforced", param=where)
     for key, value in schema.items():
-        if key in ANNOTATIONS:
+        if key in ANNOTATIONS or f"{where}.{key}" in skip:
             continue
         if key not in ENFORCED:
             hint = " (use anyOf)" if key == "oneOf" else ""
@@ -69,20 +82,23 @@ def _check_keywords(schema, where: str) -> None:
                                  f"not {value!r}", param=f"{where}.$ref")
         if key in _SCHEMA_MAPS:
             for name, sub in value.items():
-                _check_keywords(sub, f"{where}.{key}.{name}")
+                _check_keywords(sub, f"{where}.{key}.{name}", skip)
         elif key in _SCHEMA_LISTS:
             for i, sub in enumerate(value):
-                _check_keywords(sub, f"{where}.{key}[{i}]")
+                _check_keywords(sub, f"{where}.{key}[{i}]", skip)
         elif key == "items":
             for i, sub in enumerate(value if isinstance(value, list) else [value]):
-                _check_keywords(sub, f"{where}.items" + (f"[{i}]" if isinstance(value, list) else ""))
+                _check_keywords(sub, f"{where}.items" + (f"[{i}]" if isinstance(value, list)
+                                                         else ""), skip)
         elif key == "additionalProperties" and isinstance(value, dict):
-            _check_keywords(value, f"{where}.additionalProperties")
+            _check_keywords(value, f"{where}.additionalProperties", skip)
     missing = set(schema.get("required", ())) - set(schema.get("properties", {}))
-    if missing and schema.get("additionalProperties", False) is False:
+    if missing and schema.get("additionalProperties", False) is False \
+            and f"{where}.required" not in skip:
         raise InvalidRequest(f"{where}: required names {sorted(missing)} that its properties "
                              "do not define", param=f"{where}.required")
-    if ("minItems" in schema or "maxItems" in schema) and isinstance(schema.get("items"), list):
+    if ("minItems" in schema or "maxItems" in schema) and isinstance(schema.get("items"), list) \
+            and f"{where}.items" not in skip:
         raise InvalidRequest(f"{where}: minItems/maxItems with a tuple of items is not "
                              "supported", param=f"{where}.items")
 

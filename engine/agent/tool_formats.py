@@ -52,7 +52,7 @@ class ToolFormat:
         messages = [self._generic_message(m, conv) for m in conv.messages]
         if offered:
             messages = _with_system(messages, GENERIC_PROMPT.format(
-                tools=json.dumps([_openai_tool(t)["function"] for t in offered], indent=1)))
+                tools="\n".join(json.dumps(_openai_tool(t)["function"]) for t in offered)))
         return messages, None
 
     def _native_message(self, message: Message, conv: Conversation) -> dict:

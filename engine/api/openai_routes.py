@@ -40,8 +40,8 @@ def usage_json(usage: Usage) -> dict:
     }
 
 
-def extension(started: Started) -> dict:
-    return {"chat_format": started.chat_format, "notes": list(started.notes),
+def extension(started: Started, notes: list[str] = ()) -> dict:
+    return {"chat_format": started.chat_format, "notes": [*started.notes, *notes],
             "n_ctx": started.n_ctx}
 
 
@@ -63,7 +63,8 @@ def chat_conversation(body: ChatCompletionRequest) -> Conversation:
     return Conversation(
         messages=tuple(m.message(f"messages[{i}]") for i, m in enumerate(body.messages)),
         tools=tuple(tool(t.function.name, t.function.description, t.function.parameters,
-                         f"tools[{i}].function") for i, t in enumerate(body.tools or ())),
+                         f"tools[{i}].function.parameters")
+                    for i, t in enumerate(body.tools or ())),
         choice=tool_choice(body.tool_choice, body.parallel_tool_calls),
         schema=_checked_schema(body))
 
@@ -102,7 +103,7 @@ def router(engine: Engine) -> APIRouter:
         return {**meta, "object": "chat.completion",
                 "choices": [{"index": 0, "message": message, "logprobs": None,
                              "finish_reason": got.done.reason}],
-                "usage": usage_json(got.done.usage), "homerack": extension(started)}
+                "usage": usage_json(got.done.usage), "homerack": extension(started, turn.notes)}
 
     @api.post("/v1/completions")
     async def completions(body: CompletionRequest, http: Request):
@@ -145,7 +146,8 @@ async def _chat_chunks(turn: Turn, meta: dict, include_usage: bool) -> AsyncIter
             payload["usage"] = usage
         return sse({**payload, **(extra or {})})
 
-    yield chunk({"role": "assistant", "content": ""}, extra={"homerack": extension(turn.started)})
+    yield chunk({"role": "assistant", "content": ""},
+                extra={"homerack": extension(turn.started, turn.notes)})
     async for part in guarded(turn, error_event):
         if isinstance(part, str):
             yield part

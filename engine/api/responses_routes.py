@@ -76,7 +76,7 @@ def conversation(body: ResponsesRequest) -> Conversation:
         if t.type != "function" or not t.name:
             raise InvalidRequest(f"tools[{i}]: only function tools are supported (not "
                                  f"{t.type!r})", param=f"tools[{i}].type")
-        tools.append(tool(t.name, t.description, t.parameters, f"tools[{i}]"))
+        tools.append(tool(t.name, t.description, t.parameters, f"tools[{i}].parameters"))
     return Conversation(tuple(messages), tuple(tools), _choice(body), _schema(body))
 
 

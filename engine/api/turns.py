@@ -37,6 +37,7 @@ class Turn:
                  reader: ToolStream | None = None):
         self.engine, self.request, self.http, self.reader = engine, request, http, reader
         self.started: Started | None = None
+        self.notes: list[str] = []  # for the answer, beside the engine's own
 
     async def start(self) -> Started:
         """Submit and wait for the first token (an error before it raises here, so a
@@ -118,7 +119,9 @@ def conversation_turn(engine: Engine, body, conv: Conversation, http: Request,
     composed = compose(conv, engine.chat_format_of(request.model).template)
     request = replace(request, messages=composed.messages, tools=composed.tools,
                       grammar=composed.grammar)
-    return Turn(engine, request, http, composed.reader(conv, id_prefix))
+    turn = Turn(engine, request, http, composed.reader(conv, id_prefix))
+    turn.notes = conv.notes()
+    return turn
 
 
 async def guarded(turn: Turn, error_event: Callable[[HomerackError], str]):

@@ -1,0 +1,110 @@
+"""The cost of grammar-constrained decoding: decode tokens/s of a chat answer held to a
+JSON schema (llama.cpp's grammar sampler in the engine's chain) against the same prompt
+unconstrained, in one run, side by side; and the same ratio for llama.cpp's llama-server
+(vendored commit, `response_format` json_schema) as the anchor.
+
+The schema asks for a string of at least 2,000 characters, so both runs decode the full
+--tokens (a grammar that completes early would end the answer sooner). Each ratio is the
+median of ratios between neighbouring runs: the machine's speed drifts.
+
+    python bench/grammar.py [--threads 2] [--tokens 128] [--reps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from app.engine_proc import EngineProcess  # noqa: E402
+from app.paths import paths  # noqa: E402
+from build_tools import build, llama_server  # noqa: E402
+
+MODELS = ("smollm2-135m-instruct-q4_1", "gemma-3-270m-q4_k_m")  # 49k and 262k tokens
+PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse keeper, as JSON."}]
+SCHEMA = {"type": "object", "properties": {
+    "title": {"type": "string", "maxLength": 40},
+    "story": {"type": "string", "minLength": 2000}}, "required": ["title", "story"]}
+
+
+def decode_rate(url: str, headers: dict, tokens: int, constrained: bool, seed: int) -> float:
+    body = {"messages": PROMPT, "max_tokens": tokens, "temperature": 0.8, "seed": seed,
+            "cache_prompt": False}
+    if constrained:
+        body["response_format"] = {"type": "json_schema",
+                                   "json_schema": {"name": "story", "schema": SCHEMA}}
+    else:
+        body["ignore_eos"] = True
+    reply = httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=600)
+    if reply.status_code != 200:
+        raise RuntimeError(f"{url}: {reply.status_code} {reply.text[:300]}")
+    data = reply.json()
+    produced = data["usage"]["completion_tokens"]
+    if produced < tokens - 1:
+        raise RuntimeError(f"{url}: only {produced} tokens ({'constrained' if constrained else 'free'})")
+    timings = data.get("timings") or data["usage"]["timings"]
+    return timings.get("predicted_per_second") or timings["decode_tokens_per_s"]
+
+
+def measure(url: str, headers: dict, tokens: int, reps: int) -> dict:
+    decode_rate(url, headers, 8, True, 0)  # warm up (and compile the grammar path once)
+    free, held, ratios = [], [], []
+    for rep in range(reps):
+        a = decode_rate(url, headers, tokens, False, rep)
+        b = decode_rate(url, headers, tokens, True, rep)
+        free.append(a)
+        held.append(b)
+        ratios.append(b / a)
+    return {"free": statistics.median(free), "constrained": statistics.median(held),
+            "ratio": statistics.median(ratios)}
+
+
+def homerack(model: str, threads: int) -> tuple[EngineProcess, str, dict]:
+    engine = EngineProcess(["--threads", str(threads), "--ctx", "4096", "--model", model,
+                            "--no-prompt-cache", "--speculation", "off"])
+    address = engine.wait_ready()
+    while not httpx.get(f"{address.url}/health").json()["model"]:
+        time.sleep(0.05)
+    return engine, address.url, {"Authorization": f"Bearer {address.token}"}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=min(os.cpu_count() or 2, 8))
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    bins = build()
+    os.environ["HOMERACK_HOME"] = str(ROOT / ".cache" / "bench-home")
+    rows = []
+    for model in MODELS:
+        engine, url, headers = homerack(model, args.threads)
+        try:
+            rows.append((model, "homerack", measure(url, headers, args.tokens, args.reps)))
+        finally:
+            engine.stop()
+        server_args = ["-m", str(paths().models / f"{model}.gguf"), "-c", "4096", "-np", "1",
+                       "-t", str(args.threads), "--jinja"]
+        with llama_server(bins, server_args) as anchor_url:
+            rows.append((model, "llama-server", measure(anchor_url, {}, args.tokens, args.reps)))
+    print(f"\ndecode tokens/s, {args.tokens} tokens, temperature 0.8, {args.threads} threads, "
+          f"median of {args.reps}")
+    print(f"{'model':<30}{'server':<14}{'free':>8}{'json schema':>13}{'ratio':>8}")
+    for model, server, r in rows:
+        print(f"{model:<30}{server:<14}{r['free']:>8.1f}{r['constrained']:>13.1f}"
+              f"{r['ratio']:>7.2f}x")
+    print("\ntarget: constrained at >= 0.9x of free, and no further behind than llama-server")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
