@@ -46,10 +46,10 @@ PROMPTS = ["What's the weather in Paris?", "Will it rain in Tokyo tomorrow?",
            "How windy is Chicago today?", "Who wrote Hamlet?",
            "Sydney weather this weekend?", "Billing charged me twice this month."]
 PERSON = {"type": "object", "properties": {
-    "name": {"type": "string", "minLength": 1, "maxLength": 40},
+    "name": {"type": "string", "minLength": 1, "maxLength": 30},
     "age": {"type": "integer"},
-    "email": {"anyOf": [{"type": "string", "maxLength": 60}, {"type": "null"}]},
-    "hobbies": {"type": "array", "items": {"type": "string", "maxLength": 30}, "maxItems": 4},
+    "email": {"anyOf": [{"type": "string", "maxLength": 40}, {"type": "null"}]},
+    "hobbies": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 2},
     "role": {"enum": ["admin", "user", "guest"]}},
     "required": ["name", "age", "hobbies", "role"], "additionalProperties": False}
 
@@ -102,7 +102,7 @@ def _calls_of(client, prompt: str, choice, stream: bool):
 def test_named_and_required_tool_choice_always_give_valid_calls(client, stream):
     named = {"type": "function", "function": {"name": "open_ticket"}}
     jobs = [(prompt, choice) for prompt in PROMPTS for choice in (named, "required")]
-    with ThreadPoolExecutor(3) as pool:  # what the test server's 2048-token context holds
+    with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda job: _calls_of(client, *job, stream), jobs))
     for (prompt, choice), calls in zip(jobs, results):
         assert calls, prompt

@@ -73,6 +73,19 @@ def test_a_worker_that_would_only_slow_generation_is_left_out_with_the_reason():
     assert name == "slow" and "would slow generation" in why
 
 
+def test_a_worker_must_bring_more_than_the_probes_noise_to_be_used():
+    hw = simulated(ram_gib=64)
+    here = local_machine(hw, Preferences(), 20e9)
+    barely = worker("barely", 64, bandwidth=23e9, rtt_s=0.00001)  # measured 15% faster
+    result = place_cluster(shape(), hw, here, [barely], Preferences(ctx=2048))
+    assert [s.machine for s in result.stages] == [THIS_MACHINE]
+    (name, why), = result.left_out
+    assert name == "barely" and "gains under 15%" in why
+    twice = worker("twice", 64, bandwidth=40e9, rtt_s=0.00001)
+    assert "twice" in {s.machine for s in place_cluster(shape(), hw, here, [twice],
+                                                         Preferences(ctx=2048)).stages}
+
+
 def test_a_faster_worker_takes_layers_and_is_never_slower_than_this_machine_alone():
     hw = simulated(ram_gib=64)
     here = local_machine(hw, Preferences(), 10e9)

@@ -443,7 +443,8 @@ def test_cluster_panel_shares_pairs_uses_workers_and_shows_the_machines(qtbot, o
                     and panel.table.item(1, 0).text().startswith("attic"), timeout=10_000)
     # one machine holds this model and the worker is as fast: it is left out, with why
     assert "linked" in panel.table.item(1, 5).text()
-    assert "left out" in panel.speed.text() and "slow" in panel.speed.text()
+    assert "left out" in panel.speed.text()
+    assert "slow" in panel.speed.text() or "gains under" in panel.speed.text()
     path = tmp_path_factory.getbasetemp() / "homerack-cluster-panel.png"
     assert window.grab().save(str(path))
     print(f"\nscreenshot: {path}")

@@ -26,6 +26,10 @@ GPU_BANDWIDTH_FACTOR = 8.0    # a GPU against its host's RAM, when not measured
 # 0.27, Gemma 3 270M 0.35 of speed.memory_bandwidth): the expected tokens/s shown uses it.
 DECODE_EFFICIENCY = 0.3
 MAX_SUBSETS = 64
+# A worker joins only for at least this much more speed each: the bandwidth probes of two
+# processes on one loaded machine differ by up to about 15% run to run, and a plan that
+# leans on that noise gains nothing and adds a machine that can fail.
+MIN_GAIN = 1.15
 
 
 @dataclass(frozen=True)
@@ -87,12 +91,18 @@ def place_cluster(shape: ModelShape, hw: Hardware, here: Machine, workers: list[
                      if (c := _candidate(shape, hw, here, s, n_ctx, kv_type, prefs, split,
                                          balanced))]
             if found:
-                best = max(found, key=lambda c: (c.tokens_per_s, -len(c.stages)))
+                best = max(found, key=_worth)
                 return replace(best, left_out=_left_out(best, found, workers))
     alone = plan(_without_remote(hw), shape, prefs)
     return ClusterPlan(replace(alone, reasons=alone.reasons + (
         "not even this machine and every worker together hold it",)), (), 0.0,
         tuple((w.name, "the model does not fit even with it") for w in workers))
+
+
+def _worth(plan: ClusterPlan) -> tuple[float, int]:
+    """Expected speed, less MIN_GAIN for every worker the plan needs."""
+    remote = len({s.machine for s in plan.stages} - {THIS_MACHINE})
+    return plan.tokens_per_s / MIN_GAIN ** remote, -len(plan.stages)
 
 
 def _left_out(best: ClusterPlan, found: list[ClusterPlan], workers: list[Machine]):
@@ -104,8 +114,11 @@ def _left_out(best: ClusterPlan, found: list[ClusterPlan], workers: list[Machine
         with_it = [c for c in found if worker.name in {s.machine for s in c.stages}]
         if with_it:
             faster = max(c.tokens_per_s for c in with_it)
-            reasons.append((worker.name, f"would slow generation: {faster:.1f} tok/s expected "
-                                         f"with it, {best.tokens_per_s:.1f} without"))
+            verdict = "would slow generation" if faster <= best.tokens_per_s else \
+                f"gains under {MIN_GAIN - 1:.0%}, not worth another machine that can fail " \
+                "(the speed probes are that noisy)"
+            reasons.append((worker.name, f"{verdict}: {faster:.1f} tok/s expected with it, "
+                                         f"{best.tokens_per_s:.1f} without"))
         else:
             reasons.append((worker.name, "no layers fit in its free memory"))
     return tuple(reasons)
