@@ -137,8 +137,8 @@ def router(engine: Engine) -> APIRouter:
 
     @api.post("/v1/messages")
     async def messages(body: MessagesRequest, http: Request):
-        turn = conversation_turn(engine, body, conversation(body), http, "tool_choice",
-                                 id_prefix="toolu_")
+        turn = await asyncio.to_thread(conversation_turn, engine, body, conversation(body),
+                                       http, "tool_choice", "toolu_")
         try:
             started = await turn.start()
         except asyncio.CancelledError:
@@ -162,9 +162,10 @@ def router(engine: Engine) -> APIRouter:
 
     @api.post("/v1/messages/count_tokens")
     async def count_tokens(body: CountRequest, http: Request):
-        turn = conversation_turn(engine, body, conversation(body), http)
-        count = await asyncio.to_thread(engine.count_prompt_tokens, turn.request)
-        return {"input_tokens": count}
+        def count() -> int:  # reads the model's vocabulary: not on the event loop
+            turn = conversation_turn(engine, body, conversation(body), http)
+            return engine.count_prompt_tokens(turn.request)
+        return {"input_tokens": await asyncio.to_thread(count)}
 
     return api
 

@@ -83,7 +83,8 @@ def router(engine: Engine) -> APIRouter:
 
     @api.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, http: Request):
-        turn = conversation_turn(engine, body, chat_conversation(body), http)
+        turn = await asyncio.to_thread(conversation_turn, engine, body,
+                                       chat_conversation(body), http)
         try:
             started = await turn.start()
         except asyncio.CancelledError:

@@ -174,7 +174,8 @@ def router(engine: Engine) -> APIRouter:
 
     @api.post("/v1/responses")
     async def responses(body: ResponsesRequest, http: Request):
-        turn = conversation_turn(engine, body, conversation(body), http)
+        turn = await asyncio.to_thread(conversation_turn, engine, body, conversation(body),
+                                       http)
         try:
             started = await turn.start()
         except asyncio.CancelledError:
