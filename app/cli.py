@@ -222,12 +222,8 @@ def cmd_models(args) -> int:
         return 0
     for model in store.list():
         mark = "*" if model.id == DEFAULT_MODEL else " "
-        try:
-            kind = "embedding" if store.inspector.inspect(model.path).embedding else "chat"
-        except HomerackError:
-            kind = "unreadable"
-        print(f"{mark} {model.id:<32} {kind:<10} {model.size_bytes / 2**20:8.1f} MiB  "
-              f"{model.path}")
+        print(f"{mark} {model.id:<32} {store.kind_of(model):<10} "
+              f"{model.size_bytes / 2**20:8.1f} MiB  {model.path}")
     return 0
 
 

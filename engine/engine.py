@@ -82,13 +82,6 @@ class Engine:
         loaded = self.host.loaded
         return loaded.model if loaded else self.host.default
 
-    def kind_of(self, model: LocalModel) -> str:
-        """"embedding" for an embedding model, "chat" for any other (or "unreadable")."""
-        try:
-            return "embedding" if self.store.inspector.inspect(model.path).embedding else "chat"
-        except HomerackError:
-            return "unreadable"
-
     def chat_format_of(self, model: LocalModel) -> ChatFormat:
         """The chat format a model's prompts are rendered in (its template, or the
         fallback), read from its file's metadata without loading it."""

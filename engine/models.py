@@ -121,6 +121,14 @@ class ModelStore:
         known = ", ".join(m.id for m in self.list()) or "none"
         raise ModelNotFound(f"model '{name}' not found (local models: {known})")
 
+    def kind_of(self, model: LocalModel) -> str:
+        """"embedding" for an embedding model, "chat" for any other, "unreadable" for a
+        file that is not a valid GGUF model."""
+        try:
+            return "embedding" if self.inspector.inspect(model.path).embedding else "chat"
+        except InvalidModelFile:
+            return "unreadable"
+
     def add(self, path: Path) -> LocalModel:
         """Register a user's .gguf file by linking it into the models folder."""
         path = path.expanduser().resolve()

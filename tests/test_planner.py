@@ -93,6 +93,15 @@ def test_draft_model_memory_is_counted(real_shapes):
     assert paired.n_ctx < alone.n_ctx or not paired.fits
 
 
+def test_an_embedding_model_beside_the_chat_model_is_counted(real_shapes):
+    machine = simulated((), 0.45)
+    alone = plan(machine, real_shapes[GEMMA], Preferences(ctx=4096, min_ctx=512))
+    beside = plan(machine.reserving(120 << 20), real_shapes[GEMMA],
+                  Preferences(ctx=4096, min_ctx=512))
+    assert beside.uses[-1].budget < alone.uses[-1].budget - (100 << 20)  # less headroom
+    assert beside.kv_type == "q8_0" and alone.kv_type == "f16"  # it makes room
+
+
 def test_quant_choice_before_download():
     candidates = [("Q8_0", int(8.5 * GiB)), ("Q6_K", int(6.6 * GiB)),
                   ("Q4_K_M", int(4.9 * GiB)), ("Q2_K", int(3.2 * GiB))]

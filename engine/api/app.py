@@ -107,7 +107,7 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = ())
 
         def entries() -> list[dict]:  # a file's first inspection can take seconds
             return [{"id": m.id, "object": "model", "created": int(m.path.stat().st_mtime),
-                     "owned_by": "local", **m.as_dict(), "kind": engine.kind_of(m),
+                     "owned_by": "local", **m.as_dict(), "kind": engine.store.kind_of(m),
                      "loaded": m.id in loaded} for m in engine.store.list()]
         return {"object": "list", "data": await asyncio.to_thread(entries)}
 

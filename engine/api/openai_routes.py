@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..agent.conversation import Conversation, tool
+from ..agent.json_schema import check
 from ..agent.tool_stream import CallArgs, CallStart, Text
 from ..engine import Engine
 from ..events import Started, Usage
@@ -70,8 +71,6 @@ def chat_conversation(body: ChatCompletionRequest) -> Conversation:
 
 
 def _checked_schema(body: ChatCompletionRequest) -> dict | None:
-    from ..agent.json_schema import check
-
     schema = answer_schema(body.response_format, "response_format")
     if schema is not None:
         check(schema, "response_format.json_schema.schema")
