@@ -265,11 +265,7 @@ class GGUFInspector:
 
     def inspect(self, path: str | os.PathLike) -> GGUFInfo:
         path = Path(path)
-        try:
-            stat = path.stat()
-        except OSError as exc:
-            raise InvalidModelFile(f"cannot read {path}: {exc.strerror}") from exc
-        key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+        key = self._key(path)
         with self._lock:
             cached = self._entries.get(key)
         if cached is not None:
@@ -286,6 +282,23 @@ class GGUFInspector:
             self._entries[key] = asdict(info)
             self._save()
         return info
+
+    def known(self, path: str | os.PathLike) -> bool:
+        """Whether `inspect` would answer at once (from the cache, not by parsing)."""
+        try:
+            key = self._key(Path(path))
+        except InvalidModelFile:
+            return False
+        with self._lock:
+            return key in self._entries
+
+    @staticmethod
+    def _key(path: Path) -> str:
+        try:
+            stat = path.stat()
+        except OSError as exc:
+            raise InvalidModelFile(f"cannot read {path}: {exc.strerror}") from exc
+        return f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
 
     def _load(self) -> dict[str, dict]:
         if self._cache_file is None:

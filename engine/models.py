@@ -121,13 +121,21 @@ class ModelStore:
         known = ", ".join(m.id for m in self.list()) or "none"
         raise ModelNotFound(f"model '{name}' not found (local models: {known})")
 
-    def kind_of(self, model: LocalModel) -> str:
+    def kind_of(self, model: LocalModel, wait: bool = True) -> str | None:
         """"embedding" for an embedding model, "chat" for any other, "unreadable" for a
-        file that is not a valid GGUF model."""
+        file that is not a valid GGUF model; without `wait`, None while the file has not
+        been inspected yet (a large vocabulary takes seconds to parse the first time)."""
+        if not wait and not self.inspector.known(model.path):
+            return None
         try:
             return "embedding" if self.inspector.inspect(model.path).embedding else "chat"
         except InvalidModelFile:
             return "unreadable"
+
+    def inspect_all(self) -> None:
+        """Inspects every model not yet in the inspector's cache (run in the background)."""
+        for model in self.list():
+            self.kind_of(model)
 
     def add(self, path: Path) -> LocalModel:
         """Register a user's .gguf file by linking it into the models folder."""

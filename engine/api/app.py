@@ -104,12 +104,12 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = ())
     async def list_models():
         status = engine.status()
         loaded = (status["model"], status["embedding_model"])
-
-        def entries() -> list[dict]:  # a file's first inspection can take seconds
-            return [{"id": m.id, "object": "model", "created": int(m.path.stat().st_mtime),
-                     "owned_by": "local", **m.as_dict(), "kind": engine.store.kind_of(m),
-                     "loaded": m.id in loaded} for m in engine.store.list()]
-        return {"object": "list", "data": await asyncio.to_thread(entries)}
+        # kind: null until the engine's background inspection reaches the file
+        return {"object": "list", "data": [
+            {"id": m.id, "object": "model", "created": int(m.path.stat().st_mtime),
+             "owned_by": "local", **m.as_dict(), "kind": engine.store.kind_of(m, wait=False),
+             "loaded": m.id in loaded}
+            for m in engine.store.list()]}
 
     def _override(body: LoadRequest) -> LoadOverride | None:
         if body.n_ctx is None and body.gpu_layers is None:
