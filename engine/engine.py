@@ -47,8 +47,6 @@ class Engine:
         self._vocab_lock = threading.Lock()
         self._thread = threading.Thread(target=self._work, name="homerack-engine", daemon=True)
         self._thread.start()
-        # every model's kind (chat, embedding) for /v1/models, without keeping it waiting
-        threading.Thread(target=store.inspect_all, name="homerack-inspect", daemon=True).start()
 
     # -- called from any thread ---------------------------------------------
 

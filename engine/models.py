@@ -124,18 +124,14 @@ class ModelStore:
     def kind_of(self, model: LocalModel, wait: bool = True) -> str | None:
         """"embedding" for an embedding model, "chat" for any other, "unreadable" for a
         file that is not a valid GGUF model; without `wait`, None while the file has not
-        been inspected yet (a large vocabulary takes seconds to parse the first time)."""
+        been inspected yet (a large vocabulary takes seconds to parse the first time; files
+        are inspected when installed, added, downloaded, planned or loaded)."""
         if not wait and not self.inspector.known(model.path):
             return None
         try:
             return "embedding" if self.inspector.inspect(model.path).embedding else "chat"
         except InvalidModelFile:
             return "unreadable"
-
-    def inspect_all(self) -> None:
-        """Inspects every model not yet in the inspector's cache (run in the background)."""
-        for model in self.list():
-            self.kind_of(model)
 
     def add(self, path: Path) -> LocalModel:
         """Register a user's .gguf file by linking it into the models folder."""
@@ -175,11 +171,11 @@ class ModelStore:
                 from .bert_gguf import from_sentence_transformers
 
                 from_sentence_transformers(source, tmp, starter.description.split(" (")[0])
-                self.inspector.inspect(tmp)
             else:
                 shutil.copyfile(starter.source(), tmp)
             if not starter.member.endswith(".zip") and sha256_of(tmp) != starter.sha256:
                 raise StarterModelMissing(f"{starter.id}: the packaged file failed its sha256 check")
             os.replace(tmp, target)
+            self.inspector.inspect(target)  # checked, and its kind known at once
         finally:
             tmp.unlink(missing_ok=True)

@@ -104,7 +104,7 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = ())
     async def list_models():
         status = engine.status()
         loaded = (status["model"], status["embedding_model"])
-        # kind: null until the engine's background inspection reaches the file
+        # kind: null for a file not inspected yet (parsing one can take seconds)
         return {"object": "list", "data": [
             {"id": m.id, "object": "model", "created": int(m.path.stat().st_mtime),
              "owned_by": "local", **m.as_dict(), "kind": engine.store.kind_of(m, wait=False),
