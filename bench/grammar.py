@@ -16,7 +16,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -25,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from app.engine_proc import EngineProcess  # noqa: E402
 from app.paths import paths  # noqa: E402
+from batching import homerack  # noqa: E402
 from build_tools import build, llama_server  # noqa: E402
 
 MODELS = ("smollm2-135m-instruct-q4_1", "gemma-3-270m-q4_k_m")  # 49k and 262k tokens
@@ -68,15 +67,6 @@ def measure(url: str, headers: dict, tokens: int, reps: int) -> dict:
             "ratio": statistics.median(ratios)}
 
 
-def homerack(model: str, threads: int) -> tuple[EngineProcess, str, dict]:
-    engine = EngineProcess(["--threads", str(threads), "--ctx", "4096", "--model", model,
-                            "--no-prompt-cache", "--speculation", "off"])
-    address = engine.wait_ready()
-    while not httpx.get(f"{address.url}/health").json()["model"]:
-        time.sleep(0.05)
-    return engine, address.url, {"Authorization": f"Bearer {address.token}"}
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=min(os.cpu_count() or 2, 8))
@@ -87,7 +77,7 @@ def main() -> int:
     os.environ["HOMERACK_HOME"] = str(ROOT / ".cache" / "bench-home")
     rows = []
     for model in MODELS:
-        engine, url, headers = homerack(model, args.threads)
+        engine, url, headers = homerack(model, args.threads, parallel=1)
         try:
             rows.append((model, "homerack", measure(url, headers, args.tokens, args.reps)))
         finally:

@@ -275,7 +275,28 @@ def _piece(vocab, token: int) -> bytes:
     return buf.raw[:n]
 
 
-class Vocabulary:
+class _Tokens:
+    """Tokenizer calls on `self.vocab` (a llama_vocab), shared by a model file's
+    vocabulary alone and a loaded model."""
+    vocab = None
+
+    def tokenize(self, text: str, *, add_special: bool = False,
+                 parse_special: bool = False) -> list[int]:
+        return _tokenize(self.vocab, text, add_special, parse_special)
+
+    def is_end_of_generation(self, token: int) -> bool:
+        return llama.llama_vocab_is_eog(self.vocab, token)
+
+    @property
+    def add_bos(self) -> bool:
+        return llama.llama_vocab_get_add_bos(self.vocab)
+
+    @property
+    def bos(self) -> int:
+        return llama.llama_vocab_bos(self.vocab)
+
+
+class Vocabulary(_Tokens):
     """A model file's tokenizer alone (no weights, no context): safe to use on a
     thread of its own."""
 
@@ -289,29 +310,14 @@ class Vocabulary:
         self.vocab = llama.llama_model_get_vocab(self.model)
         self.n_vocab = llama.llama_vocab_n_tokens(self.vocab)
 
-    def tokenize(self, text: str, *, add_special: bool = False,
-                 parse_special: bool = False) -> list[int]:
-        return _tokenize(self.vocab, text, add_special, parse_special)
-
     def piece(self, token: int) -> bytes:
         return _piece(self.vocab, token)
-
-    @property
-    def add_bos(self) -> bool:
-        return llama.llama_vocab_get_add_bos(self.vocab)
-
-    @property
-    def bos(self) -> int:
-        return llama.llama_vocab_bos(self.vocab)
-
-    def is_end_of_generation(self, token: int) -> bool:
-        return llama.llama_vocab_is_eog(self.vocab, token)
 
     def close(self) -> None:
         llama.llama_model_free(self.model)
 
 
-class LlamaModel:
+class LlamaModel(_Tokens):
     """A model and its context. Inputs are token ids; with `embed` set they are fed as
     the vectors it returns instead (a draft whose own token table was cut down reads
     its inputs from the full one)."""
@@ -404,26 +410,12 @@ class LlamaModel:
 
     # -- vocabulary -------------------------------------------------------------
 
-    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
-        return _tokenize(self.vocab, text, add_special, parse_special)
-
     def piece(self, token: int) -> bytes:
         """The bytes a token stands for (special tokens render as nothing)."""
         cached = self._pieces.get(token)
         if cached is None:
             cached = self._pieces[token] = _piece(self.vocab, token)
         return cached
-
-    def is_end_of_generation(self, token: int) -> bool:
-        return llama.llama_vocab_is_eog(self.vocab, token)
-
-    @property
-    def add_bos(self) -> bool:
-        return llama.llama_vocab_get_add_bos(self.vocab)
-
-    @property
-    def bos(self) -> int:
-        return llama.llama_vocab_bos(self.vocab)
 
     # -- evaluation -------------------------------------------------------------
 
