@@ -100,6 +100,17 @@ def server(home):
     process.stop()
 
 
+@pytest.fixture(scope="module")
+def http(server):
+    """Raw HTTP to the shared engine, with its token."""
+    import httpx
+
+    address, _, _ = server
+    with httpx.Client(base_url=address.url, timeout=120,
+                      headers={"Authorization": f"Bearer {address.token}"}) as session:
+        yield session
+
+
 @pytest.fixture
 def hub(starters_dir, tmp_path, monkeypatch):
     """A local Hub-compatible server (tests/hub_server.py) with HF_ENDPOINT pointing at it."""

@@ -68,14 +68,6 @@ def claude(server):
                                timeout=120)
 
 
-@pytest.fixture(scope="module")
-def http(server):
-    address, _, _ = server
-    with httpx.Client(base_url=address.url, timeout=120,
-                      headers={"Authorization": f"Bearer {address.token}"}) as session:
-        yield session
-
-
 def _calls_of(client, prompt: str, choice, stream: bool):
     """(name, arguments) of each tool call, from a whole or a streamed answer."""
     request = dict(model=STARTER, messages=[{"role": "user", "content": prompt}], tools=TOOLS,

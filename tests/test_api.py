@@ -23,14 +23,6 @@ def client(server):
     return openai.OpenAI(base_url=f"{address.url}/v1", api_key=address.token, max_retries=0)
 
 
-@pytest.fixture(scope="module")
-def http(server):
-    address, _, _ = server
-    with httpx.Client(base_url=address.url, timeout=120,
-                      headers={"Authorization": f"Bearer {address.token}"}) as session:
-        yield session
-
-
 def still_serving(http):
     """The engine answers a real generation after whatever happened before."""
     reply = http.post("/v1/completions", json={"prompt": "Hello", "max_tokens": 2})

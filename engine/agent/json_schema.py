@@ -48,59 +48,60 @@ def check(schema, param: str, strict: bool = True) -> list[str]:
         raise InvalidRequest(f"{param} is not valid JSON Schema"
                              f"{' at ' + where if where else ''}: {exc.message}",
                              param=param) from None
-    if strict:
-        _check_keywords(schema, param)
-        return []
     unenforced = []
-    while True:
-        try:
-            _check_keywords(schema, param, skip=unenforced)
-            return unenforced
-        except InvalidRequest as exc:
-            if exc.param in unenforced or ".$ref" in (exc.param or ""):
-                raise
-            unenforced.append(exc.param)
+    for problem, always in _problems(schema, param):
+        if strict or always:
+            raise problem
+        unenforced.append(problem.param)
+    return unenforced
 
 
-def _check_keywords(schema, where: str, skip: list[str] = ()) -> None:
+def _problems(schema, where: str):
+    """(InvalidRequest, refused even in a tool's schema) for each keyword the grammar
+    cannot enforce, in the order of the schema."""
     if not isinstance(schema, dict):
-        if schema is True:
-            return
-        raise InvalidRequest(f"{where}: boolean schema false cannot be enforced", param=where)
+        if schema is not True:
+            yield InvalidRequest(f"{where}: boolean schema false cannot be enforced",
+                                 param=where), True
+        return
     for key, value in schema.items():
-        if key in ANNOTATIONS or f"{where}.{key}" in skip:
+        if key in ANNOTATIONS:
             continue
         if key not in ENFORCED:
             hint = " (use anyOf)" if key == "oneOf" else ""
-            raise InvalidRequest(f"{where}: the schema keyword {key!r} is not supported in "
-                                 f"constrained output{hint}", param=f"{where}.{key}")
+            yield InvalidRequest(f"{where}: the schema keyword {key!r} is not supported in "
+                                 f"constrained output{hint}", param=f"{where}.{key}"), False
+            continue
         if key == "format" and value not in FORMATS:
-            raise InvalidRequest(f"{where}: format {value!r} is not supported (supported: "
-                                 f"{', '.join(sorted(FORMATS))})", param=f"{where}.format")
+            yield InvalidRequest(f"{where}: format {value!r} is not supported (supported: "
+                                 f"{', '.join(sorted(FORMATS))})", param=f"{where}.format"), False
         if key == "$ref" and not str(value).startswith("#/"):
-            raise InvalidRequest(f"{where}: only local references (#/...) are supported, "
-                                 f"not {value!r}", param=f"{where}.$ref")
-        if key in _SCHEMA_MAPS:
-            for name, sub in value.items():
-                _check_keywords(sub, f"{where}.{key}.{name}", skip)
-        elif key in _SCHEMA_LISTS:
-            for i, sub in enumerate(value):
-                _check_keywords(sub, f"{where}.{key}[{i}]", skip)
-        elif key == "items":
-            for i, sub in enumerate(value if isinstance(value, list) else [value]):
-                _check_keywords(sub, f"{where}.items" + (f"[{i}]" if isinstance(value, list)
-                                                         else ""), skip)
-        elif key == "additionalProperties" and isinstance(value, dict):
-            _check_keywords(value, f"{where}.additionalProperties", skip)
+            yield InvalidRequest(f"{where}: only local references (#/...) are supported, "
+                                 f"not {value!r}", param=f"{where}.$ref"), True
+        for sub, at in _subschemas(key, value, where):
+            yield from _problems(sub, at)
     missing = set(schema.get("required", ())) - set(schema.get("properties", {}))
-    if missing and schema.get("additionalProperties", False) is False \
-            and f"{where}.required" not in skip:
-        raise InvalidRequest(f"{where}: required names {sorted(missing)} that its properties "
-                             "do not define", param=f"{where}.required")
-    if ("minItems" in schema or "maxItems" in schema) and isinstance(schema.get("items"), list) \
-            and f"{where}.items" not in skip:
-        raise InvalidRequest(f"{where}: minItems/maxItems with a tuple of items is not "
-                             "supported", param=f"{where}.items")
+    if missing and schema.get("additionalProperties", False) is False:
+        yield InvalidRequest(f"{where}: required names {sorted(missing)} that its properties "
+                             "do not define", param=f"{where}.required"), False
+    if ("minItems" in schema or "maxItems" in schema) and isinstance(schema.get("items"), list):
+        yield InvalidRequest(f"{where}: minItems/maxItems with a tuple of items is not "
+                             "supported", param=f"{where}.items"), False
+
+
+def _subschemas(key: str, value, where: str):
+    """The schemas inside keyword `key`, with their places."""
+    if key in _SCHEMA_MAPS:
+        return [(sub, f"{where}.{key}.{name}") for name, sub in value.items()]
+    if key in _SCHEMA_LISTS:
+        return [(sub, f"{where}.{key}[{i}]") for i, sub in enumerate(value)]
+    if key == "items":
+        if isinstance(value, list):
+            return [(sub, f"{where}.items[{i}]") for i, sub in enumerate(value)]
+        return [(value, f"{where}.items")]
+    if key == "additionalProperties" and isinstance(value, dict):
+        return [(value, f"{where}.additionalProperties")]
+    return []
 
 
 @dataclass(frozen=True)

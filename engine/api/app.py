@@ -23,11 +23,8 @@ from ..metrics import prometheus_text
 from ..model_host import LoadOverride
 from . import anthropic_routes, embeddings_routes, openai_routes, responses_routes
 from .channel import Channel
+from .openai_routes import error_body
 from .schemas import LoadRequest
-
-
-def error_body(message: str, kind: str, param: str | None = None) -> dict:
-    return {"error": {"message": message, "type": kind, "param": param, "code": kind}}
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:

@@ -46,9 +46,13 @@ def extension(started: Started, notes: list[str] = ()) -> dict:
             "n_ctx": started.n_ctx}
 
 
+def error_body(message: str, kind: str, param: str | None = None) -> dict:
+    """OpenAI's error shape (every route but Anthropic's answers errors in it)."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": kind}}
+
+
 def cancelled() -> JSONResponse:
-    return JSONResponse({"error": {"message": "client disconnected", "type": "cancelled",
-                                   "param": None, "code": "cancelled"}}, 499)
+    return JSONResponse(error_body("client disconnected", "cancelled"), 499)
 
 
 def sse(payload: dict) -> str:
@@ -56,8 +60,7 @@ def sse(payload: dict) -> str:
 
 
 def error_event(error) -> str:
-    return sse({"error": {"message": error.message, "type": error.kind,
-                          "param": error.param, "code": error.kind}})
+    return sse(error_body(error.message, error.kind, error.param))
 
 
 def chat_conversation(body: ChatCompletionRequest) -> Conversation:

@@ -75,19 +75,19 @@ class Turn:
         return self.reader.feed(text) if self.reader else [Text(text)]
 
     async def collect(self) -> Collected:
-        out, parts, args = Collected(), [], {}
+        out, parts, starts, args = Collected(), [], [], {}
         async for event in self.events():
             if isinstance(event, Text):
                 parts.append(event.text)
             elif isinstance(event, CallStart):
-                out.calls.append((event, ""))
+                starts.append(event)
                 args[event.index] = []
             elif isinstance(event, CallArgs):
                 args[event.index].append(event.text)
             elif isinstance(event, Done):
                 out.done = event
         out.text = "".join(parts)
-        out.calls = [(start, "".join(args[start.index])) for start, _ in out.calls]
+        out.calls = [(start, "".join(args[start.index])) for start in starts]
         return out
 
 
