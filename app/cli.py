@@ -69,7 +69,10 @@ def cmd_serve(args) -> int:
         load_journal=paths().runtime / "loading.json",
         no_repack_file=paths().cache / "no-repack.json",
         cache_folder=paths().cache / "kv" if args.cache_disk_mib else None,
-        draft_folder=None if args.whole_drafts else paths().cache / "drafts")
+        draft_folder=None if args.whole_drafts else paths().cache / "drafts",
+        response_cache=paths().cache / "responses.sqlite" if args.response_cache_mib else None,
+        response_cache_bytes=max(args.response_cache_mib, 1) << 20)
+    routing = _routing(store, args)
     cluster, holder = None, {}
     if args.workers:
         from .cluster import lost_handler, make_cluster
@@ -85,6 +88,9 @@ def cmd_serve(args) -> int:
             print(f"listening on {url}", flush=True)
         if args.model:
             engine.preload(store.resolve(args.model))
+        if routing:
+            pair = engine.set_routing(routing)
+            print(f"routing: {pair['note']}", file=sys.stderr, flush=True)
 
     # uvicorn re-raises the signal it stopped on; exit through `finally` to clean up.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -96,6 +102,20 @@ def cmd_serve(args) -> int:
         if cluster:
             cluster.close()
     return 0
+
+
+def _routing(store, args):
+    """The pair of --route, checked before the engine starts."""
+    from engine.routing import DEFAULT_THRESHOLD, Routing
+
+    if not args.route:
+        return None
+    names = [name.strip() for name in args.route.split(",")]
+    if len(names) != 2 or not all(names):
+        raise SystemExit("--route takes two models: SMALL,LARGE")
+    small, large = (store.resolve(name) for name in names)
+    threshold = DEFAULT_THRESHOLD if args.route_threshold is None else args.route_threshold
+    return Routing(small, large, args.route_mode, threshold)
 
 
 def _cache_limits(args):
@@ -429,6 +449,13 @@ def build_parser() -> argparse.ArgumentParser:
                             "announced on the LAN, or name them (names or host:port)")
     serve.add_argument("--split", metavar="N,...",
                        help="layers on each worker, in --workers order (default: planned)")
+    serve.add_argument("--response-cache-mib", type=int, default=256,
+                       help="disk for answers to repeated deterministic requests (0: off)")
+    serve.add_argument("--route", metavar="SMALL,LARGE",
+                       help='serve model "auto": each request to the small or the large model')
+    serve.add_argument("--route-mode", choices=["rules", "cascade"], default="rules")
+    serve.add_argument("--route-threshold", type=float,
+                       help="cascade: the small model's confidence under which the large answers")
     serve.add_argument("--fd", type=int, help=argparse.SUPPRESS)  # a supervised engine child
     serve.set_defaults(func=cmd_serve)
 

@@ -1,32 +1,33 @@
-"""The engine the API calls: requests queue FIFO in a bounded queue; one worker thread
-owns the loaded model and runs the scheduler (scheduler.py), admitting queued requests
-whenever a slot and KV memory are free and stepping all active ones together.
+"""The engine the API calls. Requests go to a lane (lane.py: a loaded model, its queue and
+the worker thread that batches its requests); there is one lane, and a second when
+routing keeps a small model loaded beside the large one (routing.py).
 
-A request for another model than the loaded one waits at the head of the line until the
-running requests end, then the model is swapped. Results go back through each job's
-`emit` callback as small frozen events (events.py).
+Before a request reaches a lane, two things may answer it without a model: the response
+cache (response_cache.py) replays the answer of an identical deterministic request, and
+the model id "auto" is resolved to the small or the large model of the routing pair.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
-import queue
+import logging
 import threading
 import time
+from dataclasses import replace
 from typing import Callable
 
 from .chat_format import ChatFormat, chat_format_for
-from .errors import HomerackError, QueueFull
-from .events import CANCELLED, LOADED, Event, Failed, GenerationRequest, Job
+from .errors import HomerackError, InvalidRequest
+from .events import LOADED, Delta, Event, Failed, Finished, GenerationRequest, Job, Started, Usage
 from .embeddings import Embedder
+from .lane import Lane
 from .llama_runtime import Vocabulary
-from .model_host import EngineSettings, LoadOverride, ModelHost, prompt_tokens
+from .model_host import EngineSettings, LoadOverride, prompt_tokens
 from .models import LocalModel, ModelStore
-from .scheduler import Scheduler
+from .response_cache import Answer, Fingerprints, ResponseCache, deterministic, request_key
+from .routing import Decision, Routing, confident, decide
 
-PUBLISH_S = 0.1  # how often the worker refreshes the figures other threads read
-IDLE_SAVE_S = 1.0  # idle this long, the worker saves resident conversations to the cache
+log = logging.getLogger("homerack.engine")
 
 
 class Engine:
@@ -35,30 +36,49 @@ class Engine:
         self.store = store
         self.settings = settings
         self.embedder = Embedder(store, settings.load)
-        self.host = ModelHost(store, settings, cluster, reserved=lambda: self.embedder.bytes)
-        self.scheduler = Scheduler(self.host, settings)
-        self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=settings.max_queue)
-        self._pending: Job | None = None  # first in line, waiting for memory or a swap
+        self.main = Lane("engine", store, settings, cluster, reserved=lambda: self._taken(self.main))
+        self.companion: Lane | None = None  # the small model of the routing pair
+        self.routing: Routing | None = None
+        self.answers = (ResponseCache(settings.response_cache, settings.response_cache_bytes)
+                        if settings.response_cache else None)
+        self._fingerprints = Fingerprints()
         self._ids = itertools.count(1)
-        self._stopping = False
-        self._published: dict = {}
-        self._published_at = 0.0
         self._vocabs: dict = {}  # model path -> Vocabulary, for counting tokens
         self._vocab_lock = threading.Lock()
-        self._thread = threading.Thread(target=self._work, name="homerack-engine", daemon=True)
-        self._thread.start()
+        self._routing_lock = threading.Lock()
+
+    @property
+    def host(self):
+        return self.main.host
+
+    @property
+    def scheduler(self):
+        return self.main.scheduler
 
     # -- called from any thread ---------------------------------------------
 
     def submit(self, request: GenerationRequest, emit: Callable[[Event], None]) -> Job:
+        """Queue a request; its events go to `emit`. A routed request ("auto") gets its
+        model here; a cached answer is replayed at once, from this thread."""
         job = Job(next(self._ids), request, emit)
-        try:
-            self._queue.put_nowait(job)
-        except queue.Full:
-            waves = (self._queue.qsize() + 1) / max(1, self.settings.parallel)
-            wait = math.ceil(self.scheduler.mean_request_s * waves)
-            raise QueueFull(f"the engine queue is full ({self.settings.max_queue} waiting); "
-                            "retry shortly", retry_after_s=max(1, wait)) from None
+        route = None
+        if request.routed:
+            decision = decide(self._routing(), request)
+            job.request = request = _routed(request, decision)
+            route = {"mode": self.routing.mode, "model": decision.model.id,
+                     "reason": decision.reason}
+        key = self._cache_key(request)
+        if key and request.response_cache == "use":
+            answer = self.answers.get(key, request.model.path, self._fingerprints.of(
+                request.model.path))
+            if answer:
+                _replay(job, answer, route)
+                return job
+        job.emit = self._recorder(job, key, route)
+        if request.escalate_to:
+            self._lane_for(request.model).put(self._first_of_cascade(job))
+        else:
+            self._lane_for(request.model).put(job)
         return job
 
     def preload(self, model: LocalModel, emit: Callable[[Event], None] = lambda _e: None) -> Job:
@@ -106,9 +126,178 @@ class Engine:
     def plan_for(self, model: LocalModel, override: LoadOverride | None = None):
         return self.host.plan_for(model, override)
 
+    # -- routing -------------------------------------------------------------------
+
+    def auto_model(self) -> LocalModel:
+        """The model "auto" is composed for before the engine routes it (the large one:
+        requests with tools always go there)."""
+        return self._routing().large
+
+    def plan_pair(self, small: LocalModel, large: LocalModel) -> dict:
+        """Whether the pair fits in memory together, by the planner: the small model first,
+        then the large one beside it."""
+        base = {"CPU": self.embedder.bytes}
+        small_plan = self.host.plan_for(small, taken=base)
+        if small_plan is None:
+            return {"together": False, "note": f"{small.id}: the planner cannot read its shape"}
+        taken = dict(base)
+        for use in small_plan.uses:
+            taken[use.device] = taken.get(use.device, 0) + use.total
+        large_plan = self.host.plan_for(large, taken=taken)
+        together = bool(small_plan.fits and large_plan and large_plan.fits)
+        note = (f"{small.id} and {large.id} stay loaded together" if together else
+                f"{small.id} and {large.id} do not fit in memory together: each switch "
+                "between them swaps the model (seconds per routed request)")
+        return {"together": together, "note": note, "small": small_plan.as_dict(),
+                "large": large_plan.as_dict() if large_plan else None}
+
+    def set_routing(self, routing: Routing | None) -> dict | None:
+        """Turn routing on with a pair (loading both when they fit together), or off."""
+        with self._routing_lock:
+            self.routing = routing
+            old, self.companion = self.companion, None
+            if old:
+                old.close()
+            if routing is None:
+                return None
+            pair = self.plan_pair(routing.small, routing.large)
+            if pair["together"]:
+                companion = Lane("companion", self.store, self.settings,
+                                 reserved=lambda: self._taken(companion))
+                companion.host.default = routing.small
+                self.main.put(Job(next(self._ids), GenerationRequest(model=routing.large),
+                                  lambda event: self._then_load_small(event, companion)))
+                self.companion = companion
+            return pair
+
+    def _then_load_small(self, event: Event, companion: Lane) -> None:
+        """The large model is in: the small one plans beside it."""
+        if event is LOADED:
+            companion.put(Job(next(self._ids), GenerationRequest(model=companion.host.default),
+                              lambda _e: None))
+
+    def _routing(self) -> Routing:
+        if self.routing is None:
+            raise InvalidRequest(
+                "model 'auto' routes each request to a small or a large model, and no pair is "
+                "configured: start the engine with `homerack serve --route SMALL,LARGE` or "
+                "PUT /v1/routing {\"small\": ..., \"large\": ...} (or choose the pair in the "
+                "app's Routing settings)", param="model")
+        return self.routing
+
+    def _first_of_cascade(self, job: Job) -> Job:
+        """The small model's attempt: held back until its confidence is known; the large
+        model answers instead when it is too low."""
+        request, held = job.request, []
+        started_at = time.perf_counter()
+
+        def first(event: Event) -> None:
+            if isinstance(event, (Started, Delta)):
+                held.append(event)
+                return
+            if isinstance(event, Finished) and event.finish_reason == "cancelled":
+                job.emit(event)
+                return
+            confidence = event.usage.confidence if isinstance(event, Finished) else None
+            route = {"mode": "cascade", "small": request.model.id,
+                     "confidence": None if confidence is None else round(confidence, 4),
+                     "threshold": self.routing.threshold if self.routing else None,
+                     "small_s": round(time.perf_counter() - started_at, 3)}
+            if isinstance(event, Finished) and confident(confidence, route["threshold"] or 1):
+                started = held[0]
+                job.emit(replace(started, route={**route, "model": started.model,
+                                                 "escalated": False}))
+                for out in held[1:]:
+                    job.emit(out)
+                job.emit(event)
+                return
+            why = (f"small model failed: {event.error.message}" if isinstance(event, Failed)
+                   else "small answer discarded: its confidence was under the threshold")
+            self._escalate(job, {**route, "model": request.escalate_to.id, "escalated": True,
+                                 "reason": why})
+
+        return Job(job.id, replace(request, escalate_to=None), first, job.submitted,
+                   job.cancelled)
+
+    def _escalate(self, job: Job, route: dict) -> None:
+        request = replace(job.request, model=job.request.escalate_to, escalate_to=None,
+                          measure_confidence=False)
+
+        def marked(event: Event) -> None:
+            job.emit(replace(event, route=route) if isinstance(event, Started) else event)
+
+        try:
+            self._lane_for(request.model).put(Job(job.id, request, marked, job.submitted,
+                                                  job.cancelled))
+        except HomerackError as error:
+            job.emit(Failed(error))
+
+    def _lane_for(self, model: LocalModel) -> Lane:
+        companion = self.companion
+        return companion if companion and companion.serves(model.path) else self.main
+
+    def _taken(self, lane: Lane) -> dict[str, int]:
+        """Bytes per device held by models other than `lane`'s."""
+        taken = {"CPU": self.embedder.bytes}
+        for other in (self.main, self.companion):
+            if other is not None and other is not lane:
+                for device, size in other.host.held().items():
+                    taken[device] = taken.get(device, 0) + size
+        return taken
+
+    # -- the response cache -------------------------------------------------------------
+
+    def _cache_key(self, request: GenerationRequest) -> str | None:
+        """The request's key in the response cache; None when it may not be answered from
+        it or stored (not deterministic, opted out, no cache, nothing to generate)."""
+        if (self.answers is None or not request.generates or request.response_cache == "off"
+                or not deterministic(request)):
+            return None
+        try:
+            if request.messages is not None:
+                tools = list(request.tools) if request.tools else None
+                prompt = self.chat_format_of(request.model).render(list(request.messages), tools)
+            else:
+                prompt = request.prompt or ""
+            extra = {}
+            if request.escalate_to:
+                extra = {"escalate_to": self._fingerprints.of(request.escalate_to.path),
+                         "threshold": self.routing.threshold if self.routing else None}
+            return request_key(request, prompt, self._fingerprints.of(request.model.path),
+                               extra)
+        except Exception as exc:  # the worker reports a bad template or file properly
+            log.debug("response cache: no key (%s)", exc)
+            return None
+
+    def _recorder(self, job: Job, key: str | None, route: dict | None):
+        """The job's emit, marking its start and keeping a finished answer for the cache."""
+        emit, pieces, first = job.emit, [], []
+        mark = None if key is None else ("bypass" if job.request.response_cache != "use"
+                                          else "miss")
+
+        def record(event: Event) -> None:
+            if isinstance(event, Started):
+                event = replace(event, response_cache=mark, route=event.route or route)
+                first.append(event)
+            elif isinstance(event, Delta) and key:
+                pieces.append(event.text)
+            elif (isinstance(event, Finished) and key and first
+                  and event.finish_reason in ("stop", "length")):
+                started = replace(first[0], route=None, response_cache=None)
+                self.answers.put(key, job.request.model.path,
+                                 self._fingerprints.of(job.request.model.path),
+                                 Answer(started, tuple(pieces), event.finish_reason,
+                                        event.usage.completion_tokens))
+            emit(event)
+
+        return record
+
+    # -- figures ------------------------------------------------------------------------
+
     def status(self) -> dict:
         loaded = self.host.loaded
-        batching = dict(self._published)
+        batching = dict(self.main.published)
+        companion = self.companion
         return {
             "model": loaded.model.id if loaded else None,
             "n_ctx": loaded.llama.n_ctx if loaded else None,
@@ -118,27 +307,24 @@ class Engine:
             "load_notes": list(loaded.notes) if loaded else [],
             "load_error": self.host.load_error,
             "prompt_cache": self.cache_status(),
-            "queued": self._queue.qsize() + (self._pending is not None),
+            "queued": self.main.queued,
             "max_queue": self.settings.max_queue,
             "batching": batching,
             "embedding_model": self.embedder.model.id if self.embedder.model else None,
+            "response_cache": self.answers.status() if self.answers else None,
+            "routing": None if self.routing is None else {
+                **self.routing.as_dict(), "together": companion is not None,
+                "companion": None if companion is None else {
+                    "model": companion.host.loaded.model.id if companion.host.loaded else None,
+                    "load_error": companion.host.load_error,
+                    "batching": dict(companion.published)}},
         }
 
     def abandon(self, error: HomerackError) -> None:
         """From another thread, when the loaded model can run no more (a worker holding
         its layers is gone, and llama.cpp may be blocked on it): every request running or
         waiting gets `error`. The process is restarted next (cluster mode)."""
-        for slot in list(self.scheduler.active):
-            slot.job.emit(Failed(error))
-        if self._pending is not None:
-            self._pending.emit(Failed(error))
-        while True:
-            try:
-                job = self._queue.get_nowait()
-            except queue.Empty:
-                return
-            if job is not None:
-                job.emit(Failed(error))
+        self.main.abandon(error)
 
     def _offload(self, loaded) -> str:
         """Where the layers run, in a few words."""
@@ -153,15 +339,11 @@ class Engine:
         cluster = self.host.cluster
         if cluster is None:
             return None
-        return {**cluster.status(self._evaluated_tokens()),
+        published = self.main.published
+        return {**cluster.status(self.main.evaluated_tokens()),
                 "plan": cluster.last.as_dict() if cluster.last else None,
-                "tokens_per_s": self._published.get("generated_tokens_per_s"),
-                "generated_tokens": self._published.get("generated_tokens")}
-
-    def _evaluated_tokens(self) -> int:
-        """Tokens evaluated so far (the cluster's per-token link figures count from it)."""
-        totals = self.scheduler.totals
-        return totals["prompt_tokens"] + totals["generated_tokens"]
+                "tokens_per_s": published.get("generated_tokens_per_s"),
+                "generated_tokens": published.get("generated_tokens")}
 
     def cache_status(self) -> dict | None:
         loaded = self.host.loaded
@@ -172,102 +354,31 @@ class Engine:
                 "disk_bytes": cache.disk_bytes(), **cache.stats}
 
     def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join(timeout=30)
+        if self.companion:
+            self.companion.close()
+        self.main.close()
+        if self.answers:
+            self.answers.flush()
         self.embedder.close()
 
-    # -- the worker thread ----------------------------------------------------
 
-    def _work(self) -> None:
-        while not self._stopping:
-            self._admit()
-            if active := len(self.scheduler.active):
-                self._guarded(self.scheduler.step)
-                if len(self.scheduler.active) != active:
-                    self._publish(force=True)
-            elif not self._stopping:
-                self._wait()
-            self._publish()
-        for slot in self.scheduler.active:  # requests still running when told to stop
-            slot.job.emit(CANCELLED)
-            slot.end()
-        if self.host.loaded:
-            self.scheduler.save_all()
-        self.host.close()
-
-    def _admit(self) -> None:
-        """Start queued requests while there is a free slot and memory for them."""
-        while self.scheduler.has_room() and not self._stopping:
-            job = self._pending or self._take()
-            self._pending = None
-            if job is None:
-                return
-            if not self._start(job):
-                self._pending = job
-                return
-            self._publish(force=True)
-
-    def _take(self) -> Job | None:
-        try:
-            job = self._queue.get_nowait()
-        except queue.Empty:
-            return None
-        if job is None:
-            self._stopping = True
-        return job
-
-    def _wait(self) -> None:
-        """Nothing runs: block for the next request, saving resident conversations to
-        the cache meanwhile (so a crash or restart loses none of them)."""
-        try:
-            job = self._queue.get(timeout=IDLE_SAVE_S)
-        except queue.Empty:
-            if self.host.loaded:
-                self._guarded(self.scheduler.save_one)
-            return
-        if job is None:
-            self._stopping = True
-        else:
-            self._pending = job
-
-    def _start(self, job: Job) -> bool:
-        """Load its model if needed and admit it; False when it must wait."""
-        if job.cancelled.is_set():
-            job.emit(CANCELLED)
-            return True
-        model = job.request.model
-        try:
-            if not self.host.is_loaded(model):
-                if self.scheduler.active:
-                    return False  # the swap waits for the running requests
-                if self.host.loaded:
-                    self.scheduler.save_all()
-                self.host.ensure_loaded(model)
-                self.scheduler.attach()
-                if self.host.cluster:
-                    self.host.cluster.mark_loaded(self._evaluated_tokens())
-            if not job.request.generates:
-                job.emit(LOADED)
-                return True
-            return self.scheduler.admit(job)
-        except Exception as exc:  # a bad request or a failed load must not kill the worker
-            job.emit(Failed(_as_error(exc)))
-            if not isinstance(exc, HomerackError) and self.host.loaded:
-                self.scheduler.fail_all(_as_error(exc))
-            return True
-
-    def _guarded(self, work: Callable[[], object]) -> None:
-        try:
-            work()
-        except Exception as exc:  # a failed decode fails the requests, not the worker
-            self.scheduler.fail_all(_as_error(exc))
-
-    def _publish(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if force or now - self._published_at >= PUBLISH_S:
-            self._published = self.scheduler.status() if self.host.loaded else {}
-            self._published_at = now
+def _routed(request: GenerationRequest, decision: Decision) -> GenerationRequest:
+    cascade = decision.escalate_to is not None
+    return replace(request, model=decision.model, routed=False,
+                   escalate_to=decision.escalate_to, measure_confidence=cascade,
+                   speculation="off" if cascade else request.speculation)
 
 
-def _as_error(exc: Exception) -> HomerackError:
-    return exc if isinstance(exc, HomerackError) else HomerackError(f"internal error: {exc!r}")
+def _replay(job: Job, answer: Answer, route: dict | None) -> None:
+    """Emit a cached answer as the engine would have streamed it."""
+    begun = time.perf_counter()
+    started = replace(answer.started, response_cache="hit", route=route)
+    job.emit(started)
+    for piece in answer.pieces:
+        job.emit(Delta(piece))
+    usage = Usage(prompt_tokens=started.prompt_tokens,
+                  completion_tokens=answer.completion_tokens,
+                  cached_tokens=started.prompt_tokens, queue_s=0.0,
+                  time_to_first_token_s=round(time.perf_counter() - begun, 6),
+                  prompt_tokens_per_s=0.0, decode_tokens_per_s=0.0, from_response_cache=True)
+    job.emit(Finished(answer.finish_reason, usage))

@@ -28,6 +28,10 @@ class GenerationRequest:
     cache_prompt: bool = True  # False: evaluate the whole prompt afresh (as llama-server)
     tools: tuple[dict, ...] | None = None  # given to the chat template with the messages
     grammar: str | None = None  # GBNF the output must match (llama.cpp's grammar sampler)
+    routed: bool = False  # model "auto": the engine picks small or large (routing.py)
+    escalate_to: LocalModel | None = None  # cascade: answers instead when `model` is unsure
+    measure_confidence: bool = False  # report the sampled tokens' probabilities (Usage)
+    response_cache: str = "use"  # "use", "refresh" (answer afresh, keep it) or "off"
 
     @property
     def generates(self) -> bool:
@@ -44,6 +48,8 @@ class Started:
     n_ctx: int
     chat_format: str | None
     notes: tuple[str, ...]
+    response_cache: str | None = None  # "hit", "miss" or "bypass"; None: not cacheable
+    route: dict | None = None  # how "auto" chose the model that answers
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,8 @@ class Usage:
     inter_token_p50_s: float = 0.0  # gaps between this stream's tokens
     inter_token_p95_s: float = 0.0
     shared_streams: int = 1  # the most sequences that shared a step with this one
+    confidence: float | None = None  # geometric mean probability of the sampled tokens
+    from_response_cache: bool = False  # replayed: no model ran
 
 
 @dataclass(frozen=True)

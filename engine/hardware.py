@@ -46,14 +46,15 @@ class Hardware:
                        ram_available_bytes=min(self.ram_available_bytes, ram_bytes))
 
 
-    def reserving(self, ram_bytes: int) -> "Hardware":
-        """This machine with `ram_bytes` of its RAM already taken (by another model)."""
-        if not ram_bytes:
+    def reserving(self, taken: dict[str, int]) -> "Hardware":
+        """This machine with `taken` bytes per device already held by other models
+        ("CPU": system RAM)."""
+        if not any(taken.values()):
             return self
-        devices = tuple(replace(d, free_bytes=max(0, d.free_bytes - ram_bytes))
-                        if d.kind == "cpu" else d for d in self.devices)
+        devices = tuple(replace(d, free_bytes=max(0, d.free_bytes - taken.get(d.name, 0)))
+                        for d in self.devices)
         return replace(self, devices=devices,
-                       ram_available_bytes=max(0, self.ram_available_bytes - ram_bytes))
+                       ram_available_bytes=max(0, self.ram_available_bytes - taken.get("CPU", 0)))
 
 
 def simulated(vram_gib: tuple[float, ...] = (), ram_gib: float = 16.0, cores: int = 8,

@@ -40,6 +40,8 @@ class EngineSettings:
     spec_min_speedup: float = 0.95    # below this measured gain speculation turns off
     draft_folder: Path | None = None  # cut drafts (speculation/cut_draft.py); None: whole
     ram_budget: int | None = None     # bytes of RAM the plans may use; None: what is free
+    response_cache: Path | None = None  # the answers' SQLite file (response_cache.py)
+    response_cache_bytes: int = 256 << 20
 
     @property
     def sequences(self) -> int:
@@ -134,7 +136,7 @@ class ModelHost:
     def __init__(self, store: ModelStore, settings: EngineSettings, cluster=None,
                  reserved=lambda: 0):
         self.store = store
-        self.reserved = reserved  # bytes of RAM others hold (the embedding model)
+        self.reserved = reserved  # bytes per device other models hold ("CPU": RAM)
         self.settings = settings
         self.cluster = cluster  # cluster.host.Cluster when workers take part
         self.loaded: Loaded | None = None
@@ -183,6 +185,11 @@ class ModelHost:
                              plan=outcome.plan, override=override, notes=outcome.notes)
         return self.loaded
 
+    def held(self) -> dict[str, int]:
+        """Bytes per device the loaded model was planned to take (others plan around them)."""
+        plan = self.loaded.plan if self.loaded else None
+        return {use.device: use.total for use in plan.uses} if plan else {}
+
     def unload(self) -> None:
         if self.loaded:
             self.loaded.close()
@@ -210,22 +217,25 @@ class ModelHost:
             gpu_layers=override.gpu_layers if override else None, draft=draft,
             calibration=self._calibration.for_architecture(info.architecture))
 
-    def plan_for(self, model: LocalModel, override: LoadOverride | None = None):
+    def plan_for(self, model: LocalModel, override: LoadOverride | None = None,
+                 taken: dict[str, int] | None = None):
         """What loading `model` (with the user's override) would do on this machine now
         (a Plan; with workers, a cluster.placement.ClusterPlan: stages, expected speed);
-        None for a model whose shape the planner cannot read."""
+        None for a model whose shape the planner cannot read. `taken`: bytes per device
+        other models would hold (default: what they hold now)."""
         info = self.store.inspector.inspect(model.path)
         if info.shape is None:
             return None
         planner = self.cluster.preview if self.cluster else plan
-        return planner(self._probe(), info.shape, self._preferences(info, override, model))
+        return planner(self._probe(taken), info.shape, self._preferences(info, override, model))
 
-    def _probe(self):
+    def _probe(self, taken: dict[str, int] | None = None):
         """This machine, with the workers' devices registered first (they must be before
-        llama.cpp's device list is read)."""
+        llama.cpp's device list is read), less what other models hold."""
         if self.cluster:
             self.cluster.connect()
-        return probe().within(self.settings.ram_budget).reserving(self.reserved())
+        return probe().within(self.settings.ram_budget).reserving(
+            self.reserved() if taken is None else taken)
 
     def _compare(self, planned, llama: LlamaModel, arch: str) -> dict | None:
         """Measured against predicted bytes per device; the ratios calibrate later plans."""

@@ -267,7 +267,10 @@ class Scheduler:
         """Each slot samples at its own batch index."""
         llama = self.host.loaded.llama
         for slot, end in picks:
-            self._advance(slot, slot.sampler.sample(llama, end))
+            token = slot.sampler.sample(llama, end)
+            if slot.job.request.measure_confidence:
+                slot.output.weigh(llama.logits(end), token)
+            self._advance(slot, token)
 
     def _advance(self, slot: Slot, token: int) -> None:
         """A token was sampled for the slot: the first starts its stream."""
@@ -415,7 +418,7 @@ class Scheduler:
             decode_tokens_per_s=round((produced - 1) / decode_s, 2)
             if produced > 1 and decode_s > 0 else 0.0,
             inter_token_p50_s=round(p50, 4), inter_token_p95_s=round(p95, 4),
-            shared_streams=slot.peers)
+            shared_streams=slot.peers, confidence=output.confidence())
 
 
 SEAM = 8  # tokens a template may render anew at the end of the previous answer

@@ -8,9 +8,12 @@ continues it starts where it ended (see scheduler.py).
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from .events import Delta, Finished, Job, Started, Usage
 from .llama_runtime import LlamaModel, Sampler
@@ -73,6 +76,19 @@ class Output:
         self.produced = 0
         self.reason = "length"
         self.times: list[float] = []  # when each token was taken
+        self.logprobs: list[float] = []  # of each sampled token, when the request asks
+
+    def weigh(self, logits: np.ndarray, token: int) -> None:
+        """Record the sampled token's log-probability under the model's own distribution."""
+        top = float(logits.max())
+        self.logprobs.append(float(logits[token]) - top
+                             - math.log(float(np.exp(logits - top).sum())))
+
+    def confidence(self) -> float | None:
+        """Geometric mean probability of the sampled tokens (None when not measured)."""
+        if not self.logprobs:
+            return None
+        return math.exp(sum(self.logprobs) / len(self.logprobs))
 
     def take(self, token: int) -> bool:
         """Emit a token; False when generation must stop."""

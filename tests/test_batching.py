@@ -10,7 +10,8 @@ import openai
 import pytest
 
 from conftest import GREEDY, STARTER, Collector, run, start_engine
-from engine.engine import PUBLISH_S, Engine, EngineSettings
+from engine.engine import Engine, EngineSettings
+from engine.lane import PUBLISH_S
 from engine.errors import MemoryFull, QueueFull
 from engine.events import Failed, Finished, GenerationRequest
 from engine.kv_pool import CellLedger

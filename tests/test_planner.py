@@ -96,7 +96,7 @@ def test_draft_model_memory_is_counted(real_shapes):
 def test_an_embedding_model_beside_the_chat_model_is_counted(real_shapes):
     machine = simulated((), 0.45)
     alone = plan(machine, real_shapes[GEMMA], Preferences(ctx=4096, min_ctx=512))
-    beside = plan(machine.reserving(120 << 20), real_shapes[GEMMA],
+    beside = plan(machine.reserving({"CPU": 120 << 20}), real_shapes[GEMMA],
                   Preferences(ctx=4096, min_ctx=512))
     assert beside.uses[-1].budget < alone.uses[-1].budget - (100 << 20)  # less headroom
     assert beside.kv_type == "q8_0" and alone.kv_type == "f16"  # it makes room

@@ -16,6 +16,7 @@ from ..agent.conversation import Choice, Conversation, Message, ToolCall, tool
 from ..agent.tool_stream import CallArgs, CallStart, Text
 from ..engine import Engine
 from ..errors import HomerackError, InvalidRequest
+from .openai_routes import extension
 from .schemas import _Sampling, text_of
 from .turns import Done, conversation_turn, guarded
 
@@ -158,7 +159,7 @@ def router(engine: Engine) -> APIRouter:
         content += [{"type": "tool_use", "id": start.id, "name": start.name,
                      "input": _input(args)} for start, args in got.calls]
         return {**head, "content": content, "stop_reason": _STOP_REASONS[got.done.reason],
-                "usage": _usage(got.done.usage)}
+                "usage": _usage(got.done.usage), "homerack": extension(started, turn.notes)}
 
     @api.post("/v1/messages/count_tokens")
     async def count_tokens(body: CountRequest, http: Request):

@@ -24,7 +24,8 @@ from ..model_host import LoadOverride
 from . import anthropic_routes, embeddings_routes, openai_routes, responses_routes
 from .channel import Channel
 from .openai_routes import error_body
-from .schemas import LoadRequest
+from ..routing import Routing
+from .schemas import LoadRequest, RoutingRequest
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
@@ -100,13 +101,49 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = ())
     @app.get("/v1/models", dependencies=guarded)
     async def list_models():
         status = engine.status()
-        loaded = (status["model"], status["embedding_model"])
+        loaded = (status["model"], status["embedding_model"],
+                  ((status["routing"] or {}).get("companion") or {}).get("model"))
         # kind: null for a file not inspected yet (parsing one can take seconds)
-        return {"object": "list", "data": [
+        models = [
             {"id": m.id, "object": "model", "created": int(m.path.stat().st_mtime),
              "owned_by": "local", **m.as_dict(), "kind": engine.store.kind_of(m, wait=False),
              "loaded": m.id in loaded}
-            for m in engine.store.list()]}
+            for m in engine.store.list()]
+        if engine.routing:
+            models.insert(0, {"id": "auto", "object": "model", "created": 0,
+                              "owned_by": "homerack", "kind": "router",
+                              "routing": engine.routing.as_dict()})
+        return {"object": "list", "data": models}
+
+    @app.get("/v1/routing", dependencies=guarded)
+    async def get_routing():
+        """The pair behind model "auto" (null when off), and whether it fits together."""
+        routing = engine.routing
+        if routing is None:
+            return {"routing": None}
+        pair = await asyncio.to_thread(engine.plan_pair, routing.small, routing.large)
+        return {"routing": routing.as_dict(), "plan": pair}
+
+    @app.put("/v1/routing", dependencies=guarded)
+    async def put_routing(body: RoutingRequest):
+        """Turn routing on with this pair: both models load when they fit together; the
+        answer's plan says whether they do (when not, each switch swaps the model)."""
+        small, large = engine.store.resolve(body.small), engine.store.resolve(body.large)
+        for model, param in ((small, "small"), (large, "large")):
+            if await asyncio.to_thread(engine.store.kind_of, model) != "chat":
+                raise InvalidRequest(f"{model.id} cannot chat (an embedding model or an "
+                                     "unreadable file)", param=param)
+        if small.path == large.path:
+            raise InvalidRequest("the small and the large model are the same file",
+                                 param="large")
+        routing = Routing(small, large, body.mode, body.threshold)
+        pair = await asyncio.to_thread(engine.set_routing, routing)
+        return {"routing": routing.as_dict(), "plan": pair}
+
+    @app.delete("/v1/routing", dependencies=guarded)
+    async def delete_routing():
+        await asyncio.to_thread(engine.set_routing, None)
+        return {"routing": None}
 
     def _override(body: LoadRequest) -> LoadOverride | None:
         if body.n_ctx is None and body.gpu_layers is None:

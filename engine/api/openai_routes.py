@@ -38,12 +38,15 @@ def usage_json(usage: Usage) -> dict:
             "shared_streams": usage.shared_streams,
         },
         **({"speculative": usage.speculative} if usage.speculative else {}),
+        **({"response_cache": "hit"} if usage.from_response_cache else {}),
+        **({"confidence": usage.confidence} if usage.confidence is not None else {}),
     }
 
 
 def extension(started: Started, notes: list[str] = ()) -> dict:
     return {"chat_format": started.chat_format, "notes": [*started.notes, *notes],
-            "n_ctx": started.n_ctx}
+            "n_ctx": started.n_ctx, "response_cache": started.response_cache,
+            "route": started.route}
 
 
 def error_body(message: str, kind: str, param: str | None = None) -> dict:

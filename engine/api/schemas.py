@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..agent.conversation import Choice, Message, ToolCall
 from ..errors import InvalidRequest
 from ..llama_runtime import SamplingParams
+from ..routing import DEFAULT_THRESHOLD
 
 
 def text_of(content, where: str, text_types: tuple[str, ...] = ("text",)) -> str:
@@ -144,6 +145,9 @@ class _Sampling(BaseModel):
     speculation: Literal["off", "lookup", "draft"] | None = None  # None: the engine default
     draft_model: str | None = None  # a model id, or "auto"; implies speculation "draft"
     cache_prompt: bool = True  # llama-server's extension: False evaluates the prompt afresh
+    # Homerack's: "refresh" answers afresh (and keeps the new answer), "off" neither reads
+    # nor writes the response cache (so do Cache-Control: no-cache / no-store)
+    response_cache: Literal["use", "refresh", "off"] = "use"
 
     @field_validator("stop")
     @classmethod
@@ -199,6 +203,15 @@ class CompletionRequest(_Sampling):
 
     def token_limit(self) -> int | None:
         return self.max_tokens if self.max_tokens is not None else 16
+
+
+class RoutingRequest(BaseModel):
+    """The routing pair behind the model id "auto" (engine/routing.py)."""
+    model_config = ConfigDict(extra="forbid")
+    small: str
+    large: str
+    mode: Literal["rules", "cascade"] = "rules"
+    threshold: float = Field(DEFAULT_THRESHOLD, ge=0, le=1)
 
 
 class LoadRequest(BaseModel):

@@ -4,6 +4,7 @@ their wire shapes."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field, replace
 from typing import AsyncIterator, Callable
 
@@ -43,7 +44,11 @@ class Turn:
         """Submit and wait for the first token (an error before it raises here, so a
         route can still answer with an HTTP error status)."""
         self.channel = Channel()
-        self.job = self.engine.submit(self.request, self.channel.emit)
+        request = replace(self.request, response_cache=cache_mode(
+            self.http.headers.get("cache-control", ""), self.request.response_cache))
+        # off the event loop: a cache lookup renders the prompt and may read the model's
+        # header the first time
+        self.job = await asyncio.to_thread(self.engine.submit, request, self.channel.emit)
         first = await self.channel.next(self.job, self.http)
         if isinstance(first, Failed):
             raise first.error
@@ -91,11 +96,22 @@ class Turn:
         return out
 
 
+def cache_mode(cache_control: str, asked: str) -> str:
+    """The response cache's use for a request: HTTP's Cache-Control directives over the
+    body's field (no-store: neither read nor write; no-cache: answer afresh, keep it)."""
+    directives = {part.strip().lower() for part in cache_control.split(",")}
+    if "no-store" in directives or asked == "off":
+        return "off"
+    return "refresh" if "no-cache" in directives or asked == "refresh" else "use"
+
+
 def request_for(engine: Engine, body, **content) -> GenerationRequest:
     """The engine request for a body of any of the APIs (they share the sampling fields
     and Homerack's extensions, see schemas._Sampling)."""
     default = engine.default_model()
-    model = engine.store.resolve(body.model) if body.model or not default else default
+    routed = body.model == "auto"
+    model = engine.auto_model() if routed else \
+        engine.store.resolve(body.model) if body.model or not default else default
     draft, speculation = None, body.speculation
     if body.draft_model:
         speculation = speculation or "draft"
@@ -107,7 +123,8 @@ def request_for(engine: Engine, body, **content) -> GenerationRequest:
     return GenerationRequest(model=model, max_tokens=body.token_limit(),
                              sampling=body.sampling(), stop=body.stop_strings(),
                              ignore_eos=body.ignore_eos, speculation=speculation,
-                             draft_model=draft, cache_prompt=body.cache_prompt, **content)
+                             draft_model=draft, cache_prompt=body.cache_prompt, routed=routed,
+                             response_cache=body.response_cache, **content)
 
 
 def conversation_turn(engine: Engine, body, conv: Conversation, http: Request,

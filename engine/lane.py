@@ -1,0 +1,181 @@
+"""One loaded model and the worker thread that runs it: requests queue FIFO in a bounded
+queue; the worker owns the model and runs the scheduler (scheduler.py), admitting queued
+requests whenever a slot and KV memory are free and stepping all active ones together.
+
+A request for another model than the loaded one waits at the head of the line until the
+running requests end, then the model is swapped. Results go back through each job's
+`emit` callback as small frozen events (events.py). The engine has one lane, and a
+second when routing keeps a small model loaded beside the large one (engine.py).
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from typing import Callable
+
+from .errors import HomerackError, QueueFull
+from .events import CANCELLED, LOADED, Failed, Job
+from .model_host import EngineSettings, ModelHost
+from .models import ModelStore
+from .scheduler import Scheduler
+
+PUBLISH_S = 0.1  # how often the worker refreshes the figures other threads read
+IDLE_SAVE_S = 1.0  # idle this long, the worker saves resident conversations to the cache
+
+
+class Lane:
+    def __init__(self, name: str, store: ModelStore, settings: EngineSettings, cluster=None,
+                 reserved: Callable[[], dict[str, int]] = dict):
+        self.settings = settings
+        self.host = ModelHost(store, settings, cluster, reserved=reserved)
+        self.scheduler = Scheduler(self.host, settings)
+        self.published: dict = {}  # the scheduler's figures, for other threads
+        self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=settings.max_queue)
+        self._pending: Job | None = None  # first in line, waiting for memory or a swap
+        self._stopping = False
+        self._published_at = 0.0
+        self._thread = threading.Thread(target=self._work, name=f"homerack-{name}", daemon=True)
+        self._thread.start()
+
+    # -- called from any thread ---------------------------------------------
+
+    def put(self, job: Job) -> None:
+        try:
+            self._queue.put_nowait(job)
+        except queue.Full:
+            waves = (self._queue.qsize() + 1) / max(1, self.settings.parallel)
+            wait = math.ceil(self.scheduler.mean_request_s * waves)
+            raise QueueFull(f"the engine queue is full ({self.settings.max_queue} waiting); "
+                            "retry shortly", retry_after_s=max(1, wait)) from None
+
+    def serves(self, path) -> bool:
+        """The lane holds, or is about to hold, the model at `path`."""
+        loaded = self.host.loaded
+        return (loaded is not None and loaded.model.path == path) or \
+            (self.host.default is not None and self.host.default.path == path)
+
+    @property
+    def queued(self) -> int:
+        return self._queue.qsize() + (self._pending is not None)
+
+    def abandon(self, error: HomerackError) -> None:
+        """Every request running or waiting gets `error` (see Engine.abandon)."""
+        for slot in list(self.scheduler.active):
+            slot.job.emit(Failed(error))
+        if self._pending is not None:
+            self._pending.emit(Failed(error))
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None:
+                job.emit(Failed(error))
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=30)
+
+    # -- the worker thread ----------------------------------------------------
+
+    def _work(self) -> None:
+        while not self._stopping:
+            self._admit()
+            if active := len(self.scheduler.active):
+                self._guarded(self.scheduler.step)
+                if len(self.scheduler.active) != active:
+                    self._publish(force=True)
+            elif not self._stopping:
+                self._wait()
+            self._publish()
+        for slot in self.scheduler.active:  # requests still running when told to stop
+            slot.job.emit(CANCELLED)
+            slot.end()
+        if self.host.loaded:
+            self.scheduler.save_all()
+        self.host.close()
+
+    def _admit(self) -> None:
+        """Start queued requests while there is a free slot and memory for them."""
+        while self.scheduler.has_room() and not self._stopping:
+            job = self._pending or self._take()
+            self._pending = None
+            if job is None:
+                return
+            if not self._start(job):
+                self._pending = job
+                return
+            self._publish(force=True)
+
+    def _take(self) -> Job | None:
+        try:
+            job = self._queue.get_nowait()
+        except queue.Empty:
+            return None
+        if job is None:
+            self._stopping = True
+        return job
+
+    def _wait(self) -> None:
+        """Nothing runs: block for the next request, saving resident conversations to
+        the cache meanwhile (so a crash or restart loses none of them)."""
+        try:
+            job = self._queue.get(timeout=IDLE_SAVE_S)
+        except queue.Empty:
+            if self.host.loaded:
+                self._guarded(self.scheduler.save_one)
+            return
+        if job is None:
+            self._stopping = True
+        else:
+            self._pending = job
+
+    def _start(self, job: Job) -> bool:
+        """Load its model if needed and admit it; False when it must wait."""
+        if job.cancelled.is_set():
+            job.emit(CANCELLED)
+            return True
+        model = job.request.model
+        try:
+            if not self.host.is_loaded(model):
+                if self.scheduler.active:
+                    return False  # the swap waits for the running requests
+                if self.host.loaded:
+                    self.scheduler.save_all()
+                self.host.ensure_loaded(model)
+                self.scheduler.attach()
+                if self.host.cluster:
+                    self.host.cluster.mark_loaded(self.evaluated_tokens())
+            if not job.request.generates:
+                job.emit(LOADED)
+                return True
+            return self.scheduler.admit(job)
+        except Exception as exc:  # a bad request or a failed load must not kill the worker
+            job.emit(Failed(as_error(exc)))
+            if not isinstance(exc, HomerackError) and self.host.loaded:
+                self.scheduler.fail_all(as_error(exc))
+            return True
+
+    def _guarded(self, work: Callable[[], object]) -> None:
+        try:
+            work()
+        except Exception as exc:  # a failed decode fails the requests, not the worker
+            self.scheduler.fail_all(as_error(exc))
+
+    def _publish(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._published_at >= PUBLISH_S:
+            self.published = self.scheduler.status() if self.host.loaded else {}
+            self._published_at = now
+
+    def evaluated_tokens(self) -> int:
+        """Tokens evaluated so far (the cluster's per-token link figures count from it)."""
+        totals = self.scheduler.totals
+        return totals["prompt_tokens"] + totals["generated_tokens"]
+
+
+def as_error(exc: Exception) -> HomerackError:
+    return exc if isinstance(exc, HomerackError) else HomerackError(f"internal error: {exc!r}")

@@ -1,0 +1,106 @@
+"""Routing between a small and a large chat model, for the model id "auto".
+
+Two ways, chosen per pair: **rules** read the request (tools, code, length, depth of the
+conversation) and pick a model before anything runs; a **cascade** lets the small model
+answer first and, when its own token probabilities say the answer is unreliable (their
+geometric mean under the threshold), has the large model answer instead (FrugalGPT).
+Requests with tools or a grammar follow the rules only: a cascade cannot judge a tool
+call by its probabilities, and constrained decoding inflates them.
+
+Pure functions of the request: the engine applies the decision (engine.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .events import GenerationRequest
+from .models import LocalModel
+
+MODES = ("rules", "cascade")
+# Calibrated with bench/routing.py on the starter pair (SmolLM2 135M / Gemma 3 270M):
+# the geometric-mean probability of the small model's tokens, under which its answers
+# scored worse than the large model's (see README, "Routing").
+DEFAULT_THRESHOLD = 0.5
+
+_CODE = re.compile(
+    r"```|\b(def|class|import|return|lambda|const|let|var|fn|func|public|static|void|#include)"
+    r"\s|\b(code|function|python|javascript|typescript|java|rust|golang|sql|regex|script|"
+    r"program|compile|debug|bug|stack trace|traceback|algorithm|implement|refactor)\b|"
+    r"[{};]\s*$|=>|\(\)\s*[:{]", re.IGNORECASE | re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Rules:
+    long_prompt_chars: int = 1500  # longer prompts (documents, long contexts) go large
+    deep_turns: int = 4            # conversations past this many user turns go large
+
+
+@dataclass(frozen=True)
+class Routing:
+    small: LocalModel
+    large: LocalModel
+    mode: str = "rules"
+    threshold: float = DEFAULT_THRESHOLD
+    rules: Rules = Rules()
+
+    def as_dict(self) -> dict:
+        return {"small": self.small.id, "large": self.large.id, "mode": self.mode,
+                "threshold": self.threshold, "rules": {
+                    "long_prompt_chars": self.rules.long_prompt_chars,
+                    "deep_turns": self.rules.deep_turns}}
+
+
+@dataclass(frozen=True)
+class Decision:
+    model: LocalModel
+    reason: str
+    escalate_to: LocalModel | None = None  # cascade: the model that answers unreliable ones
+
+    def note(self) -> str:
+        if self.escalate_to:
+            return f"routing (cascade): {self.model.id} answers first; {self.reason}"
+        return f"routing (rules): {self.model.id}, {self.reason}"
+
+
+def texts(request: GenerationRequest) -> list[tuple[str, str]]:
+    """(role, text) of each message, or the raw prompt as one user message."""
+    if request.messages is None:
+        return [("user", request.prompt or "")]
+    out = []
+    for message in request.messages:
+        content = message.get("content") or ""
+        if isinstance(content, list):
+            content = " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+        out.append((message.get("role", "user"), str(content)))
+    return out
+
+
+def by_rules(request: GenerationRequest, rules: Rules) -> tuple[bool, str]:
+    """(large?, why)."""
+    messages = texts(request)
+    if request.tools:
+        return True, "the request offers tools"
+    chars = sum(len(text) for _role, text in messages)
+    if chars > rules.long_prompt_chars:
+        return True, f"a long prompt ({chars} characters > {rules.long_prompt_chars})"
+    turns = sum(role == "user" for role, _text in messages)
+    if turns > rules.deep_turns:
+        return True, f"a deep conversation ({turns} user turns > {rules.deep_turns})"
+    last_user = next((text for role, text in reversed(messages) if role == "user"), "")
+    if _CODE.search(last_user):
+        return True, "the question is about code"
+    return False, "a short question without code or tools"
+
+
+def decide(routing: Routing, request: GenerationRequest) -> Decision:
+    large, why = by_rules(request, routing.rules)
+    if routing.mode == "cascade" and not (request.tools or request.grammar):
+        return Decision(routing.small, f"{routing.large.id} answers when the small answer's "
+                        f"confidence is under {routing.threshold:g}", routing.large)
+    return Decision(routing.large if large else routing.small, why)
+
+
+def confident(confidence: float | None, threshold: float) -> bool:
+    return confidence is not None and confidence >= threshold
