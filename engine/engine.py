@@ -189,7 +189,7 @@ class Engine:
         """The small model's attempt: held back until its confidence is known; the large
         model answers instead when it is too low."""
         request, held = job.request, []
-        started_at = time.perf_counter()
+        threshold, started_at = self.routing.threshold, time.perf_counter()
 
         def first(event: Event) -> None:
             if isinstance(event, (Started, Delta)):
@@ -200,10 +200,10 @@ class Engine:
                 return
             confidence = event.usage.confidence if isinstance(event, Finished) else None
             route = {"mode": "cascade", "small": request.model.id,
-                     "confidence": None if confidence is None else round(confidence, 4),
-                     "threshold": self.routing.threshold if self.routing else None,
+                     "confidence": None if confidence is None else round(confidence, 6),
+                     "threshold": threshold,
                      "small_s": round(time.perf_counter() - started_at, 3)}
-            if isinstance(event, Finished) and confident(confidence, route["threshold"] or 1):
+            if isinstance(event, Finished) and confident(confidence, threshold):
                 started = held[0]
                 job.emit(replace(started, route={**route, "model": started.model,
                                                  "escalated": False}))

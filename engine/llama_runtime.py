@@ -57,6 +57,9 @@ def model_fingerprint(path: Path) -> str:
 _BUFFER_LINE = re.compile(r"(\S+)\s+(model|KV|compute|output) buffer size =\s+([\d.]+) MiB")
 _NO_MEMORY_LINE = re.compile(r"(?:failed|unable) to allocate (\S+) buffer")
 _buffers: list[tuple[str, str, int]] | None = None  # collected while a model loads
+# Loads take turns: the log lines they are measured by come through one callback (two
+# lanes of the engine, or the embedding model, may load at the same time).
+_load_lock = threading.Lock()
 _no_memory: list[str] = []  # devices where an allocation failed during that load
 
 
@@ -325,10 +328,14 @@ class LlamaModel(_Tokens):
     embed: Callable[[list[int]], np.ndarray] | None = None
 
     def __init__(self, path: Path, settings: LoadSettings):
-        global _buffers
         _ensure_backend()
         self.path = path
         self.settings = settings
+        with _load_lock:
+            self._load_measured(path, settings)
+
+    def _load_measured(self, path: Path, settings: LoadSettings) -> None:
+        global _buffers
         _buffers = []
         _no_memory.clear()
         try:

@@ -101,6 +101,7 @@ class ResponseCache:
         self.problem: str | None = None  # the last thing that went wrong, for status
         self._lock = threading.Lock()
         self._writes: queue.Queue = queue.Queue()
+        self._unwritten: dict[str, tuple[bytes, str, str]] = {}  # queued puts, readable now
         self._db = self._open()
         self._bytes = self._total() if self._db else 0
         threading.Thread(target=self._write_loop, name="homerack-answers", daemon=True).start()
@@ -112,7 +113,7 @@ class ResponseCache:
             return None
         try:
             with self._lock:
-                row = self._db.execute(
+                row = self._unwritten.get(key) or self._db.execute(
                     "SELECT body, digest, fingerprint FROM answers WHERE key = ?",
                     (key,)).fetchone()
         except sqlite3.Error as exc:
@@ -139,7 +140,10 @@ class ResponseCache:
 
     def put(self, key: str, model_path: Path, fingerprint: str, answer: Answer) -> None:
         if self._db is not None:
-            self._writes.put(("put", key, str(model_path), fingerprint, answer.to_json()))
+            body = answer.to_json()
+            with self._lock:
+                self._unwritten[key] = (body, hashlib.sha256(body).hexdigest(), fingerprint)
+            self._writes.put(("put", key, str(model_path), fingerprint, body))
 
     def flush(self, timeout: float = 10.0) -> None:
         """Wait for the writes queued so far (tests, shutdown)."""
@@ -166,6 +170,10 @@ class ResponseCache:
             except sqlite3.Error as exc:
                 self._rollback()
                 self._trouble(op, exc)
+            finally:
+                if op == "put":
+                    with self._lock:
+                        self._unwritten.pop(args[0], None)
 
     def _put(self, key: str, model_path: str, fingerprint: str, body: bytes) -> None:
         if len(body) > self.max_bytes:

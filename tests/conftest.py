@@ -224,3 +224,18 @@ def with_template(source: Path, target: Path, template: str) -> Path:
     copy_with_new_metadata(reader, writer, {
         "tokenizer.chat_template": MetadataDetails(GGUFValueType.STRING, template)}, [])
     return target
+
+
+def with_flat_output(source: Path, target: Path) -> Path:
+    """A copy of a GGUF model whose output projection is all zeros: every logit is 0, so
+    each next token has probability 1/n_vocab (the least confident model there is). With
+    tied embeddings the token embeddings are that projection."""
+    from gguf import GGUFReader
+
+    tensors = {t.name: t for t in GGUFReader(source, "r").tensors}
+    tensor = tensors.get("output.weight") or tensors["token_embd.weight"]
+    shutil.copy(source, target)
+    with target.open("r+b") as handle:
+        handle.seek(tensor.data_offset)
+        handle.write(bytes(tensor.n_bytes))  # zero scales and quants alike
+    return target
