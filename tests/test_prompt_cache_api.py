@@ -23,7 +23,9 @@ def engine_home(tmp_path, home):
 
 
 def start(root, *extra):
-    process = EngineProcess(["--ctx", "2048", *extra], env=dict(os.environ, HOMERACK_HOME=str(root)))
+    # the response cache would answer the repeated greedy questions without the KV cache
+    process = EngineProcess(["--ctx", "2048", "--response-cache-mib", "0", *extra],
+                            env=dict(os.environ, HOMERACK_HOME=str(root)))
     address = process.wait_ready()
     return process, openai.OpenAI(base_url=f"{address.url}/v1", api_key=address.token,
                                   max_retries=0)
