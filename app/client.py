@@ -23,6 +23,20 @@ class Reply:
     usage: dict | None = None
     notes: list[str] = field(default_factory=list)
     n_ctx: int | None = None
+    model: str | None = None  # the model that answered (with "auto": the one routed to)
+    response_cache: str | None = None  # "hit": replayed from the response cache
+    route: dict | None = None  # how "auto" chose the model
+
+    def detail(self) -> str:
+        """How the answer came, in a few words, for the chat view."""
+        parts = []
+        if self.route:
+            how = ("escalated" if self.route.get("escalated") else "kept") \
+                if self.route.get("mode") == "cascade" else self.route.get("reason", "")
+            parts.append(f"auto ({self.route.get('mode')}): {how}")
+        if self.response_cache == "hit":
+            parts.append("from the response cache")
+        return " · ".join(parts)
 
 
 class EngineClient:
@@ -78,6 +92,17 @@ class EngineClient:
         """action: "pause", "resume" or "cancel"."""
         return self._checked(self._http.post(f"/v1/downloads/{download_id}/{action}")).json()
 
+    def routing(self) -> dict:
+        """The pair behind model "auto" (GET /v1/routing)."""
+        return self._checked(self._http.get("/v1/routing")).json()
+
+    def set_routing(self, small: str | None, large: str | None, mode: str = "rules") -> dict:
+        """Turn routing on with a pair (its plan says whether both stay loaded), or off."""
+        if not small or not large:
+            return self._checked(self._http.delete("/v1/routing")).json()
+        body = {"small": small, "large": large, "mode": mode}
+        return self._checked(self._http.put("/v1/routing", json=body)).json()
+
     def import_model(self, path: str) -> dict:
         return self._checked(self._http.post("/v1/models/import", json={"path": path})).json()
 
@@ -104,6 +129,9 @@ class EngineClient:
                 extension = chunk.get("homerack", {})
                 reply.notes.extend(extension.get("notes", []))
                 reply.n_ctx = extension.get("n_ctx", reply.n_ctx)
+                reply.model = chunk.get("model", reply.model)
+                reply.response_cache = extension.get("response_cache", reply.response_cache)
+                reply.route = extension.get("route", reply.route)
                 if chunk.get("usage"):
                     reply.usage = chunk["usage"]
                 for choice in chunk["choices"]:

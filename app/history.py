@@ -24,6 +24,11 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 """
+# Columns added after the first release, for databases created before them.
+ADDED_COLUMNS = {
+    "conversations": {"routed": "INTEGER NOT NULL DEFAULT 0"},  # model "auto"
+    "messages": {"model": "TEXT", "detail": "TEXT NOT NULL DEFAULT ''"},  # who answered, how
+}
 
 
 # Small models answer far better with a plain instruction than with none.
@@ -36,6 +41,7 @@ class Conversation:
     title: str
     system_prompt: str
     model: str | None
+    routed: bool = False  # each reply goes to model "auto" (the small or the large one)
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,8 @@ class Message:
     role: str
     content: str
     status: str = "complete"
+    model: str | None = None  # the model that answered (assistant messages)
+    detail: str = ""  # how: "from the response cache", "routed: ..."
 
 
 class History:
@@ -52,6 +60,15 @@ class History:
         self._db = sqlite3.connect(path)
         self._db.execute("PRAGMA foreign_keys = ON")
         self._db.executescript(SCHEMA)
+        self._add_columns()
+
+    def _add_columns(self) -> None:
+        with self._db:
+            for table, columns in ADDED_COLUMNS.items():
+                have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+                for name, kind in columns.items():
+                    if name not in have:
+                        self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
 
     def create(self, title: str = "New chat", system_prompt: str = DEFAULT_SYSTEM_PROMPT,
                model: str | None = None) -> Conversation:
@@ -65,21 +82,21 @@ class History:
         """Newest first; `search` matches titles and message text."""
         pattern = f"%{search}%"
         rows = self._db.execute(
-            "SELECT id, title, system_prompt, model FROM conversations c WHERE ? = '' "
+            "SELECT id, title, system_prompt, model, routed FROM conversations c WHERE ? = '' "
             "OR title LIKE ? OR EXISTS (SELECT 1 FROM messages m WHERE "
             "m.conversation_id = c.id AND m.content LIKE ?) ORDER BY updated DESC, id DESC",
             (search, pattern, pattern))
-        return [Conversation(*row) for row in rows]
+        return [_conversation(row) for row in rows]
 
     def get(self, conversation_id: int) -> Conversation:
-        row = self._db.execute("SELECT id, title, system_prompt, model FROM conversations "
+        row = self._db.execute("SELECT id, title, system_prompt, model, routed FROM conversations "
                                "WHERE id = ?", (conversation_id,)).fetchone()
         if row is None:
             raise KeyError(conversation_id)
-        return Conversation(*row)
+        return _conversation(row)
 
     def update(self, conversation_id: int, **fields) -> None:
-        allowed = {"title", "system_prompt", "model"}
+        allowed = {"title", "system_prompt", "model", "routed"}
         if not fields.keys() <= allowed:
             raise ValueError(f"unknown fields: {set(fields) - allowed}")
         assignments = ", ".join(f"{name} = ?" for name in fields)
@@ -92,19 +109,20 @@ class History:
             self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
 
     def messages(self, conversation_id: int) -> list[Message]:
-        rows = self._db.execute("SELECT id, role, content, status FROM messages "
+        rows = self._db.execute("SELECT id, role, content, status, model, detail FROM messages "
                                 "WHERE conversation_id = ? ORDER BY id", (conversation_id,))
         return [Message(*row) for row in rows]
 
     def add_message(self, conversation_id: int, role: str, content: str,
-                    status: str = "complete") -> Message:
+                    status: str = "complete", model: str | None = None,
+                    detail: str = "") -> Message:
         with self._db:
             cursor = self._db.execute(
-                "INSERT INTO messages (conversation_id, role, content, status) VALUES (?,?,?,?)",
-                (conversation_id, role, content, status))
+                "INSERT INTO messages (conversation_id, role, content, status, model, detail) "
+                "VALUES (?,?,?,?,?,?)", (conversation_id, role, content, status, model, detail))
             self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?",
                              (time.time(), conversation_id))
-        return Message(cursor.lastrowid, role, content, status)
+        return Message(cursor.lastrowid, role, content, status, model, detail)
 
     def delete_messages_from(self, conversation_id: int, message_id: int) -> None:
         """Drop a message and everything after it (regenerate, edit-and-resend)."""
@@ -114,3 +132,8 @@ class History:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _conversation(row: tuple) -> Conversation:
+    *head, routed = row
+    return Conversation(*head, bool(routed))

@@ -44,12 +44,15 @@ class Sessions:
             reply.pieces += 1
         return reply
 
-    def finish(self, conversation_id: int, status: str) -> Message | None:
-        """Store what the reply has (complete, stopped or interrupted) and end it."""
+    def finish(self, conversation_id: int, status: str, model: str | None = None,
+               detail: str = "") -> Message | None:
+        """Store what the reply has (complete, stopped or interrupted), with the model
+        that answered and how, and end it."""
         reply = self._replies.pop(conversation_id, None)
         if reply is None:
             return None
-        return self.history.add_message(conversation_id, "assistant", reply.text, status)
+        return self.history.add_message(conversation_id, "assistant", reply.text, status,
+                                        model, detail)
 
     def reply(self, conversation_id: int | None) -> Reply | None:
         return self._replies.get(conversation_id) if conversation_id is not None else None

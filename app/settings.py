@@ -1,4 +1,4 @@
-"""The desktop app's sampling settings, kept in a small JSON file."""
+"""The desktop app's settings (sampling, the routing pair), each kept in a small JSON file."""
 
 from __future__ import annotations
 
@@ -25,18 +25,31 @@ class Sampling:
         return request
 
 
-def load_sampling(path: Path) -> Sampling:
+@dataclass(frozen=True)
+class RoutingPair:
+    """The models behind model "auto" (engine/routing.py); empty: routing off."""
+    small: str = ""
+    large: str = ""
+    mode: str = "rules"  # or "cascade"
+
+    @property
+    def on(self) -> bool:
+        return bool(self.small and self.large)
+
+
+def load_settings(path: Path, kind: type):
+    """The settings of dataclass `kind` in `path`, defaults for whatever is missing or bad."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
-        return Sampling()
-    known = {f.name for f in fields(Sampling)}
+        return kind()
+    known = {f.name for f in fields(kind)}
     try:
-        return replace(Sampling(), **{k: v for k, v in data.items() if k in known})
+        return replace(kind(), **{k: v for k, v in data.items() if k in known})
     except TypeError:
-        return Sampling()
+        return kind()
 
 
-def save_sampling(path: Path, sampling: Sampling) -> None:
+def save_settings(path: Path, settings) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(asdict(sampling)))
+    path.write_text(json.dumps(asdict(settings)))

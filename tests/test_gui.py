@@ -450,3 +450,47 @@ def test_cluster_panel_shares_pairs_uses_workers_and_shows_the_machines(qtbot, o
     print(f"\nscreenshot: {path}")
     panel.share.setChecked(False)
     qtbot.waitUntil(lambda: window.shared is None, timeout=5_000)
+
+
+def test_routing_and_the_response_cache_are_shown_per_message(qtbot, open_window):
+    from conftest import GEMMA
+
+    window = open_window()
+    assert not window.auto_route.isEnabled()  # no pair yet
+    window.route_small.setCurrentIndex(window.route_small.findData(STARTER))
+    window.route_large.setCurrentIndex(window.route_large.findData(GEMMA))
+    window.route_apply.click()
+    qtbot.waitUntil(lambda: "stay loaded together" in window.route_state.text(), timeout=60_000)
+    assert window.auto_route.isEnabled()
+    window.temperature.setValue(0)
+    window.max_tokens.setValue(12)
+    window.new_conversation()
+    window.auto_route.setChecked(True)
+    assert window.history.get(window.conversation.id).routed
+    window.send("What is the capital of Italy?")
+    wait_reply(qtbot, window)
+    window.send("Write a Python function that adds two numbers.")
+    wait_reply(qtbot, window)
+    small, large = [m for m in messages(window) if m.role == "assistant"]
+    assert small.model == STARTER and "auto (rules)" in small.detail
+    assert large.model == GEMMA and "code" in large.detail
+    shown = window.view.toPlainText()
+    assert STARTER in shown and GEMMA in shown
+    # the same question again, in a new conversation without routing: from the cache
+    window.auto_route.setChecked(False)
+    window.new_conversation()
+    window.model_box.setCurrentIndex(window.model_box.findData(STARTER))
+    for _ in range(2):
+        window.send("Name a planet.")
+        wait_reply(qtbot, window)
+        window.history.delete_messages_from(window.conversation.id, messages(window)[0].id)
+    window.send("Name a planet.")
+    wait_reply(qtbot, window)
+    assert "from the response cache" in messages(window)[-1].detail
+    assert "from the response cache" in window.view.toPlainText()
+    window.regenerate_button.click()  # Regenerate never takes the cached answer
+    wait_reply(qtbot, window)
+    assert "from the response cache" not in messages(window)[-1].detail
+    assert messages(window)[-1].model == STARTER
+    # the pair survives in the settings, for the next start of the app
+    assert '"small": "%s"' % STARTER in (window.paths.data / "routing.json").read_text()

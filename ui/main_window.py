@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QIcon, QKeySequence, QShortcut
-from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QFrame, QHBoxLayout,
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QFrame, QHBoxLayout,
                                QInputDialog, QLabel, QLineEdit, QListWidget, QListWidgetItem,
                                QMainWindow, QPlainTextEdit, QProgressBar, QPushButton,
                                QSpinBox, QSplitter, QVBoxLayout, QWidget)
@@ -17,7 +17,7 @@ from app.client import EngineClient, Reply
 from app.history import Conversation, History
 from app.session import Sessions
 from app.paths import Paths
-from app.settings import Sampling, load_sampling, save_sampling
+from app.settings import RoutingPair, Sampling, load_settings, save_settings
 from app.supervisor import EngineSupervisor
 
 from .chat_view import ChatView
@@ -91,7 +91,8 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.paths = paths
         self.history = History(paths.data / "history.sqlite3")
-        self.sampling = load_sampling(paths.data / "settings.json")
+        self.sampling = load_settings(paths.data / "settings.json", Sampling)
+        self.routing = load_settings(paths.data / "routing.json", RoutingPair)
         self.supervisor = supervisor
         self.client: EngineClient | None = None
         self.conversation: Conversation | None = None
@@ -143,9 +144,14 @@ class MainWindow(QMainWindow):
         self.get_models_button.clicked.connect(self.open_wizard)
         self.downloads_button = QPushButton("Downloads", checkable=True)
         self.cluster_button = QPushButton("Cluster", checkable=True)
+        self.auto_route = QCheckBox("Auto-route")
+        self.auto_route.setToolTip("Send each reply of this conversation to the small or the "
+                                   "large model of the routing pair (Settings)")
+        self.auto_route.toggled.connect(self._on_auto_route)
         top = QHBoxLayout()
         top.addWidget(QLabel("Model:"))
         top.addWidget(self.model_box, 1)
+        top.addWidget(self.auto_route)
         top.addWidget(self.get_models_button)
         top.addWidget(self.downloads_button)
         top.addWidget(self.plan_button)
@@ -247,7 +253,65 @@ class MainWindow(QMainWindow):
         form.addRow("Max tokens", self.max_tokens)
         form.addRow("Seed", self.seed)
         form.addRow("Speculative decoding", self.speculation)
+        self.route_small, self.route_large = QComboBox(), QComboBox()
+        self.route_mode = QComboBox()
+        for label, value in (("Rules", "rules"), ("Cascade", "cascade")):
+            self.route_mode.addItem(label, value)
+        self.route_mode.setCurrentIndex(max(self.route_mode.findData(self.routing.mode), 0))
+        self.route_apply = QPushButton("Apply")
+        self.route_apply.clicked.connect(self._choose_routing)
+        self.route_state = QLabel()
+        self.route_state.setWordWrap(True)
+        pair = QHBoxLayout()
+        for label, widget in (("Small", self.route_small), ("Large", self.route_large),
+                              ("By", self.route_mode)):
+            pair.addWidget(QLabel(label))
+            pair.addWidget(widget, 1)
+        pair.addWidget(self.route_apply)
+        form.addRow("Routing", pair)
+        form.addRow("", self.route_state)
         return panel
+
+    def _fill_routing(self, models: list[dict]) -> None:
+        for box, chosen in ((self.route_small, self.routing.small),
+                            (self.route_large, self.routing.large)):
+            box.clear()
+            box.addItem("Off", "")
+            for model in models:
+                box.addItem(model["id"], model["id"])
+            box.setCurrentIndex(max(box.findData(chosen), 0))
+
+    def _choose_routing(self) -> None:
+        self.routing = RoutingPair(self.route_small.currentData() or "",
+                                   self.route_large.currentData() or "",
+                                   self.route_mode.currentData())
+        save_settings(self.paths.data / "routing.json", self.routing)
+        self._apply_routing()
+
+    def _apply_routing(self) -> None:
+        """Give the engine the pair (also after it restarts); its plan says whether both
+        models stay loaded or each switch swaps them."""
+        client, pair = self.client, self.routing
+        if client is None:
+            return
+        self._update_buttons()
+        start_task(lambda _t: client.set_routing(pair.small, pair.large, pair.mode),
+                   on_done=self._on_routing, on_error=self._on_routing_failed)
+
+    def _on_routing(self, answer: dict) -> None:
+        plan = answer.get("plan")
+        self.route_state.setText(plan["note"] if plan else "Routing is off.")
+
+    def _on_routing_failed(self, error) -> None:
+        self.routing = RoutingPair()
+        self.route_state.setText("Routing is off.")
+        self._update_buttons()
+        self.show_error(f"Routing could not be set: {error}")
+
+    def _on_auto_route(self, on: bool) -> None:
+        if self.conversation:
+            self.history.update(self.conversation.id, routed=on)
+            self.conversation = self.history.get(self.conversation.id)
 
     def _fill_speculation(self, models: list[dict]) -> None:
         """Off, prompt lookup, an automatic draft, or any local model as the draft."""
@@ -272,6 +336,7 @@ class MainWindow(QMainWindow):
         has_reply = bool(self.conversation and self.history.messages(self.conversation.id))
         self.regenerate_button.setEnabled(ready and not streaming and has_reply)
         self.edit_button.setEnabled(not streaming and has_reply)
+        self.auto_route.setEnabled(self.routing.on)
 
     # -- errors and notices: the one place they are shown -------------------------
 
@@ -310,6 +375,8 @@ class MainWindow(QMainWindow):
         if any(notices):
             self.show_notice(" ".join(n for n in notices if n))
         self._fill_models(result["models"], result["health"])
+        if self.routing.on:
+            self._apply_routing()
         self.watcher.start()  # downloads an earlier engine began carry on: show them
         self.watchdog.start()
         self._update_buttons()
@@ -322,13 +389,15 @@ class MainWindow(QMainWindow):
     def _fill_models(self, models: list[dict], health: dict) -> None:
         current = (self.conversation and self.conversation.model) or health.get("model")
         self.model_box.clear()
-        models = [m for m in models if m.get("kind") != "embedding"]  # they cannot chat
+        # embedding models cannot chat; "auto" is the conversation's Auto-route box
+        models = [m for m in models if m.get("kind") not in ("embedding", "router")]
         for model in models:
             self.model_box.addItem(f"{model['id']}  ({model['size_bytes'] / 2**20:.0f} MiB)",
                                    model["id"])
         index = self.model_box.findData(current)
         self.model_box.setCurrentIndex(max(index, 0))
         self._fill_speculation(models)
+        self._fill_routing(models)
         self.loaded_model = health.get("model")
         loaded = next((m for m in models if m["id"] == health.get("model")), None)
         memory = health.get("memory") or {}
@@ -446,6 +515,9 @@ class MainWindow(QMainWindow):
 
     def new_conversation(self) -> Conversation:
         self.conversation = self.history.create(model=self.model_box.currentData())
+        if self.auto_route.isChecked() and self.routing.on:  # as the last one was
+            self.history.update(self.conversation.id, routed=True)
+            self.conversation = self.history.get(self.conversation.id)
         self.refresh_conversations()
         self._show_conversation()
         self.composer.setFocus()
@@ -459,6 +531,9 @@ class MainWindow(QMainWindow):
         index = self.model_box.findData(self.conversation.model)
         if index >= 0:
             self.model_box.setCurrentIndex(index)
+        self.auto_route.blockSignals(True)
+        self.auto_route.setChecked(self.conversation.routed)
+        self.auto_route.blockSignals(False)
         self._show_conversation()
 
     def rename_conversation(self) -> None:
@@ -580,12 +655,13 @@ class MainWindow(QMainWindow):
         self.sampling = Sampling(self.temperature.value(), self.top_p.value(),
                                  self.max_tokens.value(), self.seed.value(),
                                  self.speculation.currentData() or "off")
-        save_sampling(self.paths.data / "settings.json", self.sampling)
+        save_settings(self.paths.data / "settings.json", self.sampling)
 
     def _show_conversation(self) -> None:
         shown = []
         if self.conversation:
-            shown = [Shown(str(m.id), m.role, m.content, m.status)
+            shown = [Shown(str(m.id), m.role, m.content, m.status,
+                           " · ".join(p for p in (m.model, m.detail) if p))
                      for m in self.history.messages(self.conversation.id)]
             reply = self._current_reply()
             if reply:
@@ -610,10 +686,14 @@ class MainWindow(QMainWindow):
         self.composer.clear()
         self._generate()
 
-    def _generate(self) -> None:
+    def _generate(self, fresh: bool = False) -> None:
+        """Ask for the conversation's next reply; `fresh`: never the cached answer."""
         conversation = self.conversation
         messages = self.sessions.request(conversation)
-        options = {**self.sampling.as_request(), "model": self.model_box.currentData()}
+        routed = conversation.routed and self.routing.on
+        options = {**self.sampling.as_request(),
+                   "model": "auto" if routed else self.model_box.currentData(),
+                   "response_cache": "refresh" if fresh else None}
         reply = self.sessions.start(conversation.id)
         key = conversation.id
         reply.task = start_task(_stream_reply, self.client, messages, options,
@@ -629,7 +709,7 @@ class MainWindow(QMainWindow):
 
     def _on_reply(self, conversation_id: int, done: Reply) -> None:
         status = "stopped" if done.finish_reason == "stopped" else "complete"
-        self._finish_stream(conversation_id, status)
+        self._finish_stream(conversation_id, status, done.model, done.detail())
         if self.conversation and self.conversation.id == conversation_id:
             self.metrics.show_usage(done.usage, done.n_ctx)
 
@@ -638,8 +718,9 @@ class MainWindow(QMainWindow):
         if self.last_death is None and self.client is not None:
             self.show_error(f"The reply failed: {error}")
 
-    def _finish_stream(self, conversation_id: int, status: str) -> None:
-        self.sessions.finish(conversation_id, status)
+    def _finish_stream(self, conversation_id: int, status: str, model: str | None = None,
+                       detail: str = "") -> None:
+        self.sessions.finish(conversation_id, status, model, detail)
         if self.conversation and self.conversation.id == conversation_id:
             self._show_conversation()
 
@@ -656,7 +737,7 @@ class MainWindow(QMainWindow):
         if messages and messages[-1].role == "assistant":
             self.history.delete_messages_from(self.conversation.id, messages[-1].id)
         if self.history.messages(self.conversation.id):
-            self._generate()
+            self._generate(fresh=True)  # a new answer, not the cached one
 
     def edit_last(self) -> None:
         """Put the last prompt back into the composer and drop it and what followed."""

@@ -17,6 +17,7 @@ class Shown:
     role: str
     content: str
     status: str = "complete"
+    meta: str = ""  # who answered and how: the model, "from the response cache"
 
 
 def with_copy_links(text: str, codes: list[str]) -> str:
@@ -34,7 +35,9 @@ def render(messages: list[Shown]) -> tuple[str, list[str], dict[str, str]]:
     parts = []
     for message in messages:
         texts[message.key] = message.content
-        header = f"**{ROLE_NAMES.get(message.role, message.role)}** · [Copy](copymsg:{message.key})"
+        meta = f" · *{message.meta}*" if message.meta else ""
+        header = (f"**{ROLE_NAMES.get(message.role, message.role)}**{meta} · "
+                  f"[Copy](copymsg:{message.key})")
         body = with_copy_links(message.content, codes) if message.content else "…"
         note = STATUS_NOTES.get(message.status)
         parts.append("\n\n".join(p for p in (header, body, note) if p))
