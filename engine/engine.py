@@ -372,6 +372,8 @@ def _routed(request: GenerationRequest, decision: Decision) -> GenerationRequest
 def _replay(job: Job, answer: Answer, route: dict | None) -> None:
     """Emit a cached answer as the engine would have streamed it."""
     begun = time.perf_counter()
+    if route:  # a cached cascade answer may be the large model's
+        route = {**route, "model": answer.started.model}
     started = replace(answer.started, response_cache="hit", route=route)
     job.emit(started)
     for piece in answer.pieces:

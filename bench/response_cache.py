@@ -1,0 +1,95 @@
+"""The response cache: the time of a hit against a cold request of the same length, in
+one run of one engine (greedy requests through the API; each cold prompt is new, so it
+is generated, then asked again, so it is replayed).
+
+    python bench/response_cache.py [--requests 20] [--tokens 64]
+
+Reported: client round trip per cold request and per hit (p50/p95; the engine's side of
+a hit is less than its round trip on loopback), their ratio, and a streamed hit's
+time to its last chunk. Target: a hit under 10 ms p95.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app.engine_proc import EngineProcess  # noqa: E402
+
+MODEL = "smollm2-135m-instruct-q4_1"
+
+
+def timed(http: httpx.Client, body: dict) -> tuple[float, dict]:
+    began = time.perf_counter()
+    reply = http.post("/v1/chat/completions", json=body)
+    reply.raise_for_status()
+    return time.perf_counter() - began, reply.json()
+
+
+def streamed(http: httpx.Client, body: dict) -> float:
+    began = time.perf_counter()
+    with http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as reply:
+        for _line in reply.iter_lines():
+            pass
+    return time.perf_counter() - began
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[int(q * (len(ordered) - 1))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=20)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=min(os.cpu_count() or 2, 8))
+    args = parser.parse_args()
+    os.environ.setdefault("HOMERACK_HOME", str(ROOT / ".cache" / "bench-home"))
+    engine = EngineProcess(["--threads", str(args.threads), "--model", MODEL, "--ctx", "2048"])
+    address = engine.wait_ready()
+    cold, hits, streams = [], [], []
+    try:
+        with httpx.Client(base_url=address.url, timeout=600,
+                          headers={"Authorization": f"Bearer {address.token}"}) as http:
+            while not http.get("/health").json()["model"]:
+                time.sleep(0.05)
+            for i in range(args.requests + 1):
+                body = {"model": MODEL, "temperature": 0, "max_tokens": args.tokens,
+                        "ignore_eos": True, "messages": [{"role": "user", "content":
+                        f"Tell me a story about the number {uuid.uuid4().int % 10**6}."}]}
+                seconds, first = timed(http, body)
+                again, second = timed(http, body)
+                assert second["homerack"]["response_cache"] == "hit", second["homerack"]
+                assert second["choices"][0]["message"] == first["choices"][0]["message"]
+                if i:  # the first pair warms up
+                    cold.append(seconds)
+                    hits.append(again)
+                    streams.append(streamed(http, body))
+            status = http.get("/health").json()["response_cache"]
+    finally:
+        engine.stop()
+    print(f"\n{args.requests} greedy requests of {args.tokens} tokens, {MODEL}, "
+          f"{args.threads} threads (client round trips on loopback)")
+    print(f"cold      p50 {statistics.median(cold) * 1000:8.1f} ms   p95 {pct(cold, .95) * 1000:8.1f} ms")
+    print(f"hit       p50 {statistics.median(hits) * 1000:8.2f} ms   p95 {pct(hits, .95) * 1000:8.2f} ms")
+    print(f"hit, SSE  p50 {statistics.median(streams) * 1000:8.2f} ms   p95 {pct(streams, .95) * 1000:8.2f} ms")
+    print(f"a hit takes {statistics.median(hits) / statistics.median(cold):.4f}x the time of a "
+          f"cold request ({statistics.median(cold) / statistics.median(hits):.0f}x faster); "
+          "target: under 10 ms p95")
+    print(f"cache: {status['entries']} entries, {status['bytes']} bytes, hits {status['hits']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
