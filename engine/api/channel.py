@@ -51,6 +51,8 @@ class Channel:
 
     async def next(self, job: Job, http: Request):
         """The next event; cancels the job if the client goes away while waiting."""
+        if not self._queue.empty():  # a burst (a step's tokens, a cached answer): no timer
+            return self._queue.get_nowait()
         while True:
             try:
                 return await asyncio.wait_for(self._queue.get(), timeout=0.25)
