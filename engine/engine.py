@@ -63,10 +63,10 @@ class Engine:
         job = Job(next(self._ids), request, emit)
         route = None
         if request.routed:
-            decision = decide(self._routing(), request)
+            routing = self._routing()
+            decision = decide(routing, request)
             job.request = request = _routed(request, decision)
-            route = {"mode": self.routing.mode, "model": decision.model.id,
-                     "reason": decision.reason}
+            route = {"mode": routing.mode, "model": decision.model.id, "reason": decision.reason}
         key = self._cache_key(request)
         if key and request.response_cache == "use":
             answer = self.answers.get(key, request.model.path, self._fingerprints.of(
@@ -177,19 +177,20 @@ class Engine:
                               lambda _e: None))
 
     def _routing(self) -> Routing:
-        if self.routing is None:
+        routing = self.routing  # read once: another thread may turn it off meanwhile
+        if routing is None:
             raise InvalidRequest(
                 "model 'auto' routes each request to a small or a large model, and no pair is "
                 "configured: start the engine with `homerack serve --route SMALL,LARGE` or "
                 "PUT /v1/routing {\"small\": ..., \"large\": ...} (or choose the pair in the "
                 "app's Routing settings)", param="model")
-        return self.routing
+        return routing
 
     def _first_of_cascade(self, job: Job) -> Job:
         """The small model's attempt: held back until its confidence is known; the large
         model answers instead when it is too low."""
         request, held = job.request, []
-        threshold, started_at = self.routing.threshold, time.perf_counter()
+        threshold, started_at = request.escalate_below, time.perf_counter()
 
         def first(event: Event) -> None:
             if isinstance(event, (Started, Delta)):
@@ -259,12 +260,9 @@ class Engine:
                 prompt = self.chat_format_of(request.model).render(list(request.messages), tools)
             else:
                 prompt = request.prompt or ""
-            extra = {}
-            if request.escalate_to:
-                extra = {"escalate_to": self._fingerprints.of(request.escalate_to.path),
-                         "threshold": self.routing.threshold if self.routing else None}
+            escalate = request.escalate_to and self._fingerprints.of(request.escalate_to.path)
             return request_key(request, prompt, self._fingerprints.of(request.model.path),
-                               extra)
+                               escalate)
         except Exception as exc:  # the worker reports a bad template or file properly
             log.debug("response cache: no key (%s)", exc)
             return None
@@ -297,9 +295,9 @@ class Engine:
     def status(self) -> dict:
         loaded = self.host.loaded
         batching = dict(self.main.published)
-        companion = self.companion
+        companion, routing = self.companion, self.routing
         return {
-            "model": loaded.model.id if loaded else None,
+            "model": _model_id(loaded),
             "n_ctx": loaded.llama.n_ctx if loaded else None,
             "offload": self._offload(loaded),
             "busy": bool(batching.get("active")),
@@ -312,10 +310,10 @@ class Engine:
             "batching": batching,
             "embedding_model": self.embedder.model.id if self.embedder.model else None,
             "response_cache": self.answers.status() if self.answers else None,
-            "routing": None if self.routing is None else {
-                **self.routing.as_dict(), "together": companion is not None,
+            "routing": None if routing is None else {
+                **routing.as_dict(), "together": companion is not None,
                 "companion": None if companion is None else {
-                    "model": companion.host.loaded.model.id if companion.host.loaded else None,
+                    "model": _model_id(companion.host.loaded),
                     "load_error": companion.host.load_error,
                     "batching": dict(companion.published)}},
         }
@@ -362,10 +360,15 @@ class Engine:
         self.embedder.close()
 
 
+def _model_id(loaded) -> str | None:
+    return loaded.model.id if loaded else None
+
+
 def _routed(request: GenerationRequest, decision: Decision) -> GenerationRequest:
     cascade = decision.escalate_to is not None
     return replace(request, model=decision.model, routed=False,
-                   escalate_to=decision.escalate_to, measure_confidence=cascade,
+                   escalate_to=decision.escalate_to, escalate_below=decision.threshold,
+                   measure_confidence=cascade,
                    speculation="off" if cascade else request.speculation)
 
 

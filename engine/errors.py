@@ -80,6 +80,12 @@ class MemoryFull(HomerackError):
     kind = "kv_memory_full"
 
 
+class ModelUnloaded(HomerackError):
+    """The model a request waited for was unloaded (the routing pair changed)."""
+    status = 503
+    kind = "model_unloaded"
+
+
 class WorkerLost(HomerackError):
     """A worker holding layers of the loaded model went away: the engine answers what was
     in flight with this, then restarts and plans without it."""

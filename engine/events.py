@@ -29,7 +29,8 @@ class GenerationRequest:
     tools: tuple[dict, ...] | None = None  # given to the chat template with the messages
     grammar: str | None = None  # GBNF the output must match (llama.cpp's grammar sampler)
     routed: bool = False  # model "auto": the engine picks small or large (routing.py)
-    escalate_to: LocalModel | None = None  # cascade: answers instead when `model` is unsure
+    escalate_to: LocalModel | None = None  # cascade: answers instead when `model` is unsure,
+    escalate_below: float = 0.0            # that is, when its confidence is under this
     measure_confidence: bool = False  # report the sampled tokens' probabilities (Usage)
     response_cache: str = "use"  # "use", "refresh" (answer afresh, keep it) or "off"
 

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Callable
 
-from .errors import HomerackError, QueueFull
+from .errors import HomerackError, ModelUnloaded, QueueFull
 from .events import CANCELLED, LOADED, Failed, Job
 from .model_host import EngineSettings, ModelHost
 from .models import ModelStore
@@ -36,6 +36,7 @@ class Lane:
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=settings.max_queue)
         self._pending: Job | None = None  # first in line, waiting for memory or a swap
         self._stopping = False
+        self._closed = False
         self._published_at = 0.0
         self._thread = threading.Thread(target=self._work, name=f"homerack-{name}", daemon=True)
         self._thread.start()
@@ -43,6 +44,8 @@ class Lane:
     # -- called from any thread ---------------------------------------------
 
     def put(self, job: Job) -> None:
+        if self._closed:
+            raise ModelUnloaded("the model was unloaded (the routing pair changed, or the engine is stopping); retry")
         try:
             self._queue.put_nowait(job)
         except queue.Full:
@@ -76,8 +79,10 @@ class Lane:
                 job.emit(Failed(error))
 
     def close(self) -> None:
+        self._closed = True
         self._queue.put(None)
         self._thread.join(timeout=30)
+        self.abandon(ModelUnloaded("the model was unloaded (the routing pair changed, or the engine is stopping); retry"))
 
     # -- the worker thread ----------------------------------------------------
 

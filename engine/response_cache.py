@@ -79,16 +79,18 @@ class Fingerprints:
 
 
 def request_key(request: GenerationRequest, prompt: str, fingerprint: str,
-                extra: dict | None = None) -> str:
+                escalate_to: str | None = None) -> str:
     """The key of everything that shapes the answer. `prompt`: the rendered prompt text
-    (the same text always tokenizes alike with the same model file and build)."""
+    (the same text always tokenizes alike with the same model file and build);
+    `escalate_to`: the fingerprint of the cascade's large model."""
     inputs = {
         "schema": SCHEMA, "build": build_id(), "model": fingerprint, "prompt": prompt,
         "raw": request.messages is None, "sampling": asdict(request.sampling),
         "stop": request.stop, "max_tokens": request.max_tokens,
         "ignore_eos": request.ignore_eos, "tools": request.tools,
         "grammar": request.grammar, "speculation": request.speculation,
-        "cache_prompt": request.cache_prompt, **(extra or {}),
+        "cache_prompt": request.cache_prompt, "escalate_to": escalate_to,
+        "escalate_below": request.escalate_below,
     }
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 

@@ -59,6 +59,7 @@ class Decision:
     model: LocalModel
     reason: str
     escalate_to: LocalModel | None = None  # cascade: the model that answers unreliable ones
+    threshold: float = 0.0  # cascade: the confidence under which it does
 
     def note(self) -> str:
         if self.escalate_to:
@@ -100,7 +101,8 @@ def decide(routing: Routing, request: GenerationRequest) -> Decision:
     large, why = by_rules(request, routing.rules)
     if routing.mode == "cascade" and not (request.tools or request.grammar):
         return Decision(routing.small, f"{routing.large.id} answers when the small answer's "
-                        f"confidence is under {routing.threshold:g}", routing.large)
+                        f"confidence is under {routing.threshold:g}", routing.large,
+                        routing.threshold)
     return Decision(routing.large if large else routing.small, why)
 
 
