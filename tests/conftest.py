@@ -79,9 +79,14 @@ def tiny_store(tmp_path, tiny_model):
 
 def start_engine(home: Path, name: str, args: list[str]):
     """A real `homerack serve` with a HOMERACK_HOME of its own under `home`, sharing the
-    starter models: (its process, the address it listens on, its models folder)."""
+    starter models: (its process, the address it listens on, its models folder).
+
+    Without the response cache unless `args` ask for it: these engines are started to
+    watch them generate, and a repeated greedy question would be replayed instead."""
     from app.engine_proc import EngineProcess
 
+    if "--response-cache-mib" not in args:
+        args = [*args, "--response-cache-mib", "0"]
     env = dict(os.environ, HOMERACK_HOME=str(home / name))
     (home / name / "data").mkdir(parents=True, exist_ok=True)
     models = home / name / "data" / "models"

@@ -122,7 +122,8 @@ def test_an_engine_that_died_evaluating_restarts_without_repacked_weights(home, 
     env = dict(os.environ, HOMERACK_HOME=str(root), HOMERACK_FAULT="repacked-eval")
 
     def engine():
-        process = EngineProcess(["--model", STARTER, "--no-prompt-cache", "--parallel", "1"],
+        process = EngineProcess(["--model", STARTER, "--no-prompt-cache", "--parallel", "1",
+                                 "--response-cache-mib", "0"],  # each start must generate
                                    env=env)  # the repack is used by one sequence alone
         address = process.wait_ready()
         return process, httpx.Client(base_url=address.url, timeout=120,

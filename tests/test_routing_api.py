@@ -15,9 +15,26 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def client(server):
-    address, _, _ = server
-    return openai.OpenAI(base_url=f"{address.url}/v1", api_key=address.token, max_retries=0)
+def cached(home):
+    """An engine with the response cache on (as `homerack serve` starts by default)."""
+    process, address, _ = start_engine(home, "cached", [
+        "--model", STARTER, "--ctx", "2048", "--response-cache-mib", "64"])
+    yield address
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def client(cached):
+    return openai.OpenAI(base_url=f"{cached.url}/v1", api_key=cached.token, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def http(cached):
+    import httpx
+
+    with httpx.Client(base_url=cached.url, timeout=120,
+                      headers={"Authorization": f"Bearer {cached.token}"}) as session:
+        yield session
 
 
 def generated(http) -> int:
@@ -65,9 +82,8 @@ def test_cache_control_and_the_body_field_opt_out(client):
     assert greedy(client, unstored).model_extra["homerack"]["response_cache"] == "miss"
 
 
-def test_anthropic_messages_are_cached_too(server):
-    address, _, _ = server
-    claude = anthropic.Anthropic(base_url=address.url, api_key=address.token, max_retries=0)
+def test_anthropic_messages_are_cached_too(cached):
+    claude = anthropic.Anthropic(base_url=cached.url, api_key=cached.token, max_retries=0)
     question = f"Say hello. ({uuid.uuid4().hex[:6]})"
     answers = [claude.messages.create(model=STARTER, max_tokens=12, extra_body={"temperature": 0},
                                       messages=[{"role": "user", "content": question}])

@@ -143,7 +143,7 @@ def test_chat_api_with_a_draft_is_identical(spec_store, tmp_path):
     home = tmp_path / "home"
     (home / "data").mkdir(parents=True)
     (home / "data" / "models").symlink_to(spec_store.folder)
-    process = EngineProcess(["--ctx", "1024", "--model", "smollm2-f16"],
+    process = EngineProcess(["--ctx", "1024", "--model", "smollm2-f16", "--response-cache-mib", "0"],
                             env=dict(os.environ, HOMERACK_HOME=str(home)))
     address = process.wait_ready()
     client = openai.OpenAI(base_url=f"{address.url}/v1", api_key=address.token, max_retries=0)
