@@ -261,8 +261,10 @@ class Engine:
             else:
                 prompt = request.prompt or ""
             escalate = request.escalate_to and self._fingerprints.of(request.escalate_to.path)
+            override = self._lane_for(request.model).host.overrides.get(request.model.path)
+            n_ctx = override.n_ctx if override and override.n_ctx else self.settings.load.n_ctx
             return request_key(request, prompt, self._fingerprints.of(request.model.path),
-                               escalate)
+                               n_ctx, escalate)
         except Exception as exc:  # the worker reports a bad template or file properly
             log.debug("response cache: no key (%s)", exc)
             return None

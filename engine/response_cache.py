@@ -78,13 +78,15 @@ class Fingerprints:
         return value
 
 
-def request_key(request: GenerationRequest, prompt: str, fingerprint: str,
+def request_key(request: GenerationRequest, prompt: str, fingerprint: str, n_ctx: int,
                 escalate_to: str | None = None) -> str:
     """The key of everything that shapes the answer. `prompt`: the rendered prompt text
-    (the same text always tokenizes alike with the same model file and build);
-    `escalate_to`: the fingerprint of the cascade's large model."""
+    (the same text always tokenizes alike with the same model file and build); `n_ctx`:
+    the context the model is loaded with (an answer without max_tokens ends where it
+    fills); `escalate_to`: the fingerprint of the cascade's large model."""
     inputs = {
         "schema": SCHEMA, "build": build_id(), "model": fingerprint, "prompt": prompt,
+        "n_ctx": n_ctx,
         "raw": request.messages is None, "sampling": asdict(request.sampling),
         "stop": request.stop, "max_tokens": request.max_tokens,
         "ignore_eos": request.ignore_eos, "tools": request.tools,

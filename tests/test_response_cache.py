@@ -79,6 +79,15 @@ def test_a_request_that_differs_anywhere_misses(make_engine, tiny_store, change)
     assert generated(engine) > evaluated
 
 
+def test_another_context_size_misses(make_engine, tiny_store):
+    from engine.model_host import LoadOverride
+
+    engine, model = make_engine(), tiny_store.resolve("tiny")
+    ask(engine, model)
+    engine.load(model, LoadOverride(n_ctx=128))
+    assert ask(engine, model)[0].response_cache == "miss"
+
+
 def test_sampling_without_a_seed_never_touches_the_cache(make_engine, tiny_store):
     engine, model = make_engine(), tiny_store.resolve("tiny")
     hot = SamplingParams(temperature=0.9)
