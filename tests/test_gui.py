@@ -467,6 +467,7 @@ def test_routing_and_the_response_cache_are_shown_per_message(qtbot, open_window
     window.new_conversation()
     window.auto_route.setChecked(True)
     assert window.history.get(window.conversation.id).routed
+    assert not window.model_box.isEnabled()  # "auto" chooses for each reply
     window.send("What is the capital of Italy?")
     wait_reply(qtbot, window)
     window.send("Write a Python function that adds two numbers.")
@@ -478,6 +479,7 @@ def test_routing_and_the_response_cache_are_shown_per_message(qtbot, open_window
     assert STARTER in shown and GEMMA in shown
     # the same question again, in a new conversation without routing: from the cache
     window.auto_route.setChecked(False)
+    assert window.model_box.isEnabled()
     window.new_conversation()
     window.model_box.setCurrentIndex(window.model_box.findData(STARTER))
     for _ in range(2):

@@ -312,6 +312,7 @@ class MainWindow(QMainWindow):
         if self.conversation:
             self.history.update(self.conversation.id, routed=on)
             self.conversation = self.history.get(self.conversation.id)
+        self._update_buttons()
 
     def _fill_speculation(self, models: list[dict]) -> None:
         """Off, prompt lookup, an automatic draft, or any local model as the draft."""
@@ -337,6 +338,8 @@ class MainWindow(QMainWindow):
         self.regenerate_button.setEnabled(ready and not streaming and has_reply)
         self.edit_button.setEnabled(not streaming and has_reply)
         self.auto_route.setEnabled(self.routing.on)
+        routed = bool(self.conversation and self.conversation.routed and self.routing.on)
+        self.model_box.setEnabled(not routed)  # "auto" picks the model of each reply
 
     # -- errors and notices: the one place they are shown -------------------------
 
