@@ -92,6 +92,14 @@ def test_anthropic_messages_are_cached_too(cached):
     assert [a.model_extra["homerack"]["response_cache"] for a in answers] == ["miss", "hit"]
 
 
+def test_responses_are_cached_too(client):
+    question = f"Say goodbye. ({uuid.uuid4().hex[:6]})"
+    answers = [client.responses.create(model=STARTER, input=question, temperature=0,
+                                       max_output_tokens=12) for _ in range(2)]
+    assert answers[1].output_text == answers[0].output_text
+    assert [a.model_extra["homerack"]["response_cache"] for a in answers] == ["miss", "hit"]
+
+
 def test_auto_without_a_pair_is_400_saying_how(client):
     with pytest.raises(openai.BadRequestError) as raised:
         client.chat.completions.create(model="auto", messages=[{"role": "user", "content": "hi"}])

@@ -19,7 +19,7 @@ from ..agent.json_schema import check
 from ..agent.tool_stream import CallArgs, CallStart, Text
 from ..engine import Engine
 from ..errors import HomerackError, InvalidRequest
-from .openai_routes import cancelled
+from .openai_routes import cancelled, extension
 from .schemas import _Sampling, text_of
 from .turns import Done, Turn, conversation_turn, guarded
 
@@ -192,7 +192,8 @@ def router(engine: Engine) -> APIRouter:
         output = _Output()
         output.text.append(got.text)
         output.calls = [_call_item(start, args) for start, args in got.calls]
-        return _response(body, response_id, started.model, output, got.done)
+        return {**_response(body, response_id, started.model, output, got.done),
+                "homerack": extension(started, turn.notes)}
 
     return api
 
