@@ -106,16 +106,19 @@ def cmd_serve(args) -> int:
 
 def _routing(store, args):
     """The pair of --route, checked before the engine starts."""
-    from engine.routing import DEFAULT_THRESHOLD, Routing
+    from engine.errors import HomerackError
+    from engine.routing import DEFAULT_THRESHOLD, pair
 
     if not args.route:
         return None
     names = [name.strip() for name in args.route.split(",")]
     if len(names) != 2 or not all(names):
         raise SystemExit("--route takes two models: SMALL,LARGE")
-    small, large = (store.resolve(name) for name in names)
     threshold = DEFAULT_THRESHOLD if args.route_threshold is None else args.route_threshold
-    return Routing(small, large, args.route_mode, threshold)
+    try:
+        return pair(store, *names, args.route_mode, threshold)
+    except HomerackError as exc:
+        raise SystemExit(f"--route: {exc.message}") from None
 
 
 def _cache_limits(args):

@@ -92,10 +92,6 @@ class EngineClient:
         """action: "pause", "resume" or "cancel"."""
         return self._checked(self._http.post(f"/v1/downloads/{download_id}/{action}")).json()
 
-    def routing(self) -> dict:
-        """The pair behind model "auto" (GET /v1/routing)."""
-        return self._checked(self._http.get("/v1/routing")).json()
-
     def set_routing(self, small: str | None, large: str | None, mode: str = "rules") -> dict:
         """Turn routing on with a pair (its plan says whether both stay loaded), or off."""
         if not small or not large:

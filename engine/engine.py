@@ -67,14 +67,13 @@ class Engine:
             decision = decide(routing, request)
             job.request = request = _routed(request, decision)
             route = {"mode": routing.mode, "model": decision.model.id, "reason": decision.reason}
-        key = self._cache_key(request)
-        if key and request.response_cache == "use":
-            answer = self.answers.get(key, request.model.path, self._fingerprints.of(
-                request.model.path))
+        cached = self._cache_key(request)
+        if cached and request.response_cache == "use":
+            answer = self.answers.get(*cached, request.model.path)
             if answer:
                 _replay(job, answer, route)
                 return job
-        job.emit = self._recorder(job, key, route)
+        job.emit = self._recorder(job, cached, route)
         if request.escalate_to:
             self._lane_for(request.model).put(self._first_of_cascade(job))
         else:
@@ -248,9 +247,10 @@ class Engine:
 
     # -- the response cache -------------------------------------------------------------
 
-    def _cache_key(self, request: GenerationRequest) -> str | None:
-        """The request's key in the response cache; None when it may not be answered from
-        it or stored (not deterministic, opted out, no cache, nothing to generate)."""
+    def _cache_key(self, request: GenerationRequest) -> tuple[str, str] | None:
+        """The request's key in the response cache and its model's fingerprint; None when
+        it may not be answered from it or stored (not deterministic, opted out, no cache,
+        nothing to generate)."""
         if (self.answers is None or not request.generates or request.response_cache == "off"
                 or not deterministic(request)):
             return None
@@ -263,29 +263,29 @@ class Engine:
             escalate = request.escalate_to and self._fingerprints.of(request.escalate_to.path)
             override = self._lane_for(request.model).host.overrides.get(request.model.path)
             n_ctx = override.n_ctx if override and override.n_ctx else self.settings.load.n_ctx
-            return request_key(request, prompt, self._fingerprints.of(request.model.path),
-                               n_ctx, escalate)
+            fingerprint = self._fingerprints.of(request.model.path)
+            return request_key(request, prompt, fingerprint, n_ctx, escalate), fingerprint
         except Exception as exc:  # the worker reports a bad template or file properly
             log.debug("response cache: no key (%s)", exc)
             return None
 
-    def _recorder(self, job: Job, key: str | None, route: dict | None):
-        """The job's emit, marking its start and keeping a finished answer for the cache."""
+    def _recorder(self, job: Job, cached: tuple[str, str] | None, route: dict | None):
+        """The job's emit, marking its start and keeping a finished answer for the cache
+        under `cached` (key, model fingerprint)."""
         emit, pieces, first = job.emit, [], []
-        mark = None if key is None else ("bypass" if job.request.response_cache != "use"
-                                          else "miss")
+        mark = None if cached is None else ("bypass" if job.request.response_cache != "use"
+                                             else "miss")
 
         def record(event: Event) -> None:
             if isinstance(event, Started):
                 event = replace(event, response_cache=mark, route=event.route or route)
                 first.append(event)
-            elif isinstance(event, Delta) and key:
+            elif isinstance(event, Delta) and cached:
                 pieces.append(event.text)
-            elif (isinstance(event, Finished) and key and first
+            elif (isinstance(event, Finished) and cached and first
                   and event.finish_reason in ("stop", "length")):
                 started = replace(first[0], route=None, response_cache=None)
-                self.answers.put(key, job.request.model.path,
-                                 self._fingerprints.of(job.request.model.path),
+                self.answers.put(*cached, job.request.model.path,
                                  Answer(started, tuple(pieces), event.finish_reason,
                                         event.usage.completion_tokens))
             emit(event)

@@ -134,7 +134,7 @@ class ModelHost:
     """Loads models by plan and holds the loaded one, its drafts and their controllers."""
 
     def __init__(self, store: ModelStore, settings: EngineSettings, cluster=None,
-                 reserved=lambda: 0):
+                 reserved=dict):
         self.store = store
         self.reserved = reserved  # bytes per device other models hold ("CPU": RAM)
         self.settings = settings

@@ -106,13 +106,15 @@ class ResponseCache:
         self._lock = threading.Lock()
         self._writes: queue.Queue = queue.Queue()
         self._unwritten: dict[str, tuple[bytes, str, str]] = {}  # queued puts, readable now
+        self._current: set[tuple[str, str]] = set()  # (model path, fingerprint) whose older
+        # versions' rows were deleted
         self._db = self._open()
         self._bytes = self._total() if self._db else 0
         threading.Thread(target=self._write_loop, name="homerack-answers", daemon=True).start()
 
     # -- reading (any thread) ---------------------------------------------------------
 
-    def get(self, key: str, model_path: Path, fingerprint: str) -> Answer | None:
+    def get(self, key: str, fingerprint: str, model_path: Path) -> Answer | None:
         if self._db is None:
             return None
         try:
@@ -125,7 +127,10 @@ class ResponseCache:
             return None
         if row is None:
             self.stats["misses"] += 1
-            self._writes.put(("forget_stale", str(model_path), fingerprint))
+            version = (str(model_path), fingerprint)
+            if version not in self._current:  # once per model file version and process
+                self._current.add(version)
+                self._writes.put(("forget_stale", *version))
             return None
         body, digest, stored_for = row
         try:
@@ -142,7 +147,7 @@ class ResponseCache:
         self._writes.put(("touch", key, time.time()))
         return answer
 
-    def put(self, key: str, model_path: Path, fingerprint: str, answer: Answer) -> None:
+    def put(self, key: str, fingerprint: str, model_path: Path, answer: Answer) -> None:
         if self._db is not None:
             body = answer.to_json()
             with self._lock:

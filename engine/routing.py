@@ -15,8 +15,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .errors import InvalidRequest
 from .events import GenerationRequest
-from .models import LocalModel
+from .models import LocalModel, ModelStore
 
 MODES = ("rules", "cascade")
 # The small model's confidence (geometric-mean probability of its tokens) says how good
@@ -52,6 +53,19 @@ class Routing:
                 "threshold": self.threshold, "rules": {
                     "long_prompt_chars": self.rules.long_prompt_chars,
                     "deep_turns": self.rules.deep_turns}}
+
+
+def pair(store: ModelStore, small: str, large: str, mode: str = "rules",
+         threshold: float = DEFAULT_THRESHOLD) -> Routing:
+    """The routing pair of two model ids, checked: two different files that can chat."""
+    models = store.resolve(small), store.resolve(large)
+    for model, param in zip(models, ("small", "large")):
+        if store.kind_of(model) != "chat":
+            raise InvalidRequest(f"{model.id} cannot chat (an embedding model or an "
+                                 "unreadable file)", param=param)
+    if models[0].path == models[1].path:
+        raise InvalidRequest("the small and the large model are the same file", param="large")
+    return Routing(*models, mode, threshold)
 
 
 @dataclass(frozen=True)

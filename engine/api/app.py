@@ -23,8 +23,8 @@ from ..metrics import prometheus_text
 from ..model_host import LoadOverride
 from . import anthropic_routes, embeddings_routes, openai_routes, responses_routes
 from .channel import Channel
+from ..routing import pair
 from .openai_routes import error_body
-from ..routing import Routing
 from .schemas import LoadRequest, RoutingRequest
 
 
@@ -121,24 +121,17 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = ())
         routing = engine.routing
         if routing is None:
             return {"routing": None}
-        pair = await asyncio.to_thread(engine.plan_pair, routing.small, routing.large)
-        return {"routing": routing.as_dict(), "plan": pair}
+        plan = await asyncio.to_thread(engine.plan_pair, routing.small, routing.large)
+        return {"routing": routing.as_dict(), "plan": plan}
 
     @app.put("/v1/routing", dependencies=guarded)
     async def put_routing(body: RoutingRequest):
         """Turn routing on with this pair: both models load when they fit together; the
         answer's plan says whether they do (when not, each switch swaps the model)."""
-        small, large = engine.store.resolve(body.small), engine.store.resolve(body.large)
-        for model, param in ((small, "small"), (large, "large")):
-            if await asyncio.to_thread(engine.store.kind_of, model) != "chat":
-                raise InvalidRequest(f"{model.id} cannot chat (an embedding model or an "
-                                     "unreadable file)", param=param)
-        if small.path == large.path:
-            raise InvalidRequest("the small and the large model are the same file",
-                                 param="large")
-        routing = Routing(small, large, body.mode, body.threshold)
-        pair = await asyncio.to_thread(engine.set_routing, routing)
-        return {"routing": routing.as_dict(), "plan": pair}
+        routing = await asyncio.to_thread(pair, engine.store, body.small, body.large,
+                                          body.mode, body.threshold)
+        plan = await asyncio.to_thread(engine.set_routing, routing)
+        return {"routing": routing.as_dict(), "plan": plan}
 
     @app.delete("/v1/routing", dependencies=guarded)
     async def delete_routing():
