@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test setup llama bench bench-tools clean
+.PHONY: run test setup llama bench bench-tools package package-test clean
 
 run: setup
 	$(VENV)/bin/homerack models --quiet
@@ -40,5 +40,18 @@ bench: setup
 bench-tools: setup
 	$(PY) bench/build_tools.py
 
+# The double-click app (README, "Install the app"): dist/homerack/, its .tar.gz and .deb.
+# The first run builds llama.cpp portable (every CPU variant): about 30 minutes on 2 cores.
+package: setup $(VENV)/.homerack-package-deps
+	$(PY) packaging/package.py
+
+$(VENV)/.homerack-package-deps: packaging/requirements-package.txt | $(PY)
+	$(PIP) install -r packaging/requirements-package.txt
+	touch $@
+
+# Runs what `make package` made, as a new user would (needs xvfb-run for the window).
+package-test: package
+	$(PY) packaging/package_test.py
+
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) build dist

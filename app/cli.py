@@ -12,7 +12,8 @@ from contextlib import contextmanager
 from .cluster import cmd_pair, cmd_worker, cmd_workers
 from .engine_proc import EngineAddress, remove_engine_file, write_engine_file
 from .history import DEFAULT_SYSTEM_PROMPT
-from .paths import paths
+from .paths import bundled_models, paths
+from .self_test import PROMPT
 
 
 def _store(quiet: bool = False):
@@ -20,7 +21,7 @@ def _store(quiet: bool = False):
     from engine.models import ModelStore
 
     where = paths()
-    store = ModelStore(where.models, GGUFInspector(where.gguf_cache))
+    store = ModelStore(where.models, GGUFInspector(where.gguf_cache), bundled_models())
     store.install_starters(log=(lambda _m: None) if quiet else
                            (lambda m: print(m, file=sys.stderr, flush=True)))
     return store
@@ -267,6 +268,7 @@ def cmd_hardware(args) -> int:
     print(f"RAM        {hardware.ram_available_bytes / 2**30:7.1f} of "
           f"{hardware.ram_total_bytes / 2**30:7.1f} GiB available; "
           f"{hardware.cpu_cores} CPU cores")
+    print(f"llama.cpp CPU backend: {hardware.cpu_backend}")
     return 0
 
 
@@ -416,6 +418,16 @@ def launch_desktop() -> int:
     return gui_main(["--model", DEFAULT_MODEL])
 
 
+def cmd_self_test(args) -> int:
+    if args.gui:
+        from ui.self_test import check_window  # composition: the CLI starts the app
+
+        return check_window(args.gui, args.prompt, args.timeout)
+    from .self_test import check_engine
+
+    return check_engine(args.prompt, args.timeout)
+
+
 # -- entry ------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -529,6 +541,13 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--split", metavar="N,...", help="layers on each worker")
     plan.set_defaults(func=cmd_plan)
 
+    check = sub.add_parser("self-test", help="start the engine, load the starter model and "
+                                             "answer a question (checks an installation)")
+    check.add_argument("--gui", metavar="PNG", help="through the desktop window; save it here")
+    check.add_argument("--prompt", default=PROMPT)
+    check.add_argument("--timeout", type=float, default=180.0, help="seconds")
+    check.set_defaults(func=cmd_self_test)
+
     desktop = sub.add_parser("install-desktop", help="add Homerack to the desktop menu")
     desktop.set_defaults(func=cmd_install_desktop)
     return parser
@@ -541,4 +560,10 @@ def main(argv: list[str] | None = None) -> int:
         return launch_desktop()
     if args.command == "models" and args.action == "add" and not args.path:
         build_parser().error("models add needs a path")
-    return args.func(args)
+    from engine.errors import HomerackError
+
+    try:
+        return args.func(args)
+    except HomerackError as exc:  # what a command did not handle itself: said, not a traceback
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 1

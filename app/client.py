@@ -51,6 +51,9 @@ class EngineClient:
     def health(self) -> dict:
         return self._checked(self._http.get("/health", timeout=5)).json()
 
+    def hardware(self) -> dict:
+        return self._checked(self._http.get("/v1/hardware", timeout=30)).json()
+
     def cluster(self) -> dict:
         """The machines, their stages and links (GET /v1/cluster)."""
         return self._checked(self._http.get("/v1/cluster", timeout=5)).json()

@@ -14,6 +14,8 @@ import sys
 import threading
 import time
 
+from engine.spawn import module_command
+
 from .paths import paths
 
 EXIT_REPLAN = 75  # the engine child's "a worker was lost: start me again"
@@ -190,7 +192,7 @@ def supervise(args, argv: list[str], on_ready) -> int:
     signal.signal(signal.SIGTERM, stop)
     restarts: list[float] = []
     while True:
-        child = subprocess.Popen([sys.executable, "-m", "app", *argv, "--fd", str(sock.fileno())],
+        child = subprocess.Popen(module_command("app", *argv, "--fd", str(sock.fileno())),
                                  pass_fds=[sock.fileno()])
         try:
             code = child.wait()

@@ -7,11 +7,15 @@ import shutil
 import sys
 from pathlib import Path
 
+from engine.spawn import frozen
+
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 
 
 def _launcher() -> str:
     """The command that starts this installation's app, absolute so menus find it."""
+    if frozen():
+        return sys.executable  # the packaged app's own executable
     script = shutil.which("homerack") or str(Path(sys.executable).with_name("homerack"))
     return script if Path(script).exists() else f"{sys.executable} -m app"
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import httpx
+
+from engine.spawn import module_command
 
 LISTENING = "listening on "
 
@@ -73,7 +74,7 @@ class EngineProcess:
         child_env = dict(os.environ if env is None else env, HOMERACK_TOKEN=self.token,
                          PYTHONUNBUFFERED="1")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "app", "serve", "--port", "0", *args],
+            module_command("app", "serve", "--port", "0", *args),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env)
         self.output: list[str] = []
 

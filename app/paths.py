@@ -4,10 +4,13 @@ it under one folder instead: tests and portable installs use it."""
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
+
+from engine.spawn import frozen
 
 
 @dataclass(frozen=True)
@@ -50,3 +53,8 @@ def paths() -> Paths:
         Path(platformdirs.user_cache_dir("homerack")),
         Path(platformdirs.user_runtime_dir("homerack")),
     )
+
+
+def bundled_models() -> Path | None:
+    """The packaged app's starter models, beside its libraries (None outside the app)."""
+    return Path(sys._MEIPASS) / "models" if frozen() else None

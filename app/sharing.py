@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import socket
 import subprocess
-import sys
 import threading
 import time
+
+from engine.spawn import module_command
 
 from .paths import paths
 
@@ -27,7 +28,7 @@ class SharedMachine:
     """This machine shared from the app: a `homerack worker` child, its address and code."""
 
     def __init__(self, args: list[str] = ()):
-        self.process = subprocess.Popen([sys.executable, "-m", "app", "worker", *args],
+        self.process = subprocess.Popen(module_command("app", "worker", *args),
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True)
         self.address = self.code = None

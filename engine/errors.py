@@ -30,6 +30,11 @@ class InvalidModelFile(HomerackError):
     param = "model"
 
 
+class BackendLoadFailed(HomerackError):
+    """llama.cpp's backends could not be loaded as asked (HOMERACK_CPU_VARIANT)."""
+    kind = "backend_load_failed"
+
+
 class ModelLoadFailed(HomerackError):
     status = 500
     kind = "model_load_failed"

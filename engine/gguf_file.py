@@ -283,6 +283,20 @@ class GGUFInspector:
             self._save()
         return info
 
+    def record(self, path: str | os.PathLike) -> dict:
+        """What `inspect` read of `path`, as JSON data (a bundle ships it: `remember`)."""
+        self.inspect(path)
+        with self._lock:
+            return self._entries[self._key(Path(path))]
+
+    def remember(self, path: str | os.PathLike, record: dict) -> None:
+        """Take `record` (from `record`, for a copy of this very file) as read from `path`:
+        a large vocabulary takes seconds to parse, and a bundle's files are known."""
+        key = self._key(Path(path))
+        with self._lock:
+            self._entries[key] = {**record, "path": str(path)}
+            self._save()
+
     def known(self, path: str | os.PathLike) -> bool:
         """Whether `inspect` would answer at once (from the cache, not by parsing)."""
         try:

@@ -27,6 +27,7 @@ class Hardware:
     cpu_cores: int
     unified_memory: bool = False  # GPUs share system RAM (Apple silicon)
     cpu_repack: bool = False      # the CPU backend repacks 4-bit weights (x86 with AVX2)
+    cpu_backend: str = ""         # which build of llama.cpp's CPU backend runs (native.py)
 
     @property
     def gpus(self) -> tuple[Device, ...]:

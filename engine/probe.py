@@ -40,6 +40,8 @@ def device_handles(lib=None):
 def probe() -> Hardware:
     import llama_cpp
 
+    from .native import backends
+
     lib = registry_lib()
     devices = []
     for name, handle in device_handles(lib):
@@ -53,7 +55,8 @@ def probe() -> Hardware:
     features = llama_cpp.llama_print_system_info().decode()
     return Hardware(tuple(devices), memory.total, memory.available,
                     psutil.cpu_count(logical=False) or os.cpu_count() or 1,
-                    cpu_repack="REPACK = 1" in features and "AVX2 = 1" in features)
+                    cpu_repack="REPACK = 1" in features and "AVX2 = 1" in features,
+                    cpu_backend=backends().describe())
 
 
 def device_array(names: tuple[str, ...]):

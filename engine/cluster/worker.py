@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Callable
 
 import psutil
 
+from ..spawn import module_command
 from .gateway import Gateway
 from .identity import certificate_fingerprint, ensure_identity, server_context, short
 from .pairing import Grants
@@ -80,7 +80,7 @@ class Worker:
                 "rpc_restarts": self.rpc_restarts}
 
     def _start_rpc(self) -> subprocess.Popen:
-        args = [sys.executable, "-m", "engine.rpc", self.rpc_endpoint, str(self.config.threads)]
+        args = module_command("engine.rpc", self.rpc_endpoint, str(self.config.threads))
         if self.config.cache_dir:
             self.config.cache_dir.mkdir(parents=True, exist_ok=True)
             args.append(str(self.config.cache_dir))

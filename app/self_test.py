@@ -1,0 +1,49 @@
+"""`homerack self-test`: proves an installation works end to end, as a person would use
+it: the engine started as the app starts it (a child process of this executable), the
+starter chat model loaded, a question answered. `--gui PNG` does it through the desktop
+window instead and saves what the window shows. `make package-test` runs both on the
+packaged app; it works the same from a source checkout.
+
+Prints the seconds from this process's launch to the first token of the answer (the
+launch includes unpacking and importing the app: what a person waits for).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import psutil
+
+from engine.models import DEFAULT_MODEL
+
+from .client import EngineClient, Reply
+from .engine_proc import EngineProcess
+
+PROMPT = "What is the capital of France? Answer in one sentence."
+
+
+def since_launch() -> float:
+    return time.time() - psutil.Process().create_time()
+
+
+def check_engine(prompt: str = PROMPT, timeout: float = 180.0) -> int:
+    engine = EngineProcess(["--model", DEFAULT_MODEL, "--response-cache-mib", "0"])
+    try:
+        client = EngineClient(engine.wait_ready(timeout), timeout=timeout)
+        print(f"llama.cpp CPU backend: {client.hardware()['cpu_backend']}", flush=True)
+        reply, first = Reply(), None
+        messages = [{"role": "user", "content": prompt}]
+        for _piece in client.stream_chat(messages, reply, model=DEFAULT_MODEL,
+                                         temperature=0, max_tokens=48):
+            first = first or since_launch()
+        client.close()
+    finally:
+        engine.stop()
+    if not reply.text.strip():
+        print(f"self-test failed: {DEFAULT_MODEL} gave no answer ({reply.finish_reason})",
+              file=sys.stderr)
+        return 1
+    print(f"answer from {reply.model}: {reply.text.strip()!r}")
+    print(f"first token {first:.1f} s after launch; self-test passed", flush=True)
+    return 0

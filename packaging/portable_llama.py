@@ -1,0 +1,147 @@
+"""Build llama.cpp's libraries for the packaged app: one build for every CPU of a kind.
+
+    python packaging/portable_llama.py            # prints the folder of the libraries
+
+The bundle cannot be compiled for the machine it lands on, so it carries llama.cpp the
+way llama.cpp's own releases do: the CPU backend in every variant the compiler can make
+(`GGML_CPU_ALL_VARIANTS`), each a module loaded at run time (`GGML_BACKEND_DL`); the
+loader (engine/native.py) asks each for its score on this CPU and keeps the best. The
+AMX variant (sapphirerapids) is left out: its kernels crash on the first decode on such
+CPUs (llama.cpp #20824, unfixed), so a Xeon with AMX gets the AVX-512 one instead.
+
+The source is the llama.cpp commit llama-cpp-python vendors (its sdist, from the package
+index), so the Python bindings match the libraries. The result is cached under a key of
+version, flags, compiler and machine: about 35 minutes on 2 cores the first time.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from llama_backend import PACKAGE, VERSION
+
+# llama.cpp's variant list (ggml/src/CMakeLists.txt) minus the one that crashes
+EXCLUDED_VARIANTS = ("sapphirerapids",)
+CMAKE_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON",
+    "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON", "-DGGML_NATIVE=OFF",
+    "-DGGML_RPC=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_COMMON=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF",
+    "-DLLAMA_BUILD_SERVER=OFF",
+    # the libraries find each other in their own folder, wherever it is unpacked
+    "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN",
+)
+# GPU backends for the bundle, built as modules beside the CPU variants (macOS: Metal;
+# Windows: Vulkan, CUDA; packaging/build_macos.sh and build_windows.ps1 set it)
+EXTRA_FLAGS = tuple(os.environ.get("HOMERACK_PORTABLE_CMAKE_ARGS", "").split())
+# what the bindings load by name, and what those need by SONAME
+LINKED = ("llama", "ggml", "ggml-base")
+MODULE_PREFIX, MODULE_SUFFIX = ("ggml-", ".dll") if sys.platform == "win32" else ("libggml-", ".so")
+
+
+def linked_files(name: str) -> tuple[str, ...]:
+    """A linked library's plain name (what the bindings open) and its SONAME."""
+    if sys.platform == "win32":
+        return (f"{name}.dll",)
+    if sys.platform == "darwin":
+        return (f"lib{name}.dylib", f"lib{name}.0.dylib")
+    return (f"lib{name}.so", f"lib{name}.so.0")
+
+
+def _compiler() -> str:
+    compiler = os.environ.get("CXX") or shutil.which("c++") or "c++"
+    done = subprocess.run([compiler, "--version"], capture_output=True, text=True)
+    return done.stdout.splitlines()[0] if done.returncode == 0 else compiler
+
+
+def cache_folder() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    identity = {"version": VERSION, "flags": CMAKE_FLAGS + EXTRA_FLAGS, "excluded": EXCLUDED_VARIANTS,
+                "compiler": _compiler(), "machine": platform.machine()}
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    return base / "homerack" / "portable" / f"{VERSION}-{key}"
+
+
+def _source(work: Path) -> Path:
+    """llama-cpp-python's sdist, unpacked; its vendored llama.cpp with the AMX variant
+    taken out of the variant list."""
+    tree = work / f"llama_cpp_python-{VERSION}"
+    if not tree.exists():
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
+                        ":all:", "-d", str(work), f"{PACKAGE}=={VERSION}"], check=True)
+        with tarfile.open(work / f"llama_cpp_python-{VERSION}.tar.gz") as archive:
+            archive.extractall(work, filter="data")
+    lists = tree / "vendor" / "llama.cpp" / "ggml" / "src" / "CMakeLists.txt"
+    text = lists.read_text()
+    kept = [line for line in text.splitlines(keepends=True)
+            if not any(f"ggml_add_cpu_backend_variant({name} " in line
+                       for name in EXCLUDED_VARIANTS)]
+    lists.write_text("".join(kept))
+    return tree / "vendor" / "llama.cpp"
+
+
+def build(into: Path) -> Path:
+    """Compile and collect the libraries into `into`/lib; returns that folder."""
+    work = into / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    source = _source(work)
+    binary = work / "build"
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    subprocess.run(["cmake", "-S", str(source), "-B", str(binary), *generator, *CMAKE_FLAGS,
+                    *EXTRA_FLAGS],
+                   check=True)
+    jobs = str(os.cpu_count() or 2)
+    subprocess.run(["cmake", "--build", str(binary), "--target", "llama", "ggml",
+                    "--parallel", jobs], check=True)
+    return collect(binary / "bin", into / "lib")
+
+
+def collect(built: Path, lib: Path) -> Path:
+    """The backend modules as they are, and each linked library under its plain name
+    (what the bindings open) and its SONAME (what the others need): real files, not
+    links, so every archive and installer keeps them."""
+    staging = lib.with_name("lib.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    linked = {file for name in LINKED for file in linked_files(name)}
+    for module in sorted(built.glob(f"{MODULE_PREFIX}*{MODULE_SUFFIX}")):
+        if module.name not in linked and not module.is_symlink():
+            shutil.copy2(module, staging / module.name)
+    for file in sorted(linked):
+        shutil.copy2(built / file, staging / file, follow_symlinks=True)
+    variants = sorted(p.name for p in staging.glob(f"{MODULE_PREFIX}cpu-*{MODULE_SUFFIX}"))
+    if not variants or any(name in v for v in variants for name in EXCLUDED_VARIANTS):
+        raise SystemExit(f"unexpected CPU variants in {built}: {variants}")
+    shutil.rmtree(lib, ignore_errors=True)
+    staging.rename(lib)
+    return lib
+
+
+def main() -> int:
+    into = cache_folder()
+    lib = into / "lib"
+    if not (lib / linked_files("llama")[0]).exists():
+        print(f"building portable llama.cpp {VERSION} (every CPU variant but "
+              f"{', '.join(EXCLUDED_VARIANTS)}; about 35 minutes on 2 cores) ...",
+              file=sys.stderr, flush=True)
+        build(into)
+        shutil.rmtree(into / "work", ignore_errors=True)
+    variants = sorted(p.stem.removeprefix(f"{MODULE_PREFIX}cpu-")
+                      for p in lib.glob(f"{MODULE_PREFIX}cpu-*{MODULE_SUFFIX}"))
+    print(f"portable llama.cpp: {len(variants)} CPU variants ({' '.join(variants)})",
+          file=sys.stderr, flush=True)
+    print(lib)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
