@@ -117,7 +117,7 @@ def check_worker(exe: Path, home: Path) -> str:
             time.sleep(0.5)
         if not rpc or worker.poll() is not None:
             raise Failed("the worker did not start its RPC server:\n" + "\n".join(lines))
-        return lines[0]
+        return next(line for line in lines if "listening on" in line)
     finally:
         worker.terminate()
         worker.wait(30)
@@ -205,7 +205,7 @@ def main() -> int:
         results.append("FAIL  the .deb: none in dist/")
         failed += 1
     bundle = OUT / "unpacked" / "homerack"
-    size = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())
+    size = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file() and not p.is_symlink())
     print()
     print(f"bundle {size / 2**20:.0f} MiB unpacked; tar.gz {tarballs[-1].stat().st_size / 2**20:.0f} MiB"
           + (f"; .deb {debs[-1].stat().st_size / 2**20:.0f} MiB" if debs else ""))
