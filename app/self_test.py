@@ -13,11 +13,12 @@ from __future__ import annotations
 import sys
 import time
 
+import httpx
 import psutil
 
 from engine.models import DEFAULT_MODEL
 
-from .client import EngineClient, Reply
+from .client import EngineClient, EngineError, Reply
 from .engine_proc import EngineProcess
 
 PROMPT = "What is the capital of France? Answer in one sentence."
@@ -29,15 +30,22 @@ def since_launch() -> float:
 
 def check_engine(prompt: str = PROMPT, timeout: float = 180.0) -> int:
     engine = EngineProcess(["--model", DEFAULT_MODEL, "--response-cache-mib", "0"])
+    reply, first = Reply(), None
     try:
         client = EngineClient(engine.wait_ready(timeout), timeout=timeout)
         print(f"llama.cpp CPU backend: {client.hardware()['cpu_backend']}", flush=True)
-        reply, first = Reply(), None
         messages = [{"role": "user", "content": prompt}]
         for _piece in client.stream_chat(messages, reply, model=DEFAULT_MODEL,
                                          temperature=0, max_tokens=48):
             first = first or since_launch()
         client.close()
+    except RuntimeError as exc:  # it did not start; the message ends with its output
+        print(f"self-test failed: {exc}", file=sys.stderr)
+        return 1
+    except (EngineError, httpx.HTTPError) as exc:
+        tail = "\n".join(engine.output[-20:])
+        print(f"self-test failed: {exc}\nthe engine's last lines:\n{tail}", file=sys.stderr)
+        return 1
     finally:
         engine.stop()
     if not reply.text.strip():
