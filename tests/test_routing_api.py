@@ -38,8 +38,21 @@ def http(cached):
 
 
 def generated(http) -> int:
-    batching = http.get("/health").json()["batching"]
-    return batching["generated_tokens"] + batching["prompt_tokens"]
+    """Tokens the engine has evaluated, once its figures have settled: they are published
+    after the step that finished a request, which can be after its client has the answer."""
+    import time
+
+    def read() -> int:
+        batching = http.get("/health").json()["batching"]
+        return batching["generated_tokens"] + batching["prompt_tokens"]
+
+    last = read()
+    while True:
+        time.sleep(0.3)  # > PUBLISH_S (engine/lane.py)
+        now = read()
+        if now == last:
+            return now
+        last = now
 
 
 def greedy(client, question, **extra):
