@@ -122,5 +122,7 @@ def test_self_test_through_the_window_shows_the_starter_ready_and_answers(home, 
                           cwd=ROOT, env=env, text=True, capture_output=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"window ready to chat with {STARTER}" in done.stdout
-    assert "the window answered 'The capital of France is Paris.'" in done.stdout
+    # the window samples with the app's own settings (not greedily): the wording varies
+    answered = next(line for line in done.stdout.splitlines() if "the window answered" in line)
+    assert "Paris" in answered
     assert screenshot.stat().st_size > 10_000
