@@ -13,7 +13,6 @@ from .cluster import cmd_pair, cmd_worker, cmd_workers
 from .engine_proc import EngineAddress, remove_engine_file, write_engine_file
 from .history import DEFAULT_SYSTEM_PROMPT
 from .paths import bundled_models, paths
-from .self_test import PROMPT
 
 
 def _store(quiet: bool = False):
@@ -397,8 +396,6 @@ def cmd_install_desktop(_args) -> int:
 def launch_desktop() -> int:
     """The window, or a terminal chat where it cannot open (a server install, Qt or one
     of the system libraries its platform plugin needs missing)."""
-    from engine.models import DEFAULT_MODEL
-
     from .qt_check import platform_problem
 
     headless = (sys.platform.startswith("linux") and not os.environ.get("QT_QPA_PLATFORM")
@@ -415,17 +412,18 @@ def launch_desktop() -> int:
         print(f"the desktop app is unavailable ({exc}); chatting in the terminal",
               file=sys.stderr)
         return cmd_chat(build_parser().parse_args(["chat"]))
-    return gui_main(["--model", DEFAULT_MODEL])
+    return gui_main()
 
 
 def cmd_self_test(args) -> int:
+    from .self_test import PROMPT, check_engine
+
+    prompt = args.prompt or PROMPT
     if args.gui:
         from ui.self_test import check_window  # composition: the CLI starts the app
 
-        return check_window(args.gui, args.prompt, args.timeout)
-    from .self_test import check_engine
-
-    return check_engine(args.prompt, args.timeout)
+        return check_window(args.gui, prompt, args.timeout)
+    return check_engine(prompt, args.timeout)
 
 
 # -- entry ------------------------------------------------------------------------
@@ -544,7 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("self-test", help="start the engine, load the starter model and "
                                              "answer a question (checks an installation)")
     check.add_argument("--gui", metavar="PNG", help="through the desktop window; save it here")
-    check.add_argument("--prompt", default=PROMPT)
+    check.add_argument("--prompt", help="the question (default: the capital of France)")
     check.add_argument("--timeout", type=float, default=180.0, help="seconds")
     check.set_defaults(func=cmd_self_test)
 

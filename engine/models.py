@@ -7,6 +7,7 @@ install writes to a temporary name, verifies, then renames atomically.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -95,6 +96,15 @@ def sha256_of(path: Path) -> str:
 _LATER_PART = re.compile(r"-(?!00001)\d{5}-of-\d{5}\.gguf$")
 
 
+@functools.cache
+def _bundled_records(folder: Path) -> dict:
+    """BUNDLED_RECORDS of a bundle's folder, read once (it is read-only)."""
+    try:
+        return json.loads((folder / BUNDLED_RECORDS).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 class ModelStore:
     def __init__(self, folder: Path, inspector: GGUFInspector, bundled: Path | None = None):
         self.folder = folder
@@ -150,11 +160,7 @@ class ModelStore:
     def _bundled_record(self, target: Path) -> dict | None:
         """What the bundle's build read of this starter (BUNDLED_RECORDS), if it is the
         same file (same size)."""
-        try:
-            records = json.loads((self.bundled / BUNDLED_RECORDS).read_text())
-        except (OSError, ValueError):
-            return None
-        entry = records.get(target.name) or {}
+        entry = _bundled_records(self.bundled).get(target.name) or {}
         return entry.get("record") if entry.get("size") == target.stat().st_size else None
 
     def install_starters(self, log=print) -> list[LocalModel]:

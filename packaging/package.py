@@ -33,7 +33,7 @@ sys.path[:0] = [str(ROOT / "packaging"), str(ROOT)]
 
 from app.qt_check import missing_libraries  # noqa: E402
 from portable_llama import EXCLUDED_VARIANTS, MODULE_PREFIX, MODULE_SUFFIX  # noqa: E402
-from portable_llama import main as build_portable  # noqa: E402
+from portable_llama import ensure as portable_libs  # noqa: E402
 
 WORK = ROOT / "build" / "package"
 DIST = ROOT / "dist"
@@ -48,17 +48,6 @@ ICON_SIZES = (48, 128, 256)
 # Libraries that may rightly be absent here: Qt's GTK platform theme is loaded only on a
 # GTK desktop, and then uses that desktop's own GTK (it is never bundled).
 SYSTEM_PROVIDED = ("platformthemes/libqgtk3.so",)
-
-
-def portable_libs() -> Path:
-    """The portable llama.cpp's folder (built once, then cached)."""
-    from contextlib import redirect_stdout
-    from io import StringIO
-
-    out = StringIO()
-    with redirect_stdout(out):
-        build_portable()
-    return Path(out.getvalue().strip().splitlines()[-1])
 
 
 def starter_models() -> Path:

@@ -29,8 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DIST = ROOT / "dist"
+from package import DIST, ROOT, folder_size
+
 OUT = ROOT / "build" / "package-test"
 QUESTION = "What is the capital of France?"
 
@@ -205,7 +205,7 @@ def main() -> int:
         results.append("FAIL  the .deb: none in dist/")
         failed += 1
     bundle = OUT / "unpacked" / "homerack"
-    size = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file() and not p.is_symlink())
+    size = folder_size(bundle)
     print()
     print(f"bundle {size / 2**20:.0f} MiB unpacked; tar.gz {tarballs[-1].stat().st_size / 2**20:.0f} MiB"
           + (f"; .deb {debs[-1].stat().st_size / 2**20:.0f} MiB" if debs else ""))

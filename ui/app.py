@@ -8,13 +8,16 @@ from PySide6.QtWidgets import QApplication
 
 from app.paths import paths
 from app.supervisor import EngineSupervisor
+from engine.models import DEFAULT_MODEL
 
 from .main_window import MainWindow
 
 
 def create_window(serve_args: list[str] | None = None) -> MainWindow:
+    """The window over its engine; by default (None) the engine `homerack` starts: the
+    starter chat model loaded at once."""
     where = paths()
-    args = list(serve_args or [])
+    args = ["--model", DEFAULT_MODEL] if serve_args is None else list(serve_args)
     if (where.data / "cluster" / "use-workers").exists() and "--workers" not in args:
         args += ["--workers", "auto"]  # the Cluster panel's choice, kept
     return MainWindow(where, EngineSupervisor(where.engine_file, args))

@@ -19,7 +19,7 @@ from .app import create_window
 
 def check_window(screenshot: str, prompt: str, timeout: float) -> int:
     app = QApplication.instance() or QApplication(sys.argv)
-    window = create_window(["--model", DEFAULT_MODEL])  # as `homerack` opens it
+    window = create_window()  # as `homerack` opens it
     window.show()
     deadline = time.monotonic() + timeout
     state: dict = {"code": 1}
