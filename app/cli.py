@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from .cluster import cmd_pair, cmd_worker, cmd_workers
 from .engine_proc import EngineAddress, remove_engine_file, write_engine_file
 from .history import DEFAULT_SYSTEM_PROMPT
-from .paths import bundled_models, paths
+from .paths import bundled_models, make_private, paths
 
 
 def _store(quiet: bool = False):
@@ -33,10 +33,14 @@ def cmd_serve(args) -> int:
     from engine.llama_runtime import LoadSettings
     from engine.downloads import Downloads
     from engine.hub_api import hub_routes
-    from engine.server import ServeConfig, serve
+    from engine.server import ServeConfig, is_loopback, serve
 
     token = args.token or os.environ.get("HOMERACK_TOKEN") or secrets.token_urlsafe(32)
     engine_file = paths().engine_file
+    if args.fd is None and not is_loopback(args.host):
+        print(f"warning: serving on {args.host}, beyond this machine: the API token and "
+              "every conversation travel unencrypted on the network", file=sys.stderr,
+              flush=True)
     if args.workers and args.fd is None:  # the API's socket here, the engine in a child
         from .cluster import supervise
 
@@ -95,7 +99,7 @@ def cmd_serve(args) -> int:
     # uvicorn re-raises the signal it stopped on; exit through `finally` to clean up.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        serve(engine, ServeConfig(args.host, args.port, token, args.fd), ready,
+        serve(engine, ServeConfig(args.host, args.port, token, args.fd, args.api_docs), ready,
               routers=(hub_routes(store, downloads),), holder=holder)
     finally:
         remove_engine_file(engine_file, os.getpid())
@@ -435,6 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the engine API")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    serve.add_argument("--api-docs", action="store_true",
+                       help="serve the API's OpenAPI schema (/openapi.json) and /docs")
     serve.add_argument("--model", help="load this model at start")
     serve.add_argument("--token", help="API token (default: $HOMERACK_TOKEN or a new one)")
     serve.add_argument("--ctx", type=int, default=4096, help="context size in tokens")
@@ -554,6 +560,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    make_private(paths())
     if args.command is None:
         return launch_desktop()
     if args.command == "models" and args.action == "add" and not args.path:

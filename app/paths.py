@@ -1,5 +1,10 @@
 """Where Homerack keeps things, per platform (platformdirs). HOMERACK_HOME puts all of
-it under one folder instead: tests and portable installs use it."""
+it under one folder instead: tests and portable installs use it.
+
+Everything there is private to the user: conversations, cached answers, prompt-cache KV
+files (they hold prompt tokens), logs, tokens. `make_private` makes the three folders
+0700 and every process of Homerack creates its files with umask 077 (files 0600,
+folders 0700), so no file needs to remember it."""
 
 from __future__ import annotations
 
@@ -48,11 +53,26 @@ def paths() -> Paths:
     if home:
         root = Path(home)
         return Paths(root / "data", root / "cache", root / "run")
-    return Paths(
-        Path(platformdirs.user_data_dir("homerack")),
-        Path(platformdirs.user_cache_dir("homerack")),
-        Path(platformdirs.user_runtime_dir("homerack")),
-    )
+    cache = Path(platformdirs.user_cache_dir("homerack"))
+    return Paths(Path(platformdirs.user_data_dir("homerack")), cache, _runtime_dir(cache))
+
+
+def _runtime_dir(cache: Path) -> Path:
+    """The desktop's runtime folder; where the session has none (no XDG_RUNTIME_DIR: ssh,
+    containers, cron), a private folder in the cache instead of platformdirs' shared
+    temporary one and the warning it prints on every command."""
+    if sys.platform.startswith(("win", "darwin")) or os.environ.get("XDG_RUNTIME_DIR"):
+        return Path(platformdirs.user_runtime_dir("homerack"))
+    return cache / "run"
+
+
+def make_private(where: Paths) -> None:
+    """Files this process (and its children) create are the user's alone; the folders
+    that hold them too, including ones an earlier version made readable."""
+    os.umask(0o077)
+    for folder in (where.data, where.cache, where.runtime):
+        folder.mkdir(parents=True, exist_ok=True)
+        folder.chmod(0o700)
 
 
 def bundled_models() -> Path | None:

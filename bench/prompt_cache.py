@@ -12,12 +12,15 @@ on the starter model, in one run:
 Prints speedups against cold. Targets: resident >= 50x and at least the anchor's;
 disk >= 20x.
 
-    python bench/prompt_cache.py [--threads 2]
+Every timed answer is checked: generated (not replayed), and its prompt evaluated anew
+(cold: at most a tenth from the cache) or taken from the cache (the others: at least
+nine tenths).
+
+    python bench/prompt_cache.py [--threads 2] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -28,11 +31,8 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from common import QUICK_NOTE, ROOT, BenchError, generated, parser, ratio, start_engine
 
-from app.engine_proc import EngineProcess  # noqa: E402
 from build_tools import build, llama_server  # noqa: E402
 from app.paths import paths  # noqa: E402
 from engine.models import DEFAULT_MODEL  # noqa: E402
@@ -63,14 +63,16 @@ def follow_up(messages: list[dict], n: int) -> list[dict]:
                        {"role": "user", "content": f"Question {n}: and what else?"}]
 
 
-def ttft(url: str, token: str | None, messages: list[dict], model: str | None) -> tuple[float, int]:
-    """Seconds to the first streamed token, and the prompt's token count."""
+def ttft(url: str, token: str | None, messages: list[dict], model: str | None,
+         cached: bool | None = None) -> tuple[float, int]:
+    """Seconds to the first streamed token, and the prompt's token count. From Homerack
+    (`model` given) the answer is checked: generated, and its prompt `cached` or not."""
     body = {"messages": messages, "max_tokens": 1, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
     if model:
         body["model"] = model
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    start, first, prompt_tokens = time.perf_counter(), None, 0
+    start, first, usage = time.perf_counter(), None, {}
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers,
                       timeout=600) as reply:
         for line in reply.iter_lines():
@@ -79,55 +81,64 @@ def ttft(url: str, token: str | None, messages: list[dict], model: str | None) -
             chunk = json.loads(line[6:])
             if first is None and chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
                 first = time.perf_counter()
-            if chunk.get("usage"):
-                prompt_tokens = chunk["usage"]["prompt_tokens"]
-    return (first or time.perf_counter()) - start, prompt_tokens
+            usage = chunk.get("usage") or usage
+    if model:
+        check_prompt(generated(usage, f"{messages[-1]['content']!r}"), cached)
+    return (first or time.perf_counter()) - start, usage.get("prompt_tokens", 0)
 
 
-def alternate(url, token, model, rounds: int) -> dict:
-    """Visit A and B once (cold), then come back to each `rounds` times."""
-    conv = {name: history(name) for name in TOPICS}
-    first = {name: ttft(url, token, conv[name], model) for name in TOPICS}
+def check_prompt(usage: dict, cached: bool | None) -> None:
+    share = usage["prompt_tokens_details"]["cached_tokens"] / usage["prompt_tokens"]
+    if cached is False and share > 0.1:
+        raise BenchError(f"a cold prompt came {share:.0%} from the cache")
+    if cached and share < 0.9:
+        raise BenchError(f"a warm prompt came only {share:.0%} from the cache")
+
+
+def alternate(url, token, model, rounds: int, turns: int, warm: bool | None = None) -> dict:
+    """Visit A and B once (cold), then come back to each `rounds` times (`warm`: whether
+    those find their prompt cached)."""
+    conv = {name: history(name, turns) for name in TOPICS}
+    first = {name: ttft(url, token, conv[name], model, cached=False) for name in TOPICS}
     back = {name: [] for name in TOPICS}
     for n in range(rounds):
         for name in TOPICS:
-            back[name].append(ttft(url, token, follow_up(conv[name], n), model)[0])
+            back[name].append(ttft(url, token, follow_up(conv[name], n), model, warm)[0])
     return {"first": first, "back": {k: statistics.median(v) for k, v in back.items() if v}}
 
 
 def homerack(threads: int, *extra: str):
-    engine = EngineProcess(["--threads", str(threads), "--ctx", "4096",
-                            "--model", DEFAULT_MODEL, *extra])
-    address = engine.wait_ready()
-    while not httpx.get(f"{address.url}/health").json()["model"]:  # loaded before timing
-        time.sleep(0.05)
-    return engine, address
+    engine = start_engine(["--threads", str(threads), "--ctx", "4096",
+                           "--model", DEFAULT_MODEL, *extra])
+    return engine, engine
 
 
 def anchor(bins: Path, model: Path, threads: int, rounds: int) -> dict:
     args = ["-m", str(model), "-c", "4096", "-np", "1", "-t", str(threads), "--jinja"]
     with llama_server(bins, args) as url:
-        return alternate(url, None, None, rounds)
+        return alternate(url, None, None, rounds, 9)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--threads", type=int, default=min(os.cpu_count() or 2, 8))
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-
-    bins = build()
+    args = parser(__doc__)
+    args.add_argument("--rounds", type=int, default=3)
+    args = args.parse_args()
+    turns = 2 if args.quick else 9
+    if args.quick:
+        args.rounds = 1
+    bins = None if args.quick else build()
     # Its own home: the disk-tier run empties the prompt cache folder.
     os.environ["HOMERACK_HOME"] = str(ROOT / ".cache" / "bench-home")
     model_path = paths().models / f"{DEFAULT_MODEL}.gguf"
 
     runs = {}
-    for name, flags in (("cold", ("--no-prompt-cache", "--resident", "0")),
-                        ("resident", ("--no-prompt-cache",)),
-                        ("ram", ("--cache-disk-mib", "0", "--resident", "0"))):
+    for name, flags, warm in (("cold", ("--no-prompt-cache", "--resident", "0"), False),
+                              ("resident", ("--no-prompt-cache",), True),
+                              ("ram", ("--cache-disk-mib", "0", "--resident", "0"), True)):
         engine, address = homerack(args.threads, *flags)
         try:
-            runs[name] = alternate(address.url, address.token, DEFAULT_MODEL, args.rounds)
+            runs[name] = alternate(address.url, address.token, DEFAULT_MODEL, args.rounds,
+                                   turns, warm)
         finally:
             engine.stop()
     cold = runs["cold"]
@@ -136,16 +147,23 @@ def main() -> int:
     shutil.rmtree(kv, ignore_errors=True)
     engine, address = homerack(args.threads)
     try:
-        alternate(address.url, address.token, DEFAULT_MODEL, 0)  # writes both to disk
+        alternate(address.url, address.token, DEFAULT_MODEL, 0, turns)  # writes both to disk
         time.sleep(2)  # the background writer
     finally:
         engine.stop()
     engine, address = homerack(args.threads)
     try:  # a new process: everything comes from the disk tier
-        disk = {name: ttft(address.url, address.token, follow_up(history(name), 99),
-                           DEFAULT_MODEL)[0] for name in TOPICS}
+        disk = {name: ttft(address.url, address.token, follow_up(history(name, turns), 99),
+                           DEFAULT_MODEL, cached=True)[0] for name in TOPICS}
     finally:
         engine.stop()
+    if args.quick:
+        for name in TOPICS:
+            print(f"{name}: cold {runs['cold']['back'][name]:.3f} s, resident "
+                  f"{runs['resident']['back'][name]:.3f} s, ram {runs['ram']['back'][name]:.3f} s, "
+                  f"disk {disk[name]:.3f} s")
+        print(QUICK_NOTE)
+        return 0
 
     llama_server = anchor(bins, model_path, args.threads, args.rounds)
 
@@ -158,10 +176,14 @@ def main() -> int:
         h, r, d = runs["resident"]["back"][name], runs["ram"]["back"][name], disk[name]
         ac, ab = llama_server["first"][name][0], llama_server["back"][name]
         tokens = cold["first"][name][1]
-        print(f"{name:<5}{tokens:>7}{c:>8.2f}s{h:>9.3f}s{c / h:>6.0f}x{r:>8.3f}s{c / r:>6.0f}x"
-              f"{d:>8.3f}s{c / d:>6.0f}x{ac:>12.2f}s{ab:>12.3f}s{ac / ab:>6.0f}x")
-        for key, value in (("resident", c / h), ("ram", c / r), ("disk", c / d),
-                           ("anchor", ac / ab)):
+        speedups = {"resident": ratio(c, h, f"{name} resident", 1, 10_000),
+                     "ram": ratio(c, r, f"{name} ram", 1, 10_000),
+                     "disk": ratio(c, d, f"{name} disk", 1, 10_000),
+                     "anchor": ratio(ac, ab, f"{name} llama-server", 0.5, 10_000)}
+        print(f"{name:<5}{tokens:>7}{c:>8.2f}s{h:>9.3f}s{speedups['resident']:>6.0f}x{r:>8.3f}s"
+              f"{speedups['ram']:>6.0f}x{d:>8.3f}s{speedups['disk']:>6.0f}x{ac:>12.2f}s"
+              f"{ab:>12.3f}s{speedups['anchor']:>6.0f}x")
+        for key, value in speedups.items():
             worst[key] = min(worst[key], value)
     print(f"\nworst speedups: resident {worst['resident']:.0f}x (target >= 50x and >= anchor "
           f"{worst['anchor']:.0f}x), ram tier {worst['ram']:.0f}x, disk after restart "

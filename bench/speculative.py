@@ -13,12 +13,15 @@ side (both llama-servers stay up), prompt by prompt, and each speedup is the med
 ratios between neighbouring runs: the machine's speed drifts too much for separate blocks.
 Targets: draft >= 1.8x on code, ahead of the anchor; never below 0.95x (auto-off).
 
-    python bench/speculative.py [--threads 2] [--tokens 128] [--reps 2]
+Every timed answer is checked: generated (not replayed), all its tokens, and drafted by
+the configuration it stands for (a speculative run that drafted nothing stops the bench).
+
+    python bench/speculative.py [--threads 2] [--tokens 128] [--reps 2] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -27,11 +30,8 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from common import QUICK_NOTE, ROOT, BenchError, generated, parser, ratio, start_engine
 
-from app.engine_proc import EngineProcess  # noqa: E402
 from build_tools import build, llama_server  # noqa: E402
 from app.paths import paths  # noqa: E402
 from engine.speculation.pairing import requantize  # noqa: E402
@@ -64,8 +64,11 @@ def complete(url: str, token: str | None, prompt: str, tokens: int, extra: dict)
 
 
 def rate_ours(address, prompt: str, tokens: int, extra: dict) -> tuple[float, int, int]:
-    usage = complete(address.url, address.token, prompt, tokens, extra)["usage"]
+    usage = generated(complete(address.url, address.token, prompt, tokens, extra)["usage"],
+                      f"{extra} on {prompt[:20]!r}", tokens)
     spec = usage.get("speculative") or {}
+    if "draft_model" in extra and not spec.get("drafted"):  # (a lookup may find nothing)
+        raise BenchError(f"{extra} on {prompt[:20]!r}: the draft drafted nothing ({spec})")
     return (usage["timings"]["decode_tokens_per_s"], spec.get("drafted", 0),
             spec.get("accepted", 0))
 
@@ -85,39 +88,43 @@ def anchor_args(models: Path, threads: int, draft: bool) -> list[str]:
     return args
 
 
-def measure(bins: Path, models: Path, threads: int, tokens: int, reps: int) -> dict:
+def measure(bins: Path | None, models: Path, threads: int, tokens: int, reps: int,
+            prompts: dict) -> dict:
     """Every configuration on every prompt back to back, `reps` times over: this machine's
     speed drifts by tens of percent within minutes, so each speedup is a ratio of runs
     made side by side. Returns {(config, kind): [(rate, drafted, accepted), ...]} with
-    one entry per prompt and repetition, in the same order for every config."""
+    one entry per prompt and repetition, in the same order for every config. Without
+    `bins`, no anchors."""
     args = ["--threads", str(threads), "--ctx", "2048", "--model", TARGET]
-    engine = EngineProcess(args)
-    whole_engine = EngineProcess([*args, "--whole-drafts"],
-                                 env=own_home("bench-home-whole", models))
-    address, whole = engine.wait_ready(), whole_engine.wait_ready()
+    address = start_engine(args)
+    whole = start_engine([*args, "--whole-drafts"], env=own_home("bench-home-whole", models))
     results: dict = {}
     try:
         wait_for_cut_draft(address)
-        with llama_server(bins, anchor_args(models, threads, False)) as plain_url, \
-                llama_server(bins, anchor_args(models, threads, True)) as draft_url:
+        with contextlib.ExitStack() as anchors:
             configs = {
                 "plain": lambda p: rate_ours(address, p, tokens, {"speculation": "off"}),
                 "draft": lambda p: rate_ours(address, p, tokens, {"draft_model": DRAFT}),
                 "whole": lambda p: rate_ours(whole, p, tokens, {"draft_model": DRAFT}),
                 "lookup": lambda p: rate_ours(address, p, tokens, {"speculation": "lookup"}),
-                "server": lambda p: rate_anchor(plain_url, p, tokens),
-                "server+draft": lambda p: rate_anchor(draft_url, p, tokens),
             }
-            for run in configs.values():  # warm up every path once
+            if bins:
+                plain_url = anchors.enter_context(
+                    llama_server(bins, anchor_args(models, threads, False)))
+                draft_url = anchors.enter_context(
+                    llama_server(bins, anchor_args(models, threads, True)))
+                configs["server"] = lambda p: rate_anchor(plain_url, p, tokens)
+                configs["server+draft"] = lambda p: rate_anchor(draft_url, p, tokens)
+            for name, run in configs.items():  # warm up every path once
                 run("Warm up")
             for _ in range(reps):
-                for kind, prompts in PROMPTS.items():
-                    for prompt in prompts:
+                for kind, texts in prompts.items():
+                    for prompt in texts:
                         for name, run in configs.items():
                             results.setdefault((name, kind), []).append(run(prompt))
     finally:
-        engine.stop()
-        whole_engine.stop()
+        address.stop()
+        whole.stop()
     return results
 
 
@@ -151,20 +158,28 @@ def summary(results: dict, config: str, base: str, kind: str) -> tuple[float, fl
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--threads", type=int, default=min(os.cpu_count() or 2, 8))
-    parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--reps", type=int, default=2)
-    args = parser.parse_args()
-
-    bins = build()
+    args = parser(__doc__)
+    args.add_argument("--tokens", type=int, default=128)
+    args.add_argument("--reps", type=int, default=2)
+    args = args.parse_args()
+    prompts = PROMPTS
+    if args.quick:
+        args.tokens, args.reps = 16, 1
+        prompts = {kind: texts[:1] for kind, texts in PROMPTS.items()}
+    bins = None if args.quick else build()
     os.environ["HOMERACK_HOME"] = str(ROOT / ".cache" / "bench-home")
     models = paths().models
     ModelStore(models, GGUFInspector()).install_starters()
     if not (models / f"{TARGET}.gguf").exists():
         requantize(models / f"{DRAFT}.gguf", models / f"{TARGET}.gguf", ftype=0)
 
-    results = measure(bins, models, args.threads, args.tokens, args.reps)
+    results = measure(bins, models, args.threads, args.tokens, args.reps, prompts)
+    if args.quick:
+        for (config, kind), runs in sorted(results.items()):
+            print(f"{config:8}{kind:7}" + "  ".join(f"{r[0]:.1f} t/s ({r[2]}/{r[1]} accepted)"
+                                                     for r in runs))
+        print(QUICK_NOTE)
+        return 0
     print(f"\nspeculative decoding, {TARGET} target, greedy, {args.tokens} tokens, "
           f"{args.threads} threads; medians over {len(PROMPTS['code'])} prompts x {args.reps} "
           "runs; x = median of side-by-side ratios")
@@ -182,7 +197,8 @@ def main() -> int:
               f"{server[0]:>15.1f}{server_draft[0]:>8.1f}"
               f"{server_draft[1]:>6.2f}x{server_draft[2] or 0:>8.2f}")
     for config in ("draft", "whole", "lookup"):
-        ratios = [r[0] / b[0] for kind in PROMPTS
+        # a draft of 8 tokens cannot give more than 9 tokens per target step
+        ratios = [ratio(r[0], b[0], f"{config} ({kind})", 0.1, 9) for kind in PROMPTS
                   for r, b in zip(results[(config, kind)], results[("plain", kind)])]
         print(f"{config}: lowest single-run ratio {min(ratios):.2f}x, highest {max(ratios):.2f}x")
     return 0

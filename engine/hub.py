@@ -18,18 +18,31 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+from urllib.parse import urlsplit
 
 from .speculation.pairing import MAX_DRAFT_SIZE_RATIO
 from .errors import HomerackError, InvalidRequest
 from .gguf_file import ModelShape, read_header
 from .hardware import Hardware
-from .models import sha256_of
+from .models import git_blob_sha1_of, sha256_of
 from .planner import Plan, Preferences, choose_quant, plan
 
 
 class HubError(HomerackError):
+    """The Hub failed or could not be reached (502: the engine's upstream)."""
     status = 502
     kind = "hub_error"
+
+
+class HubNotFound(HubError):
+    """What was asked for is not on the Hub: the request's fault, not the Hub's."""
+    status = 404
+    kind = "not_found_error"
+
+
+class HubGated(HubError):
+    status = 403
+    kind = "permission_error"
 
 
 _QUANT = re.compile(r"(?i)(?<![A-Za-z0-9])((?:UD-)?(?:I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32))"
@@ -78,16 +91,20 @@ def _api(endpoint: str | None, token: str | None):
 
 def _plain(call: Callable, what: str):
     """Run a huggingface_hub call; its failures become errors in plain words."""
-    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError,
-                                        RepositoryNotFoundError)
+    from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, HfHubHTTPError,
+                                        HFValidationError, RepositoryNotFoundError,
+                                        RevisionNotFoundError)
 
     try:
         return call()
+    except HFValidationError as exc:
+        raise InvalidRequest(f"{what}: not a Hub repository or file name ({exc})",
+                             param="repo") from None
     except GatedRepoError:
-        raise HubError(f"{what} is gated: accept its terms on the Hub, then give Homerack an "
+        raise HubGated(f"{what} is gated: accept its terms on the Hub, then give Homerack an "
                        "access token (HF_TOKEN, or `hf auth login`)") from None
-    except RepositoryNotFoundError:
-        raise HubError(f"{what} was not found on the Hub (or it is private)") from None
+    except (RepositoryNotFoundError, EntryNotFoundError, RevisionNotFoundError):
+        raise HubNotFound(f"{what} was not found on the Hub (or it is private)") from None
     except HfHubHTTPError as exc:
         raise HubError(f"the Hub answered an error for {what}: {exc}") from None
     except OSError as exc:
@@ -318,8 +335,9 @@ def download(repo: str, quant: QuantFiles, models: Path, endpoint: str | None = 
     done = []
     for name, sha in zip(quant.files, quant.sha256):
         partial = staging / (Path(name).name + ".part")
-        _plain(lambda: _fetch(repo, name, partial, endpoint, token, progress), f"{repo}/{name}")
-        if sha and sha256_of(partial) != sha:
+        meta = _plain(lambda: _fetch(repo, name, partial, endpoint, token, progress),
+                      f"{repo}/{name}")
+        if not _verified(partial, sha, meta):
             partial.unlink()
             raise HubError(f"{name} does not match the Hub's checksum (corrupted in "
                            "transit?): the file was deleted; download it again")
@@ -330,24 +348,40 @@ def download(repo: str, quant: QuantFiles, models: Path, endpoint: str | None = 
     return done
 
 
+def _verified(path: Path, sha256: str, meta) -> bool:
+    """The file against the Hub's LFS sha256; a file kept in git (no LFS entry) against
+    its size and ETag, which is then its git blob id."""
+    if sha256:
+        return sha256_of(path) == sha256
+    etag = (meta.etag or "").strip('"')
+    return bool(re.fullmatch(r"[0-9a-f]{40}", etag)) and meta.size == path.stat().st_size \
+        and git_blob_sha1_of(path) == etag
+
+
 def _fetch(repo: str, name: str, partial: Path, endpoint: str | None, token: str | None,
-           progress) -> None:
-    """Bring `partial` up to the whole file, continuing after what it holds."""
+           progress):
+    """Bring `partial` up to the whole file, continuing after what it holds; the file's
+    metadata (size, ETag)."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.file_download import http_get
     from huggingface_hub.utils import build_hf_headers
 
-    meta = get_hf_file_metadata(hf_hub_url(repo, name, endpoint=_endpoint(endpoint)),
-                                token=token)
+    url = hf_hub_url(repo, name, endpoint=_endpoint(endpoint))
+    meta = get_hf_file_metadata(url, token=token)
     have = partial.stat().st_size if partial.exists() else 0
     if meta.size is not None and have > meta.size:
         have = 0  # not a prefix of this file: start again
     if meta.size is not None and have == meta.size:
         if progress:  # complete from an earlier attempt: report it as done
             progress(initial=have, total=meta.size).close()
-        return
+        return meta
+    # The Hub redirects large files to its CDN: the token stays with the Hub (as
+    # huggingface_hub's own downloads do), never sent to another host.
+    same_host = urlsplit(meta.location).netloc == urlsplit(url).netloc
     with partial.open("r+b" if have else "wb") as handle:
         handle.truncate(have)
         handle.seek(have)
-        http_get(meta.location, handle, resume_size=have, headers=build_hf_headers(token=token),
-                 expected_size=meta.size, tqdm_class=progress)
+        http_get(meta.location, handle, resume_size=have, expected_size=meta.size,
+                 headers=build_hf_headers(token=token if same_host else False),
+                 tqdm_class=progress)
+    return meta

@@ -24,6 +24,10 @@ from .scheduler import Scheduler
 
 PUBLISH_S = 0.1  # how often the worker refreshes the figures other threads read
 IDLE_SAVE_S = 1.0  # idle this long, the worker saves resident conversations to the cache
+# The worker parses grammars (llama.cpp's parser recurses once per nested group): a stack
+# of its own size on every system. macOS gives threads 512 KiB, on which a maxLength of
+# 1,200 overflowed; agent/json_schema.py bounds schemas for this size with a wide margin.
+WORKER_STACK_BYTES = 16 << 20
 
 
 class Lane:
@@ -39,7 +43,11 @@ class Lane:
         self._closed = False
         self._published_at = 0.0
         self._thread = threading.Thread(target=self._work, name=f"homerack-{name}", daemon=True)
-        self._thread.start()
+        previous = threading.stack_size(WORKER_STACK_BYTES)  # for the thread started next
+        try:
+            self._thread.start()
+        finally:
+            threading.stack_size(previous)
 
     # -- called from any thread ---------------------------------------------
 

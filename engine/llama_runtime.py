@@ -23,7 +23,7 @@ from typing import Callable
 import llama_cpp as llama
 import numpy as np
 
-from .errors import HomerackError, ModelLoadFailed, OutOfMemory
+from .errors import HomerackError, InvalidRequest, ModelLoadFailed, OutOfMemory
 from .native import init as native_init, library_file
 from .planner import MAX_OUTPUTS
 from .prompt_cache import common_prefix
@@ -185,7 +185,9 @@ class Sampler:
             self._grammar = llama.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
             if not self._grammar:
                 self.close()
-                raise HomerackError(f"llama.cpp rejected the grammar:\n{grammar[:400]}")
+                # the grammar came from the request's schema: its fault, not the engine's
+                raise InvalidRequest(f"llama.cpp rejected the grammar made from the "
+                                     f"request's schema:\n{grammar[:400]}")
             self._candidates = np.zeros(n_vocab, dtype=_TOKEN_DATA)
             self._ids = np.arange(n_vocab, dtype=np.int32)
             self._one = np.zeros(1, dtype=_TOKEN_DATA)

@@ -86,7 +86,15 @@ class LocalModel:
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
+    return _digest_of(path, hashlib.sha256())
+
+
+def git_blob_sha1_of(path: Path) -> str:
+    """The id git (and the Hub, as the ETag of a file kept outside LFS) gives its content."""
+    return _digest_of(path, hashlib.sha1(f"blob {path.stat().st_size}\0".encode()))
+
+
+def _digest_of(path: Path, digest) -> str:
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
@@ -150,6 +158,8 @@ class ModelStore:
     def add(self, path: Path) -> LocalModel:
         """Register a user's .gguf file by linking it into the models folder."""
         path = path.expanduser().resolve()
+        if not path.is_file():
+            raise InvalidModelFile(f"{path} is not a file", param="path")
         self.inspector.inspect(path)  # refuses non-GGUF and truncated files
         target = self.folder / (path.stem + ".gguf")
         if target.exists() or target.is_symlink():

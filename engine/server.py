@@ -4,6 +4,7 @@ and the real address is known before the first request."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 from dataclasses import dataclass
 from typing import Callable
@@ -11,6 +12,7 @@ from typing import Callable
 import uvicorn
 
 from .api import create_app
+from .api.guard import LOOPBACK_NAMES, host_name
 from .engine import Engine
 
 
@@ -20,6 +22,19 @@ class ServeConfig:
     port: int = 0
     token: str = ""
     fd: int | None = None  # a socket already listening, handed over by a supervisor
+    api_docs: bool = False  # serve /openapi.json and /docs
+
+    def host_names(self) -> frozenset[str]:
+        """The name requests may address the engine by besides loopback and IP literals."""
+        return frozenset() if is_loopback(self.host) or self.host in ("0.0.0.0", "::") \
+            else frozenset({host_name(self.host)})
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host_name(host)).is_loopback
+    except ValueError:
+        return host_name(host) in LOOPBACK_NAMES
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -45,7 +60,8 @@ def serve(engine: Engine, config: ServeConfig, on_ready: Callable[[str], None],
         loop["loop"] = asyncio.get_running_loop()
         on_ready(url)
 
-    app = create_app(engine, config.token, on_startup=started, routers=routers)
+    app = create_app(engine, config.token, on_startup=started, routers=routers,
+                     api_docs=config.api_docs, host_names=config.host_names())
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
                                            timeout_graceful_shutdown=2))
     if holder is not None:

@@ -1,7 +1,9 @@
 """A local Hugging Face Hub-compatible HTTP server for the download tests (no internet
 here): the API JSON huggingface_hub reads (model search, model info with LFS blobs) and
 `resolve` downloads with HEAD, Range requests and the Hub's error headers. It can drop a
-connection mid-file, stay broken, corrupt bytes, and counts the bytes it sent."""
+connection mid-file, stay broken, corrupt bytes, and counts the bytes it sent. Another
+instance can stand in for the Hub's CDN (`redirect_to`): file downloads are then
+redirected there, as the Hub does, and the CDN records the Authorization it was sent."""
 
 from __future__ import annotations
 
@@ -26,10 +28,13 @@ class Repo:
     card: str = "# A model\n"
     pipeline_tag: str = "text-generation"
     sha: dict[str, str] = field(default_factory=dict)
+    lfs: bool = True  # False: files kept in git, their ETag the git blob id, no sha256
 
     def __post_init__(self):
         for name, path in self.files.items():
-            self.sha[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+            data = path.read_bytes()
+            self.sha[name] = hashlib.sha256(data).hexdigest() if self.lfs else \
+                hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 class HubServer:
@@ -41,6 +46,8 @@ class HubServer:
         self.break_after_drop = False  # and stays broken once a download was dropped
         self.corrupt = False           # flip a byte of every download
         self.chunk_delay = 0.0         # seconds per 64 KiB sent: a slow link
+        self.redirect_to: str | None = None  # a CDN's URL that file downloads go to
+        self.authorizations: list[str | None] = []  # per file GET, what it carried
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -104,10 +111,10 @@ class HubServer:
         siblings = [{"rfilename": "README.md", "size": len(repo.card)}]
         for name, path in repo.files.items():
             size = path.stat().st_size
+            lfs = {"lfs": {"sha256": repo.sha[name], "size": size, "pointerSize": 134}} \
+                if repo.lfs else {}
             siblings.append({"rfilename": name, "size": size,
-                             "blobId": repo.sha[name][:40],
-                             "lfs": {"sha256": repo.sha[name], "size": size,
-                                     "pointerSize": 134}})
+                             "blobId": repo.sha[name][:40], **lfs})
         self.json(request, {**self.summary(repo_id, repo), "sha": COMMIT,
                             "siblings": siblings})
 
@@ -124,9 +131,13 @@ class HubServer:
         if path is None:
             return self.error(request, 404, "EntryNotFound", body)
         data = path.read_bytes()
-        start, status, headers = 0, 200, {"ETag": f'"{repo.sha[name]}"',
-                                          "X-Linked-Etag": f'"{repo.sha[name]}"',
-                                          "X-Linked-Size": str(len(data))}
+        linked = {"X-Linked-Etag": f'"{repo.sha[name]}"', "X-Linked-Size": str(len(data))}
+        if self.redirect_to:
+            location = f"{self.redirect_to}/{repo_id}/resolve/{COMMIT}/{name}"
+            return self.send(request, 302, b"", {**linked, "Location": location}, body)
+        if body:
+            self.authorizations.append(request.headers.get("authorization"))
+        start, status, headers = 0, 200, {"ETag": f'"{repo.sha[name]}"', **linked}
         ranged = request.headers.get("range")
         if ranged:
             first, _, last = ranged.removeprefix("bytes=").partition("-")

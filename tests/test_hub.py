@@ -75,6 +75,34 @@ def test_corrupted_bytes_fail_the_checksum_and_nothing_is_listed(hub, tmp_path):
     assert not list(models.rglob("*.gguf"))
 
 
+def test_the_token_stays_with_the_hub_when_a_download_is_redirected_to_its_cdn(hub, tmp_path):
+    from hub_server import HubServer
+
+    quant = repo_quants(SMOL)[1]
+    download(SMOL, quant, tmp_path / "direct", token="hf_secret")
+    assert hub.authorizations == ["Bearer hf_secret"]  # the Hub itself gets the token
+    cdn = HubServer(hub.repos)
+    try:
+        hub.redirect_to = cdn.url
+        files = download(SMOL, quant, tmp_path / "redirected", token="hf_secret")
+        assert cdn.authorizations == [None]
+        assert files[0].stat().st_size == quant.size
+    finally:
+        cdn.close()
+
+
+def test_a_file_outside_lfs_is_checked_by_its_size_and_etag(hub, tmp_path, tiny_model):
+    hub.repos["someone/Tiny-GGUF"] = Repo({"Tiny-Q8_0.gguf": tiny_model}, lfs=False)
+    quant = repo_quants("someone/Tiny-GGUF")[0]
+    assert quant.sha256 == ("",)  # no LFS checksum to check against
+    files = download("someone/Tiny-GGUF", quant, tmp_path / "good")
+    assert files[0].read_bytes() == tiny_model.read_bytes()
+    hub.corrupt = True
+    with pytest.raises(HomerackError, match="checksum"):
+        download("someone/Tiny-GGUF", quant, tmp_path / "bad")
+    assert not list((tmp_path / "bad").rglob("*.gguf"))
+
+
 def test_missing_and_gated_repos_say_so(hub, tmp_path):
     with pytest.raises(HomerackError, match="not found on the Hub"):
         repo_quants("nobody/nothing-GGUF")
@@ -206,7 +234,7 @@ def test_engine_hub_routes_search_verdicts_card_and_drafts(engine_hub):
     drafts = http.get(f"/v1/hub/repos/{SMOL_360}/drafts").json()["data"]
     assert drafts == [{"repo": SMOL, "quant": "Q4_1", "size_bytes": repo_quants(SMOL)[1].size}]
     missing = http.get("/v1/hub/repos/nobody/nothing/quants")
-    assert missing.status_code == 502 and "not found" in missing.json()["error"]["message"]
+    assert missing.status_code == 404 and "not found" in missing.json()["error"]["message"]
     wrong = http.post("/v1/downloads", json={"repo": SMOL, "quant": "Q2_K"})
     assert wrong.status_code == 400 and "Q4_1" in wrong.json()["error"]["message"]
 

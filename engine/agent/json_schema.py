@@ -5,11 +5,22 @@ That converter skips what it does not know (a "minimum", a "format": "email", a 
 and would then let through output the schema forbids. So every keyword is checked first
 against the ones it enforces, and anything else is a 400 that names the keyword and
 where it is: a constraint is applied whole or refused, never silently loosened.
+
+Schemas are untrusted input (an agent passes on an MCP server's tool schemas), and a
+grammar can crash the process: the converter writes a repetition of up to n as n nested
+groups, which llama.cpp's recursive parser descends one stack frame each (maxLength
+50,000 overflowed the stack: SIGSEGV). So every repetition (minLength, maxLength,
+minItems, maxItems, {m,n} in a pattern) is bounded by MAX_REPEAT, the schema's nesting by
+MAX_DEPTH, an object's properties by MAX_PROPERTIES, the work of converting it by
+MAX_COST, and the grammar's size by MAX_GRAMMAR. Measured: on a 512 KiB thread stack
+(macOS's default) a maxLength of 1,000 parses and 1,200 overflows; the engine's worker
+thread, which parses grammars, has 16 MiB (lane.py) on every system.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 import jsonschema
@@ -29,6 +40,14 @@ TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
 # A JSON string's character: this converter's rule lets raw control characters (a
 # newline) into strings, which JSON parsers reject; llama.cpp's newer one excludes them.
 STRICT_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])'
+MAX_REPEAT = 1000  # the largest repetition count in a schema or pattern
+MAX_DEPTH = 64  # schemas inside schemas
+MAX_PROPERTIES = 256  # in one object (the converter recurses once per optional property)
+MAX_COST = 20_000  # repetitions and schemas, added up over the whole schema
+MAX_PATTERN = 1000  # characters of a pattern
+MAX_GRAMMAR = 512 * 1024  # characters of the grammar made from all of a request's schemas
+_REPEAT_KEYS = ("minLength", "maxLength", "minItems", "maxItems")
+_QUANTIFIER = re.compile(r"\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
 # Keywords whose value is a map of names to schemas, or a list of schemas.
 _SCHEMA_MAPS = {"properties", "$defs", "definitions"}
 _SCHEMA_LISTS = {"anyOf", "prefixItems"}
@@ -41,6 +60,7 @@ def check(schema, param: str, strict: bool = True) -> list[str]:
     be reported, instead of refused."""
     if not isinstance(schema, dict):
         raise InvalidRequest(f"{param} must be a JSON Schema object", param=param)
+    _check_size(schema, param)  # first: jsonschema's own check recurses as deep as it goes
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
@@ -54,6 +74,56 @@ def check(schema, param: str, strict: bool = True) -> list[str]:
             raise problem
         unenforced.append(problem.param)
     return unenforced
+
+
+def _check_size(schema, param: str) -> None:
+    """Refuse (naming the place) a schema whose grammar would be too deep or too large for
+    llama.cpp's parser, before the converter spends any time or memory on it."""
+    cost = 0
+    for sub, where, depth in _walk(schema, param, 0):
+        if depth > MAX_DEPTH:
+            raise InvalidRequest(f"{where}: schemas are nested more than {MAX_DEPTH} deep",
+                                 param=where)
+        if isinstance(sub, dict) and len(sub.get("properties") or ()) > MAX_PROPERTIES:
+            raise InvalidRequest(f"{where}: {len(sub['properties'])} properties; constrained "
+                                 f"output allows at most {MAX_PROPERTIES} in one object",
+                                 param=f"{where}.properties")
+        for key, count in _repetitions(sub, where):
+            if count > MAX_REPEAT:
+                raise InvalidRequest(f"{where}: {key} is {count}; constrained output allows "
+                                     f"at most {MAX_REPEAT}", param=f"{where}.{key}")
+            cost += count
+        cost += 1
+        if cost > MAX_COST:
+            raise InvalidRequest(f"{where}: the schema is too large for constrained output "
+                                 f"(over {MAX_COST} schemas and repetitions in all)", param=where)
+
+
+def _walk(schema, where: str, depth: int):
+    """(schema, its place, its depth) for `schema` and every schema inside it."""
+    yield schema, where, depth
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            for sub, at in _subschemas(key, value, where):
+                yield from _walk(sub, at, depth + 1)
+
+
+def _repetitions(schema, where: str):
+    """(keyword, count) for each repetition `schema` asks for, {m,n} in its pattern too."""
+    if not isinstance(schema, dict):
+        return
+    for key in _REPEAT_KEYS:
+        if isinstance(schema.get(key), int):
+            yield key, schema[key]
+    pattern = schema.get("pattern")
+    if isinstance(pattern, str):
+        if len(pattern) > MAX_PATTERN:
+            raise InvalidRequest(f"{where}: the pattern is over {MAX_PATTERN} characters",
+                                 param=f"{where}.pattern")
+        for match in _QUANTIFIER.finditer(pattern):
+            for number in match.groups():
+                if number:
+                    yield "pattern", int(number)
 
 
 def _problems(schema, where: str):
@@ -75,6 +145,9 @@ def _problems(schema, where: str):
         if key == "format" and value not in FORMATS:
             yield InvalidRequest(f"{where}: format {value!r} is not supported (supported: "
                                  f"{', '.join(sorted(FORMATS))})", param=f"{where}.format"), False
+        if key == "enum" and value == []:
+            yield InvalidRequest(f"{where}: an empty enum allows no value at all",
+                                 param=f"{where}.enum"), True
         if key == "$ref" and not str(value).startswith("#/"):
             yield InvalidRequest(f"{where}: only local references (#/...) are supported, "
                                  f"not {value!r}", param=f"{where}.$ref"), True
@@ -91,9 +164,9 @@ def _problems(schema, where: str):
 
 def _subschemas(key: str, value, where: str):
     """The schemas inside keyword `key`, with their places."""
-    if key in _SCHEMA_MAPS:
+    if key in _SCHEMA_MAPS and isinstance(value, dict):
         return [(sub, f"{where}.{key}.{name}") for name, sub in value.items()]
-    if key in _SCHEMA_LISTS:
+    if key in _SCHEMA_LISTS and isinstance(value, list):
         return [(sub, f"{where}.{key}[{i}]") for i, sub in enumerate(value)]
     if key == "items":
         if isinstance(value, list):
@@ -123,7 +196,7 @@ def grammar(branches: list[Branch], param: str) -> str:
         try:
             schema = converter.resolve_refs(json.loads(json.dumps(branch.schema)), f"b{i}")
             rule = converter.visit(schema, f"b{i}")
-        except (AssertionError, ValueError, KeyError, TypeError) as exc:
+        except (AssertionError, ValueError, KeyError, TypeError, RecursionError) as exc:
             raise InvalidRequest(f"{param}: cannot be turned into a grammar: {exc}",
                                  param=param) from None
         parts = [_literal(branch.before), rule, _literal(branch.after)]
@@ -132,7 +205,12 @@ def grammar(branches: list[Branch], param: str) -> str:
     converter._add_rule("root", " | ".join(alternatives))
     if "char" in converter._rules:
         converter._rules["char"] = STRICT_CHAR
-    return converter.format_grammar()
+    text = converter.format_grammar()
+    if len(text) > MAX_GRAMMAR:
+        raise InvalidRequest(f"{param}: the grammar these schemas make is {len(text):,} "
+                             f"characters; constrained output allows {MAX_GRAMMAR:,}",
+                             param=param)
+    return text
 
 
 def _literal(text: str) -> str:

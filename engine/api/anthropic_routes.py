@@ -28,8 +28,8 @@ _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool
 _SKIPPED = ("thinking", "redacted_thinking")  # a model's own reasoning, not shown back to it
 
 
-def is_anthropic(request: Request) -> bool:
-    return request.url.path.startswith("/v1/messages")
+def is_anthropic(path: str) -> bool:
+    return path.startswith("/v1/messages")
 
 
 def error_body(status: int, message: str, param: str | None = None) -> dict:

@@ -1,14 +1,18 @@
 """The engine's HTTP API: the routes of each wire format (openai_routes.py,
 anthropic_routes.py, responses_routes.py, embeddings_routes.py) and the engine's own.
 
-Every route but /health needs the token, as `Authorization: Bearer` or `x-api-key` (what
-Anthropic's clients send). Errors answer in OpenAI's shape ({"error": {"message", "type",
-"param", "code"}}), or Anthropic's on its routes, mapped here in one place.
+Every route needs the token, as `Authorization: Bearer` or `x-api-key` (what Anthropic's
+clients send), except /health, which without it says only that the engine is alive.
+Errors answer in OpenAI's shape ({"error": {"message", "type", "param", "code"}}), or
+Anthropic's on its routes, mapped here in one place. Every request first passes
+guard.RequestGuard (its Host, its body's size); the OpenAPI schema and /docs are served
+only when asked for (`serve --api-docs`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from contextlib import asynccontextmanager
 
@@ -23,6 +27,7 @@ from ..metrics import prometheus_text
 from ..model_host import LoadOverride
 from . import anthropic_routes, embeddings_routes, openai_routes, responses_routes
 from .channel import Channel
+from .guard import BodyTooLarge, RequestGuard
 from ..routing import pair
 from .openai_routes import error_body
 from .schemas import LoadRequest, RoutingRequest
@@ -37,28 +42,41 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     return f"{param or 'body'}: {first.get('msg')}", param
 
 
+def _body_for(path: str, status: int, message: str, kind: str, param: str | None) -> dict:
+    if anthropic_routes.is_anthropic(path):
+        return anthropic_routes.error_body(status, message, param)
+    return error_body(message, kind, param)
+
+
 def _error_response(request: Request, status: int, message: str, kind: str,
                     param: str | None, headers: dict | None = None) -> JSONResponse:
-    if anthropic_routes.is_anthropic(request):
-        return JSONResponse(anthropic_routes.error_body(status, message, param), status,
-                            headers=headers)
-    return JSONResponse(error_body(message, kind, param), status, headers=headers)
+    return JSONResponse(_body_for(request.url.path, status, message, kind, param), status,
+                        headers=headers)
 
 
-def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = ()) -> FastAPI:
+def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
+               api_docs: bool = False, host_names: frozenset[str] = frozenset()) -> FastAPI:
+    """`host_names`: names besides loopback's and IP literals that requests may address
+    the engine by (serve --host NAME)."""
     @asynccontextmanager
     async def lifespan(_app):
         if on_startup is not None:
             on_startup()
         yield
 
-    app = FastAPI(title="Homerack engine", version="0.1.0", lifespan=lifespan)
+    docs = {} if api_docs else {"openapi_url": None, "docs_url": None, "redoc_url": None}
+    app = FastAPI(title="Homerack engine", version="0.1.0", lifespan=lifespan, **docs)
+    app.add_middleware(RequestGuard, names=host_names, error_body=lambda path, status, message:
+                       _body_for(path, status, message, "invalid_request_error", None))
     expected = token.encode()
 
-    def require_token(request: Request) -> None:
+    def token_given(request: Request) -> bool:
         bearer = request.headers.get("authorization", "")
         given = bearer[7:] if bearer.startswith("Bearer ") else request.headers.get("x-api-key", "")
-        if not secrets.compare_digest(given.encode(), expected):
+        return secrets.compare_digest(given.encode(), expected)
+
+    def require_token(request: Request) -> None:
+        if not token_given(request):
             raise Unauthorized("missing or wrong API token (Authorization: Bearer <token>, "
                                "or x-api-key: <token>)")
 
@@ -66,6 +84,17 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = ())
     async def _homerack_error(request: Request, exc: HomerackError):
         headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, QueueFull) else None
         return _error_response(request, exc.status, exc.message, exc.kind, exc.param, headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        """A bug, answered in the route's error shape (the engine goes on serving)."""
+        logging.getLogger("homerack").exception("%s %s failed", request.method, request.url.path)
+        return _error_response(request, 500, f"internal error: {type(exc).__name__}: {exc}",
+                               "server_error", None)
+
+    @app.exception_handler(BodyTooLarge)
+    async def _too_large(request: Request, exc: BodyTooLarge):
+        return _error_response(request, 413, exc.detail, "invalid_request_error", None)
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request: Request, exc: RequestValidationError):
@@ -78,8 +107,9 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = ())
         app.include_router(router, dependencies=guarded)
 
     @app.get("/health")
-    async def health():
-        return {"status": "ok", **engine.status()}
+    async def health(request: Request):
+        """Alive, to anyone; the engine's status (models, paths, errors) with the token."""
+        return {"status": "ok", **engine.status()} if token_given(request) else {"status": "ok"}
 
     @app.get("/metrics", dependencies=guarded)
     async def metrics():

@@ -1,0 +1,113 @@
+"""What every bench shares, so that none measures the wrong thing again unnoticed.
+
+- Engines are started with the response cache off (a bench repeats greedy requests: with
+  it on, a later default had turned three benches into measurements of the cache).
+- Every answer a bench times is checked: generated, not replayed from a cache, and as
+  many tokens as asked (`generated`).
+- A ratio is printed only against an anchor measured in the same run, and only when it is
+  plausible for the two things compared (`ratio`): an impossible one stops the bench.
+- `--quick` (what `make test` runs, tests/test_benches.py): a few tokens, one repetition,
+  no anchors; it checks the same invariants and prints no ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app.engine_proc import EngineProcess  # noqa: E402
+
+QUICK_NOTE = "quick mode: anchors not measured, so no ratio is printed"
+
+
+class BenchError(SystemExit):
+    """The bench cannot report what it claims to measure; exits 1 with the reason."""
+
+    def __init__(self, message: str):
+        super().__init__(f"bench error: {message}")
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """An argument parser with --threads and --quick."""
+    parser = argparse.ArgumentParser(description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=min(os.cpu_count() or 2, 8))
+    parser.add_argument("--quick", action="store_true",
+                        help="a few tokens, one repetition, no anchors (make test runs it)")
+    return parser
+
+
+@dataclass
+class Engine:
+    """A `homerack serve` a bench measures, with its model loaded."""
+    process: EngineProcess
+    url: str
+    token: str
+
+    @property
+    def headers(self) -> dict:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def client(self, timeout: float = 600) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers=self.headers, timeout=timeout)
+
+    def health(self) -> dict:
+        return httpx.get(f"{self.url}/health", headers=self.headers, timeout=30).json()
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+def start_engine(args: list[str], env: dict | None = None, response_cache: bool = False,
+                 loaded=lambda health: health["model"]) -> Engine:
+    """A real engine (`homerack serve ARGS`), once `loaded(its /health)` is true; without
+    the response cache unless the bench measures that cache."""
+    if not response_cache:
+        args = [*args, "--response-cache-mib", "0"]
+    process = EngineProcess(args, env=env)
+    address = process.wait_ready()
+    engine = Engine(process, address.url, address.token)
+    deadline = time.monotonic() + 300
+    while not loaded(engine.health()):  # loaded before timing
+        if time.monotonic() > deadline:
+            engine.stop()
+            raise BenchError(f"the engine did not load its model: {engine.health()}")
+        time.sleep(0.05)
+    if not response_cache and engine.health()["response_cache"] is not None:
+        engine.stop()
+        raise BenchError("the response cache is on in an engine started without it")
+    return engine
+
+
+def generated(usage: dict | None, what: str, tokens: int | None = None) -> dict:
+    """`usage` of an answer the engine generated; a replayed, empty or short one stops the
+    bench (`tokens`: exactly this many were asked for, with ignore_eos)."""
+    if not usage:
+        raise BenchError(f"{what}: the answer carried no usage to check")
+    if usage.get("response_cache") == "hit":
+        raise BenchError(f"{what}: answered from the response cache, not generated")
+    done = usage.get("completion_tokens", 0)
+    if done < 1 or (tokens is not None and done != tokens):
+        raise BenchError(f"{what}: {done} tokens generated, {tokens or 'some'} asked for")
+    return usage
+
+
+def ratio(value: float, anchor: float | None, what: str, low: float, high: float) -> float:
+    """value / anchor, when the anchor was measured in this run and the ratio lies in
+    [low, high] (beyond: one side did not do the work the other did)."""
+    if anchor is None or anchor <= 0:
+        raise BenchError(f"{what}: no anchor was measured in this run, no ratio")
+    result = value / anchor
+    if not low <= result <= high:
+        raise BenchError(f"{what}: {result:.2f}x its anchor is implausible (expected "
+                         f"{low}-{high}x): {value:.1f} against {anchor:.1f}")
+    return result

@@ -1,0 +1,89 @@
+"""What every request passes before FastAPI reads it: the Host it names and the size of
+its body.
+
+FastAPI parses a body before a route's dependencies (the token check) run, so without a
+cap here an unauthenticated client could make the engine buffer without bound. And a
+web page the user opens can reach 127.0.0.1 through DNS rebinding (its own name,
+re-pointed at loopback); such a request carries that name in `Host`, so only loopback
+names, IP literals and the names the engine was told to serve under are let in.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from typing import Callable
+
+from starlette.exceptions import HTTPException
+
+MAX_BODY_BYTES = 16 * 1024 * 1024  # a 128k-token conversation is ~1 MB of JSON
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+
+
+def host_name(host_header: str) -> str:
+    """The name part of a Host header: without its port, brackets and letter case."""
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def host_allowed(host_header: str, names: frozenset[str] = frozenset()) -> bool:
+    name = host_name(host_header)
+    if name in LOOPBACK_NAMES or name.endswith(".localhost") or name in names:
+        return True
+    try:
+        ipaddress.ip_address(name)  # an address literal is no rebinding vector
+        return True
+    except ValueError:
+        return False
+
+
+class RequestGuard:
+    """ASGI middleware: 421 for a Host that is not ours, 413 for a body over the cap
+    (announced: refused here; counted as it arrives: BodyTooLarge). `error_body(path,
+    status, message)` gives the body in the route's error shape."""
+
+    def __init__(self, app, error_body: Callable[[str, int, str], dict],
+                 names: frozenset[str] = frozenset(), max_body: int = MAX_BODY_BYTES):
+        self.app, self.error_body, self.names, self.max_body = app, error_body, names, max_body
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", ())}
+        if not host_allowed(headers.get("host", ""), self.names):
+            return await self._refuse(scope, send, 421, "this engine answers only requests "
+                                      "addressed to localhost or an IP address (Host header)")
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.max_body:
+            return await self._refuse(scope, send, 413, self._too_large())
+        max_body, seen = self.max_body, 0
+
+        async def counting_receive():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > max_body:  # a body sent without Content-Length (chunked)
+                raise BodyTooLarge(413, self._too_large())
+            return message
+
+        await self.app(scope, counting_receive, send)
+
+    def _too_large(self) -> str:
+        return f"the request body is over {self.max_body // (1024 * 1024)} MiB"
+
+    async def _refuse(self, scope, send, status: int, message: str) -> None:
+        body = json.dumps(self.error_body(scope.get("path", ""), status, message)).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class BodyTooLarge(HTTPException):
+    """Raised from the app's receive when a streamed body passes the cap: an
+    HTTPException, so that FastAPI's body reading lets it through to the handler the
+    app registers for it (any other error there becomes a generic 400)."""
