@@ -184,9 +184,10 @@ def _stream_reply(client, messages, args) -> str:
             print(f"[load] {note}", file=sys.stderr)
     if args.verbose and reply.usage:
         timings = reply.usage.get("timings", {})
+        replayed = ", replayed from the response cache" if reply.response_cache == "hit" else ""
         print(f"[{reply.usage['completion_tokens']} tokens, "
               f"{timings.get('decode_tokens_per_s', 0):.1f} tok/s, "
-              f"first token after {timings.get('time_to_first_token_s', 0):.2f} s]",
+              f"first token after {timings.get('time_to_first_token_s', 0):.2f} s{replayed}]",
               file=sys.stderr)
         spec = reply.usage.get("speculative")
         if spec:

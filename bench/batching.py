@@ -13,7 +13,6 @@ of llama-server in the same run.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import threading
@@ -21,7 +20,7 @@ import time
 
 import httpx
 
-from common import QUICK_NOTE, ROOT, generated, parser, ratio, start_engine
+from common import QUICK_NOTE, generated, parser, ratio, start_engine
 
 from app.paths import paths  # noqa: E402
 from build_tools import build, llama_server  # noqa: E402
@@ -118,7 +117,6 @@ def main() -> int:
         args.tokens, args.streams = 4, "1,2"
     counts = [int(n) for n in args.streams.split(",")]
     bins = None if args.quick else build()
-    os.environ["HOMERACK_HOME"] = str(ROOT / ".cache" / "bench-home")
     rows = []
     for model in MODELS:
         rows += homerack_rows(model, args.threads, counts, args.tokens)

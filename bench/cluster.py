@@ -12,6 +12,7 @@ against raw RPC, a cached reload >= 3x faster than a cold one, a lost worker det
 <= 2 s and serving resumed in <= 30 s.
 
     python bench/cluster.py [--tokens 96] [--threads 1]     (root, for the LAN part)
+    python bench/cluster.py --quick    (one worker, Homerack's side only, no anchors)
 """
 
 from __future__ import annotations
@@ -32,9 +33,8 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from common import QUICK_NOTE, ROOT, generated, parser, ratio
+
 sys.path.insert(0, str(ROOT / "packaging"))
 
 from app.engine_proc import EngineProcess  # noqa: E402
@@ -53,16 +53,25 @@ def free_port() -> int:
 
 
 def token_times(url: str, headers: dict, tokens: int) -> list[float]:
-    """When each token of a streamed completion of exactly `tokens` tokens arrived."""
+    """When each token of a streamed completion of exactly `tokens` tokens arrived. From
+    Homerack (`headers` given) the answer's usage is checked: generated, every token."""
     body = {"prompt": PROMPT, "max_tokens": tokens, "n_predict": tokens, "temperature": 0,
             "stream": True, "ignore_eos": True, "cache_prompt": False}
-    times = []
+    if headers:
+        body["stream_options"] = {"include_usage": True}
+    times, usage = [], None
     with httpx.stream("POST", f"{url}/v1/completions", json=body, headers=headers,
                       timeout=600) as reply:
         reply.raise_for_status()
         for line in reply.iter_lines():
-            if line.startswith("data: {") and json.loads(line[6:]).get("choices"):
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("choices"):
                 times.append(time.perf_counter())
+            usage = chunk.get("usage") or usage
+    if headers:
+        generated(usage, f"{url} {PROMPT!r}", tokens)
     return times
 
 
@@ -118,7 +127,8 @@ def pair(homes: Homes, address: str) -> str:
 
 @contextmanager
 def homerack_serve(homes: Homes, args: list[str]):
-    process = EngineProcess(args, env=homes.env("host"))
+    """The host's engine, without the response cache (the bench repeats its prompt)."""
+    process = EngineProcess([*args, "--response-cache-mib", "0"], env=homes.env("host"))
     try:
         address = process.wait_ready()
         yield address, {"Authorization": f"Bearer {address.token}"}
@@ -177,8 +187,10 @@ def decode_table(homes, bins, workers, args) -> dict:
                     llama_server(bins, llama_rpc_args(path, endpoints, layers, args.host_threads)) as url:
                 theirs = decode_rate(url, {}, args.tokens)
             results[(model, stages)] = (ours, theirs)
+            # the same stages cannot decode much faster than llama.cpp's own over RPC
+            against = ratio(ours, theirs, f"{model} {stages} stages", 0.2, 1.5)
             print(f"{model:<28} {stages} stages: Homerack {ours:6.1f} tok/s, llama.cpp RPC "
-                  f"{theirs:6.1f} tok/s ({ours / theirs:.2f}x)", flush=True)
+                  f"{theirs:6.1f} tok/s ({against:.2f}x)", flush=True)
     print("stage cost (tok/s with stages / without, Homerack against llama.cpp):")
     for model in MODELS:
         for stages in (1, 2):
@@ -429,20 +441,38 @@ def failure(homes: Homes, workers: list, names: list[str], args) -> None:
           "(target <= 30 s)", flush=True)
 
 
+def quick(homes: Homes, args) -> None:
+    """SmolLM2 with 0 and 1 stage on one worker, through Homerack only."""
+    model, layers = "smollm2-135m-instruct-q4_1", MODELS["smollm2-135m-instruct-q4_1"]
+    with homerack_worker(homes, "w1", args.threads) as (_, address):
+        names = [pair(homes, address)]
+        for stages in (0, 1):
+            serve_args = ["--model", model, "--ctx", "1024", "--parallel", "1", "--threads",
+                          str(args.host_threads), *homerack_split(names, layers, stages)]
+            with homerack_serve(homes, serve_args) as (engine, headers):
+                rate = decode_rate(engine.url, headers, args.tokens, runs=1)
+            print(f"{model:<28} {stages} stages: Homerack {rate:6.1f} tok/s", flush=True)
+    print(QUICK_NOTE)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--tokens", type=int, default=96)
-    parser.add_argument("--threads", type=int, default=1, help="threads of each worker")
-    parser.add_argument("--host-threads", type=int, default=2)
-    parser.add_argument("--inner", choices=["gated", "raw"], help=argparse.SUPPRESS)
-    parser.add_argument("--model", help=argparse.SUPPRESS)
-    parser.add_argument("--split", help=argparse.SUPPRESS)
-    parser.add_argument("--pairings", help=argparse.SUPPRESS)
-    parser.add_argument("--endpoints", help=argparse.SUPPRESS)
-    parser.add_argument("--workers", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser(__doc__)
+    args.set_defaults(threads=1)  # of each worker
+    args.add_argument("--tokens", type=int, default=96)
+    args.add_argument("--host-threads", type=int, default=2)
+    args.add_argument("--inner", choices=["gated", "raw"], help=argparse.SUPPRESS)
+    args.add_argument("--model", help=argparse.SUPPRESS)
+    args.add_argument("--split", help=argparse.SUPPRESS)
+    args.add_argument("--pairings", help=argparse.SUPPRESS)
+    args.add_argument("--endpoints", help=argparse.SUPPRESS)
+    args.add_argument("--workers", help=argparse.SUPPRESS)
+    args = args.parse_args()
     if args.inner:
         return inner_decode(args)
+    if args.quick:
+        args.tokens = 8
+        with tempfile.TemporaryDirectory() as tmp:
+            return quick(Homes(Path(tmp)), args)
     bins = build()
     from tiny_gguf import write_tiny_model
 

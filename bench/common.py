@@ -23,6 +23,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# the benches' own models and caches, apart from the user's (HOMERACK_HOME decides)
+os.environ.setdefault("HOMERACK_HOME", str(ROOT / ".cache" / "bench-home"))
 
 from app.engine_proc import EngineProcess  # noqa: E402
 

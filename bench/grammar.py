@@ -3,36 +3,31 @@ JSON schema (llama.cpp's grammar sampler in the engine's chain) against the same
 unconstrained, in one run, side by side; and the same ratio for llama.cpp's llama-server
 (vendored commit, `response_format` json_schema) as the anchor.
 
-The schema asks for a string of at least 2,000 characters, so both runs decode the full
---tokens (a grammar that completes early would end the answer sooner). Each ratio is the
-median of ratios between neighbouring runs: the machine's speed drifts.
+The schema asks for a string of at least 1,000 characters (the most a schema may ask,
+agent/json_schema.py), so both runs decode the full --tokens (a grammar that completes
+early would end the answer sooner). Each ratio is the median of ratios between
+neighbouring runs: the machine's speed drifts.
 
-    python bench/grammar.py [--threads 2] [--tokens 128] [--reps 5]
+    python bench/grammar.py [--threads 2] [--tokens 128] [--reps 5] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import sys
-from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from common import QUICK_NOTE, BenchError, generated, parser, ratio, start_engine
 
 from app.paths import paths  # noqa: E402
-from batching import homerack  # noqa: E402
 from build_tools import build, llama_server  # noqa: E402
 
 MODELS = ("smollm2-135m-instruct-q4_1", "gemma-3-270m-q4_k_m")  # 49k and 262k tokens
 PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse keeper, as JSON."}]
 SCHEMA = {"type": "object", "properties": {
     "title": {"type": "string", "maxLength": 40},
-    "story": {"type": "string", "minLength": 2000}}, "required": ["title", "story"]}
+    "story": {"type": "string", "minLength": 1000}}, "required": ["title", "story"]}
 
 
 def decode_rate(url: str, headers: dict, tokens: int, constrained: bool, seed: int) -> float:
@@ -45,11 +40,14 @@ def decode_rate(url: str, headers: dict, tokens: int, constrained: bool, seed: i
         body["ignore_eos"] = True
     reply = httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=600)
     if reply.status_code != 200:
-        raise RuntimeError(f"{url}: {reply.status_code} {reply.text[:300]}")
+        raise BenchError(f"{url}: {reply.status_code} {reply.text[:300]}")
     data = reply.json()
+    what = f"{url} {'constrained' if constrained else 'free'}"
+    if headers:  # Homerack's answer: generated, not replayed
+        generated(data["usage"], what)
     produced = data["usage"]["completion_tokens"]
     if produced < tokens - 1:
-        raise RuntimeError(f"{url}: only {produced} tokens ({'constrained' if constrained else 'free'})")
+        raise BenchError(f"{what}: only {produced} tokens")
     timings = data.get("timings") or data["usage"]["timings"]
     return timings.get("predicted_per_second") or timings["decode_tokens_per_s"]
 
@@ -62,26 +60,30 @@ def measure(url: str, headers: dict, tokens: int, reps: int) -> dict:
         b = decode_rate(url, headers, tokens, True, rep)
         free.append(a)
         held.append(b)
-        ratios.append(b / a)
+        ratios.append(ratio(b, a, f"{url} constrained/free", 0.05, 1.5))
     return {"free": statistics.median(free), "constrained": statistics.median(held),
             "ratio": statistics.median(ratios)}
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--threads", type=int, default=min(os.cpu_count() or 2, 8))
-    parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--reps", type=int, default=5)
-    args = parser.parse_args()
-    bins = build()
-    os.environ["HOMERACK_HOME"] = str(ROOT / ".cache" / "bench-home")
+    args = parser(__doc__)
+    args.add_argument("--tokens", type=int, default=128)
+    args.add_argument("--reps", type=int, default=5)
+    args = args.parse_args()
+    if args.quick:
+        args.tokens, args.reps = 8, 1
+    bins = None if args.quick else build()
     rows = []
     for model in MODELS:
-        engine, url, headers = homerack(model, args.threads, parallel=1)
+        engine = start_engine(["--threads", str(args.threads), "--ctx", "4096", "--model", model,
+                               "--parallel", "1", "--no-prompt-cache"])
         try:
-            rows.append((model, "homerack", measure(url, headers, args.tokens, args.reps)))
+            rows.append((model, "homerack", measure(engine.url, engine.headers, args.tokens,
+                                                    args.reps)))
         finally:
             engine.stop()
+        if not bins:
+            continue
         server_args = ["-m", str(paths().models / f"{model}.gguf"), "-c", "4096", "-np", "1",
                        "-t", str(args.threads), "--jinja"]
         with llama_server(bins, server_args) as anchor_url:
@@ -92,7 +94,9 @@ def main() -> int:
     for model, server, r in rows:
         print(f"{model:<30}{server:<14}{r['free']:>8.1f}{r['constrained']:>13.1f}"
               f"{r['ratio']:>7.2f}x")
-    print("\ntarget: constrained at >= 0.9x of free, and no further behind than llama-server")
+    print(f"\n{QUICK_NOTE} (llama-server); the ratios above are constrained against free"
+          if args.quick else
+          "\ntarget: constrained at >= 0.9x of free, and no further behind than llama-server")
     return 0
 
 

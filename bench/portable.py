@@ -4,20 +4,20 @@ lower ones forced with HOMERACK_CPU_VARIANT. A portable build must not cost spee
 the best variant matches the CPU.
 
     make package && .venv/bin/python bench/portable.py [--runs 5] [--tokens 128]
+    .venv/bin/python bench/portable.py --quick   (the native build alone: no bundle needed)
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import QUICK_NOTE, ROOT, BenchError, parser, ratio
+
 BUNDLE = ROOT / "dist" / "homerack" / "homerack"
 PROMPT = "Write a short story about a robot who learns to paint."
 SPEED = re.compile(r"\[(\d+) tokens, ([\d.]+) tok/s")
@@ -28,21 +28,26 @@ def tokens_per_second(command: list[str], env: dict, tokens: int, seed: int) -> 
                            str(seed), "-v"], env=env, capture_output=True, text=True, timeout=600)
     match = SPEED.search(done.stdout + done.stderr)
     if not match:
-        raise SystemExit(f"{' '.join(command)}: no speed figure\n{done.stdout}{done.stderr}")
+        raise BenchError(f"{' '.join(command)}: no speed figure\n{done.stdout}{done.stderr}")
+    if "response cache" in done.stderr:
+        raise BenchError(f"{' '.join(command)}: the answer was replayed, not generated")
     return float(match.group(2))
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--variants", default="haswell,x64", help="lower variants to force")
-    args = parser.parse_args()
-    if not BUNDLE.exists():
-        raise SystemExit("no dist/homerack: run `make package` first")
+    args = parser(__doc__)
+    args.add_argument("--runs", type=int, default=5)
+    args.add_argument("--tokens", type=int, default=128)
+    args.add_argument("--variants", default="haswell,x64", help="lower variants to force")
+    args = args.parse_args()
+    if args.quick:
+        args.runs, args.tokens, args.variants = 1, 8, ""
+    elif not BUNDLE.exists():
+        raise BenchError("no dist/homerack: run `make package` first")
     base = {k: v for k, v in os.environ.items() if k != "HOMERACK_CPU_VARIANT"}
-    builds = [("native (this machine's venv build)", [sys.executable, "-m", "app"], {}),
-              ("portable, best variant", [str(BUNDLE)], {})]
+    builds = [("native (this machine's venv build)", [sys.executable, "-m", "app"], {})]
+    if not args.quick:
+        builds.append(("portable, best variant", [str(BUNDLE)], {}))
     builds += [(f"portable, {v} forced", [str(BUNDLE)], {"HOMERACK_CPU_VARIANT": v})
                for v in args.variants.split(",") if v]
     speeds: dict[str, list[float]] = {name: [] for name, _c, _e in builds}
@@ -57,7 +62,11 @@ def main() -> int:
     print(f"SmolLM2 135M Q4_1, {args.tokens} tokens (seeded), median of {args.runs} runs")
     for name, values in speeds.items():
         median = statistics.median(values)
-        print(f"  {name:<36} {median:7.1f} tok/s   {median / anchor:5.2f}x")
+        against = "" if args.quick else \
+            f"   {ratio(median, anchor, name, 0.05, 1.5):5.2f}x"  # a variant is no faster
+        print(f"  {name:<36} {median:7.1f} tok/s{against}")
+    if args.quick:
+        print(QUICK_NOTE)
     return 0
 
 

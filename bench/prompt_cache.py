@@ -22,7 +22,6 @@ nine tenths).
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import shutil
 import sys
@@ -31,7 +30,7 @@ from pathlib import Path
 
 import httpx
 
-from common import QUICK_NOTE, ROOT, BenchError, generated, parser, ratio, start_engine
+from common import QUICK_NOTE, BenchError, generated, parser, ratio, start_engine
 
 from build_tools import build, llama_server  # noqa: E402
 from app.paths import paths  # noqa: E402
@@ -128,7 +127,6 @@ def main() -> int:
         args.rounds = 1
     bins = None if args.quick else build()
     # Its own home: the disk-tier run empties the prompt cache folder.
-    os.environ["HOMERACK_HOME"] = str(ROOT / ".cache" / "bench-home")
     model_path = paths().models / f"{DEFAULT_MODEL}.gguf"
 
     runs = {}

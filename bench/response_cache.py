@@ -2,7 +2,7 @@
 one run of one engine (greedy requests through the API; each cold prompt is new, so it
 is generated, then asked again, so it is replayed).
 
-    python bench/response_cache.py [--requests 20] [--tokens 64]
+    python bench/response_cache.py [--requests 20] [--tokens 64] [--quick]
 
 Reported: client round trip per cold request and per hit (p50/p95), their ratio, and a
 streamed hit's time to its last chunk; then the engine's side alone, in-process: from
@@ -11,8 +11,6 @@ submit to the last event of a hit. Target: a hit under 10 ms p95 (engine side).
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import sys
 import time
@@ -21,10 +19,8 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from common import BenchError, generated, parser, ratio, start_engine
 
-from app.engine_proc import EngineProcess  # noqa: E402
 from app.paths import paths  # noqa: E402
 
 MODEL = "smollm2-135m-instruct-q4_1"
@@ -51,28 +47,27 @@ def pct(values: list[float], q: float) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--requests", type=int, default=20)
-    parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=min(os.cpu_count() or 2, 8))
-    args = parser.parse_args()
-    os.environ.setdefault("HOMERACK_HOME", str(ROOT / ".cache" / "bench-home"))
-    engine = EngineProcess(["--threads", str(args.threads), "--model", MODEL, "--ctx", "2048"])
-    address = engine.wait_ready()
+    args = parser(__doc__)
+    args.add_argument("--requests", type=int, default=20)
+    args.add_argument("--tokens", type=int, default=64)
+    args = args.parse_args()
+    if args.quick:
+        args.requests, args.tokens = 2, 8
+    engine = start_engine(["--threads", str(args.threads), "--model", MODEL, "--ctx", "2048"],
+                          response_cache=True)
     cold, hits, streams = [], [], []
     try:
-        with httpx.Client(base_url=address.url, timeout=600,
-                          headers={"Authorization": f"Bearer {address.token}"}) as http:
-            while not http.get("/health").json()["model"]:
-                time.sleep(0.05)
+        with engine.client() as http:
             for i in range(args.requests + 1):
                 body = {"model": MODEL, "temperature": 0, "max_tokens": args.tokens,
                         "ignore_eos": True, "messages": [{"role": "user", "content":
                         f"Tell me a story about the number {uuid.uuid4().int % 10**6}."}]}
                 seconds, first = timed(http, body)
+                generated(first["usage"], "a new question", args.tokens)
                 again, second = timed(http, body)
-                assert second["homerack"]["response_cache"] == "hit", second["homerack"]
-                assert second["choices"][0]["message"] == first["choices"][0]["message"]
+                if second["homerack"]["response_cache"] != "hit" or \
+                        second["choices"][0]["message"] != first["choices"][0]["message"]:
+                    raise BenchError(f"the repeated question was not replayed: {second}")
                 if i:  # the first pair warms up
                     cold.append(seconds)
                     hits.append(again)
@@ -85,8 +80,8 @@ def main() -> int:
     print(f"cold      p50 {statistics.median(cold) * 1000:8.1f} ms   p95 {pct(cold, .95) * 1000:8.1f} ms")
     print(f"hit       p50 {statistics.median(hits) * 1000:8.2f} ms   p95 {pct(hits, .95) * 1000:8.2f} ms")
     print(f"hit, SSE  p50 {statistics.median(streams) * 1000:8.2f} ms   p95 {pct(streams, .95) * 1000:8.2f} ms")
-    print(f"a hit takes {statistics.median(hits) / statistics.median(cold):.4f}x the time of a "
-          f"cold request ({statistics.median(cold) / statistics.median(hits):.0f}x faster); "
+    share = ratio(statistics.median(hits), statistics.median(cold), "hit/cold", 0, 1)
+    print(f"a hit takes {share:.4f}x the time of a cold request ({1 / share:.0f}x faster); "
           "target: under 10 ms p95")
     print(f"cache: {status['entries']} entries, {status['bytes']} bytes, hits {status['hits']}")
     engine_side(args)

@@ -10,7 +10,7 @@ threshold, the share and score the cascade would have had, from the small model'
 measured confidence on each prompt and both models' scores on it. And the rules'
 decision cost, in-process.
 
-    python bench/routing.py [--small M] [--large M] [--threshold T] [--limit N]
+    python bench/routing.py [--small M] [--large M] [--threshold T] [--limit N] [--quick]
 
 Scoring: `contains` (a reference answer appears), `number` (the first number equals it),
 `keywords` (the share of key terms present), `python_tests` (the answer's code passes the
@@ -21,9 +21,7 @@ pair on a bigger machine (the flags take any local model).
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -34,10 +32,8 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from common import ROOT, generated, parser, start_engine
 
-from app.engine_proc import EngineProcess  # noqa: E402
 from engine.events import GenerationRequest  # noqa: E402
 from engine.models import LocalModel  # noqa: E402
 from engine.routing import DEFAULT_THRESHOLD, Routing, decide  # noqa: E402
@@ -93,6 +89,7 @@ def ask(http: httpx.Client, model: str, row: dict) -> dict:
         "temperature": 0, "max_tokens": row["max_tokens"]})
     reply.raise_for_status()
     body = reply.json()
+    generated(body["usage"], f"{model} on {row['prompt'][:30]!r}")
     text = body["choices"][0]["message"]["content"] or ""
     return {"model": body["model"], "text": text, "score": score(row, text),
             "seconds": time.perf_counter() - began, "route": body["homerack"].get("route")}
@@ -134,29 +131,26 @@ def calibrate(rows, results) -> list[tuple[float, float, float, float]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--small", default="smollm2-135m-instruct-q4_1")
-    parser.add_argument("--large", default="gemma-3-270m-q4_k_m")
-    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
-    parser.add_argument("--threads", type=int, default=min(os.cpu_count() or 2, 8))
-    parser.add_argument("--limit", type=int, help="the first N prompts of each kind")
-    parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench-routing.json")
-    args = parser.parse_args()
+    args = parser(__doc__)
+    args.add_argument("--small", default="smollm2-135m-instruct-q4_1")
+    args.add_argument("--large", default="gemma-3-270m-q4_k_m")
+    args.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
+    args.add_argument("--limit", type=int, help="the first N prompts of each kind")
+    args.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench-routing.json")
+    args = args.parse_args()
+    if args.quick:
+        args.limit = 1
     rows = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]
     if args.limit:
         rows = [r for kind in dict.fromkeys(r["kind"] for r in rows)
                 for r in [x for x in rows if x["kind"] == kind][:args.limit]]
-    os.environ.setdefault("HOMERACK_HOME", str(ROOT / ".cache" / "bench-home"))
-    engine = EngineProcess(["--threads", str(args.threads), "--ctx", "2048", "--parallel", "1",
-                            "--response-cache-mib", "0", "--no-prompt-cache",
-                            "--route", f"{args.small},{args.large}"])
-    address = engine.wait_ready()
+    engine = start_engine(["--threads", str(args.threads), "--ctx", "2048", "--parallel", "1",
+                           "--no-prompt-cache", "--route", f"{args.small},{args.large}"],
+                          loaded=lambda health: ((health.get("routing") or {}).get(
+                              "companion") or {}).get("model"))  # both models loaded
     results = {}
     try:
-        with httpx.Client(base_url=address.url, timeout=600,
-                          headers={"Authorization": f"Bearer {address.token}"}) as http:
-            while not (http.get("/health").json().get("routing") or {}).get("companion", {}).get("model"):
-                time.sleep(0.1)  # both models loaded before timing
+        with engine.client() as http:
             ask(http, args.small, rows[0]), ask(http, args.large, rows[0])  # warm up
             for way in WAYS:
                 results[way] = run_way(http, way, rows, args.small, args.large, args.threshold)

@@ -167,7 +167,6 @@ def main() -> int:
         args.tokens, args.reps = 16, 1
         prompts = {kind: texts[:1] for kind, texts in PROMPTS.items()}
     bins = None if args.quick else build()
-    os.environ["HOMERACK_HOME"] = str(ROOT / ".cache" / "bench-home")
     models = paths().models
     ModelStore(models, GGUFInspector()).install_starters()
     if not (models / f"{TARGET}.gguf").exists():

@@ -1,0 +1,43 @@
+"""Every bench runs in its quick mode (a few tokens, one repetition, no anchors), so that
+no change breaks one unnoticed: each must finish, time only answers the engine generated
+(bench/common.py stops it otherwise), and print no ratio against an anchor it skipped."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+# compared within one engine's run only: no anchor to skip
+NO_ANCHOR = {"response_cache", "routing"}
+BENCHES = ["decode", "batching", "grammar", "prompt_cache", "response_cache", "routing",
+           "speculative", "cluster", "portable"]
+
+
+@pytest.mark.parametrize("bench", BENCHES)
+def test_the_bench_runs_quick_and_measures_generation(bench, home):
+    env = dict(os.environ, HOMERACK_HOME=str(home / f"bench-{bench}"), PYTHONUNBUFFERED="1")
+    models = home / f"bench-{bench}" / "data" / "models"  # the starters linked; what a
+    models.mkdir(parents=True, exist_ok=True)              # bench makes stays its own
+    for starter in (home / "data" / "models").glob("*.gguf"):
+        if not (models / starter.name).exists():
+            (models / starter.name).symlink_to(starter.resolve())
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / f"{bench}.py"), "--quick",
+                           "--threads", "2"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    assert "bench error" not in done.stderr
+    if bench not in NO_ANCHOR:
+        assert "quick mode: anchors not measured" in done.stdout, done.stdout[-2000:]
+    assert "tok/s" in done.stdout or " s" in done.stdout
+
+
+def test_the_benches_are_all_here():
+    on_disk = {p.stem for p in (ROOT / "bench").glob("*.py")} - {"common", "build_tools"}
+    assert on_disk == set(BENCHES)
