@@ -483,7 +483,10 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--host", default="0.0.0.0", help="the gateway's address")
     worker.add_argument("--port", type=int, default=50151, help="the gateway's port (0: any)")
     worker.add_argument("--name", help="the name hosts see (default: the host name)")
-    worker.add_argument("--code", help="a fixed pairing code (default: a new one-time code)")
+    worker.add_argument("--code", help="the pairing code (scripts; default: a new one)")
+    worker.add_argument("--pair", action="store_true",
+                        help="open pairing again on this machine's running worker (5 minutes, "
+                             "one host) and print its code")
     worker.add_argument("--threads", type=int, default=0)
     worker.add_argument("--ram", type=float, metavar="GIB", help="offer at most this much memory")
     worker.add_argument("--no-advertise", action="store_true", help="no mDNS announcement")
@@ -495,6 +498,8 @@ def build_parser() -> argparse.ArgumentParser:
     pair = sub.add_parser("pair", help="pair with a worker, using the code it shows")
     pair.add_argument("address", metavar="HOST[:PORT]")
     pair.add_argument("--code", required=True)
+    pair.add_argument("--replace", action="store_true",
+                      help="replace a paired worker of the same name at another address")
     pair.set_defaults(func=cmd_pair)
 
     workers = sub.add_parser("workers", help="paired workers (and those announced on the LAN)")

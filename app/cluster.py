@@ -24,8 +24,8 @@ MAX_RESTARTS_A_MINUTE = 5
 
 def cmd_worker(args) -> int:
     from engine.cluster.link import new_loop
-    from engine.cluster.pairing import Grants
-    from engine.cluster.worker import Worker, WorkerConfig
+    from engine.cluster.pairing import Grants, open_window
+    from engine.cluster.worker import Worker, WorkerConfig, window_file
 
     if args.hosts or args.revoke_host:  # the hosts this machine admits, kept by the worker
         grants = Grants(paths().worker_folder / "grants.json")
@@ -34,18 +34,25 @@ def cmd_worker(args) -> int:
         for entry in grants.hosts():
             print(f"{entry['host']:<24} paired {entry.get('since', '?')}")
         return 0
+    window = window_file(paths().worker_folder)
+    if args.pair:  # a running worker reads the window file at the next pairing attempt
+        print_code(*open_window(window, args.code))
+        return 0
 
     config = WorkerConfig(name=args.name or socket.gethostname(), folder=paths().worker_folder,
                           cache_dir=None if args.no_cache else paths().cache / "rpc",
-                          host=args.host, port=args.port, code=args.code,
+                          host=args.host, port=args.port,
                           threads=args.threads or os.cpu_count() or 2,
                           ram_bytes=int(args.ram * 2**30) if args.ram else None,
                           advertise=not args.no_advertise)
     worker = Worker(config)
 
-    def ready(address: str, code: str) -> None:
+    def ready(address: str) -> None:
         print(f"worker {config.name} listening on {address}", flush=True)
-        print(f"pairing code: {code}", flush=True)
+        print_code(*open_window(window, args.code))  # the owner shares it: pairing opens
+        print("a paired host and this machine trust each other fully: it sends this machine "
+              "model weights and activations, and this machine computes what it is sent "
+              "(README: the cluster's trust model)", flush=True)
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
@@ -56,17 +63,25 @@ def cmd_worker(args) -> int:
     return 0
 
 
+def print_code(code: str, expires: float) -> None:
+    until = time.strftime("%H:%M", time.localtime(expires))
+    print(f"pairing code: {code} (open until {until}, for one host)", flush=True)
+
+
 def cmd_pair(args) -> int:
+    from engine.cluster.pairing import PairingConflict
     from engine.cluster.protocol import Refused
 
     from .sharing import pair_worker
 
     try:
-        pairing = pair_worker(args.address, args.code)
-    except (Refused, ConnectionError) as exc:
+        pairing, comparison = pair_worker(args.address, args.code, args.replace)
+    except (Refused, ConnectionError, PairingConflict) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"paired with worker {pairing.name} at {pairing.address}")
+    print(f"confirmation {comparison}: the worker shows the same digits; if it does not, "
+          f"unpair at once (homerack workers --revoke {pairing.name})")
     return 0
 
 
@@ -123,12 +138,12 @@ def resolve_workers(spec: str, browse_s: float = 2.0):
 
     store = Pairings(paths().pairings)
     if spec == "auto":
+        # An announcement only suggests where a paired worker is now: it is tried there
+        # (the link checks the pinned certificate) and never written back, so a spoofed
+        # one can neither move nor delete a stored pairing.
         browse = store.all() and os.environ.get("HOMERACK_MDNS") != "off"
         moved = {a.name: a.address for a in _announced(browse_s)} if browse else {}
-        for pairing in store.all():
-            if moved.get(pairing.name, pairing.address) != pairing.address:
-                store.add(replace(pairing, address=moved[pairing.name]))
-        return store.all()
+        return [replace(p, address=moved.get(p.name, p.address)) for p in store.all()]
     chosen = []
     for key in filter(None, (k.strip() for k in spec.split(","))):
         pairing = store.find(key)

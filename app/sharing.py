@@ -14,14 +14,17 @@ from engine.spawn import module_command
 from .paths import paths
 
 
-def pair_worker(address: str, code: str):
-    """Pair with the worker at `address` and remember it; raises Refused/ConnectionError."""
+def pair_worker(address: str, code: str, replace: bool = False):
+    """Pair with the worker at `address` and remember it: (the pairing, the digits both
+    sides show). Raises Refused/ConnectionError, or PairingConflict when another worker
+    of that name is paired elsewhere and not `replace`."""
     from engine.cluster.link import pair
     from engine.cluster.pairing import Pairings
 
-    pairing = asyncio.run(pair(address, code, socket.gethostname()))
-    Pairings(paths().pairings).add(pairing)
-    return pairing
+    store = Pairings(paths().pairings)
+    pairing, comparison = asyncio.run(pair(address, code, socket.gethostname()))
+    store.add(pairing, replace)
+    return pairing, comparison
 
 
 class SharedMachine:
@@ -45,7 +48,7 @@ class SharedMachine:
             if " listening on " in line:
                 self.address = line.rsplit(" ", 1)[1].strip()
             elif line.startswith("pairing code: "):
-                self.code = line.split(": ", 1)[1].strip()
+                self.code = line.split(": ", 1)[1].split()[0]
         threading.Thread(target=self.process.stdout.read, daemon=True).start()  # drain
         return self
 

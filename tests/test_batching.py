@@ -227,8 +227,47 @@ def stream(client, question, times=None, **extra):
     return text, usage
 
 
+# Where the greedy token leads the next by less than this (in logits), batched and single
+# rows may pick differently: llama.cpp's CPU kernels sum a batch's rows in another order
+# (README), which moves logits by about a hundredth here. SmolLM2's answers to these
+# questions have such near ties within 32 tokens (measured: margins of 0.001-0.04 logits
+# in most), which is why "6 of 8 equal" failed on fresh clones: luck, not a bug.
+SAFE_MARGIN = 0.1
+
+
+def safe_prefixes(model_path, questions, tokens: int) -> list[str]:
+    """For each question, the text of its solo greedy answer up to the first step whose
+    margin (first logit minus second) is under SAFE_MARGIN, measured on a single sequence
+    with llama.cpp's own high-level API."""
+    import numpy as np
+    from llama_cpp import Llama
+
+    from engine.chat_format import chat_format_for
+    from engine.gguf_file import GGUFInspector
+
+    chat = chat_format_for(GGUFInspector().inspect(model_path))
+    llm = Llama(str(model_path), n_ctx=512, n_threads=2, logits_all=True, verbose=False)
+    prefixes = []
+    for question in questions:
+        prompt = chat.render([{"role": "user", "content": question}])
+        llm.reset()
+        llm.eval(llm.tokenize(prompt.encode(), add_bos=False, special=True))
+        safe = []
+        for _ in range(tokens):
+            logits = np.asarray(llm.scores[llm.n_tokens - 1])
+            second, first = np.partition(logits, -2)[-2:]
+            token = int(np.argmax(logits))
+            if first - second < SAFE_MARGIN or token == llm.token_eos():
+                break
+            safe.append(token)
+            llm.eval([token])
+        prefixes.append(llm.detokenize(safe).decode(errors="ignore"))
+    del llm
+    return prefixes
+
+
 @pytest.mark.slow
-def test_eight_streams_through_the_openai_client_equal_their_solo_answers(batching_server):
+def test_eight_streams_through_the_openai_client_equal_their_solo_answers(batching_server, home):
     client = openai.OpenAI(base_url=f"{batching_server.url}/v1", api_key=batching_server.token,
                            max_retries=0)
     fresh = {"extra_body": {"cache_prompt": False}}  # see the README's limits
@@ -243,12 +282,14 @@ def test_eight_streams_through_the_openai_client_equal_their_solo_answers(batchi
         thread.start()
     for thread in threads:
         thread.join(timeout=120)
-    # Each stream is its own answer, not another's or a mix, and nearly all are equal to
-    # their solo answer bit for bit; a single row's attention over 512 cells or more is
-    # summed by two threads and can turn a near tie late in an answer (README).
+    # Each stream is its own answer, equal to its solo answer bit for bit as far as the
+    # greedy choice is clear (measured margins); after a near tie the two may part.
     texts = [text for text, _ in results]
-    assert all(a[:16] == b[:16] for a, b in zip(texts, solo)), list(zip(texts, solo))
-    assert sum(a == b for a, b in zip(texts, solo)) >= 6, list(zip(texts, solo))
+    prefixes = safe_prefixes(home / "data" / "models" / f"{STARTER}.gguf", QUESTIONS, 32)
+    assert sum(len(p) for p in prefixes) >= 100, prefixes  # the check is not vacuous
+    for question, prefix, alone, together in zip(QUESTIONS, prefixes, solo, texts):
+        assert alone.startswith(prefix) and together.startswith(prefix), \
+            (question, prefix, alone, together)
     shared = [usage.model_extra["timings"]["shared_streams"] for _, usage in results]
     assert max(shared) >= 4, shared
 
@@ -289,7 +330,7 @@ def test_metrics_and_health_show_the_batch(batching_server):
         assert f"\n{name} " in metrics.text, name
     assert "homerack_kv_cells_total 4096.0" in metrics.text
     assert httpx.get(f"{batching_server.url}/metrics").status_code == 401
-    batching = httpx.get(f"{batching_server.url}/health").json()["batching"]
+    batching = httpx.get(f"{batching_server.url}/health", headers=headers).json()["batching"]
     assert batching["parallel"] == 8 and batching["kv_cells_total"] == 4096
 
 

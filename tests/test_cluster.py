@@ -24,7 +24,8 @@ from conftest import GEMMA, ROOT, STARTER, start_engine
 from engine.cluster import link, protocol
 from engine.cluster.gateway import Gateway
 from engine.cluster.identity import certificate_fingerprint, ensure_identity, server_context
-from engine.cluster.pairing import ATTEMPTS_PER_MINUTE, Grants, Pairing
+from engine.cluster.pairing import (WRONG_CODES, Grants, Pairing, PairingConflict, Pairings,
+                                    PairingWindow, open_window)
 from engine.cluster.placement import THIS_MACHINE, Machine, local_machine, place_cluster
 from engine.cluster.protocol import Refused
 from engine.gguf_file import ModelShape
@@ -131,10 +132,16 @@ class Sentinel:
         writer.close()
 
 
-async def start_gateway(folder: Path, rpc_endpoint: str, code="123456"):
+async def start_gateway(folder: Path, rpc_endpoint: str, code: str | None = "123456",
+                        owner=lambda _port: True):
+    """A gateway in this process; pairing open with `code` (None: closed); `owner` says
+    whether the RPC server's port is the worker's own child's."""
     cert, key = ensure_identity(folder, "w")
-    gateway = Gateway("w", Grants(folder / "grants.json", code), certificate_fingerprint(cert),
-                      rpc_endpoint, lambda: {"free_bytes": 1})
+    window = PairingWindow(folder / "window.json")
+    if code:
+        open_window(window.path, code)
+    gateway = Gateway("w", Grants(folder / "grants.json"), window, certificate_fingerprint(cert),
+                      lambda: rpc_endpoint, owner, lambda: {"free_bytes": 1})
     server = await gateway.serve("127.0.0.1", 0, server_context(cert, key))
     return gateway, f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
 
@@ -169,7 +176,7 @@ def test_only_a_paired_host_reaches_the_rpc_server(tmp_path, monkeypatch):
                                  "token")
         assert sentinel.connections == 0 and sentinel.received == b""
         # the right code pairs; the pairing's token reaches the RPC server
-        pairing = await link.pair(address, "123456", "host")
+        pairing, _ = await link.pair(address, "123456", "host")
         assert pairing.fingerprint == fp
         reader, writer, _ = await link.open_link(address, "rpc", fp, pairing.token)
         writer.write(b"ping")
@@ -181,39 +188,134 @@ def test_only_a_paired_host_reaches_the_rpc_server(tmp_path, monkeypatch):
     asyncio.run(scenario())
 
 
-def test_wrong_codes_are_rate_limited_and_a_used_code_is_spent(tmp_path):
+def test_pairing_opens_for_one_host_and_a_few_wrong_codes_close_it(tmp_path):
     async def scenario():
-        _gateway, address = await start_gateway(tmp_path / "w", "127.0.0.1:9", code=None)
-        grants = _gateway.grants
-        code = grants.code
-        for _ in range(ATTEMPTS_PER_MINUTE):
-            with pytest.raises(Refused, match="wrong pairing code"):
-                await link.pair(address, "x", "guesser")
-        with pytest.raises(Refused, match="too many wrong pairing codes"):
-            await link.pair(address, code, "host")  # even the right code waits now
-        grants._failures.clear()
-        await link.pair(address, code, "host")
-        assert grants.code != code  # one-time
-        with pytest.raises(Refused, match="wrong pairing code"):
-            await link.pair(address, code, "second host")
+        gateway, address = await start_gateway(tmp_path / "w", "127.0.0.1:9", code=None)
+        with pytest.raises(Refused, match="pairing is closed"):
+            await link.pair(address, "123456", "early")  # nobody opened it
+        code, _ = open_window(gateway.window.path)
+        for left in range(WRONG_CODES - 1, 0, -1):
+            with pytest.raises(Refused, match=f"wrong pairing code \\({left} tries left"):
+                await link.pair(address, "000000" if code != "000000" else "1", "guesser")
+        with pytest.raises(Refused, match="pairing is closed now"):
+            await link.pair(address, "999999" if code != "999999" else "1", "guesser")
+        with pytest.raises(Refused, match="pairing is closed"):
+            await link.pair(address, code, "host")  # the right code, too late: a new one
+        code, _ = open_window(gateway.window.path)
+        shown = []
+        gateway.on_paired = lambda host, comparison: shown.append((host, comparison))
+        pairing, comparison = await link.pair(address, code, "host")
+        assert shown == [("host", comparison)] and len(comparison) == 7  # "123 456"
+        assert gateway.grants.admits(pairing.token) == "host"
+        with pytest.raises(Refused, match="pairing is closed"):
+            await link.pair(address, code, "second host")  # one host per window
+        open_window(gateway.window.path, "424242", seconds=-1)
+        with pytest.raises(Refused, match="pairing is closed"):
+            await link.pair(address, "424242", "late host")  # expired
 
     asyncio.run(scenario())
 
 
-def test_pairings_are_private_and_revocable(tmp_path):
-    from engine.cluster.pairing import Pairings
+class Relay:
+    """A man in the middle at the worker's address: TLS with its own certificate to the
+    host, TLS to the real worker, passing every line on (it cannot do more without the
+    code)."""
 
+    async def start(self, folder: Path, worker_address: str) -> str:
+        ensure_identity(folder, "relay")
+        cert, key = folder / "gateway.crt", folder / "gateway.key"
+        self.worker_address, self.seen = worker_address, []
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0,
+                                                 ssl=server_context(cert, key))
+        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _handle(self, host_reader, host_writer):
+        worker_reader, worker_writer, _ = await link._connect(self.worker_address)
+        try:
+            for _ in range(2):  # the host's line to the worker, the worker's answer back
+                line = await host_reader.readline()
+                self.seen.append(json.loads(line))
+                worker_writer.write(line)
+                await worker_writer.drain()
+                answer = await worker_reader.readline()
+                self.seen.append(json.loads(answer))
+                host_writer.write(answer)
+                await host_writer.drain()
+        finally:
+            worker_writer.close()
+            host_writer.close()
+
+
+def test_a_relay_with_its_own_certificate_pairs_nothing_and_learns_no_code(tmp_path):
+    async def scenario():
+        gateway, address = await start_gateway(tmp_path / "w", "127.0.0.1:9", code="123456")
+        relay = Relay()
+        relayed = await relay.start(tmp_path / "relay", address)
+        with pytest.raises(Refused, match="wrong pairing code"):
+            await link.pair(relayed, "123456", "host")  # the right code, the wrong machine
+        assert gateway.grants.hosts() == [] and gateway.window.wrong == 1
+        sent = json.dumps(relay.seen)
+        assert "123456" not in sent and "token" not in relay.seen[-1]
+        pairing, _ = await link.pair(address, "123456", "host")  # straight: it pairs
+        assert gateway.grants.admits(pairing.token) == "host"
+
+    asyncio.run(scenario())
+
+
+def test_bytes_reach_only_the_workers_own_rpc_server(tmp_path):
+    async def scenario():
+        sentinel = Sentinel()  # listening, but not the worker's child
+        gateway, address = await start_gateway(tmp_path / "w", await sentinel.start(),
+                                               owner=lambda _port: False)
+        pairing, _ = await link.pair(address, "123456", "host")
+        with pytest.raises(Refused, match="RPC server is not running"):
+            await link.open_link(address, "rpc", pairing.fingerprint, pairing.token)
+        assert sentinel.connections == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_second_worker_of_the_same_name_is_not_paired_over_the_first(tmp_path):
+    store = Pairings(tmp_path / "pairings.json")
+    store.add(Pairing("attic", "10.0.0.5:50151", "ab", "t1"))
+    with pytest.raises(PairingConflict, match="already paired at 10.0.0.5:50151"):
+        store.add(Pairing("attic", "10.0.0.5:50152", "cd", "t2"))
+    assert [p.address for p in store.all()] == ["10.0.0.5:50151"]
+    store.add(Pairing("attic", "10.0.0.5:50151", "ef", "t3"))  # reinstalled, same address
+    assert [p.fingerprint for p in store.all()] == ["ef"]
+    store.add(Pairing("attic", "10.0.0.5:50152", "cd", "t2"), replace=True)
+    assert [p.address for p in store.all()] == ["10.0.0.5:50152"]
+
+
+def test_an_announced_address_is_tried_but_never_written(tmp_path, monkeypatch):
+    from app import cluster as app_cluster
+    from engine.cluster.discovery import Announced
+
+    monkeypatch.setenv("HOMERACK_HOME", str(tmp_path))
+    store = Pairings(tmp_path / "data" / "cluster" / "pairings.json")
+    store.add(Pairing("attic", "10.0.0.5:50151", "ab", "t1"))
+    store.add(Pairing("den", "10.0.0.6:50151", "cd", "t2"))
+    before = store.path.read_bytes()
+    spoofed = [Announced("attic", "10.0.0.6:50151", {}, [], 0)]  # den's address
+    monkeypatch.setattr(app_cluster, "_announced", lambda _s: spoofed)
+    chosen = app_cluster.resolve_workers("auto")
+    assert [(p.name, p.address) for p in chosen] == [("attic", "10.0.0.6:50151"),
+                                                      ("den", "10.0.0.6:50151")]
+    assert store.path.read_bytes() == before  # both pairings stay as they were
+
+
+def test_pairings_are_private_and_revocable(tmp_path):
     store = Pairings(tmp_path / "pairings.json")
     store.add(Pairing("w1", "127.0.0.1:1", "ab", "t1"))
     store.add(Pairing("w2", "127.0.0.1:2", "cd", "t2"))
     assert (tmp_path / "pairings.json").stat().st_mode & 0o777 == 0o600
     assert store.revoke("w1") and [p.name for p in store.all()] == ["w2"]
-    grants = Grants(tmp_path / "grants.json", "1")
-    grants.grant("old", "host")
-    grants.grant("secret", "host")  # the same host pairing again replaces its grant
-    assert grants.admits("old") is None and len(grants.hosts()) == 1
-    assert grants.admits("secret") == "host" and "secret" not in (tmp_path / "grants.json").read_text()
-    assert grants.revoke("host") and grants.admits("secret") is None
+    grants = Grants(tmp_path / "grants.json")
+    old = grants.grant("host")
+    secret = grants.grant("host")  # the same host pairing again replaces its grant
+    assert grants.admits(old) is None and len(grants.hosts()) == 1
+    assert grants.admits(secret) == "host" and secret not in (tmp_path / "grants.json").read_text()
+    assert grants.revoke("host") and grants.admits(secret) is None
 
 
 # -- real workers -----------------------------------------------------------------------
@@ -485,7 +587,7 @@ def test_a_forwarder_carries_only_this_process_s_connections(tmp_path):
 
     async def setup():
         _gateway, address = await start_gateway(tmp_path / "w", await sentinel.start())
-        return await link.pair(address, "123456", "host")
+        return (await link.pair(address, "123456", "host"))[0]
 
     pairing = loop.run(setup())
     forwarder = WorkerLink(pairing, lambda *_: None)

@@ -69,6 +69,13 @@ def set_long_replies(window):
     window.temperature.setValue(0.8)
 
 
+def engine_health(window) -> dict:
+    """The window's engine's status (/health with its token)."""
+    address = window.supervisor.address
+    return httpx.get(f"{address.url}/health",
+                     headers={"Authorization": f"Bearer {address.token}"}).json()
+
+
 def test_prompt_streams_an_answer(qtbot, open_window):
     window = open_window()
     window.temperature.setValue(0)
@@ -109,11 +116,11 @@ def test_stop_mid_stream_keeps_the_partial_reply(qtbot, open_window):
     wait_reply(qtbot, window, timeout=10_000)
     reply = messages(window)[-1]
     assert reply.status == "stopped" and len(reply.content) > 40
-    health = httpx.get(f"{window.supervisor.address.url}/health").json()
+    health = engine_health(window)
     deadline = time.time() + 5
     while health["busy"] and time.time() < deadline:
         time.sleep(0.05)
-        health = httpx.get(f"{window.supervisor.address.url}/health").json()
+        health = engine_health(window)
     assert not health["busy"], "the engine kept generating after Stop"
 
 
@@ -163,7 +170,7 @@ def test_two_conversations_generate_at_once(qtbot, open_window):
         assert [m.role for m in stored] == ["user", "assistant"]
         assert stored[-1].status == "complete" and stored[-1].content
     assert "mountain" not in window.view.toPlainText()
-    health = httpx.get(f"{window.supervisor.address.url}/health").json()
+    health = engine_health(window)
     assert health["batching"]["requests"] >= 2
     assert "tok/s" in seen_status, seen_status
 

@@ -458,8 +458,10 @@ class MainWindow(QMainWindow):
 
     def _on_shared(self, shared) -> None:
         self.shared = shared
-        self.cluster_panel.show_sharing(f"Shared at {shared.address} · pairing code "
-                                        f"{shared.code}")
+        self.cluster_panel.show_sharing(
+            f"Shared at {shared.address} · pairing code {shared.code} (5 minutes, one host) · "
+            "a paired host and this machine trust each other fully: it sends model weights "
+            "and conversations' activations here")
 
     def _on_share_failed(self, error) -> None:
         self.cluster_panel.share.setChecked(False)
@@ -472,9 +474,10 @@ class MainWindow(QMainWindow):
             self.show_error("Pairing needs the worker's address and the code it shows.")
             return
         start_task(lambda _t: pair_worker(address, code),
-                   on_done=lambda p: self.show_notice(
-                       f"Paired with worker {p.name} at {p.address}. Turn on “Use paired "
-                       "workers” to give it layers."),
+                   on_done=lambda paired: self.show_notice(
+                       f"Paired with worker {paired[0].name} at {paired[0].address}; "
+                       f"confirmation {paired[1]}: the worker shows the same digits. Turn on "
+                       "“Use paired workers” to give it layers."),
                    on_error=lambda e: self.show_error(f"Pairing failed: {e}"))
 
     def _use_workers(self, on: bool) -> None:

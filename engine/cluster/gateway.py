@@ -1,7 +1,8 @@
 """The worker's LAN port: TLS, then one hello line, then — for a paired host asking for
 `rpc` — a byte pipe to llama.cpp's RPC server on 127.0.0.1. An unpaired peer, a wrong
-code, a foreign version or a second host while one is served is answered and closed
-before a connection to the RPC server is even opened."""
+code, pairing while it is closed, a foreign version or a second host while one is served
+is answered and closed before a connection to the RPC server is even opened; and bytes
+are relayed only to a server that is the worker's own child (`rpc_owner`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .pairing import Grants
+from .pairing import Grants, PairingWindow
 from .relay import Half, first_closed, join, no_delay
-from .protocol import Refused, code_proof, mismatch, read_line, versions, write_line
+from .protocol import Exchange, Refused, mismatch, read_line, versions, write_line
 
 BUSY_WAIT_S = 3.0
 
@@ -28,16 +29,23 @@ class GatewayStats:
 
 
 class Gateway:
-    def __init__(self, name: str, grants: Grants, fingerprint: str, rpc_endpoint: str,
-                 info: Callable[[], dict], on_paired: Callable[[str], None] = lambda _h: None):
+    """`rpc_endpoint()`: where the RPC server listens now (a new port at each restart);
+    `rpc_owner(port)`: whether the worker's own RPC server holds that port (another
+    local user's process could have taken it while the server restarted)."""
+
+    def __init__(self, name: str, grants: Grants, window: PairingWindow, fingerprint: str,
+                 rpc_endpoint: Callable[[], str], rpc_owner: Callable[[int], bool],
+                 info: Callable[[], dict],
+                 on_paired: Callable[[str, str], None] = lambda _h, _c: None):
         self.name = name
-        self.grants = grants
+        self.grants, self.window = grants, window
         self.fingerprint = fingerprint
-        self.rpc_endpoint = rpc_endpoint
+        self.rpc_endpoint, self.rpc_owner = rpc_endpoint, rpc_owner
         self.info = info
         self.on_paired = on_paired
         self.stats = GatewayStats()
         self._session = asyncio.Lock()  # llama.cpp's RPC server serves one client at a time
+        self._pairing = asyncio.Lock()  # one exchange at a time: each guess is counted
 
     async def serve(self, host: str, port: int, context: ssl.SSLContext) -> asyncio.AbstractServer:
         return await asyncio.start_server(self._handle, host, port, ssl=context,
@@ -71,7 +79,7 @@ class Gateway:
             raise Refused(f"version mismatch with worker {self.name}: {why}")
         mode = hello.get("mode")
         if mode == "pair":
-            return await self._pair(hello, writer)
+            return await self._pair(hello, reader, writer)
         host = self.grants.admits(hello.get("token"))
         if host is None:
             raise Refused(f"this host is not paired with worker {self.name} "
@@ -82,16 +90,31 @@ class Gateway:
             return await self._rpc(host, reader, writer)
         raise Refused(f"unknown mode {mode!r}")
 
-    async def _pair(self, hello: dict, writer) -> None:
-        token, why = self.grants.try_code(hello.get("proof"),
-                                          lambda code: code_proof(code, self.fingerprint))
-        if token is None:
-            raise Refused(why)
-        host = str(hello.get("host") or "a host")[:64]
-        self.grants.grant(token, host)
-        self.on_paired(host)
-        await write_line(writer, {"ok": True, "token": token, "name": self.name,
-                                  "versions": versions()})
+    async def _pair(self, hello: dict, reader, writer) -> None:
+        """The exchange (protocol.Exchange): the host's message, ours, the host's
+        confirmation — any other end of a started exchange counts as a wrong code —, then
+        ours with the token."""
+        async with self._pairing:
+            exchange = Exchange("worker", self.window.current(), self.fingerprint)
+            try:
+                exchange.finish(hello.get("pake"))
+                await write_line(writer, {"ok": True, "pake": exchange.message,
+                                          "name": self.name})
+                confirmed = exchange.confirms("host", (await read_line(reader)).get("confirm"))
+            except (Refused, ConnectionError, ssl.SSLError):
+                confirmed = False
+            if not confirmed:
+                left = self.window.failed()
+                raise Refused("wrong pairing code" + (f" ({left} tries left)" if left else
+                              "; pairing is closed now: open it again on the worker for a "
+                              "new code"))
+            self.window.close()  # one host per window
+            host = str(hello.get("host") or "a host")[:64]
+            token = self.grants.grant(host)
+            self.on_paired(host, exchange.comparison())
+            await write_line(writer, {"ok": True, "confirm": exchange.confirmation("worker"),
+                                      "token": token, "name": self.name,
+                                      "versions": versions()})
 
     async def _control(self, reader, writer) -> None:
         """Heartbeats: every ping is answered with a pong and this worker's figures."""
@@ -112,7 +135,9 @@ class Gateway:
             self._session.release()
 
     async def _rpc_session(self, host: str, reader, writer) -> None:
-        address, port = self.rpc_endpoint.rsplit(":", 1)
+        address, port = self.rpc_endpoint().rsplit(":", 1)
+        if not await asyncio.to_thread(self.rpc_owner, int(port)):
+            raise Refused(f"worker {self.name}: its llama.cpp RPC server is not running")
         try:
             _, server = await asyncio.get_running_loop().create_connection(
                 lambda: Half(self._count("bytes_out")), address, int(port))

@@ -19,7 +19,7 @@ from typing import Callable
 
 from .identity import client_context, peer_fingerprint
 from .pairing import Pairing
-from .protocol import (DEFAULT_PORT, HEARTBEAT_S, LOST_AFTER_S, Refused, code_proof, read_line, versions,
+from .protocol import (DEFAULT_PORT, HEARTBEAT_S, LOST_AFTER_S, Exchange, Refused, read_line, versions,
                        write_line)
 from .relay import Half, first_closed, from_this_process, join, no_delay
 
@@ -62,16 +62,24 @@ async def open_link(address: str, mode: str, pinned: str, token: str):
     return reader, writer, answer
 
 
-async def pair(address: str, code: str, host_name: str) -> Pairing:
-    """Pair with the worker at `address` using the code it shows."""
+async def pair(address: str, code: str, host_name: str) -> tuple[Pairing, str]:
+    """Pair with the worker at `address` using the code it shows: the pairing, and the
+    six digits both sides show (protocol.Exchange)."""
     reader, writer, seen = await _connect(address)
+    exchange = Exchange("host", code, seen)
     try:
         answer = await _hello(reader, writer, {"mode": "pair", "host": host_name,
-                                               "proof": code_proof(code, seen)})
+                                               "pake": exchange.message})
+        exchange.finish(answer.get("pake"))
+        final = await _hello(reader, writer, {"confirm": exchange.confirmation("host")})
     finally:
         writer.close()
+    if not exchange.confirms("worker", final.get("confirm")):
+        raise Refused(f"the machine at {address} could not prove it knows the code: it may "
+                      "not be the worker you think; nothing was paired")
     host, port = split_address(address, DEFAULT_PORT)
-    return Pairing(str(answer["name"]), f"{host}:{port}", seen, str(answer["token"]))
+    pairing = Pairing(str(final["name"]), f"{host}:{port}", seen, str(final["token"]))
+    return pairing, exchange.comparison()
 
 
 @dataclass

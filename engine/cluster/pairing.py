@@ -2,8 +2,10 @@
 
 On the host: `Pairings`, the workers it may use — name, address, the pinned certificate
 fingerprint and the token the worker issued. On the worker: `Grants`, the hosts it admits
-(the SHA-256 of each token, never the token), and the pairing code with its attempt
-limit. Revoking on either side ends the pairing."""
+(the SHA-256 of each token, never the token), and `PairingWindow`, when it accepts a new
+host: only for WINDOW_S after its owner asks (`homerack worker` at start, `homerack
+worker --pair` later, through the private file `window.json`), with one code, closed by
+one success or WRONG_CODES wrong ones. Revoking on either side ends the pairing."""
 
 from __future__ import annotations
 
@@ -17,8 +19,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..errors import HomerackError
+from .protocol import Refused
+
 CODE_DIGITS = 6
-ATTEMPTS_PER_MINUTE = 5     # wrong codes allowed a minute, from anyone (a code has 10^6 values)
+WINDOW_S = 300              # pairing stays open this long after the owner opens it
+WRONG_CODES = 3             # then it closes: a guesser has 3 in 10^6, and a new code is shown
 
 
 def _write_private(path: Path, data: object) -> None:
@@ -56,7 +62,16 @@ class Pairings:
         return [Pairing(**entry) for entry in _read(self.path)
                 if isinstance(entry, dict) and set(entry) == set(Pairing.__dataclass_fields__)]
 
-    def add(self, pairing: Pairing) -> None:
+    def add(self, pairing: Pairing, replace: bool = False) -> None:
+        """Remember `pairing` (in place of one at the same address: a reinstalled worker).
+        Another worker of the same name elsewhere is refused unless `replace`: two
+        machines share a hostname more often than one moves."""
+        same_name = self.find(pairing.name)
+        if same_name and same_name.address != pairing.address and not replace:
+            raise PairingConflict(
+                f"a worker named {pairing.name} is already paired at {same_name.address}; "
+                f"pair again with --replace to use the one at {pairing.address} instead, or "
+                "give one of them another name (homerack worker --name NAME)")
         kept = [p for p in self.all() if p.address != pairing.address and p.name != pairing.name]
         _write_private(self.path, [asdict(p) for p in kept + [pairing]])
 
@@ -71,15 +86,16 @@ class Pairings:
         return next((p for p in self.all() if key in (p.name, p.address)), None)
 
 
-class Grants:
-    """The worker's admitted hosts and its pairing code."""
+class PairingConflict(HomerackError):
+    status = 409
+    kind = "pairing_conflict"
 
-    def __init__(self, path: Path, code: str | None = None):
+
+class Grants:
+    """The worker's admitted hosts."""
+
+    def __init__(self, path: Path):
         self.path = path
-        self.fixed = code is not None       # a code given by the user stays (scripts)
-        self.code = code or new_code()
-        self._failures: list[float] = []
-        self._lock = threading.Lock()
 
     def hosts(self) -> list[dict]:
         return [e for e in _read(self.path) if isinstance(e, dict) and "token_sha256" in e]
@@ -92,32 +108,89 @@ class Grants:
         return next((e["host"] for e in self.hosts()
                      if hmac.compare_digest(e["token_sha256"], digest)), None)
 
-    def try_code(self, proof: object, expected: callable) -> tuple[str | None, str]:
-        """(token, "") when `proof` matches expected(code); (None, why) otherwise."""
-        with self._lock:
-            now = time.monotonic()
-            self._failures = [t for t in self._failures if now - t < 60]
-            if len(self._failures) >= ATTEMPTS_PER_MINUTE:
-                wait = 60 - (now - self._failures[0])
-                return None, f"too many wrong pairing codes; try again in {wait:.0f} s"
-            if not isinstance(proof, str) or not hmac.compare_digest(proof, expected(self.code)):
-                self._failures.append(now)
-                return None, "wrong pairing code"
-            if not self.fixed:
-                self.code = new_code()  # one-time: the next host gets a new one
-            return secrets.token_urlsafe(32), ""
-
-    def grant(self, token: str, host: str) -> None:
+    def grant(self, host: str) -> str:
+        """A new token for `host` (replacing its earlier one); only its digest is kept."""
+        token = secrets.token_urlsafe(32)
         entry = {"host": host, "token_sha256": hashlib.sha256(token.encode()).hexdigest(),
                  "since": time.strftime("%Y-%m-%d %H:%M:%S")}
         kept = [e for e in self.hosts() if e["host"] != host]  # a host pairing again
         _write_private(self.path, kept + [entry])
+        return token
 
     def revoke(self, host: str) -> bool:
         kept = [e for e in self.hosts() if e["host"] != host]
         changed = len(kept) != len(self.hosts())
         _write_private(self.path, kept)
         return changed
+
+
+class PairingWindow:
+    """When the worker accepts pairing, and with which code. The owner opens it by
+    writing `path` (0600, in the worker's private folder: `open_window`); the worker
+    reads it again whenever the file changes (`refresh`)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.code: str | None = None
+        self.expires = 0.0  # wall-clock seconds (the file is written by another process)
+        self.wrong = 0
+        self._seen: float | None = None
+        self._lock = threading.Lock()
+
+    def refresh(self) -> None:
+        try:
+            changed = self.path.stat().st_mtime_ns
+        except OSError:
+            return
+        if changed == self._seen:
+            return
+        self._seen = changed
+        entry = _read_object(self.path)
+        with self._lock:
+            self.code, self.expires, self.wrong = entry.get("code"), entry.get("expires", 0.0), 0
+
+    def current(self) -> str:
+        """The code while the window is open; Refused (saying how to open it) when not."""
+        self.refresh()
+        with self._lock:
+            if self.code and time.time() < self.expires:
+                return self.code
+        raise Refused("pairing is closed on this worker: on it, run `homerack worker --pair` "
+                      "(or use Share > Pair in the app) and use the code it shows")
+
+    def failed(self) -> int:
+        """Count a wrong code; the tries left (0: the window closed)."""
+        with self._lock:
+            self.wrong += 1
+            if self.wrong >= WRONG_CODES:
+                self.code = None
+            return max(WRONG_CODES - self.wrong, 0)
+
+    def close(self) -> None:
+        with self._lock:
+            self.code = None
+        _write_private(self.path, {})
+
+    def status(self) -> dict:
+        with self._lock:
+            left = self.expires - time.time() if self.code else 0
+        return {"open": left > 0, "seconds_left": max(0, round(left))}
+
+
+def open_window(path: Path, code: str | None = None, seconds: float = WINDOW_S) -> tuple[str, float]:
+    """Open pairing on the worker whose window file is `path`: (the code, its expiry)."""
+    code = code or new_code()
+    expires = time.time() + seconds
+    _write_private(path, {"code": code, "expires": expires})
+    return code, expires
+
+
+def _read_object(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def new_code() -> str:

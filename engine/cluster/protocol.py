@@ -1,17 +1,22 @@
 """What a host and a worker's gateway say before the RPC bytes flow: one JSON line each
 way over TLS. The host's line names the mode (pair, control, rpc), its versions and its
-credential; the worker's answers ok or why not. Nothing reaches llama.cpp's RPC server
+credential; the worker's answers ok or why not (pairing takes two more lines: the
+exchange's confirmations, `Exchange`). Nothing reaches llama.cpp's RPC server
 before the worker has answered ok to an `rpc` line."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import hmac
 import json
 import re
 from functools import cache
 from importlib import metadata
+
+from spake2 import SPAKE2_A, SPAKE2_B
+from spake2.spake2 import SPAKEError
 
 SERVICE = "_homerack._tcp.local."
 DEFAULT_PORT = 50151
@@ -72,10 +77,40 @@ def mismatch(ours: dict, theirs: dict) -> str | None:
     return None
 
 
-def code_proof(code: str, worker_fingerprint: str) -> str:
-    """Proof of the pairing code bound to the certificate the host sees: a relay that
-    shows the host its own certificate cannot pass it on to the real worker."""
-    return hmac.new(code.strip().encode(), worker_fingerprint.encode(), hashlib.sha256).hexdigest()
+class Exchange:
+    """One side of pairing: SPAKE2 (a password-authenticated key exchange) on the code,
+    bound to the certificate the host sees. Whoever answers at the worker's address learns
+    nothing from it to guess the code offline: each connection tests one guess, online,
+    and the worker counts them. A relay that shows the host its own certificate derives
+    another key than the real worker, so the confirmations fail (the fingerprint is part
+    of the exchange), and it cannot pass the exchange on."""
+
+    def __init__(self, side: str, code: str, worker_fingerprint: str):
+        kind = SPAKE2_A if side == "host" else SPAKE2_B
+        self.side = side
+        self._spake = kind(code.strip().encode(), idA=b"homerack host",
+                           idB=f"homerack worker {worker_fingerprint}".encode())
+        self.message = base64.b64encode(self._spake.start()).decode()
+        self.key = b""
+
+    def finish(self, theirs: object) -> None:
+        try:
+            self.key = self._spake.finish(base64.b64decode(str(theirs), validate=True))
+        except (ValueError, TypeError, SPAKEError) as exc:
+            raise Refused(f"not a pairing message ({type(exc).__name__})") from None
+
+    def confirmation(self, side: str) -> str:
+        """Proof that `side` derived the key (each side sends its own, checks the other)."""
+        return hmac.new(self.key, f"confirm {side}".encode(), hashlib.sha256).hexdigest()
+
+    def confirms(self, side: str, given: object) -> bool:
+        return isinstance(given, str) and hmac.compare_digest(given, self.confirmation(side))
+
+    def comparison(self) -> str:
+        """Six digits both sides show, from the shared key (and so the certificate)."""
+        digest = hmac.new(self.key, b"compare", hashlib.sha256).digest()
+        number = int.from_bytes(digest[:4], "big") % 1_000_000
+        return f"{number // 1000:03d} {number % 1000:03d}"
 
 
 async def read_line(reader: asyncio.StreamReader) -> dict:

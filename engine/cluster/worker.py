@@ -1,6 +1,12 @@
 """A machine shared as a pipeline stage: llama.cpp's RPC server in a supervised child
-process on 127.0.0.1 (restarted if it dies), the TLS gateway on the LAN port in front of
-it, and the mDNS announcement. `homerack worker` and the app's Share switch run this."""
+process on 127.0.0.1 (restarted if it dies, on a new random port each time), the TLS
+gateway on the LAN port in front of it, and the mDNS announcement. `homerack worker` and
+the app's Share switch run this.
+
+llama.cpp's RPC server authenticates nobody (its own security policy calls it unsafe
+beyond a trusted network), so other local users must not reach it: the gateway relays
+only to a port the worker's own child listens on (`rpc_owner`), checked before each
+session; if that cannot be read, it refuses (fails closed)."""
 
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ import psutil
 from ..spawn import module_command
 from .gateway import Gateway
 from .identity import certificate_fingerprint, ensure_identity, server_context, short
-from .pairing import Grants
+from .pairing import Grants, PairingWindow
 from .protocol import versions
 from .speed import memory_bandwidth
 
@@ -27,14 +33,18 @@ RESTART_DELAY_S = 1.0
 @dataclass(frozen=True)
 class WorkerConfig:
     name: str
-    folder: Path               # identity and grants
+    folder: Path               # identity, grants and the pairing window
     cache_dir: Path | None     # llama.cpp's tensor cache
     host: str = "0.0.0.0"      # the gateway's address (the RPC server is always 127.0.0.1)
     port: int = 0
-    code: str | None = None    # a fixed pairing code (scripts); None: a new one-time code
     threads: int = 2
     ram_bytes: int | None = None  # the most memory this machine offers
     advertise: bool = True     # on the gateway's address (every LAN address for 0.0.0.0)
+
+
+def window_file(folder: Path) -> Path:
+    """Where the owner opens pairing for the worker that keeps `folder` (pairing.py)."""
+    return folder / "window.json"
 
 
 def free_port() -> int:
@@ -51,8 +61,9 @@ class Worker:
         cert, key = ensure_identity(config.folder, config.name)
         self.context = server_context(cert, key)
         self.fingerprint = certificate_fingerprint(cert)
-        self.grants = Grants(config.folder / "grants.json", config.code)
-        self.rpc_endpoint = f"127.0.0.1:{free_port()}"
+        self.grants = Grants(config.folder / "grants.json")
+        self.window = PairingWindow(window_file(config.folder))
+        self.rpc_endpoint = "127.0.0.1:0"  # the server's, once it runs (_start_rpc)
         hardware = probe()
         self.devices = [{"name": d.name, "kind": d.kind, "description": d.description,
                          "total": d.total_bytes} for d in hardware.devices
@@ -61,8 +72,8 @@ class Worker:
         self._free, self._free_at = 0, 0.0
         self.rpc_process: subprocess.Popen | None = None
         self.rpc_restarts = 0
-        self.gateway = Gateway(config.name, self.grants, self.fingerprint, self.rpc_endpoint,
-                               self.info)
+        self.gateway = Gateway(config.name, self.grants, self.window, self.fingerprint,
+                               lambda: self.rpc_endpoint, self.rpc_owner, self.info)
 
     def free_bytes(self) -> int:
         free = psutil.virtual_memory().available
@@ -79,7 +90,19 @@ class Worker:
                 "rpc_running": self.rpc_process is not None and self.rpc_process.poll() is None,
                 "rpc_restarts": self.rpc_restarts}
 
+    def rpc_owner(self, port: int) -> bool:
+        """Whether the worker's own RPC server listens on `port` (False when unknown)."""
+        process = self.rpc_process
+        if process is None or process.poll() is not None:
+            return False
+        try:
+            return any(c.status == psutil.CONN_LISTEN and c.laddr.port == port
+                       for c in psutil.Process(process.pid).net_connections("tcp"))
+        except psutil.Error:
+            return False
+
     def _start_rpc(self) -> subprocess.Popen:
+        self.rpc_endpoint = f"127.0.0.1:{free_port()}"  # a new one at each (re)start
         args = module_command("engine.rpc", self.rpc_endpoint, str(self.config.threads))
         if self.config.cache_dir:
             self.config.cache_dir.mkdir(parents=True, exist_ok=True)
@@ -95,14 +118,16 @@ class Worker:
             log(f"llama.cpp's RPC server exited ({code}); restarting it")
             await asyncio.sleep(RESTART_DELAY_S)
 
-    async def run(self, on_ready: Callable[[str, str], None],
+    async def run(self, on_ready: Callable[[str], None],
                   log: Callable[[str], None] = print) -> None:
-        """Serve until cancelled; on_ready(gateway address, pairing code)."""
+        """Serve until cancelled; on_ready(gateway address)."""
+        self.gateway.on_paired = lambda host, comparison: log(
+            f"paired with host {host}; confirmation {comparison} (the host shows the same)")
         supervisor = asyncio.create_task(self._supervise_rpc(log))
         server = await self.gateway.serve(self.config.host, self.config.port, self.context)
         port = server.sockets[0].getsockname()[1]
         advertiser = await asyncio.to_thread(self._advertise, port) if self.config.advertise else None
-        on_ready(f"{self.config.host}:{port}", self.grants.code)
+        on_ready(f"{self.config.host}:{port}")
         log(f"certificate fingerprint {short(self.fingerprint)}")
         try:
             while True:  # keep the announced free memory current
