@@ -20,7 +20,7 @@ import time
 
 import httpx
 
-from common import QUICK_NOTE, generated, parser, ratio, start_engine
+from common import QUICK_NOTE, arguments, generated, ratio, start_engine
 
 from app.paths import paths  # noqa: E402
 from build_tools import build, llama_server  # noqa: E402
@@ -109,12 +109,7 @@ def check(rows: list) -> None:
 
 
 def main() -> int:
-    args = parser(__doc__)
-    args.add_argument("--tokens", type=int, default=128)
-    args.add_argument("--streams", default="1,2,4,8")
-    args = args.parse_args()
-    if args.quick:
-        args.tokens, args.streams = 4, "1,2"
+    args = arguments(__doc__, {"tokens": (128, 4), "streams": ("1,2,4,8", "1,2")})
     counts = [int(n) for n in args.streams.split(",")]
     bins = None if args.quick else build()
     rows = []

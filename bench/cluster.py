@@ -33,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-from common import QUICK_NOTE, ROOT, generated, parser, ratio
+from common import QUICK_NOTE, ROOT, arguments, generated, ratio
 
 sys.path.insert(0, str(ROOT / "packaging"))
 
@@ -456,21 +456,16 @@ def quick(homes: Homes, args) -> None:
 
 
 def main() -> None:
-    args = parser(__doc__)
-    args.set_defaults(threads=1)  # of each worker
-    args.add_argument("--tokens", type=int, default=96)
-    args.add_argument("--host-threads", type=int, default=2)
-    args.add_argument("--inner", choices=["gated", "raw"], help=argparse.SUPPRESS)
-    args.add_argument("--model", help=argparse.SUPPRESS)
-    args.add_argument("--split", help=argparse.SUPPRESS)
-    args.add_argument("--pairings", help=argparse.SUPPRESS)
-    args.add_argument("--endpoints", help=argparse.SUPPRESS)
-    args.add_argument("--workers", help=argparse.SUPPRESS)
-    args = args.parse_args()
+    def more(parser):
+        parser.set_defaults(threads=1)  # of each worker
+        parser.add_argument("--host-threads", type=int, default=2)
+        parser.add_argument("--inner", choices=["gated", "raw"], help=argparse.SUPPRESS)
+        for hidden in ("--model", "--split", "--pairings", "--endpoints", "--workers"):
+            parser.add_argument(hidden, help=argparse.SUPPRESS)
+    args = arguments(__doc__, {"tokens": (96, 8)}, more)
     if args.inner:
         return inner_decode(args)
     if args.quick:
-        args.tokens = 8
         with tempfile.TemporaryDirectory() as tmp:
             return quick(Homes(Path(tmp)), args)
     bins = build()

@@ -38,14 +38,21 @@ class BenchError(SystemExit):
         super().__init__(f"bench error: {message}")
 
 
-def parser(doc: str | None) -> argparse.ArgumentParser:
-    """An argument parser with --threads and --quick."""
+def arguments(doc: str | None, sizes: dict, more=lambda _parser: None) -> argparse.Namespace:
+    """The command line: --threads, --quick, and --NAME for each of `sizes` ({NAME:
+    (default, value in quick mode)}); `more(parser)` adds a bench's own."""
     parser = argparse.ArgumentParser(description=doc,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=min(os.cpu_count() or 2, 8))
     parser.add_argument("--quick", action="store_true",
                         help="a few tokens, one repetition, no anchors (make test runs it)")
-    return parser
+    for name, (default, _quick) in sizes.items():
+        parser.add_argument(f"--{name}", type=type(default), default=default)
+    more(parser)
+    args = parser.parse_args()
+    for name, (_default, quick) in sizes.items() if args.quick else ():
+        setattr(args, name.replace("-", "_"), quick)
+    return args
 
 
 @dataclass

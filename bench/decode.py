@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from common import QUICK_NOTE, generated, parser, ratio, start_engine
+from common import QUICK_NOTE, arguments, generated, ratio, start_engine
 
 from app.paths import paths  # noqa: E402
 from engine.models import EMBEDDING_MODEL, STARTERS  # noqa: E402
@@ -90,12 +90,7 @@ def measure(bins: Path | None, model_id: str, path: Path, threads: int, tokens: 
 
 
 def main() -> int:
-    args = parser(__doc__)
-    args.add_argument("--tokens", type=int, default=128)
-    args.add_argument("--reps", type=int, default=7)
-    args = args.parse_args()
-    if args.quick:
-        args.tokens, args.reps = 8, 1
+    args = arguments(__doc__, {"tokens": (128, 8), "reps": (7, 1)})
     from build_tools import build
 
     bins = None if args.quick else build()

@@ -18,7 +18,7 @@ import sys
 
 import httpx
 
-from common import QUICK_NOTE, BenchError, generated, parser, ratio, start_engine
+from common import BenchError, QUICK_NOTE, arguments, generated, ratio, start_engine
 
 from app.paths import paths  # noqa: E402
 from build_tools import build, llama_server  # noqa: E402
@@ -66,12 +66,7 @@ def measure(url: str, headers: dict, tokens: int, reps: int) -> dict:
 
 
 def main() -> int:
-    args = parser(__doc__)
-    args.add_argument("--tokens", type=int, default=128)
-    args.add_argument("--reps", type=int, default=5)
-    args = args.parse_args()
-    if args.quick:
-        args.tokens, args.reps = 8, 1
+    args = arguments(__doc__, {"tokens": (128, 8), "reps": (5, 1)})
     bins = None if args.quick else build()
     rows = []
     for model in MODELS:

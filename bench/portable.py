@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 
-from common import QUICK_NOTE, ROOT, BenchError, parser, ratio
+from common import BenchError, QUICK_NOTE, ROOT, arguments, ratio
 
 BUNDLE = ROOT / "dist" / "homerack" / "homerack"
 PROMPT = "Write a short story about a robot who learns to paint."
@@ -35,14 +35,9 @@ def tokens_per_second(command: list[str], env: dict, tokens: int, seed: int) -> 
 
 
 def main() -> int:
-    args = parser(__doc__)
-    args.add_argument("--runs", type=int, default=5)
-    args.add_argument("--tokens", type=int, default=128)
-    args.add_argument("--variants", default="haswell,x64", help="lower variants to force")
-    args = args.parse_args()
-    if args.quick:
-        args.runs, args.tokens, args.variants = 1, 8, ""
-    elif not BUNDLE.exists():
+    # --variants: the lower variants to force
+    args = arguments(__doc__, {"runs": (5, 1), "tokens": (128, 8), "variants": ("haswell,x64", "")})
+    if not args.quick and not BUNDLE.exists():
         raise BenchError("no dist/homerack: run `make package` first")
     base = {k: v for k, v in os.environ.items() if k != "HOMERACK_CPU_VARIANT"}
     builds = [("native (this machine's venv build)", [sys.executable, "-m", "app"], {})]

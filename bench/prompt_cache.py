@@ -30,7 +30,7 @@ from pathlib import Path
 
 import httpx
 
-from common import QUICK_NOTE, BenchError, generated, parser, ratio, start_engine
+from common import BenchError, QUICK_NOTE, arguments, generated, ratio, start_engine
 
 from build_tools import build, llama_server  # noqa: E402
 from app.paths import paths  # noqa: E402
@@ -119,12 +119,8 @@ def anchor(bins: Path, model: Path, threads: int, rounds: int) -> dict:
 
 
 def main() -> int:
-    args = parser(__doc__)
-    args.add_argument("--rounds", type=int, default=3)
-    args = args.parse_args()
+    args = arguments(__doc__, {"rounds": (3, 1)})
     turns = 2 if args.quick else 9
-    if args.quick:
-        args.rounds = 1
     bins = None if args.quick else build()
     # Its own home: the disk-tier run empties the prompt cache folder.
     model_path = paths().models / f"{DEFAULT_MODEL}.gguf"

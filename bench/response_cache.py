@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from common import BenchError, generated, parser, ratio, start_engine
+from common import BenchError, arguments, generated, ratio, start_engine
 
 from app.paths import paths  # noqa: E402
 
@@ -47,12 +47,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def main() -> int:
-    args = parser(__doc__)
-    args.add_argument("--requests", type=int, default=20)
-    args.add_argument("--tokens", type=int, default=64)
-    args = args.parse_args()
-    if args.quick:
-        args.requests, args.tokens = 2, 8
+    args = arguments(__doc__, {"requests": (20, 2), "tokens": (64, 8)})
     engine = start_engine(["--threads", str(args.threads), "--model", MODEL, "--ctx", "2048"],
                           response_cache=True)
     cold, hits, streams = [], [], []

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import httpx
 
-from common import ROOT, generated, parser, start_engine
+from common import ROOT, arguments, generated, start_engine
 
 from engine.events import GenerationRequest  # noqa: E402
 from engine.models import LocalModel  # noqa: E402
@@ -131,13 +131,13 @@ def calibrate(rows, results) -> list[tuple[float, float, float, float]]:
 
 
 def main() -> int:
-    args = parser(__doc__)
-    args.add_argument("--small", default="smollm2-135m-instruct-q4_1")
-    args.add_argument("--large", default="gemma-3-270m-q4_k_m")
-    args.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
-    args.add_argument("--limit", type=int, help="the first N prompts of each kind")
-    args.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench-routing.json")
-    args = args.parse_args()
+    def more(parser):
+        parser.add_argument("--small", default="smollm2-135m-instruct-q4_1")
+        parser.add_argument("--large", default="gemma-3-270m-q4_k_m")
+        parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
+        parser.add_argument("--limit", type=int, help="the first N prompts of each kind")
+        parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench-routing.json")
+    args = arguments(__doc__, {}, more)
     if args.quick:
         args.limit = 1
     rows = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]

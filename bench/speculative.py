@@ -30,7 +30,7 @@ from pathlib import Path
 
 import httpx
 
-from common import QUICK_NOTE, ROOT, BenchError, generated, parser, ratio, start_engine
+from common import BenchError, QUICK_NOTE, ROOT, arguments, generated, ratio, start_engine
 
 from build_tools import build, llama_server  # noqa: E402
 from app.paths import paths  # noqa: E402
@@ -158,13 +158,9 @@ def summary(results: dict, config: str, base: str, kind: str) -> tuple[float, fl
 
 
 def main() -> int:
-    args = parser(__doc__)
-    args.add_argument("--tokens", type=int, default=128)
-    args.add_argument("--reps", type=int, default=2)
-    args = args.parse_args()
+    args = arguments(__doc__, {"tokens": (128, 16), "reps": (2, 1)})
     prompts = PROMPTS
     if args.quick:
-        args.tokens, args.reps = 16, 1
         prompts = {kind: texts[:1] for kind, texts in PROMPTS.items()}
     bins = None if args.quick else build()
     models = paths().models
