@@ -129,11 +129,14 @@ def measure(bins: Path | None, models: Path, threads: int, tokens: int, reps: in
 
 
 def own_home(name: str, models: Path) -> dict:
-    """An environment whose engine has its own state (journal, caches) but these models."""
-    home = ROOT / ".cache" / name
-    (home / "data").mkdir(parents=True, exist_ok=True)
-    if not (home / "data" / "models").exists():
-        (home / "data" / "models").symlink_to(models)
+    """An environment whose engine has its own state (journal, caches) but these models,
+    inside this run's HOMERACK_HOME."""
+    home = Path(os.environ["HOMERACK_HOME"]) / name
+    link = home / "data" / "models"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink():  # from an earlier run, perhaps to another models folder
+        link.unlink()
+    link.symlink_to(models)
     return dict(os.environ, HOMERACK_HOME=str(home))
 
 
