@@ -30,7 +30,7 @@ from pathlib import Path
 
 import httpx
 
-from common import BenchError, QUICK_NOTE, ROOT, arguments, generated, ratio, start_engine
+from common import BenchError, QUICK_NOTE, arguments, generated, ratio, start_engine
 
 from build_tools import build, llama_server  # noqa: E402
 from app.paths import paths  # noqa: E402
