@@ -67,7 +67,9 @@ def rate_ours(address, prompt: str, tokens: int, extra: dict) -> tuple[float, in
     usage = generated(complete(address.url, address.token, prompt, tokens, extra)["usage"],
                       f"{extra} on {prompt[:20]!r}", tokens)
     spec = usage.get("speculative") or {}
-    if "draft_model" in extra and not spec.get("drafted"):  # (a lookup may find nothing)
+    # a draft that drafted nothing must have been turned off by the engine's auto-off (it
+    # measured a loss); a lookup may simply find nothing to propose
+    if "draft_model" in extra and not spec.get("drafted") and spec.get("enabled") is not False:
         raise BenchError(f"{extra} on {prompt[:20]!r}: the draft drafted nothing ({spec})")
     return (usage["timings"]["decode_tokens_per_s"], spec.get("drafted", 0),
             spec.get("accepted", 0))
