@@ -36,12 +36,13 @@ def _write_private(path: Path, data: object) -> None:
     os.replace(tmp, path)
 
 
-def _read(path: Path) -> list:
+def _read(path: Path, kind: type = list):
+    """The JSON in `path` when it is a `kind` (list or dict); an empty one otherwise."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
-        return []
-    return data if isinstance(data, list) else []
+        return kind()
+    return data if isinstance(data, kind) else kind()
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ class PairingWindow:
         if changed == self._seen:
             return
         self._seen = changed
-        entry = _read_object(self.path)
+        entry = _read(self.path, dict)
         with self._lock:
             self.code, self.expires, self.wrong = entry.get("code"), entry.get("expires", 0.0), 0
 
@@ -156,7 +157,7 @@ class PairingWindow:
             if self.code and time.time() < self.expires:
                 return self.code
         raise Refused("pairing is closed on this worker: on it, run `homerack worker --pair` "
-                      "(or use Share > Pair in the app) and use the code it shows")
+                      "(or turn Share off and on in the app) and use the code it shows")
 
     def failed(self) -> int:
         """Count a wrong code; the tries left (0: the window closed)."""
@@ -171,11 +172,6 @@ class PairingWindow:
             self.code = None
         _write_private(self.path, {})
 
-    def status(self) -> dict:
-        with self._lock:
-            left = self.expires - time.time() if self.code else 0
-        return {"open": left > 0, "seconds_left": max(0, round(left))}
-
 
 def open_window(path: Path, code: str | None = None, seconds: float = WINDOW_S) -> tuple[str, float]:
     """Open pairing on the worker whose window file is `path`: (the code, its expiry)."""
@@ -183,14 +179,6 @@ def open_window(path: Path, code: str | None = None, seconds: float = WINDOW_S) 
     expires = time.time() + seconds
     _write_private(path, {"code": code, "expires": expires})
     return code, expires
-
-
-def _read_object(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def new_code() -> str:
