@@ -50,6 +50,7 @@ class ClusterPanel(QWidget):
         self.sharing = QLabel("Not shared.")
         self.sharing.setObjectName("cluster-sharing")
         self.sharing.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.sharing.setWordWrap(True)  # the pairing code and the trust note: never wider than the window
         self.address = QLineEdit(placeholderText="worker address, e.g. 192.168.1.20:50151")
         self.code = QLineEdit(placeholderText="pairing code", maxLength=12)
         pair = QPushButton("Pair")
