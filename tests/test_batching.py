@@ -228,14 +228,17 @@ def stream(client, question, times=None, **extra):
 
 
 # The engine's greedy pick takes the lowest id among tokens within GREEDY_TIE of the best
-# (llama_runtime.greedy_pick). llama.cpp's CPU kernels sum a batch's rows in another order
-# than a single row's (README), which moves logits by about a thousandth: where a token
-# lies that close to the edge of the tie (the best logit minus GREEDY_TIE), a batched and
-# a solo answer may part. SmolLM2 meets such a step about once in 40 tokens, which is why
-# "6 of 8 answers equal" failed on fresh clones: luck, not a bug. So the test measures,
-# in the engine itself, each answer's steps and compares the answers up to the first one
-# closer to the edge than SAFE_MARGIN (twice that rounding).
-SAFE_MARGIN = 0.002
+# (llama_runtime.greedy_pick). llama.cpp's CPU kernels sum a row's terms in another order
+# when the batch holds other sequences (README), which moves logits a little: where a
+# token lies close to the edge of the tie (the best logit minus GREEDY_TIE), a batched and
+# a solo answer may part. SmolLM2's answers here meet steps within 0.02 of that edge in
+# most of their 32 tokens, which is why "6 of 8 answers equal" failed on fresh clones:
+# luck, not a bug. So the test measures, in the engine itself, every step of each solo
+# answer and compares the answers up to the first step closer to the edge than
+# SAFE_MARGIN. Observed: a batched answer parted from its solo one at a step 0.024 from
+# the edge (so 0.002 was too little); 0.1 is four times that and still checks about 400
+# characters of the eight answers.
+SAFE_MARGIN = 0.1
 
 
 def safe_prefixes(model_path, questions, max_tokens: int, monkeypatch) -> list[str]:
