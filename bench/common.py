@@ -7,7 +7,10 @@
 - A ratio is printed only against an anchor measured in the same run, and only when it is
   plausible for the two things compared (`ratio`): an impossible one stops the bench.
 - `--quick` (what `make test` runs, tests/test_benches.py): a few tokens, one repetition,
-  no anchors; it checks the same invariants and prints no ratio.
+  no anchors; it checks the same invariants and prints no ratio against an anchor. Its
+  timings are too short to judge (a 4-token run on a busy 2-core CI machine once came out
+  1.42x against itself), so there an implausible ratio is printed as such, not fatal:
+  tests check behaviour, never timing.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ os.environ.setdefault("HOMERACK_HOME", str(ROOT / ".cache" / "bench-home"))
 from app.engine_proc import EngineProcess  # noqa: E402
 
 QUICK_NOTE = "quick mode: anchors not measured, so no ratio is printed"
+_quick = False  # set by `arguments`: a bench is one process with one command line
 
 
 class BenchError(SystemExit):
@@ -46,10 +50,12 @@ def arguments(doc: str | None, sizes: dict, more=lambda _parser: None) -> argpar
     parser.add_argument("--threads", type=int, default=min(os.cpu_count() or 2, 8))
     parser.add_argument("--quick", action="store_true",
                         help="a few tokens, one repetition, no anchors (make test runs it)")
-    for name, (default, _quick) in sizes.items():
+    for name, (default, _in_quick) in sizes.items():
         parser.add_argument(f"--{name}", type=type(default), default=default)
     more(parser)
+    global _quick
     args = parser.parse_args()
+    _quick = args.quick
     for name, (_default, quick) in sizes.items() if args.quick else ():
         setattr(args, name.replace("-", "_"), quick)
     return args
@@ -117,6 +123,9 @@ def ratio(value: float, anchor: float | None, what: str, low: float, high: float
         raise BenchError(f"{what}: no anchor was measured in this run, no ratio")
     result = value / anchor
     if not low <= result <= high:
-        raise BenchError(f"{what}: {result:.2f}x its anchor is implausible (expected "
-                         f"{low}-{high}x): {value:.1f} against {anchor:.1f}")
+        message = (f"{what}: {result:.2f}x its anchor is implausible (expected "
+                   f"{low}-{high}x): {value:.1f} against {anchor:.1f}")
+        if not _quick:
+            raise BenchError(message)
+        print(f"quick mode, timings too short to judge: {message}")
     return result
