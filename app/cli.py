@@ -16,8 +16,8 @@ from .paths import bundled_models, make_private, paths
 
 
 def _store(quiet: bool = False):
-    from engine.gguf_file import GGUFInspector
-    from engine.models import ModelStore
+    from engine.catalog.gguf_file import GGUFInspector
+    from engine.catalog.models import ModelStore
 
     where = paths()
     store = ModelStore(where.models, GGUFInspector(where.gguf_cache), bundled_models())
@@ -30,10 +30,10 @@ def _store(quiet: bool = False):
 
 def cmd_serve(args) -> int:
     from engine.engine import Engine, EngineSettings
-    from engine.llama_runtime import LoadSettings
-    from engine.downloads import Downloads
-    from engine.hub_api import hub_routes
-    from engine.server import ServeConfig, is_loopback, serve
+    from engine.llama.runtime import LoadSettings
+    from engine.hub.downloads import Downloads
+    from engine.api.hub_routes import hub_routes
+    from engine.api.server import ServeConfig, is_loopback, serve
 
     token = args.token or os.environ.get("HOMERACK_TOKEN") or secrets.token_urlsafe(32)
     engine_file = paths().engine_file
@@ -57,7 +57,7 @@ def cmd_serve(args) -> int:
     if args.fd is not None:
         import faulthandler
 
-        from engine.native import die_with_parent
+        from engine.machine.native import die_with_parent
 
         die_with_parent()
         faulthandler.enable()  # a native crash leaves every thread's Python stack
@@ -128,7 +128,7 @@ def _routing(store, args):
 def _cache_limits(args):
     import psutil
 
-    from engine.prompt_cache import CacheLimits
+    from engine.model.prompt_cache import CacheLimits
 
     if args.no_prompt_cache:
         return None
@@ -235,7 +235,7 @@ def cmd_models(args) -> int:
     from pathlib import Path
 
     from engine.errors import HomerackError
-    from engine.models import DEFAULT_MODEL
+    from engine.catalog.models import DEFAULT_MODEL
 
     store = _store(quiet=args.quiet)
     if args.action == "add":
@@ -260,7 +260,7 @@ def cmd_models(args) -> int:
 def cmd_hardware(args) -> int:
     import json
 
-    from engine.probe import probe
+    from engine.machine.probe import probe
 
     hardware = probe()
     if args.json:
@@ -280,9 +280,9 @@ def cmd_plan(args) -> int:
     import json
 
     from engine.errors import HomerackError
-    from engine.hardware import simulated
-    from engine.probe import probe
-    from engine.planner import Preferences, plan
+    from engine.machine.hardware import simulated
+    from engine.machine.probe import probe
+    from engine.machine.planner import Preferences, plan
 
     store = _store(quiet=True)
     try:  # validates the file, and reads its shape once (cached with its metadata)
@@ -314,8 +314,8 @@ def _plan_cluster(args, shape) -> int:
     """The preview `serve --workers` would load by: stages, bytes, expected speed."""
     import json
 
-    from engine.planner import Preferences
-    from engine.probe import probe
+    from engine.machine.planner import Preferences
+    from engine.machine.probe import probe
 
     from .cluster import make_cluster
 
@@ -359,9 +359,9 @@ def cmd_pull(args) -> int:
     """A GGUF model from the Hub: every quant's verdict on this machine, then the
     recommended one (or --quant) downloaded, verified and added to the models."""
     from engine.errors import HomerackError
-    from engine.probe import probe
-    from engine.hub import download, repo_verdicts
-    from engine.planner import Preferences
+    from engine.machine.probe import probe
+    from engine.hub.repos import download, repo_verdicts
+    from engine.machine.planner import Preferences
 
     token = os.environ.get("HF_TOKEN")
     store = _store(quiet=True)

@@ -186,7 +186,7 @@ def supervise(args, argv: list[str], on_ready) -> int:
     """Hold the API's socket and run the engine as a child on it, again after each exit
     for a lost worker or death by a signal (llama.cpp aborts, the OOM killer). Clients that
     connect meanwhile wait in the socket's backlog."""
-    from engine.server import bind
+    from engine.api.server import bind
 
     from .supervisor import describe_exit
 

@@ -16,7 +16,7 @@ import time
 import httpx
 import psutil
 
-from engine.models import DEFAULT_MODEL
+from engine.catalog.models import DEFAULT_MODEL
 
 from .client import EngineClient, EngineError, Reply
 from .engine_proc import EngineProcess

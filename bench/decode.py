@@ -23,7 +23,7 @@ import httpx
 from common import QUICK_NOTE, arguments, generated, ratio, start_engine
 
 from app.paths import paths  # noqa: E402
-from engine.models import EMBEDDING_MODEL, STARTERS  # noqa: E402
+from engine.catalog.models import EMBEDDING_MODEL, STARTERS  # noqa: E402
 
 PROMPT = "Once upon a time"
 

@@ -34,7 +34,7 @@ from common import BenchError, QUICK_NOTE, arguments, generated, ratio, start_en
 
 from build_tools import build, llama_server  # noqa: E402
 from app.paths import paths  # noqa: E402
-from engine.models import DEFAULT_MODEL  # noqa: E402
+from engine.catalog.models import DEFAULT_MODEL  # noqa: E402
 
 TOPICS = {
     "A": "the history of bridges, rivers, and the towns that grew around river crossings",

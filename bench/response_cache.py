@@ -90,9 +90,9 @@ def engine_side(args) -> None:
 
     from engine.engine import Engine, EngineSettings
     from engine.events import Failed, Finished, GenerationRequest
-    from engine.gguf_file import GGUFInspector
-    from engine.llama_runtime import LoadSettings, SamplingParams
-    from engine.models import ModelStore
+    from engine.catalog.gguf_file import GGUFInspector
+    from engine.llama.runtime import LoadSettings, SamplingParams
+    from engine.catalog.models import ModelStore
 
     store = ModelStore(paths().models, GGUFInspector())
     with tempfile.TemporaryDirectory() as folder:

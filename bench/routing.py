@@ -35,7 +35,7 @@ import httpx
 from common import ROOT, arguments, generated, start_engine
 
 from engine.events import GenerationRequest  # noqa: E402
-from engine.models import LocalModel  # noqa: E402
+from engine.catalog.models import LocalModel  # noqa: E402
 from engine.routing import DEFAULT_THRESHOLD, Routing, decide  # noqa: E402
 
 PROMPTS = ROOT / "bench" / "routing_prompts.jsonl"

@@ -34,9 +34,9 @@ from common import BenchError, QUICK_NOTE, arguments, generated, ratio, start_en
 
 from build_tools import build, llama_server  # noqa: E402
 from app.paths import paths  # noqa: E402
-from engine.speculation.pairing import requantize  # noqa: E402
-from engine.gguf_file import GGUFInspector  # noqa: E402
-from engine.models import ModelStore  # noqa: E402
+from engine.catalog.drafts import requantize  # noqa: E402
+from engine.catalog.gguf_file import GGUFInspector  # noqa: E402
+from engine.catalog.models import ModelStore  # noqa: E402
 
 DRAFT = "gemma-3-270m-q4_k_m"
 TARGET = "gemma-3-270m-f32"

@@ -16,14 +16,14 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from .chat_format import ChatFormat, chat_format_for
+from .catalog.chat_format import ChatFormat, chat_format_for
 from .errors import HomerackError, InvalidRequest
 from .events import LOADED, Delta, Event, Failed, Finished, GenerationRequest, Job, Started, Usage
-from .embeddings import Embedder
-from .lane import Lane
-from .llama_runtime import Vocabulary
-from .model_host import EngineSettings, LoadOverride, prompt_tokens
-from .models import LocalModel, ModelStore
+from .model.embeddings import Embedder
+from .batching.lane import Lane
+from .llama.runtime import Vocabulary
+from .model.host import EngineSettings, LoadOverride, prompt_tokens
+from .catalog.models import LocalModel, ModelStore
 from .response_cache import Answer, Fingerprints, ResponseCache, deterministic, request_key
 from .routing import Decision, Routing, confident, decide
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .errors import HomerackError
-from .llama_runtime import SamplingParams
-from .models import LocalModel
+from .llama.runtime import SamplingParams
+from .catalog.models import LocalModel
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .events import GenerationRequest, Started
-from .llama_runtime import build_id, model_fingerprint
+from .llama.runtime import build_id, model_fingerprint
 
 log = logging.getLogger("homerack.response_cache")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from .errors import InvalidRequest
 from .events import GenerationRequest
-from .models import LocalModel, ModelStore
+from .catalog.models import LocalModel, ModelStore
 
 MODES = ("rules", "cascade")
 # The small model's confidence (geometric-mean probability of its tokens) says how good

@@ -82,8 +82,8 @@ def record_starters(models: Path) -> None:
     vocabulary), read now and shipped beside them."""
     import json
 
-    from engine.gguf_file import GGUFInspector
-    from engine.models import BUNDLED_RECORDS
+    from engine.catalog.gguf_file import GGUFInspector
+    from engine.catalog.models import BUNDLED_RECORDS
 
     inspector = GGUFInspector()
     records = {path.name: {"size": path.stat().st_size, "record": inspector.record(path)}

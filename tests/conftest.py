@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(ROOT / "packaging"))  # tiny_gguf, shared with the build smoke test
 
-from engine.llama_runtime import SamplingParams  # noqa: E402
+from engine.llama.runtime import SamplingParams  # noqa: E402
 from tiny_gguf import write_tiny_model  # noqa: E402
 
 STARTER = "smollm2-135m-instruct-q4_1"
@@ -36,8 +36,8 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope="session")
 def starters_dir(tmp_path_factory) -> Path:
     """The starter models, installed once per test session through the real store."""
-    from engine.gguf_file import GGUFInspector
-    from engine.models import ModelStore
+    from engine.catalog.gguf_file import GGUFInspector
+    from engine.catalog.models import ModelStore
 
     folder = tmp_path_factory.mktemp("starters")
     ModelStore(folder, GGUFInspector()).install_starters(log=lambda _m: None)
@@ -68,8 +68,8 @@ def tiny_model(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def tiny_store(tmp_path, tiny_model):
-    from engine.gguf_file import GGUFInspector
-    from engine.models import ModelStore
+    from engine.catalog.gguf_file import GGUFInspector
+    from engine.catalog.models import ModelStore
 
     folder = tmp_path / "models"
     folder.mkdir()
@@ -186,7 +186,7 @@ def tiny_bert(tmp_path_factory) -> Path:
     same writer the starter embedding model is converted with)."""
     import numpy as np
 
-    from engine.bert_gguf import write_bert
+    from engine.catalog.bert_gguf import write_bert
 
     hidden, ffn, layers, words = 32, 64, 2, ["the", "cat", "dog", "sat", "on", "mat", "##s"]
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words, *"abcdefghijklmnopqrstuvwxyz"]

@@ -12,12 +12,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.gguf_file import GGUFInspector  # noqa: E402
-from engine.probe import probe  # noqa: E402
-from engine.llama_runtime import LoadSettings  # noqa: E402
-from engine.loader import LoadJournal, load  # noqa: E402
-from engine.planner import Preferences  # noqa: E402
-from engine.rpc import add_worker  # noqa: E402
+from engine.catalog.gguf_file import GGUFInspector  # noqa: E402
+from engine.machine.probe import probe  # noqa: E402
+from engine.llama.runtime import LoadSettings  # noqa: E402
+from engine.model.loader import LoadJournal, load  # noqa: E402
+from engine.machine.planner import Preferences  # noqa: E402
+from engine.machine.rpc import add_worker  # noqa: E402
 
 
 def free_port() -> int:
@@ -28,7 +28,7 @@ def free_port() -> int:
 
 def start_worker(endpoint: str) -> subprocess.Popen:
     code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); " \
-           f"from engine.rpc import serve; serve({endpoint!r}, 1)"
+           f"from engine.machine.rpc import serve; serve({endpoint!r}, 1)"
     worker = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     host, port = endpoint.split(":")

@@ -12,7 +12,7 @@ from engine.agent.json_schema import Branch, check, grammar
 from engine.agent.tool_formats import GENERIC, HERMES as HERMES_FORMAT, LLAMA3 as LLAMA3_FORMAT
 from engine.agent.tool_formats import MISTRAL as MISTRAL_FORMAT, detect
 from engine.agent.tool_stream import CallArgs, CallStart, Text
-from engine.chat_format import ChatFormat
+from engine.catalog.chat_format import ChatFormat
 from engine.errors import InvalidRequest
 
 WEATHER = tool("get_weather", "Weather in a city",

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import STARTER
 from engine.engine import Engine, EngineSettings, LoadOverride
-from engine.llama_runtime import LoadSettings
+from engine.llama.runtime import LoadSettings
 
 MiB = 1 << 20
 
@@ -79,8 +79,8 @@ def test_a_load_that_runs_out_of_memory_backs_off_and_answers(capped_server):
 
 
 def test_an_engine_that_died_loading_leaves_a_safer_start(home, tmp_path):
-    from engine.gguf_file import GGUFInspector
-    from engine.models import ModelStore
+    from engine.catalog.gguf_file import GGUFInspector
+    from engine.catalog.models import ModelStore
 
     store = ModelStore(home / "data" / "models", GGUFInspector())
     model = store.resolve(STARTER)

@@ -11,13 +11,13 @@ import pytest
 
 from conftest import GREEDY, STARTER, Collector, run, start_engine
 from engine.engine import Engine, EngineSettings
-from engine.lane import PUBLISH_S
+from engine.batching.lane import PUBLISH_S
 from engine.errors import MemoryFull, QueueFull
 from engine.events import Failed, Finished, GenerationRequest
-from engine.kv_pool import CellLedger
-from engine.llama_runtime import LoadSettings
-from engine.scheduler import plan_batch
-from engine.slot import Slot
+from engine.batching.kv_pool import CellLedger
+from engine.llama.runtime import LoadSettings
+from engine.batching.scheduler import plan_batch
+from engine.batching.slot import Slot
 
 
 # -- pure parts ----------------------------------------------------------------------
@@ -248,9 +248,9 @@ def safe_prefixes(model_path, questions, max_tokens: int, monkeypatch) -> list[s
     import numpy as np
     from llama_cpp import Llama
 
-    from engine import llama_runtime
-    from engine.gguf_file import GGUFInspector
-    from engine.models import ModelStore
+    from engine.llama import runtime as llama_runtime
+    from engine.catalog.gguf_file import GGUFInspector
+    from engine.catalog.models import ModelStore
 
     steps: list[list[tuple[int, float]]] = []
     pick = llama_runtime.greedy_pick
@@ -355,8 +355,8 @@ def test_the_pool_comes_from_the_plan_within_a_memory_budget(starters_dir):
     """150 MiB of RAM for SmolLM2: the plan gives 2,048 cells (q8_0) instead of the 8,192
     asked for; four requests that would need 2,400 share them, and one that outgrows the
     pool fails alone."""
-    from engine.gguf_file import GGUFInspector
-    from engine.models import ModelStore
+    from engine.catalog.gguf_file import GGUFInspector
+    from engine.catalog.models import ModelStore
 
     store = ModelStore(starters_dir, GGUFInspector())
     model = store.resolve(STARTER)

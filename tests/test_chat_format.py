@@ -2,9 +2,9 @@ from dataclasses import replace
 
 import pytest
 
-from engine.chat_format import chat_format_for
+from engine.catalog.chat_format import chat_format_for
 from engine.errors import InvalidRequest
-from engine.gguf_file import GGUFInfo
+from engine.catalog.gguf_file import GGUFInfo
 
 BASE = GGUFInfo(path="x.gguf", size_bytes=1, architecture="gemma3", name="x", block_count=1,
                 context_length=1, chat_template=None, bos_token="<bos>", eos_token="<eos>",

@@ -28,9 +28,9 @@ from engine.cluster.pairing import (WRONG_CODES, Grants, Pairing, PairingConflic
                                     PairingWindow, open_window)
 from engine.cluster.placement import THIS_MACHINE, Machine, local_machine, place_cluster
 from engine.cluster.protocol import Refused
-from engine.gguf_file import ModelShape
-from engine.hardware import GiB, simulated
-from engine.planner import Preferences
+from engine.catalog.gguf_file import ModelShape
+from engine.machine.hardware import GiB, simulated
+from engine.machine.planner import Preferences
 
 MiB = 1 << 20
 
@@ -369,7 +369,7 @@ def cluster(address) -> dict:
 def test_the_rpc_server_listens_on_loopback_only(workers):
     process, _ = workers[0]
     time.sleep(1)
-    rpc = [c for c in psutil.Process(process.pid).children() if "engine.rpc" in " ".join(c.cmdline())]
+    rpc = [c for c in psutil.Process(process.pid).children() if "engine.machine.rpc" in " ".join(c.cmdline())]
     assert rpc, "the worker runs llama.cpp's RPC server in a child process"
     listening = [c.laddr for c in rpc[0].net_connections("tcp") if c.status == psutil.CONN_LISTEN]
     assert listening and all(addr.ip == "127.0.0.1" for addr in listening)

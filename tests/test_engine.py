@@ -9,7 +9,7 @@ from conftest import GREEDY, Collector, run
 from engine.errors import ContextLengthExceeded, InvalidModelFile, QueueFull
 from engine.engine import Engine, EngineSettings
 from engine.events import Delta, Failed, Finished, GenerationRequest
-from engine.llama_runtime import LoadSettings, SamplingParams
+from engine.llama.runtime import LoadSettings, SamplingParams
 
 @pytest.fixture
 def engine(tiny_store):
@@ -140,8 +140,8 @@ def test_full_queue_is_refused_with_a_retry_hint(engine, tiny_store):
 def test_cancel_during_a_long_prompt_stops_the_prefill(starters_dir):
     import time
 
-    from engine.gguf_file import GGUFInspector
-    from engine.models import ModelStore
+    from engine.catalog.gguf_file import GGUFInspector
+    from engine.catalog.models import ModelStore
 
     store = ModelStore(starters_dir, GGUFInspector())
     engine = Engine(store, EngineSettings(LoadSettings(n_ctx=4096, n_batch=256)))

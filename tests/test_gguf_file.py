@@ -1,7 +1,7 @@
 import pytest
 
 from engine.errors import InvalidModelFile
-from engine.gguf_file import GGUFInspector
+from engine.catalog.gguf_file import GGUFInspector
 
 
 def test_reads_metadata_of_a_valid_file(tiny_model):

@@ -23,7 +23,7 @@ from conftest import ROOT, start_engine
 from engine.agent.json_schema import MAX_REPEAT, Branch, check, grammar
 from engine.api.guard import host_allowed
 from engine.errors import InvalidRequest
-from engine.server import is_loopback
+from engine.api.server import is_loopback
 
 TINY = "tiny"
 # examples per fuzz test (schemathesis: per route); HOMERACK_FUZZ_EXAMPLES=500 for a long run

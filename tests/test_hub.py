@@ -13,8 +13,8 @@ import pytest
 
 from conftest import GEMMA_REPO, ROOT, SMOL, STARTER
 from engine.errors import HomerackError
-from engine.hardware import simulated
-from engine.hub import download, header_shape, judge, quant_of, repo_quants, search
+from engine.machine.hardware import simulated
+from engine.hub.repos import download, header_shape, judge, quant_of, repo_quants, search
 from hub_server import Repo
 
 
@@ -42,8 +42,8 @@ def test_search_lists_and_judges_quants(hub):
 
 
 def test_download_resumes_after_a_dropped_connection_and_verifies(hub, tmp_path, home):
-    from engine.gguf_file import GGUFInspector
-    from engine.models import ModelStore
+    from engine.catalog.gguf_file import GGUFInspector
+    from engine.catalog.models import ModelStore
 
     models = tmp_path / "models"
     models.mkdir()
@@ -63,8 +63,8 @@ def test_download_resumes_after_a_dropped_connection_and_verifies(hub, tmp_path,
 
 
 def test_corrupted_bytes_fail_the_checksum_and_nothing_is_listed(hub, tmp_path):
-    from engine.gguf_file import GGUFInspector
-    from engine.models import ModelStore
+    from engine.catalog.gguf_file import GGUFInspector
+    from engine.catalog.models import ModelStore
 
     hub.corrupt = True
     models = tmp_path / "models"
@@ -121,7 +121,7 @@ def test_a_full_disk_is_a_plain_error(hub, tmp_path):
     """A file-size quota (RLIMIT_FSIZE) in a child process: writes past 10 MiB fail."""
     code = (f"import sys; sys.path[:0] = [{str(ROOT)!r}]\n"
             "from pathlib import Path\n"
-            "from engine.hub import download, repo_quants\n"
+            "from engine.hub.repos import download, repo_quants\n"
             "from engine.errors import HomerackError\n"
             "try:\n"
             f"    download({SMOL!r}, repo_quants({SMOL!r})[1], Path({str(tmp_path)!r}))\n"
@@ -158,7 +158,7 @@ SMOL_360 = "HuggingFaceTB/SmolLM2-360M-Instruct-GGUF"
 @pytest.fixture(scope="module")
 def smol_f16(starters_dir, tmp_path_factory):
     """A bigger model of the SmolLM2 vocabulary (the starter requantized to F16)."""
-    from engine.speculation.pairing import requantize
+    from engine.catalog.drafts import requantize
 
     return requantize(starters_dir / f"{STARTER}.gguf",
                       tmp_path_factory.mktemp("f16") / "smol-f16.gguf", 1)
@@ -281,7 +281,7 @@ def test_a_download_survives_an_engine_crash(engine_hub, hub):
 
 
 def test_a_split_quant_downloads_every_part_keeping_a_part_done_before(hub, tmp_path):
-    from engine.downloads import Downloads
+    from engine.hub.downloads import Downloads
 
     models = tmp_path / "models"
     quant = repo_quants(SMOL)[0]  # Q8_0 in two parts

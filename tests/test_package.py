@@ -52,9 +52,9 @@ def test_bundled_starters_are_linked_not_copied_and_relinked_when_the_app_moves(
         tmp_path, starters_dir, monkeypatch):
     import json
 
-    import engine.gguf_file
-    from engine.gguf_file import GGUFInspector
-    from engine.models import BUNDLED_RECORDS, STARTERS, ModelStore
+    import engine.catalog.gguf_file
+    from engine.catalog.gguf_file import GGUFInspector
+    from engine.catalog.models import BUNDLED_RECORDS, STARTERS, ModelStore
 
     bundle = tmp_path / "bundle" / "models"
     bundle.mkdir(parents=True)
@@ -68,7 +68,7 @@ def test_bundled_starters_are_linked_not_copied_and_relinked_when_the_app_moves(
     def no_parsing(path):
         raise AssertionError(f"{path} parsed at first launch")
 
-    monkeypatch.setattr(engine.gguf_file, "_parse", no_parsing)
+    monkeypatch.setattr(engine.catalog.gguf_file, "_parse", no_parsing)
     folder = tmp_path / "user-models"
     store = ModelStore(folder, GGUFInspector(), bundled=bundle)
     installed = store.install_starters(log=lambda _m: None)

@@ -6,11 +6,11 @@ from dataclasses import replace
 import pytest
 
 from conftest import GEMMA, STARTER
-from engine.gguf_file import GGUFInspector, ModelShape
-from engine.hardware import simulated
-from engine.probe import probe
-from engine.llama_runtime import LlamaModel, LoadSettings
-from engine.planner import Preferences, choose_quant, plan
+from engine.catalog.gguf_file import GGUFInspector, ModelShape
+from engine.machine.hardware import simulated
+from engine.machine.probe import probe
+from engine.llama.runtime import LlamaModel, LoadSettings
+from engine.machine.planner import Preferences, choose_quant, plan
 
 GiB, MiB = 1 << 30, 1 << 20
 
@@ -160,8 +160,8 @@ def test_engine_loads_by_the_plan_and_records_its_accuracy(starters_dir, tmp_pat
     import json
 
     from engine.engine import Engine, EngineSettings
-    from engine.gguf_file import GGUFInspector
-    from engine.models import ModelStore
+    from engine.catalog.gguf_file import GGUFInspector
+    from engine.catalog.models import ModelStore
     from conftest import run
 
     store = ModelStore(starters_dir, GGUFInspector())
@@ -188,7 +188,7 @@ def test_calibration_shrinks_budgets_only_when_loads_measured_more():
 
 
 def test_back_off_caps_the_failed_device_and_the_next_plan_is_smaller(real_shapes):
-    from engine.planner import back_off
+    from engine.machine.planner import back_off
 
     hardware = simulated((8,), 32)
     first = plan(hardware, LLAMA_7B, Preferences(ctx=32768))
@@ -231,7 +231,7 @@ def test_unquantized_files_are_recommended_only_wholly_on_a_gpu():
 
 
 def test_the_draft_goes_on_the_gpu_when_the_main_model_left_room(real_shapes):
-    from engine.planner import place_draft
+    from engine.machine.planner import place_draft
 
     draft = real_shapes[GEMMA]
     roomy = plan(simulated((24,), 64), LLAMA_7B, Preferences(ctx=8192, draft=draft))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.prompt_cache import BLOCK, CacheLimits, PromptCache
+from engine.model.prompt_cache import BLOCK, CacheLimits, PromptCache
 
 MiB = 1 << 20
 
@@ -119,7 +119,7 @@ def test_disk_budget_evicts_oldest_files(tmp_path):
 # -- inside the engine ---------------------------------------------------------------
 
 from engine.engine import Engine, EngineSettings  # noqa: E402
-from engine.llama_runtime import LoadSettings, SamplingParams  # noqa: E402
+from engine.llama.runtime import LoadSettings, SamplingParams  # noqa: E402
 from conftest import run  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)

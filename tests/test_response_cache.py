@@ -11,7 +11,7 @@ import pytest
 from conftest import GREEDY, run, write_tiny_model
 from engine.engine import Engine, EngineSettings
 from engine.events import Finished
-from engine.llama_runtime import LoadSettings, SamplingParams
+from engine.llama.runtime import LoadSettings, SamplingParams
 
 
 def chat(text: str, system: str = "You are terse.") -> tuple[dict, ...]:
@@ -80,7 +80,7 @@ def test_a_request_that_differs_anywhere_misses(make_engine, tiny_store, change)
 
 
 def test_another_context_size_misses(make_engine, tiny_store):
-    from engine.model_host import LoadOverride
+    from engine.model.host import LoadOverride
 
     engine, model = make_engine(), tiny_store.resolve("tiny")
     ask(engine, model)

@@ -8,8 +8,8 @@ from conftest import GREEDY, run, with_flat_output
 from engine.engine import Engine, EngineSettings
 from engine.errors import InvalidRequest
 from engine.events import Finished, GenerationRequest
-from engine.llama_runtime import LoadSettings
-from engine.models import LocalModel
+from engine.llama.runtime import LoadSettings
+from engine.catalog.models import LocalModel
 from engine.routing import Routing, Rules, decide
 
 SMALL = LocalModel("small", None, 0, False)

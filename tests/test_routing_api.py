@@ -48,7 +48,7 @@ def generated(http) -> int:
 
     last = read()
     while True:
-        time.sleep(0.3)  # > PUBLISH_S (engine/lane.py)
+        time.sleep(0.3)  # > PUBLISH_S (engine/batching/lane.py)
         now = read()
         if now == last:
             return now

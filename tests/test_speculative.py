@@ -11,12 +11,12 @@ import pytest
 from app.engine_proc import EngineProcess
 from conftest import GEMMA, STARTER
 from engine.speculation import cut_draft
-from engine.speculation.pairing import IncompatibleDraft, check_pair, pick_draft, requantize
+from engine.catalog.drafts import IncompatibleDraft, check_pair, pick_draft, requantize
 from engine.engine import Engine, EngineSettings
 from engine.events import Failed, Finished, GenerationRequest
-from engine.gguf_file import GGUFInspector
-from engine.llama_runtime import LlamaModel, LoadSettings, SamplingParams, Vocabulary
-from engine.models import ModelStore
+from engine.catalog.gguf_file import GGUFInspector
+from engine.llama.runtime import LlamaModel, LoadSettings, SamplingParams, Vocabulary
+from engine.catalog.models import ModelStore
 from engine.speculation.controller import SpecController
 from engine.speculation.drafters import LookupDrafter, ModelDrafter
 from conftest import Collector
@@ -184,7 +184,7 @@ def test_chat_api_with_a_draft_is_identical(spec_store, tmp_path):
 def plain_margin_at_divergence(path, prompt: str, plain: str, other: str) -> float:
     """Plain greedy decoding of `prompt` (as the engine renders a chat) to the token where
     `other` departs from `plain`: the gap between its best two logits there."""
-    from engine.chat_format import chat_format_for
+    from engine.catalog.chat_format import chat_format_for
 
     text = chat_format_for(GGUFInspector().inspect(path)).render(
         [{"role": "user", "content": prompt}])

@@ -1,4 +1,4 @@
-from engine.text_stream import TextStream
+from engine.batching.text_stream import TextStream
 
 
 def feed_all(stream, pieces):

@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QApplication
 
 from app.paths import paths
 from app.supervisor import EngineSupervisor
-from engine.models import DEFAULT_MODEL
+from engine.catalog.models import DEFAULT_MODEL
 
 from .main_window import MainWindow
 

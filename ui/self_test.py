@@ -12,7 +12,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
 from app.self_test import since_launch
-from engine.models import DEFAULT_MODEL
+from engine.catalog.models import DEFAULT_MODEL
 
 from .app import create_window
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import socket
 from typing import Callable
 
-from ..hardware import Hardware
-from ..planner import Plan, Preferences
-from ..rpc import add_worker
-from ..gguf_file import ModelShape
+from ..machine.hardware import Hardware
+from ..machine.planner import Plan, Preferences
+from ..machine.rpc import add_worker
+from ..catalog.gguf_file import ModelShape
 from .link import LinkLoop, WorkerLink
 from .pairing import Pairing
 from .placement import ClusterPlan, Machine, local_machine, place_cluster

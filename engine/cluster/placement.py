@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from itertools import combinations
 
-from ..gguf_file import ModelShape
-from ..hardware import Hardware
-from ..planner import DeviceUse, Plan, Preferences, _contexts, budgets, compute_bytes, plan
+from ..catalog.gguf_file import ModelShape
+from ..machine.hardware import Hardware
+from ..machine.planner import DeviceUse, Plan, Preferences, _contexts, budgets, compute_bytes, plan
 
 THIS_MACHINE = "this machine"
 ROUND_TRIPS_PER_STAGE = 2     # llama.cpp RPC per remote stage and token (measured: bench/cluster.py)

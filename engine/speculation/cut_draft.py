@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import HomerackError
-from ..llama_runtime import LlamaModel, Vocabulary, model_fingerprint
+from ..llama.runtime import LlamaModel, Vocabulary, model_fingerprint
 
 KEEP_TOKENS = 65536
 MAX_OUTSIDE = 0.1  # share of emitted tokens outside the kept ones that sends a draft back whole

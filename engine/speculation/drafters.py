@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..llama_runtime import LlamaModel
+from ..llama.runtime import LlamaModel
 
 MIN_OBSERVED = 64  # emitted tokens before judging a cut draft's coverage
 

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import urlsplit
 
-from .speculation.pairing import MAX_DRAFT_SIZE_RATIO
-from .errors import HomerackError, InvalidRequest
-from .gguf_file import ModelShape, read_header
-from .hardware import Hardware
-from .models import git_blob_sha1_of, sha256_of
-from .planner import Plan, Preferences, choose_quant, plan
+from ..catalog.drafts import MAX_DRAFT_SIZE_RATIO
+from ..errors import HomerackError, InvalidRequest
+from ..catalog.gguf_file import ModelShape, read_header
+from ..machine.hardware import Hardware
+from ..catalog.models import git_blob_sha1_of, sha256_of
+from ..machine.planner import Plan, Preferences, choose_quant, plan
 
 
 class HubError(HomerackError):

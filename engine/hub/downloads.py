@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from .errors import HomerackError, InvalidRequest
-from .hub import QuantFiles, download, partial_bytes, staging_folder
+from ..errors import HomerackError, InvalidRequest
+from .repos import QuantFiles, download, partial_bytes, staging_folder
 
 ACTIVE = ("queued", "downloading")
 

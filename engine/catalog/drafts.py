@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import InvalidRequest
-from ..gguf_file import GGUFInfo, GGUFInspector
-from ..models import LocalModel
+from .gguf_file import GGUFInfo, GGUFInspector
+from .models import LocalModel
 
 # A draft must cost well under the target per token, or speculation cannot pay.
 MAX_DRAFT_SIZE_RATIO = 0.5

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .gguf_file import ModelShape
+from ..catalog.gguf_file import ModelShape
 from .hardware import Hardware
 
 UBATCH = 512

@@ -11,9 +11,9 @@ from typing import Callable
 
 import uvicorn
 
-from .api import create_app
-from .api.guard import LOOPBACK_NAMES, host_name
-from .engine import Engine
+from . import create_app
+from .guard import LOOPBACK_NAMES, host_name
+from ..engine import Engine
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from functools import lru_cache
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .errors import InvalidRequest
+from ..errors import InvalidRequest
 from .gguf_file import GGUFInfo
 
 GEMMA_TEMPLATE = (

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .events import Delta, Finished, Job, Started, Usage
-from .llama_runtime import LlamaModel, Sampler
-from .speculation.controller import Speculation
+from ..events import Delta, Finished, Job, Started, Usage
+from ..llama.runtime import LlamaModel, Sampler
+from ..speculation.controller import Speculation
 from .text_stream import TextStream
 
 

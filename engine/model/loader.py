@@ -18,11 +18,11 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .errors import OutOfMemory
-from .gguf_file import GGUFInfo
-from .hardware import Hardware
-from .llama_runtime import LlamaModel, LoadSettings, build_id
-from .planner import Plan, Preferences, back_off, plan
+from ..errors import OutOfMemory
+from ..catalog.gguf_file import GGUFInfo
+from ..machine.hardware import Hardware
+from ..llama.runtime import LlamaModel, LoadSettings, build_id
+from ..machine.planner import Plan, Preferences, back_off, plan
 
 ATTEMPTS = 5
 

@@ -23,11 +23,11 @@ from typing import Callable
 import llama_cpp as llama
 import numpy as np
 
-from .errors import HomerackError, InvalidRequest, ModelLoadFailed, OutOfMemory
-from .native import init as native_init, library_file
-from .planner import MAX_OUTPUTS
-from .prompt_cache import common_prefix
-from .rpc import device_of_buffer
+from ..errors import HomerackError, InvalidRequest, ModelLoadFailed, OutOfMemory
+from ..machine.native import init as native_init, library_file
+from ..machine.planner import MAX_OUTPUTS
+from ..model.prompt_cache import common_prefix
+from ..machine.rpc import device_of_buffer
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -360,7 +360,7 @@ class LlamaModel(_Tokens):
         mparams.n_gpu_layers = settings.n_gpu_layers
         mparams.use_extra_bufts = settings.repack
         if settings.devices and settings.n_gpu_layers:
-            from .probe import device_array
+            from ..machine.probe import device_array
 
             self._devices = device_array(settings.devices)
             mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)

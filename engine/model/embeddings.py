@@ -9,10 +9,10 @@ import threading
 
 import numpy as np
 
-from .errors import InvalidRequest, OutOfMemory
-from .llama_runtime import LlamaModel, LoadSettings
-from .models import LocalModel, ModelStore
-from .probe import probe
+from ..errors import InvalidRequest, OutOfMemory
+from ..llama.runtime import LlamaModel, LoadSettings
+from ..catalog.models import LocalModel, ModelStore
+from ..machine.probe import probe
 
 SEQUENCES = 16       # inputs evaluated together
 MAX_CONTEXT = 8192   # per input; encoders are trained on 512

@@ -15,7 +15,7 @@ import threading
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from .errors import InvalidModelFile
+from ..errors import InvalidModelFile
 
 GGUF_MAGIC = b"GGUF"
 KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32}  # per element

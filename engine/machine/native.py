@@ -22,7 +22,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from .errors import BackendLoadFailed
+from ..errors import BackendLoadFailed
 
 LIB_DIR = Path(llama_cpp.__file__).parent / "lib"
 CPU_VARIANT_ENV = "HOMERACK_CPU_VARIANT"

@@ -17,7 +17,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InvalidModelFile, ModelNotFound, StarterModelMissing
+from ..errors import InvalidModelFile, ModelNotFound, StarterModelMissing
 from .gguf_file import GGUFInspector
 
 

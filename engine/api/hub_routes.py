@@ -12,12 +12,12 @@ from typing import Literal
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from .downloads import Downloads
-from .errors import InvalidRequest
-from .probe import probe
-from .hub import model_card, repo_quants, repo_verdicts, search, suggest_drafts
-from .models import ModelStore
-from .planner import Preferences
+from ..hub.downloads import Downloads
+from ..errors import InvalidRequest
+from ..machine.probe import probe
+from ..hub.repos import model_card, repo_quants, repo_verdicts, search, suggest_drafts
+from ..catalog.models import ModelStore
+from ..machine.planner import Preferences
 
 
 class DownloadRequest(BaseModel):

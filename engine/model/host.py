@@ -8,21 +8,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .calibration import Calibration
-from .chat_format import ChatFormat, chat_format_for
-from .speculation import cut_draft
-from .speculation.pairing import check_pair, pick_draft
-from .errors import ContextLengthExceeded, InvalidRequest, OutOfMemory
-from .events import GenerationRequest
-from .llama_runtime import LlamaModel, LoadSettings, build_id, model_fingerprint
+from ..machine.calibration import Calibration
+from ..catalog.chat_format import ChatFormat, chat_format_for
+from ..speculation import cut_draft
+from ..catalog.drafts import check_pair, pick_draft
+from ..errors import ContextLengthExceeded, InvalidRequest, OutOfMemory
+from ..events import GenerationRequest
+from ..llama.runtime import LlamaModel, LoadSettings, build_id, model_fingerprint
 from .loader import LoadJournal, load
-from .models import LocalModel, ModelStore
-from .planner import Plan, Preferences, place_draft, plan
-from .probe import probe
+from ..catalog.models import LocalModel, ModelStore
+from ..machine.planner import Plan, Preferences, place_draft, plan
+from ..machine.probe import probe
 from .prompt_cache import CacheLimits, PromptCache
-from .speculation.controller import TIE_MARGIN, SpecController, Speculation, SpecStats
-from .speculation.drafters import LookupDrafter, ModelDrafter
-from .speculation.verify import tie_margin
+from ..speculation.controller import TIE_MARGIN, SpecController, Speculation, SpecStats
+from ..speculation.drafters import LookupDrafter, ModelDrafter
+from ..speculation.verify import tie_margin
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ import threading
 import time
 from typing import Callable
 
-from .errors import HomerackError, ModelUnloaded, QueueFull
-from .events import CANCELLED, LOADED, Failed, Job
-from .model_host import EngineSettings, ModelHost
-from .models import ModelStore
+from ..errors import HomerackError, ModelUnloaded, QueueFull
+from ..events import CANCELLED, LOADED, Failed, Job
+from ..model.host import EngineSettings, ModelHost
+from ..catalog.models import ModelStore
 from .scheduler import Scheduler
 
 PUBLISH_S = 0.1  # how often the worker refreshes the figures other threads read

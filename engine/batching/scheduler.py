@@ -17,14 +17,14 @@ import time
 from collections import deque
 from dataclasses import replace
 
-from .errors import MemoryFull
-from .events import CANCELLED, Failed, Job, Started, Usage
+from ..errors import MemoryFull
+from ..events import CANCELLED, Failed, Job, Started, Usage
 from .kv_pool import CellLedger
-from .llama_runtime import Chunk, NoKVSlot, Sampler
-from .model_host import EngineSettings, ModelHost
-from .prompt_cache import common_prefix
+from ..llama.runtime import Chunk, NoKVSlot, Sampler
+from ..model.host import EngineSettings, ModelHost
+from ..model.prompt_cache import common_prefix
 from .slot import Output, Slot
-from .speculation.verify import speculative_step
+from ..speculation.verify import speculative_step
 
 PREFILL_SHARE = 64  # prompt tokens per step while other sequences decode (SmolLM2: ~0.3 s)
 RATE_WINDOW_S = 10.0  # tokens/s are reported over this window

@@ -24,7 +24,7 @@ from ..engine import Engine
 from ..errors import HomerackError, InvalidRequest, QueueFull, Unauthorized
 from ..events import Failed
 from ..metrics import prometheus_text
-from ..model_host import LoadOverride
+from ..model.host import LoadOverride
 from . import anthropic_routes, embeddings_routes, openai_routes, responses_routes
 from .channel import Channel
 from .guard import BodyTooLarge, RequestGuard
@@ -124,7 +124,7 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
 
     @app.get("/v1/hardware", dependencies=guarded)
     async def hardware():
-        from ..probe import probe
+        from ..machine.probe import probe
 
         return probe().as_dict()
 
