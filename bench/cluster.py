@@ -209,9 +209,9 @@ def inner_decode(args) -> None:
     from engine.cluster.pairing import Pairings
     from engine.cluster.placement import Machine
     from engine.engine import Engine, EngineSettings
-    from engine.events import Finished, GenerationRequest
+    from engine.events import Finished, GenerationRequest, SamplingParams
     from engine.catalog.gguf_file import GGUFInspector
-    from engine.llama.runtime import LoadSettings, SamplingParams
+    from engine.llama.runtime import LoadSettings
     from engine.catalog.models import ModelStore
     from engine.machine.rpc import add_worker
 

@@ -89,9 +89,9 @@ def engine_side(args) -> None:
     import threading
 
     from engine.engine import Engine, EngineSettings
-    from engine.events import Failed, Finished, GenerationRequest
+    from engine.events import Failed, Finished, GenerationRequest, SamplingParams
     from engine.catalog.gguf_file import GGUFInspector
-    from engine.llama.runtime import LoadSettings, SamplingParams
+    from engine.llama.runtime import LoadSettings
     from engine.catalog.models import ModelStore
 
     store = ModelStore(paths().models, GGUFInspector())

@@ -21,7 +21,7 @@ from .errors import HomerackError, InvalidRequest
 from .events import LOADED, Delta, Event, Failed, Finished, GenerationRequest, Job, Started, Usage
 from .model.embeddings import Embedder
 from .batching.lane import Lane
-from .llama.runtime import Vocabulary
+from .llama.vocab import Vocabulary
 from .model.host import EngineSettings, LoadOverride, prompt_tokens
 from .catalog.models import LocalModel, ModelStore
 from .response_cache import Answer, Fingerprints, ResponseCache, deterministic, request_key

@@ -10,8 +10,23 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .errors import HomerackError
-from .llama.runtime import SamplingParams
 from .catalog.models import LocalModel
+
+# Logit rows one evaluation keeps (llama_context_params.n_outputs_max, set by the runtime,
+# counted by the planner): one per prompt chunk, or one per verified draft position; 32
+# covers the longest draft.
+MAX_OUTPUTS = 32
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.8
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    seed: int | None = None
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
 
 
 @dataclass(frozen=True)

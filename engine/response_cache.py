@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .events import GenerationRequest, Started
-from .llama.runtime import build_id, model_fingerprint
+from .llama.backend import build_id
+from .catalog.fingerprint import model_fingerprint
 
 log = logging.getLogger("homerack.response_cache")
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(ROOT / "packaging"))  # tiny_gguf, shared with the build smoke test
 
-from engine.llama.runtime import SamplingParams  # noqa: E402
+from engine.events import SamplingParams  # noqa: E402
 from tiny_gguf import write_tiny_model  # noqa: E402
 
 STARTER = "smollm2-135m-instruct-q4_1"

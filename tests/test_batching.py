@@ -228,7 +228,7 @@ def stream(client, question, times=None, **extra):
 
 
 # The engine's greedy pick takes the lowest id among tokens within GREEDY_TIE of the best
-# (llama_runtime.greedy_pick). llama.cpp's CPU kernels sum a row's terms in another order
+# (engine/llama/sampler.py, greedy_pick). llama.cpp's CPU kernels sum a row's terms in another order
 # when the batch holds other sequences (README), which moves logits a little: where a
 # token lies close to the edge of the tie (the best logit minus GREEDY_TIE), a batched and
 # a solo answer may part. SmolLM2's answers here meet steps within 0.02 of that edge in
@@ -248,21 +248,21 @@ def safe_prefixes(model_path, questions, max_tokens: int, monkeypatch) -> list[s
     import numpy as np
     from llama_cpp import Llama
 
-    from engine.llama import runtime as llama_runtime
+    from engine.llama import sampler
     from engine.catalog.gguf_file import GGUFInspector
     from engine.catalog.models import ModelStore
 
     steps: list[list[tuple[int, float]]] = []
-    pick = llama_runtime.greedy_pick
+    pick = sampler.greedy_pick
 
     def measured(logits):
-        token, edge = pick(logits), float(logits.max()) - llama_runtime.GREEDY_TIE
+        token, edge = pick(logits), float(logits.max()) - sampler.GREEDY_TIE
         near = np.partition(logits, -9)[-9:]  # the edge lies within the top few
         near = np.delete(near, np.argmax(near))  # the best is GREEDY_TIE from it, always
         steps[-1].append((token, float(np.abs(near - edge).min())))
         return token
 
-    monkeypatch.setattr(llama_runtime, "greedy_pick", measured)
+    monkeypatch.setattr(sampler, "greedy_pick", measured)
     store = ModelStore(model_path.parent, GGUFInspector())
     engine = Engine(store, EngineSettings(LoadSettings(n_ctx=4096, n_threads=2), parallel=8))
     try:

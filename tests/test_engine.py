@@ -8,8 +8,8 @@ import pytest
 from conftest import GREEDY, Collector, run
 from engine.errors import ContextLengthExceeded, InvalidModelFile, QueueFull
 from engine.engine import Engine, EngineSettings
-from engine.events import Delta, Failed, Finished, GenerationRequest
-from engine.llama.runtime import LoadSettings, SamplingParams
+from engine.events import Delta, Failed, Finished, GenerationRequest, SamplingParams
+from engine.llama.runtime import LoadSettings
 
 @pytest.fixture
 def engine(tiny_store):

@@ -119,7 +119,8 @@ def test_disk_budget_evicts_oldest_files(tmp_path):
 # -- inside the engine ---------------------------------------------------------------
 
 from engine.engine import Engine, EngineSettings  # noqa: E402
-from engine.llama.runtime import LoadSettings, SamplingParams  # noqa: E402
+from engine.llama.runtime import LoadSettings  # noqa: E402
+from engine.events import SamplingParams
 from conftest import run  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)

@@ -2,7 +2,6 @@
 exact hits only, never a decode on a hit, on disk across restarts, invalidated with the
 model file, and never a failed request for a broken cache."""
 
-import shutil
 import sqlite3
 from dataclasses import replace
 
@@ -10,8 +9,8 @@ import pytest
 
 from conftest import GREEDY, run, write_tiny_model
 from engine.engine import Engine, EngineSettings
-from engine.events import Finished
-from engine.llama.runtime import LoadSettings, SamplingParams
+from engine.events import Finished, SamplingParams
+from engine.llama.runtime import LoadSettings
 
 
 def chat(text: str, system: str = "You are terse.") -> tuple[dict, ...]:

@@ -9,17 +9,17 @@ import openai
 import pytest
 
 from app.engine_proc import EngineProcess
-from conftest import GEMMA, STARTER
+from conftest import GEMMA, STARTER, Collector
 from engine.speculation import cut_draft
 from engine.catalog.drafts import IncompatibleDraft, check_pair, pick_draft, requantize
 from engine.engine import Engine, EngineSettings
-from engine.events import Failed, Finished, GenerationRequest
+from engine.events import Failed, Finished, GenerationRequest, SamplingParams
 from engine.catalog.gguf_file import GGUFInspector
-from engine.llama.runtime import LlamaModel, LoadSettings, SamplingParams, Vocabulary
+from engine.llama.runtime import LlamaModel, LoadSettings
+from engine.llama.vocab import Vocabulary
 from engine.catalog.models import ModelStore
 from engine.speculation.controller import SpecController
 from engine.speculation.drafters import LookupDrafter, ModelDrafter
-from conftest import Collector
 
 pytestmark = pytest.mark.slow
 

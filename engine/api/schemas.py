@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..agent.conversation import Choice, Message, ToolCall
 from ..errors import InvalidRequest
-from ..llama.runtime import SamplingParams
+from ..events import SamplingParams
 from ..routing import DEFAULT_THRESHOLD
 
 

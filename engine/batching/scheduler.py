@@ -20,9 +20,9 @@ from dataclasses import replace
 from ..errors import MemoryFull
 from ..events import CANCELLED, Failed, Job, Started, Usage
 from .kv_pool import CellLedger
-from ..llama.runtime import Chunk, NoKVSlot, Sampler
+from ..llama.runtime import Chunk, NoKVSlot, common_prefix
+from ..llama.sampler import Sampler
 from ..model.host import EngineSettings, ModelHost
-from ..model.prompt_cache import common_prefix
 from .slot import Output, Slot
 from ..speculation.verify import speculative_step
 

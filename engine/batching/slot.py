@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..events import Delta, Finished, Job, Started, Usage
-from ..llama.runtime import LlamaModel, Sampler
+from ..llama.runtime import LlamaModel
+from ..llama.sampler import Sampler
 from ..speculation.controller import Speculation
 from .text_stream import TextStream
 

@@ -1,21 +1,14 @@
-"""A loaded llama.cpp model on llama-cpp-python's low-level API.
+"""A loaded llama.cpp model and its context on llama-cpp-python's low-level API.
 
 Not thread-safe: one engine worker thread owns each instance (a llama.cpp context must
 not be used from two threads). Everything here is a thin, verb-named wrapper over one
-or two C calls; the generation loop that uses them lives in generation.py.
+or two C calls; the loop that uses them is the batching scheduler (batching/).
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import itertools
-import os
-import re
-import secrets
-import signal
-import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -23,83 +16,21 @@ from typing import Callable
 import llama_cpp as llama
 import numpy as np
 
-from ..errors import HomerackError, InvalidRequest, ModelLoadFailed, OutOfMemory
-from ..machine.native import init as native_init, library_file
-from ..machine.planner import MAX_OUTPUTS
-from ..model.prompt_cache import common_prefix
-from ..machine.rpc import device_of_buffer
-
-_init_lock = threading.Lock()
-_initialized = False
+from ..errors import HomerackError, ModelLoadFailed, OutOfMemory
+from ..events import MAX_OUTPUTS
+from . import faults
+from .backend import ensure_backend, measured_load
+from .vocab import Tokens, piece_of
 
 
-def build_id() -> str:
-    """Identifies the llama.cpp build, whose state files only it may load."""
-    try:
-        size = library_file("llama").stat().st_size
-    except FileNotFoundError:
-        size = 0
-    return f"llama-cpp-python {llama.__version__} libllama {size}"
-
-
-def model_fingerprint(path: Path) -> str:
-    """Cheap identity of a model file: its size and first and last 4 MiB."""
-    digest = hashlib.sha256()
-    size = path.stat().st_size
-    with path.open("rb") as handle:
-        digest.update(handle.read(4 << 20))
-        handle.seek(max(0, size - (4 << 20)))
-        digest.update(handle.read(4 << 20))
-    digest.update(str(size).encode())
-    return digest.hexdigest()
-
-
-_BUFFER_LINE = re.compile(r"(\S+)\s+(model|KV|compute|output) buffer size =\s+([\d.]+) MiB")
-_NO_MEMORY_LINE = re.compile(r"(?:failed|unable) to allocate (\S+) buffer")
-_buffers: list[tuple[str, str, int]] | None = None  # collected while a model loads
-# Loads take turns: the log lines they are measured by come through one callback (two
-# lanes of the engine, or the embedding model, may load at the same time).
-_load_lock = threading.Lock()
-_no_memory: list[str] = []  # devices where an allocation failed during that load
-
-
-def _device(name: str) -> str:
-    """The ggml device name of a buffer type ("CPU_Mapped" -> "CPU"; an RPC buffer type
-    "RPC0[host:port]" -> the name that worker's device has here)."""
-    if name.startswith("RPC") and "[" in name:
-        return device_of_buffer(name)
-    return name.split("[")[0].removesuffix("_Mapped").removesuffix("_REPACK")
-
-
-@llama.llama_log_callback
-def _log(level: int, text: bytes, _user_data) -> None:
-    """llama.cpp's log: buffer sizes are recorded (they are the measured memory use);
-    everything is printed only when HOMERACK_LLAMA_VERBOSE is set."""
-    line = text.decode("utf-8", "replace")
-    if _buffers is not None:
-        match = _BUFFER_LINE.search(line)
-        if match:
-            device, kind, mib = match.groups()
-            _buffers.append((_device(device), kind, int(float(mib) * (1 << 20))))
-        elif match := _NO_MEMORY_LINE.search(line):
-            _no_memory.append(_device(match.group(1)))
-    if os.environ.get("HOMERACK_LLAMA_VERBOSE"):
-        sys.stderr.write(line)
-
-
-def _ensure_backend() -> None:
-    global _initialized
-    with _init_lock:
-        if not _initialized:
-            llama.llama_log_set(_log, ctypes.c_void_p(0))  # replaces llama-cpp-python's
-            native_init()
-            _initialized = True
-
-
-# Fault injection for the crash-journal tests (README, "Surviving a crash"): an engine
-# process started with HOMERACK_FAULT=repacked-eval dies as llama.cpp's AMX kernels do
-# (SIGSEGV on the first evaluation with repacked weights).
-_FAULT = os.environ.get("HOMERACK_FAULT", "")
+def common_prefix(a, b) -> int:
+    """How many leading tokens two token lists share."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 class DecodeFailed(HomerackError):
@@ -135,194 +66,7 @@ class Chunk:
     logits: bool  # keep the last token's logits (it will be sampled)
 
 
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 0.8
-    top_p: float = 0.95
-    top_k: int = 40
-    min_p: float = 0.05
-    seed: int | None = None
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-
-
-# Greedy decoding breaks near ties by token id. llama.cpp's logits for the same tokens
-# differ in the last bits with what else shares a batch and where the KV cells lie (the
-# order flash attention sums them in); answers here meet two logits within 0.001 of each
-# other about once in 40 tokens, and plain argmax would then follow the rounding.
-GREEDY_TIE = 0.01
-
-
-def greedy_pick(logits: np.ndarray) -> int:
-    """The best token; among tokens within GREEDY_TIE of it, the lowest id."""
-    best = logits.max()
-    return int(np.flatnonzero(logits >= best - GREEDY_TIE)[0])
-
-
-_TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])  # llama_token_data
-
-
-class Sampler:
-    """A llama.cpp sampler chain built from SamplingParams; greedy at temperature 0.
-
-    Plain greedy decoding skips the chain: an argmax over the logits in place costs a
-    fraction of building llama.cpp's candidate array (262k entries for Gemma).
-
-    With a grammar (GBNF) the output must match it. Checking every token of the
-    vocabulary against the grammar at every step costs more than the model here (0.18x
-    speed on Gemma's 262k tokens), so, as llama.cpp's common sampler does, the chain picks
-    first and the grammar checks that one token; only when it is refused is the grammar
-    applied to all candidates and the pick made again among those it allows."""
-
-    def __init__(self, params: SamplingParams, n_vocab: int, grammar: str | None = None,
-                 vocab=None):
-        self.greedy = params.temperature <= 0
-        self._penalized = bool(params.frequency_penalty or params.presence_penalty)
-        self._argmax = self.greedy and not self._penalized and grammar is None
-        self._chain = _chain(params, n_vocab)
-        self._grammar = None
-        if grammar is not None:
-            self._grammar = llama.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
-            if not self._grammar:
-                self.close()
-                # the grammar came from the request's schema: its fault, not the engine's
-                raise InvalidRequest(f"llama.cpp rejected the grammar made from the "
-                                     f"request's schema:\n{grammar[:400]}")
-            self._candidates = np.zeros(n_vocab, dtype=_TOKEN_DATA)
-            self._ids = np.arange(n_vocab, dtype=np.int32)
-            self._one = np.zeros(1, dtype=_TOKEN_DATA)
-
-    def sample(self, model: "LlamaModel", index: int = -1) -> int:
-        """Sample from the logits at batch output `index` (and accept the token)."""
-        if self._argmax:
-            return greedy_pick(model.logits(index))
-        if self._grammar is None:
-            return llama.llama_sampler_sample(self._chain, model.ctx, index)
-        logits = model.logits(index)
-        # the chain's own pick, in C; with penalties (whose history the chain keeps) the
-        # pick goes through _pick so that only the kept token is accepted
-        token = self._pick(logits, constrained=False) if self._penalized else \
-            llama.llama_sampler_sample(self._chain, model.ctx, index)
-        self._one["id"], self._one["logit"] = token, 0.0
-        if _apply(self._grammar, self._one).logit == -np.inf:  # refused: pick again
-            token = self._pick(logits, constrained=True)
-        llama.llama_sampler_accept(self._grammar, token)
-        if self._penalized:
-            llama.llama_sampler_accept(self._chain, token)
-        return token
-
-    def _pick(self, logits: np.ndarray, constrained: bool) -> int:
-        candidates = self._candidates  # samplers reorder it in place: filled anew each time
-        candidates["id"] = self._ids
-        candidates["logit"] = logits
-        candidates["p"] = 0.0
-        if constrained:
-            _apply(self._grammar, candidates)
-        return _apply(self._chain, candidates).id
-
-    def close(self) -> None:
-        for sampler in (self._chain, self._grammar):
-            if sampler:
-                llama.llama_sampler_free(sampler)
-        self._chain = self._grammar = None
-
-
-def _chain(params: SamplingParams, n_vocab: int):
-    chain = llama.llama_sampler_chain_init(llama.llama_sampler_chain_default_params())
-    if params.frequency_penalty or params.presence_penalty:
-        llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_penalties(
-            n_vocab, 64, 1.0, params.frequency_penalty, params.presence_penalty))
-    if params.temperature <= 0:
-        llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_greedy())
-        return chain
-    seed = params.seed if params.seed is not None else secrets.randbits(32)
-    for stage in (
-        llama.llama_sampler_init_top_k(params.top_k),
-        llama.llama_sampler_init_top_p(params.top_p, 1),
-        llama.llama_sampler_init_min_p(params.min_p, 1),
-        llama.llama_sampler_init_temp(params.temperature),
-        llama.llama_sampler_init_dist(seed & 0xFFFFFFFF),
-    ):
-        llama.llama_sampler_chain_add(chain, stage)
-    return chain
-
-
-def _apply(sampler, candidates: np.ndarray):
-    """llama_sampler_apply on candidates held in a numpy array; returns the selected
-    candidate (the first when none is selected). Samplers reorder and shrink the array,
-    and top-p may point it at a buffer of its own: read the result through the view."""
-    view = llama.llama_token_data_array(
-        ctypes.cast(candidates.ctypes.data, ctypes.POINTER(llama.llama_token_data)),
-        len(candidates), -1, False)
-    llama.llama_sampler_apply(sampler, ctypes.byref(view))
-    return view.data[max(view.selected, 0)]
-
-
-def _tokenize(vocab, text: str, add_special: bool, parse_special: bool) -> list[int]:
-    data = text.encode("utf-8")
-    capacity = len(data) + 8
-    buf = (llama.llama_token * capacity)()
-    n = llama.llama_tokenize(vocab, data, len(data), buf, capacity, add_special, parse_special)
-    if n < 0:
-        capacity = -n
-        buf = (llama.llama_token * capacity)()
-        n = llama.llama_tokenize(vocab, data, len(data), buf, capacity, add_special,
-                                 parse_special)
-    return list(buf[:n])
-
-
-def _piece(vocab, token: int) -> bytes:
-    buf = ctypes.create_string_buffer(64)
-    n = llama.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
-    if n < 0:
-        buf = ctypes.create_string_buffer(-n)
-        n = llama.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
-    return buf.raw[:n]
-
-
-class _Tokens:
-    """Tokenizer calls on `self.vocab` (a llama_vocab), shared by a model file's
-    vocabulary alone and a loaded model."""
-    vocab = None
-
-    def tokenize(self, text: str, *, add_special: bool = False,
-                 parse_special: bool = False) -> list[int]:
-        return _tokenize(self.vocab, text, add_special, parse_special)
-
-    def is_end_of_generation(self, token: int) -> bool:
-        return llama.llama_vocab_is_eog(self.vocab, token)
-
-    @property
-    def add_bos(self) -> bool:
-        return llama.llama_vocab_get_add_bos(self.vocab)
-
-    @property
-    def bos(self) -> int:
-        return llama.llama_vocab_bos(self.vocab)
-
-
-class Vocabulary(_Tokens):
-    """A model file's tokenizer alone (no weights, no context): safe to use on a
-    thread of its own."""
-
-    def __init__(self, path: Path):
-        _ensure_backend()
-        mparams = llama.llama_model_default_params()
-        mparams.vocab_only = True
-        self.model = llama.llama_model_load_from_file(str(path).encode(), mparams)
-        if not self.model:
-            raise ModelLoadFailed(f"llama.cpp could not read the vocabulary of {path.name}")
-        self.vocab = llama.llama_model_get_vocab(self.model)
-        self.n_vocab = llama.llama_vocab_n_tokens(self.vocab)
-
-    def piece(self, token: int) -> bytes:
-        return _piece(self.vocab, token)
-
-    def close(self) -> None:
-        llama.llama_model_free(self.model)
-
-
-class LlamaModel(_Tokens):
+class LlamaModel(Tokens):
     """A model and its context. Inputs are token ids; with `embed` set they are fed as
     the vectors it returns instead (a draft whose own token table was cut down reads
     its inputs from the full one)."""
@@ -330,30 +74,19 @@ class LlamaModel(_Tokens):
     embed: Callable[[list[int]], np.ndarray] | None = None
 
     def __init__(self, path: Path, settings: LoadSettings):
-        _ensure_backend()
+        ensure_backend()
         self.path = path
         self.settings = settings
-        with _load_lock:
-            self._load_measured(path, settings)
-
-    def _load_measured(self, path: Path, settings: LoadSettings) -> None:
-        global _buffers
-        _buffers = []
-        _no_memory.clear()
-        try:
+        with measured_load() as log:
             try:
                 self._load(path, settings)
             except ModelLoadFailed as exc:
-                if _no_memory:
-                    raise OutOfMemory(f"{exc.message}: out of memory on {_no_memory[0]}",
-                                      device=_no_memory[0]) from None
+                if log.no_memory:
+                    raise OutOfMemory(f"{exc.message}: out of memory on {log.no_memory[0]}",
+                                      device=log.no_memory[0]) from None
                 raise
-            #: bytes llama.cpp allocated, by (device, kind): weights are "model"
-            self.buffers: dict[tuple[str, str], int] = {}
-            for device, kind, size in _buffers:
-                self.buffers[(device, kind)] = self.buffers.get((device, kind), 0) + size
-        finally:
-            _buffers = None
+        #: bytes llama.cpp allocated, by (device, kind): weights are "model"
+        self.buffers: dict[tuple[str, str], int] = log.totals()
 
     def _load(self, path: Path, settings: LoadSettings) -> None:
         mparams = llama.llama_model_default_params()
@@ -423,7 +156,7 @@ class LlamaModel(_Tokens):
         """The bytes a token stands for (special tokens render as nothing)."""
         cached = self._pieces.get(token)
         if cached is None:
-            cached = self._pieces[token] = _piece(self.vocab, token)
+            cached = self._pieces[token] = piece_of(self.vocab, token)
         return cached
 
     # -- evaluation -------------------------------------------------------------
@@ -526,8 +259,7 @@ class LlamaModel(_Tokens):
                                      shape=(self.n_vocab,))
 
     def _decode_batch(self, batch) -> None:
-        if _FAULT == "repacked-eval" and self.settings.repack:
-            os.kill(os.getpid(), signal.SIGSEGV)
+        faults.before_evaluation(self.settings.repack)
         rc = llama.llama_decode(self.ctx, batch)
         if rc == 1:
             raise NoKVSlot("evaluation failed: no room left in the KV cache")

@@ -25,12 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..catalog.gguf_file import ModelShape
+from ..events import MAX_OUTPUTS
 from .hardware import Hardware
 
 UBATCH = 512
-# Logit rows a context reserves (llama_context_params.n_outputs_max, set by the runtime):
-# one per prompt chunk, or one per verified draft position; 32 covers the longest draft.
-MAX_OUTPUTS = 32
 MiB = 1 << 20
 
 

@@ -14,7 +14,9 @@ from ..speculation import cut_draft
 from ..catalog.drafts import check_pair, pick_draft
 from ..errors import ContextLengthExceeded, InvalidRequest, OutOfMemory
 from ..events import GenerationRequest
-from ..llama.runtime import LlamaModel, LoadSettings, build_id, model_fingerprint
+from ..llama.runtime import LlamaModel, LoadSettings
+from ..llama.backend import build_id
+from ..catalog.fingerprint import model_fingerprint
 from .loader import LoadJournal, load
 from ..catalog.models import LocalModel, ModelStore
 from ..machine.planner import Plan, Preferences, place_draft, plan

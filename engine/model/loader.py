@@ -21,7 +21,8 @@ from pathlib import Path
 from ..errors import OutOfMemory
 from ..catalog.gguf_file import GGUFInfo
 from ..machine.hardware import Hardware
-from ..llama.runtime import LlamaModel, LoadSettings, build_id
+from ..llama.runtime import LlamaModel, LoadSettings
+from ..llama.backend import build_id
 from ..machine.planner import Plan, Preferences, back_off, plan
 
 ATTEMPTS = 5

@@ -26,6 +26,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..llama.runtime import common_prefix
+
 log = logging.getLogger(__name__)
 
 BLOCK = 32
@@ -41,15 +43,6 @@ def prefix_hashes(tokens, salt: str) -> list[int]:
         h = hash((h, tuple(tokens[start:start + BLOCK])))
         out.append(h)
     return out
-
-
-def common_prefix(a, b) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 @dataclass(eq=False)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..machine.planner import MAX_OUTPUTS
+from ..events import MAX_OUTPUTS
 
 TIE_MARGIN = 0.1  # logits: the least tie margin (see verify.verify and verify.tie_margin)
 

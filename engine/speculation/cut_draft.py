@@ -28,7 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import HomerackError
-from ..llama.runtime import LlamaModel, Vocabulary, model_fingerprint
+from ..llama.runtime import LlamaModel
+from ..llama.vocab import Vocabulary
+from ..catalog.fingerprint import model_fingerprint
 
 KEEP_TOKENS = 65536
 MAX_OUTSIDE = 0.1  # share of emitted tokens outside the kept ones that sends a draft back whole

@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-from ..llama.runtime import LlamaModel, Sampler
-from ..model.prompt_cache import common_prefix
+from ..llama.runtime import LlamaModel, common_prefix
+from ..llama.sampler import Sampler
 from .controller import TIE_MARGIN, Speculation
 
 # A flip needs the best two logits to move apart by more than their margin: at most twice
