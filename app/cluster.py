@@ -175,7 +175,6 @@ def lost_handler(holder: dict):
             holder["stop_accepting"]()
         engine = holder.get("engine")
         if engine is not None:
-            engine.host.journal.end()  # not a crash of the load: no safer plan needed
             engine.abandon(WorkerLost(f"{why}; the engine restarts without worker {name}"))
         threading.Timer(0.5, os._exit, (EXIT_REPLAN,)).start()  # the error reaches clients first
 

@@ -1,10 +1,11 @@
-"""The engine the API calls. Requests go to a lane (lane.py: a loaded model, its queue and
-the worker thread that batches its requests); there is one lane, and a second when
-routing keeps a small model loaded beside the large one (routing.py).
+"""The engine the API calls. Requests go to a lane (batching/lane.py: a loaded model, its
+queue and the worker thread that batches its requests); there is one lane, and a second
+when routing keeps a small model loaded beside the large one (routing.py).
 
-Before a request reaches a lane, two things may answer it without a model: the response
-cache (response_cache.py) replays the answer of an identical deterministic request, and
-the model id "auto" is resolved to the small or the large model of the routing pair.
+`submit` takes a request through its steps before a lane: the model id "auto" resolved
+to the small or the large model of the routing pair, the chat rendered, an identical
+deterministic request's answer replayed from the response cache (response_cache.py) or
+the new one recorded there, and a cascade (cascade.py) run when routing asks for one.
 """
 
 from __future__ import annotations
@@ -12,20 +13,21 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-import time
 from dataclasses import replace
 from typing import Callable
 
 from .catalog.chat_format import ChatFormat, chat_format_for
-from .errors import HomerackError, InvalidRequest
-from .events import LOADED, Delta, Event, Failed, Finished, GenerationRequest, Job, Started, Usage
-from .model.embeddings import Embedder
 from .batching.lane import Lane
-from .llama.vocab import Vocabulary
-from .model.host import EngineSettings, LoadOverride, prompt_tokens
+from .cascade import Cascade
 from .catalog.models import LocalModel, ModelStore
-from .response_cache import Answer, Fingerprints, ResponseCache, deterministic, request_key
-from .routing import Decision, Routing, confident, decide
+from .errors import HomerackError, InvalidRequest
+from .events import LOADED, Event, GenerationRequest, Job
+from .llama.vocab import Vocabulary
+from .model.embeddings import Embedder
+from .model.host import EngineSettings, LoadOverride, prompt_tokens
+from .response_cache import (Fingerprints, Recording, ResponseCache, deterministic, replay,
+                             request_key)
+from .routing import Decision, Routing, decide
 
 log = logging.getLogger("homerack.engine")
 
@@ -58,42 +60,62 @@ class Engine:
     # -- called from any thread ---------------------------------------------
 
     def submit(self, request: GenerationRequest, emit: Callable[[Event], None]) -> Job:
-        """Queue a request; its events go to `emit`. A routed request ("auto") gets its
-        model here; a cached answer is replayed at once, from this thread."""
+        """Queue a request; its events go to `emit`. On the way to a lane: a routed
+        request ("auto") gets its model, its chat is rendered (once: the cache key and
+        the admission share it), a cached answer is replayed at once from this thread,
+        a new one is recorded, and a cascade starts with its small model."""
         job = Job(next(self._ids), request, emit)
-        route = None
-        if request.routed:
-            routing = self._routing()
-            decision = decide(routing, request)
-            job.request = request = _routed(request, decision)
-            route = {"mode": routing.mode, "model": decision.model.id, "reason": decision.reason}
-        cached = self._cache_key(request)
-        if cached and request.response_cache == "use":
-            answer = self.answers.get(*cached, request.model.path)
+        route = self._route(job)
+        job.request = self._rendered(job.request)
+        key = self._cache_key(job.request)
+        if key and job.request.response_cache == "use":
+            answer = self.answers.get(*key, job.request.model.path)
             if answer:
-                _replay(job, answer, route)
+                replay(job, answer, route)
                 return job
-        job.emit = self._recorder(job, cached, route)
-        if request.escalate_to:
-            self._lane_for(request.model).put(self._first_of_cascade(job))
+        job.emit = Recording(job, self.answers, key, route)
+        if job.request.escalate_to:
+            Cascade(job, self._put).start()
         else:
-            self._lane_for(request.model).put(job)
+            self._put(job)
         return job
+
+    def _route(self, job: Job) -> dict | None:
+        """A routed request's model, chosen now (job.request changes); how, for Started."""
+        if not job.request.routed:
+            return None
+        routing = self._routing()
+        decision = decide(routing, job.request)
+        job.request = _routed(job.request, decision)
+        return {"mode": routing.mode, "model": decision.model.id, "reason": decision.reason}
+
+    def _rendered(self, request: GenerationRequest) -> GenerationRequest:
+        """The chat rendered with its model's format; as it was when that fails (the
+        worker renders again and reports why, as for any request it cannot start)."""
+        if request.messages is None:
+            return request
+        tools = list(request.tools) if request.tools else None
+        try:
+            text = self.chat_format_of(request.model).render(list(request.messages), tools)
+        except Exception as exc:
+            log.debug("rendering left to the worker (%s)", exc)
+            return request
+        return replace(request, rendered_prompt=text)
+
+    def _put(self, job: Job) -> None:
+        self._lane_for(job.request.model).put(job)
 
     def preload(self, model: LocalModel, emit: Callable[[Event], None] = lambda _e: None) -> Job:
         """Load a model ahead of the first request (a request with nothing to generate).
         It is also the model of requests that name none."""
-        self.host.default = model
+        self.host.make_default(model)
         return self.submit(GenerationRequest(model=model), emit)
 
     def load(self, model: LocalModel, override: LoadOverride | None,
              emit: Callable[[Event], None] = lambda _e: None) -> Job:
         """Load `model` with the user's override (None: as planned), replacing what is
         loaded; it becomes the default model."""
-        if override is None:
-            self.host.overrides.pop(model.path, None)
-        else:
-            self.host.overrides[model.path] = override
+        self.host.set_override(model.path, override)
         return self.preload(model, emit)
 
     def default_model(self) -> LocalModel | None:
@@ -163,7 +185,7 @@ class Engine:
             if pair["together"]:
                 companion = Lane("companion", self.store, self.settings,
                                  reserved=lambda: self._taken(companion))
-                companion.host.default = routing.small
+                companion.host.make_default(routing.small)
                 self.main.put(Job(next(self._ids), GenerationRequest(model=routing.large),
                                   lambda event: self._then_load_small(event, companion)))
                 self.companion = companion
@@ -185,53 +207,6 @@ class Engine:
                 "app's Routing settings)", param="model")
         return routing
 
-    def _first_of_cascade(self, job: Job) -> Job:
-        """The small model's attempt: held back until its confidence is known; the large
-        model answers instead when it is too low."""
-        request, held = job.request, []
-        threshold, started_at = request.escalate_below, time.perf_counter()
-
-        def first(event: Event) -> None:
-            if isinstance(event, (Started, Delta)):
-                held.append(event)
-                return
-            if isinstance(event, Finished) and event.finish_reason == "cancelled":
-                job.emit(event)
-                return
-            confidence = event.usage.confidence if isinstance(event, Finished) else None
-            route = {"mode": "cascade", "small": request.model.id,
-                     "confidence": None if confidence is None else round(confidence, 6),
-                     "threshold": threshold,
-                     "small_s": round(time.perf_counter() - started_at, 3)}
-            if isinstance(event, Finished) and confident(confidence, threshold):
-                started = held[0]
-                job.emit(replace(started, route={**route, "model": started.model,
-                                                 "escalated": False}))
-                for out in held[1:]:
-                    job.emit(out)
-                job.emit(event)
-                return
-            why = (f"small model failed: {event.error.message}" if isinstance(event, Failed)
-                   else "small answer discarded: its confidence was under the threshold")
-            self._escalate(job, {**route, "model": request.escalate_to.id, "escalated": True,
-                                 "reason": why})
-
-        return Job(job.id, replace(request, escalate_to=None), first, job.submitted,
-                   job.cancelled)
-
-    def _escalate(self, job: Job, route: dict) -> None:
-        request = replace(job.request, model=job.request.escalate_to, escalate_to=None,
-                          measure_confidence=False)
-
-        def marked(event: Event) -> None:
-            job.emit(replace(event, route=route) if isinstance(event, Started) else event)
-
-        try:
-            self._lane_for(request.model).put(Job(job.id, request, marked, job.submitted,
-                                                  job.cancelled))
-        except HomerackError as error:
-            job.emit(Failed(error))
-
     def _lane_for(self, model: LocalModel) -> Lane:
         companion = self.companion
         return companion if companion and companion.serves(model.path) else self.main
@@ -250,47 +225,22 @@ class Engine:
     def _cache_key(self, request: GenerationRequest) -> tuple[str, str] | None:
         """The request's key in the response cache and its model's fingerprint; None when
         it may not be answered from it or stored (not deterministic, opted out, no cache,
-        nothing to generate)."""
+        nothing to generate, a chat that did not render)."""
         if (self.answers is None or not request.generates or request.response_cache == "off"
                 or not deterministic(request)):
             return None
+        prompt = (request.prompt or "") if request.messages is None else request.rendered_prompt
+        if prompt is None:
+            return None
         try:
-            if request.messages is not None:
-                tools = list(request.tools) if request.tools else None
-                prompt = self.chat_format_of(request.model).render(list(request.messages), tools)
-            else:
-                prompt = request.prompt or ""
             escalate = request.escalate_to and self._fingerprints.of(request.escalate_to.path)
-            override = self._lane_for(request.model).host.overrides.get(request.model.path)
+            override = self._lane_for(request.model).host.override_for(request.model.path)
             n_ctx = override.n_ctx if override and override.n_ctx else self.settings.load.n_ctx
             fingerprint = self._fingerprints.of(request.model.path)
             return request_key(request, prompt, fingerprint, n_ctx, escalate), fingerprint
-        except Exception as exc:  # the worker reports a bad template or file properly
+        except OSError as exc:  # the worker reports a missing or unreadable file properly
             log.debug("response cache: no key (%s)", exc)
             return None
-
-    def _recorder(self, job: Job, cached: tuple[str, str] | None, route: dict | None):
-        """The job's emit, marking its start and keeping a finished answer for the cache
-        under `cached` (key, model fingerprint)."""
-        emit, pieces, first = job.emit, [], []
-        mark = None if cached is None else ("bypass" if job.request.response_cache != "use"
-                                             else "miss")
-
-        def record(event: Event) -> None:
-            if isinstance(event, Started):
-                event = replace(event, response_cache=mark, route=event.route or route)
-                first.append(event)
-            elif isinstance(event, Delta) and cached:
-                pieces.append(event.text)
-            elif (isinstance(event, Finished) and cached and first
-                  and event.finish_reason in ("stop", "length")):
-                started = replace(first[0], route=None, response_cache=None)
-                self.answers.put(*cached, job.request.model.path,
-                                 Answer(started, tuple(pieces), event.finish_reason,
-                                        event.usage.completion_tokens))
-            emit(event)
-
-        return record
 
     # -- figures ------------------------------------------------------------------------
 
@@ -323,7 +273,9 @@ class Engine:
     def abandon(self, error: HomerackError) -> None:
         """From another thread, when the loaded model can run no more (a worker holding
         its layers is gone, and llama.cpp may be blocked on it): every request running or
-        waiting gets `error`. The process is restarted next (cluster mode)."""
+        waiting gets `error`. The process is restarted next (cluster mode): this is no
+        crash of the load, so the load journal's watch ends (no safer plan is needed)."""
+        self.main.host.end_load_watch()
         self.main.abandon(error)
 
     def _offload(self, loaded) -> str:
@@ -374,18 +326,3 @@ def _routed(request: GenerationRequest, decision: Decision) -> GenerationRequest
                    speculation="off" if cascade else request.speculation)
 
 
-def _replay(job: Job, answer: Answer, route: dict | None) -> None:
-    """Emit a cached answer as the engine would have streamed it."""
-    begun = time.perf_counter()
-    if route:  # a cached cascade answer may be the large model's
-        route = {**route, "model": answer.started.model}
-    started = replace(answer.started, response_cache="hit", route=route)
-    job.emit(started)
-    for piece in answer.pieces:
-        job.emit(Delta(piece))
-    usage = Usage(prompt_tokens=started.prompt_tokens,
-                  completion_tokens=answer.completion_tokens,
-                  cached_tokens=started.prompt_tokens, queue_s=0.0,
-                  time_to_first_token_s=round(time.perf_counter() - begun, 6),
-                  prompt_tokens_per_s=0.0, decode_tokens_per_s=0.0, from_response_cache=True)
-    job.emit(Finished(answer.finish_reason, usage))

@@ -48,6 +48,7 @@ class GenerationRequest:
     escalate_below: float = 0.0            # that is, when its confidence is under this
     measure_confidence: bool = False  # report the sampled tokens' probabilities (Usage)
     response_cache: str = "use"  # "use", "refresh" (answer afresh, keep it) or "off"
+    rendered_prompt: str | None = None  # the chat in `model`'s format, rendered at submit
 
     @property
     def generates(self) -> bool:

@@ -20,10 +20,10 @@ import queue
 import sqlite3
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from .events import GenerationRequest, Started
+from .events import Delta, Event, Finished, GenerationRequest, Job, Started, Usage
 from .llama.backend import build_id
 from .catalog.fingerprint import model_fingerprint
 
@@ -278,3 +278,48 @@ class ResponseCache:
         self.stats["errors"] += 1
         self.problem = f"{what}: {exc}"
         log.warning("response cache %s failed (%s); requests are served without it", what, exc)
+
+
+class Recording:
+    """A job's emit on its way to the client: marks the start with how the cache took part
+    (and the route when the lane's Started carries none), and keeps a finished answer in
+    `cache` under `key` (key, model fingerprint; None: not to be stored)."""
+
+    def __init__(self, job: Job, cache: "ResponseCache | None", key: tuple[str, str] | None,
+                 route: dict | None):
+        self._emit, self._model, self._cache, self._key, self._route = \
+            job.emit, job.request.model.path, cache, key, route
+        self._mark = None if key is None else \
+            ("bypass" if job.request.response_cache != "use" else "miss")
+        self._started: Started | None = None
+        self._pieces: list[str] = []
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, Started):
+            event = replace(event, response_cache=self._mark, route=event.route or self._route)
+            self._started = event
+        elif isinstance(event, Delta) and self._key:
+            self._pieces.append(event.text)
+        elif (isinstance(event, Finished) and self._key and self._started
+              and event.finish_reason in ("stop", "length")):
+            started = replace(self._started, route=None, response_cache=None)
+            self._cache.put(*self._key, self._model, Answer(
+                started, tuple(self._pieces), event.finish_reason, event.usage.completion_tokens))
+        self._emit(event)
+
+
+def replay(job: Job, answer: Answer, route: dict | None) -> None:
+    """Emit a cached answer as the engine would have streamed it."""
+    begun = time.perf_counter()
+    if route:  # a cached cascade answer may be the large model's
+        route = {**route, "model": answer.started.model}
+    started = replace(answer.started, response_cache="hit", route=route)
+    job.emit(started)
+    for piece in answer.pieces:
+        job.emit(Delta(piece))
+    usage = Usage(prompt_tokens=started.prompt_tokens,
+                  completion_tokens=answer.completion_tokens,
+                  cached_tokens=started.prompt_tokens, queue_s=0.0,
+                  time_to_first_token_s=round(time.perf_counter() - begun, 6),
+                  prompt_tokens_per_s=0.0, decode_tokens_per_s=0.0, from_response_cache=True)
+    job.emit(Finished(answer.finish_reason, usage))

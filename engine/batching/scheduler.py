@@ -339,10 +339,7 @@ class Scheduler:
             slot.end()
             for extra in self._idle()[:-self.settings.resident or None]:
                 self._evict(extra)  # beyond --resident: to the prompt cache
-        loaded = self.host.loaded
-        if not loaded.evaluated:  # it survived its first evaluations
-            loaded.evaluated = True
-            self.host.journal.end()
+        self.host.mark_evaluated()
 
     def _release(self, slot: Slot) -> None:
         """The sequence leaves with its cells at once (cancelled, failed, or asked not

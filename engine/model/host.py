@@ -118,8 +118,10 @@ def prompt_tokens(request: GenerationRequest, chat_format: ChatFormat,
     for the answer. `tokenizer`: the loaded model, or its Vocabulary alone (counting)."""
     notes = []
     if request.messages is not None:
-        tools = list(request.tools) if request.tools else None
-        text = chat_format.render(list(request.messages), tools)
+        text = request.rendered_prompt
+        if text is None:
+            tools = list(request.tools) if request.tools else None
+            text = chat_format.render(list(request.messages), tools)
         if chat_format.fallback:
             notes.append(f"chat format: {chat_format.describe()}")
         tokens = tokenizer.tokenize(text, add_special=False, parse_special=True)
@@ -142,24 +144,54 @@ class ModelHost:
         self.settings = settings
         self.cluster = cluster  # cluster.host.Cluster when workers take part
         self.loaded: Loaded | None = None
-        self.default: LocalModel | None = None  # the model of requests that name none
-        self.overrides: dict[Path, LoadOverride] = {}
+        self._default: LocalModel | None = None  # the model of requests that name none
+        self._overrides: dict[Path, LoadOverride] = {}  # the user's, by model file
         self.load_error: str | None = None  # the last load's failure, for /health
         self._controllers: dict[tuple, SpecController] = {}
         self._cuts = cut_draft.DraftCuts(settings.draft_folder)
         self._whole_drafts: set[Path] = set()  # drafts whose cut missed too much text
         self._hardware = None  # probed on the first load, in the worker
         self._calibration = Calibration(settings.calibration_file)
-        self.journal = LoadJournal(settings.load_journal, settings.no_repack_file)
+        self._journal = LoadJournal(settings.load_journal, settings.no_repack_file)
+
+    @property
+    def default(self) -> LocalModel | None:
+        """The model of requests that name none (until one is loaded)."""
+        return self._default
+
+    def make_default(self, model: LocalModel) -> None:
+        self._default = model
+
+    def set_override(self, path: Path, override: LoadOverride | None) -> None:
+        """How the user wants the model at `path` loaded (None: as planned)."""
+        if override is None:
+            self._overrides.pop(path, None)
+        else:
+            self._overrides[path] = override
+
+    def override_for(self, path: Path) -> LoadOverride | None:
+        return self._overrides.get(path)
+
+    def end_load_watch(self) -> None:
+        """The loaded model stops for a reason other than a crash of its load (a worker
+        went away): the next start needs no safer plan."""
+        self._journal.end()
+
+    def mark_evaluated(self) -> None:
+        """A request of the loaded model ended: it survived its first evaluations, so its
+        load was no crash (the journal's watch ends)."""
+        if not self.loaded.evaluated:
+            self.loaded.evaluated = True
+            self._journal.end()
 
     def is_loaded(self, model: LocalModel) -> bool:
         return (self.loaded is not None and self.loaded.model.path == model.path
-                and self.loaded.override == self.overrides.get(model.path))
+                and self.loaded.override == self._overrides.get(model.path))
 
     def ensure_loaded(self, model: LocalModel) -> Loaded:
         if self.is_loaded(model):
             return self.loaded
-        override = self.overrides.get(model.path)
+        override = self._overrides.get(model.path)
         info = self.store.inspector.inspect(model.path)  # before llama.cpp ever opens it
         if info.embedding:
             raise InvalidRequest(f"{model.id} is an embedding model: it cannot generate text "
@@ -169,7 +201,7 @@ class ModelHost:
             self._hardware = self._probe()
         try:
             outcome = load(model.path, info, self.settings.load_settings(), self._hardware,
-                           self._preferences(info, override, model), self.journal,
+                           self._preferences(info, override, model), self._journal,
                            self.cluster.place if self.cluster else plan)
         except Exception as exc:
             self.load_error = f"{model.id}: {getattr(exc, 'message', exc)}"
@@ -200,7 +232,7 @@ class ModelHost:
     def close(self) -> None:
         if self.loaded:
             self.loaded.close()  # still described by status() afterwards
-        self.journal.end()  # a clean stop is no crash
+        self._journal.end()  # a clean stop is no crash
         self._cuts.wait(timeout=60)
 
     def _preferences(self, info, override: LoadOverride | None,
