@@ -1,0 +1,39 @@
+"""The `homerack` command line (README: "The command line"). One module per group of
+commands, each adding its own to the parser (`add_commands`); `main` runs one."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..paths import make_private, paths
+from . import chat, desktop, fleet, machine, models, serve
+
+GROUPS = (serve, fleet, chat, models, machine, desktop)  # the order of `homerack --help`
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="homerack", description="Large language models on the machines you own; with no "
+        "command, the desktop app.")
+    sub = parser.add_subparsers(dest="command")
+    for group in GROUPS:
+        group.add_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    make_private(paths())
+    if args.command is None:
+        return desktop.launch_desktop(lambda: chat.cmd_chat(build_parser().parse_args(["chat"])))
+    if args.command == "models" and args.action == "add" and not args.path:
+        build_parser().error("models add needs a path")
+    from engine.errors import HomerackError
+
+    try:
+        return args.func(args)
+    except HomerackError as exc:  # what a command did not handle itself: said, not a traceback
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 1

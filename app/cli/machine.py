@@ -1,0 +1,125 @@
+"""`homerack hardware` and `homerack plan`: this machine as the engine sees it, and how a model
+would run on it (or on it and paired workers)."""
+
+from __future__ import annotations
+
+import sys
+
+from .models import open_store
+
+
+def cmd_hardware(args) -> int:
+    import json
+
+    from engine.machine.probe import probe
+
+    hardware = probe()
+    if args.json:
+        print(json.dumps(hardware.as_dict(), indent=2))
+        return 0
+    for device in hardware.devices:
+        print(f"{device.name:<10} {device.kind:<6} {device.free_bytes / 2**30:7.1f} of "
+              f"{device.total_bytes / 2**30:7.1f} GiB free  {device.description}")
+    print(f"RAM        {hardware.ram_available_bytes / 2**30:7.1f} of "
+          f"{hardware.ram_total_bytes / 2**30:7.1f} GiB available; "
+          f"{hardware.cpu_cores} CPU cores")
+    print(f"llama.cpp CPU backend: {hardware.cpu_backend}")
+    return 0
+
+
+def cmd_plan(args) -> int:
+    import json
+
+    from engine.errors import HomerackError
+    from engine.machine.hardware import simulated
+    from engine.machine.probe import probe
+    from engine.machine.planner import Preferences, plan
+
+    store = open_store(quiet=True)
+    try:  # validates the file, and reads its shape once (cached with its metadata)
+        shape = store.inspector.inspect(store.resolve(args.model).path).shape
+    except HomerackError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 1
+    if shape is None:
+        print("error: the planner cannot describe this model's architecture", file=sys.stderr)
+        return 1
+    if args.vram is not None or args.ram is not None:
+        real = probe()
+        hardware = simulated(tuple(args.vram or ()),
+                             args.ram if args.ram is not None else real.ram_available_bytes / 2**30,
+                             real.cpu_cores)
+    else:
+        hardware = probe()
+    if args.workers:
+        return _plan_cluster(args, shape)
+    result = plan(hardware, shape, Preferences(ctx=args.ctx))
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2))
+        return 0 if result.fits else 2
+    _print_plan(result)
+    return 0 if result.fits else 2
+
+
+def _plan_cluster(args, shape) -> int:
+    """The preview `serve --workers` would load by: stages, bytes, expected speed."""
+    import json
+
+    from engine.machine.planner import Preferences
+    from engine.machine.probe import probe
+
+    from ..cluster import make_cluster
+
+    cluster = make_cluster(args, on_lost=lambda *_: None)
+    try:
+        cluster.connect()
+        preview = cluster.preview(probe(), shape, Preferences(ctx=args.ctx))
+    finally:
+        cluster.close()
+    if args.json:
+        print(json.dumps(preview.as_dict(), indent=2))
+        return 0 if preview.plan.fits else 2
+    _print_plan(preview.plan)
+    for stage in preview.stages:
+        print(f"  {stage.machine:<24} {stage.device:<6} layers {stage.first_layer:>3}-"
+              f"{stage.last_layer:<3} {stage.bytes / 2**20:8.1f} MiB")
+    if preview.tokens_per_s:
+        print(f"expected: {preview.tokens_per_s:.1f} tokens/s")
+    for worker, why in preview.left_out:
+        print(f"left out: {worker}: {why}")
+    for name, why in cluster.left_out.items():
+        print(f"unreachable: {name}: {why}")
+    return 0 if preview.plan.fits else 2
+
+
+def _print_plan(result) -> None:
+    print(f"{result.model}: {'fits' if result.fits else 'DOES NOT FIT'} — "
+          f"n_gpu_layers {result.n_gpu_layers}, n_ctx {result.n_ctx}, KV {result.kv_type}"
+          + (f", split {list(result.tensor_split)}" if result.tensor_split else ""))
+    print(f"{'device':<8}{'weights':>10}{'KV':>10}{'compute':>10}{'output':>9}{'total':>10}"
+          f"{'budget':>11}  (MiB)")
+    for use in result.uses:
+        print(f"{use.device:<8}" + "".join(f"{v / 2**20:>10.1f}" for v in
+              (use.weights, use.kv, use.compute)) + f"{use.output / 2**20:>9.1f}"
+              f"{use.total / 2**20:>10.1f}{use.budget / 2**20:>11.0f}")
+    for reason in result.reasons:
+        print(f"- {reason}")
+
+
+def add_commands(sub) -> None:
+    """Adds `hardware`, `plan` to the parser."""
+    hardware = sub.add_parser("hardware", help="devices and memory as the engine sees them")
+    hardware.add_argument("--json", action="store_true")
+    hardware.set_defaults(func=cmd_hardware)
+
+    plan = sub.add_parser("plan", help="how a model would run on this machine")
+    plan.add_argument("model", help="a model id or a .gguf path")
+    plan.add_argument("--ctx", type=int, default=4096, help="wanted context")
+    plan.add_argument("--json", action="store_true")
+    plan.add_argument("--vram", type=float, nargs="*", metavar="GIB",
+                      help="simulate GPUs with this much memory each")
+    plan.add_argument("--ram", type=float, metavar="GIB", help="simulate this much RAM")
+    plan.add_argument("--workers", metavar="auto|WORKER,...",
+                      help="plan over this machine and these paired workers (as serve would)")
+    plan.add_argument("--split", metavar="N,...", help="layers on each worker")
+    plan.set_defaults(func=cmd_plan)

@@ -1,0 +1,198 @@
+"""`homerack serve`: the engine and its API, composed from the command line (with `--workers`, as a
+supervised child of the API's socket: app/cluster.py)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import sys
+
+from ..engine_proc import EngineAddress, remove_engine_file, write_engine_file
+from ..paths import paths
+from .models import open_store
+
+
+def cmd_serve(args) -> int:
+    from engine.api.server import is_loopback
+
+    token = args.token or os.environ.get("HOMERACK_TOKEN") or secrets.token_urlsafe(32)
+    if args.fd is None and not is_loopback(args.host):
+        print(f"warning: serving on {args.host}, beyond this machine: the API token and "
+              "every conversation travel unencrypted on the network", file=sys.stderr,
+              flush=True)
+    if args.workers and args.fd is None:  # the API's socket here, the engine in a child
+        return _supervise(args, token)
+    if args.fd is not None:
+        _become_child()
+    return _serve(args, token)
+
+
+def _supervise(args, token: str) -> int:
+    """The API's socket here, the engine in a child process restarted when a worker goes."""
+    from ..cluster import supervise
+
+    engine_file = paths().engine_file
+    os.environ["HOMERACK_TOKEN"] = token
+
+    def announce(url: str) -> None:
+        write_engine_file(engine_file, EngineAddress(url, token, os.getpid()))
+        print(f"listening on {url}", flush=True)
+
+    try:
+        return supervise(args, args.argv, announce)
+    finally:
+        remove_engine_file(engine_file, os.getpid())
+
+
+def _become_child() -> None:
+    """A supervised engine child: it dies with its parent, and a native crash leaves every
+    thread's Python stack."""
+    import faulthandler
+
+    from engine.machine.native import die_with_parent
+
+    die_with_parent()
+    faulthandler.enable()
+
+
+def _serve(args, token: str) -> int:
+    from engine.api.hub_routes import hub_routes
+    from engine.api.server import ServeConfig, serve
+    from engine.engine import Engine
+    from engine.hub.downloads import Downloads
+
+    store = open_store()
+    if args.model:
+        store.resolve(args.model)  # an unknown model fails now, not at the first request
+    routing = _routing(store, args)
+    cluster, holder = None, {}
+    if args.workers:
+        from ..cluster import lost_handler, make_cluster
+
+        cluster = make_cluster(args, lost_handler(holder))
+    engine = holder["engine"] = Engine(store, _settings(args), cluster)
+    downloads = Downloads(store.folder, paths().data / "downloads.json",
+                          token=os.environ.get("HF_TOKEN"))
+    engine_file = paths().engine_file
+
+    def ready(url: str) -> None:
+        if args.fd is None:  # a supervised child's parent has announced the address
+            write_engine_file(engine_file, EngineAddress(url, token, os.getpid()))
+            print(f"listening on {url}", flush=True)
+        if args.model:
+            engine.preload(store.resolve(args.model))
+        if routing:
+            pair = engine.set_routing(routing)
+            print(f"routing: {pair['note']}", file=sys.stderr, flush=True)
+
+    # uvicorn re-raises the signal it stopped on; exit through `finally` to clean up.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        serve(engine, ServeConfig(args.host, args.port, token, args.fd, args.api_docs), ready,
+              routers=(hub_routes(store, downloads),), holder=holder)
+    finally:
+        remove_engine_file(engine_file, os.getpid())
+        if cluster:
+            cluster.close()
+    return 0
+
+
+def _settings(args):
+    from engine.engine import EngineSettings
+    from engine.llama.runtime import LoadSettings
+
+    where = paths()
+    return EngineSettings(
+        load=LoadSettings(n_ctx=args.ctx, n_threads=args.threads or _default_threads()),
+        max_queue=args.queue_size, parallel=args.parallel, resident=args.resident,
+        ram_budget=int(args.ram * 2**30) if args.ram else None,
+        cache=_cache_limits(args), speculation=args.speculation,
+        calibration_file=where.cache / "memory-calibration.json",
+        load_journal=where.runtime / "loading.json",
+        no_repack_file=where.cache / "no-repack.json",
+        cache_folder=where.cache / "kv" if args.cache_disk_mib else None,
+        draft_folder=None if args.whole_drafts else where.cache / "drafts",
+        response_cache=where.cache / "responses.sqlite" if args.response_cache_mib else None,
+        response_cache_bytes=max(args.response_cache_mib, 1) << 20)
+
+
+def _routing(store, args):
+    """The pair of --route, checked before the engine starts."""
+    from engine.errors import HomerackError
+    from engine.routing import DEFAULT_THRESHOLD, pair
+
+    if not args.route:
+        return None
+    names = [name.strip() for name in args.route.split(",")]
+    if len(names) != 2 or not all(names):
+        raise SystemExit("--route takes two models: SMALL,LARGE")
+    threshold = DEFAULT_THRESHOLD if args.route_threshold is None else args.route_threshold
+    try:
+        return pair(store, *names, args.route_mode, threshold)
+    except HomerackError as exc:
+        raise SystemExit(f"--route: {exc.message}") from None
+
+
+def _cache_limits(args):
+    import psutil
+
+    from engine.model.prompt_cache import CacheLimits
+
+    if args.no_prompt_cache:
+        return None
+    ram = (args.cache_ram_mib << 20 if args.cache_ram_mib is not None
+           else psutil.virtual_memory().available // 4)
+    return CacheLimits(ram_bytes=ram, disk_bytes=args.cache_disk_mib << 20)
+
+
+def _default_threads() -> int:
+    import psutil
+
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 2
+
+
+def add_commands(sub) -> None:
+    """Adds `serve` to the parser."""
+    serve = sub.add_parser("serve", help="run the engine API")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    serve.add_argument("--api-docs", action="store_true",
+                       help="serve the API's OpenAPI schema (/openapi.json) and /docs")
+    serve.add_argument("--model", help="load this model at start")
+    serve.add_argument("--token", help="API token (default: $HOMERACK_TOKEN or a new one)")
+    serve.add_argument("--ctx", type=int, default=4096, help="context size in tokens")
+    serve.add_argument("--threads", type=int, default=0)
+    serve.add_argument("--queue-size", type=int, default=16,
+                       help="requests that may wait for a slot; more get 503 + Retry-After")
+    serve.add_argument("--parallel", type=int, default=4,
+                       help="requests generating at once, batched together (1: one at a time)")
+    serve.add_argument("--ram", type=float, metavar="GIB",
+                       help="plan within this much RAM (default: what is available)")
+    serve.add_argument("--resident", type=int, default=4,
+                       help="finished conversations kept in KV memory for an instant return")
+    serve.add_argument("--cache-ram-mib", type=int,
+                       help="prompt cache RAM budget (default: a quarter of available RAM)")
+    serve.add_argument("--cache-disk-mib", type=int, default=4096,
+                       help="prompt cache disk budget; 0 keeps it in RAM only")
+    serve.add_argument("--no-prompt-cache", action="store_true")
+    serve.add_argument("--whole-drafts", action="store_true",
+                       help="run draft models whole (no cut output layer)")
+    serve.add_argument("--speculation", choices=["off", "lookup", "draft"], default="off",
+                       help="default speculative decoding for requests that do not choose "
+                            "(draft: the smallest compatible local model)")
+    serve.add_argument("--workers", metavar="auto|WORKER,...",
+                       help="use paired workers as pipeline stages: 'auto' takes those "
+                            "announced on the LAN, or name them (names or host:port)")
+    serve.add_argument("--split", metavar="N,...",
+                       help="layers on each worker, in --workers order (default: planned)")
+    serve.add_argument("--response-cache-mib", type=int, default=256,
+                       help="disk for answers to repeated deterministic requests (0: off)")
+    serve.add_argument("--route", metavar="SMALL,LARGE",
+                       help='serve model "auto": each request to the small or the large model')
+    serve.add_argument("--route-mode", choices=["rules", "cascade"], default="rules")
+    serve.add_argument("--route-threshold", type=float,
+                       help="cascade: the small model's confidence under which the large answers")
+    serve.add_argument("--fd", type=int, help=argparse.SUPPRESS)  # a supervised engine child
+    serve.set_defaults(func=cmd_serve)
