@@ -16,7 +16,7 @@ class EngineError(Exception):
 
 
 @dataclass
-class Reply:
+class StreamedReply:
     """Filled in as a streamed reply arrives."""
     text: str = ""
     finish_reason: str | None = None
@@ -105,7 +105,7 @@ class EngineClient:
     def import_model(self, path: str) -> dict:
         return self._checked(self._http.post("/v1/models/import", json={"path": path})).json()
 
-    def stream_chat(self, messages: list[dict], reply: Reply,
+    def stream_chat(self, messages: list[dict], reply: StreamedReply,
                     should_stop: Callable[[], bool] = lambda: False, **options) -> Iterator[str]:
         """Yield text pieces as they arrive; `reply` gets the finish reason and usage.
         When should_stop() turns true the stream is closed, which cancels the generation."""

@@ -36,7 +36,7 @@ DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 
 
 @dataclass(frozen=True)
-class Conversation:
+class SavedConversation:
     id: int
     title: str
     system_prompt: str
@@ -45,7 +45,7 @@ class Conversation:
 
 
 @dataclass(frozen=True)
-class Message:
+class SavedMessage:
     id: int
     role: str
     content: str
@@ -71,14 +71,14 @@ class History:
                         self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
 
     def create(self, title: str = "New chat", system_prompt: str = DEFAULT_SYSTEM_PROMPT,
-               model: str | None = None) -> Conversation:
+               model: str | None = None) -> SavedConversation:
         with self._db:
             cursor = self._db.execute(
                 "INSERT INTO conversations (title, system_prompt, model, updated) VALUES (?,?,?,?)",
                 (title, system_prompt, model, time.time()))
-        return Conversation(cursor.lastrowid, title, system_prompt, model)
+        return SavedConversation(cursor.lastrowid, title, system_prompt, model)
 
-    def conversations(self, search: str = "") -> list[Conversation]:
+    def conversations(self, search: str = "") -> list[SavedConversation]:
         """Newest first; `search` matches titles and message text."""
         pattern = f"%{search}%"
         rows = self._db.execute(
@@ -88,7 +88,7 @@ class History:
             (search, pattern, pattern))
         return [_conversation(row) for row in rows]
 
-    def get(self, conversation_id: int) -> Conversation:
+    def get(self, conversation_id: int) -> SavedConversation:
         row = self._db.execute("SELECT id, title, system_prompt, model, routed FROM conversations "
                                "WHERE id = ?", (conversation_id,)).fetchone()
         if row is None:
@@ -108,21 +108,21 @@ class History:
         with self._db:
             self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
 
-    def messages(self, conversation_id: int) -> list[Message]:
+    def messages(self, conversation_id: int) -> list[SavedMessage]:
         rows = self._db.execute("SELECT id, role, content, status, model, detail FROM messages "
                                 "WHERE conversation_id = ? ORDER BY id", (conversation_id,))
-        return [Message(*row) for row in rows]
+        return [SavedMessage(*row) for row in rows]
 
     def add_message(self, conversation_id: int, role: str, content: str,
                     status: str = "complete", model: str | None = None,
-                    detail: str = "") -> Message:
+                    detail: str = "") -> SavedMessage:
         with self._db:
             cursor = self._db.execute(
                 "INSERT INTO messages (conversation_id, role, content, status, model, detail) "
                 "VALUES (?,?,?,?,?,?)", (conversation_id, role, content, status, model, detail))
             self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?",
                              (time.time(), conversation_id))
-        return Message(cursor.lastrowid, role, content, status, model, detail)
+        return SavedMessage(cursor.lastrowid, role, content, status, model, detail)
 
     def delete_messages_from(self, conversation_id: int, message_id: int) -> None:
         """Drop a message and everything after it (regenerate, edit-and-resend)."""
@@ -134,6 +134,6 @@ class History:
         self._db.close()
 
 
-def _conversation(row: tuple) -> Conversation:
+def _conversation(row: tuple) -> SavedConversation:
     *head, routed = row
-    return Conversation(*head, bool(routed))
+    return SavedConversation(*head, bool(routed))

@@ -18,7 +18,7 @@ import psutil
 
 from engine.catalog.models import DEFAULT_MODEL
 
-from .client import EngineClient, EngineError, Reply
+from .client import EngineClient, EngineError, StreamedReply
 from .engine_proc import EngineProcess
 
 PROMPT = "What is the capital of France? Answer in one sentence."
@@ -30,7 +30,7 @@ def since_launch() -> float:
 
 def check_engine(prompt: str = PROMPT, timeout: float = 180.0) -> int:
     engine = EngineProcess(["--model", DEFAULT_MODEL, "--response-cache-mib", "0"])
-    reply, first = Reply(), None
+    reply, first = StreamedReply(), None
     try:
         client = EngineClient(engine.wait_ready(timeout), timeout=timeout)
         print(f"llama.cpp CPU backend: {client.hardware()['cpu_backend']}", flush=True)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .history import Conversation, History, Message
+from .history import History, SavedConversation, SavedMessage
 
 
 @dataclass
-class Reply:
+class PendingReply:
     """One reply on its way."""
     conversation_id: int
     text: str = ""
@@ -22,22 +22,22 @@ class Reply:
 class Sessions:
     def __init__(self, history: History):
         self.history = history
-        self._replies: dict[int, Reply] = {}
+        self._replies: dict[int, PendingReply] = {}
 
-    def request(self, conversation: Conversation) -> list[dict]:
+    def request(self, conversation: SavedConversation) -> list[dict]:
         """The messages to send for the conversation's next reply."""
         messages = ([{"role": "system", "content": conversation.system_prompt}]
                     if conversation.system_prompt.strip() else [])
         return messages + [{"role": m.role, "content": m.content}
                            for m in self.history.messages(conversation.id) if m.content]
 
-    def start(self, conversation_id: int) -> Reply:
+    def start(self, conversation_id: int) -> PendingReply:
         if conversation_id in self._replies:
             raise RuntimeError("this conversation is already being answered")
-        reply = self._replies[conversation_id] = Reply(conversation_id)
+        reply = self._replies[conversation_id] = PendingReply(conversation_id)
         return reply
 
-    def feed(self, conversation_id: int, piece: str) -> Reply | None:
+    def feed(self, conversation_id: int, piece: str) -> PendingReply | None:
         reply = self._replies.get(conversation_id)
         if reply is not None:
             reply.text += piece
@@ -45,7 +45,7 @@ class Sessions:
         return reply
 
     def finish(self, conversation_id: int, status: str, model: str | None = None,
-               detail: str = "") -> Message | None:
+               detail: str = "") -> SavedMessage | None:
         """Store what the reply has (complete, stopped or interrupted), with the model
         that answered and how, and end it."""
         reply = self._replies.pop(conversation_id, None)
@@ -54,8 +54,8 @@ class Sessions:
         return self.history.add_message(conversation_id, "assistant", reply.text, status,
                                         model, detail)
 
-    def reply(self, conversation_id: int | None) -> Reply | None:
+    def reply(self, conversation_id: int | None) -> PendingReply | None:
         return self._replies.get(conversation_id) if conversation_id is not None else None
 
-    def running(self) -> list[Reply]:
+    def running(self) -> list[PendingReply]:
         return list(self._replies.values())

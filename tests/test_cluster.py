@@ -297,7 +297,7 @@ def test_an_announced_address_is_tried_but_never_written(tmp_path, monkeypatch):
     store.add(Pairing("den", "10.0.0.6:50151", "cd", "t2"))
     before = store.path.read_bytes()
     spoofed = [Announced("attic", "10.0.0.6:50151", {}, [], 0)]  # den's address
-    monkeypatch.setattr(app_cluster, "_announced", lambda _s: spoofed)
+    monkeypatch.setattr(app_cluster, "announced", lambda _s: spoofed)
     chosen = app_cluster.resolve_workers("auto")
     assert [(p.name, p.address) for p in chosen] == [("attic", "10.0.0.6:50151"),
                                                       ("den", "10.0.0.6:50151")]

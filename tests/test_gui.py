@@ -28,7 +28,7 @@ def gui_home(tmp_path, home, monkeypatch):
 
 @pytest.fixture
 def open_window(qtbot, gui_home):
-    from ui.app import create_window
+    from ui.launch import create_window
 
     windows = []
 

@@ -13,8 +13,8 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout
                                QMainWindow, QPlainTextEdit, QProgressBar, QPushButton,
                                QSpinBox, QSplitter, QVBoxLayout, QWidget)
 
-from app.client import EngineClient, Reply
-from app.history import Conversation, History
+from app.client import EngineClient, StreamedReply
+from app.history import History, SavedConversation
 from app.session import Sessions
 from app.paths import Paths
 from app.settings import RoutingPair, Sampling, load_settings, save_settings
@@ -33,8 +33,9 @@ from .tasks import Task, start_task
 STREAM_KEY = "streaming"
 
 
-def _stream_reply(task: Task, client: EngineClient, messages: list[dict], options: dict) -> Reply:
-    reply = Reply()  # the client's record of the stream: finish reason, usage
+def _receive_reply(task: Task, client: EngineClient, messages: list[dict],
+                   options: dict) -> StreamedReply:
+    reply = StreamedReply()  # the client's record of the stream: finish reason, usage
     for piece in client.stream_chat(messages, reply, should_stop=task.cancelled.is_set, **options):
         task.report(piece)
     return reply
@@ -95,7 +96,7 @@ class MainWindow(QMainWindow):
         self.routing = load_settings(paths.data / "routing.json", RoutingPair)
         self.supervisor = supervisor
         self.client: EngineClient | None = None
-        self.conversation: Conversation | None = None
+        self.conversation: SavedConversation | None = None
         self.sessions = Sessions(self.history)  # replies being generated, by conversation
         self.last_death: str | None = None
         self.loaded_model: str | None = None
@@ -519,7 +520,7 @@ class MainWindow(QMainWindow):
                 self.conversation_list.setCurrentItem(item)
         self.conversation_list.blockSignals(False)
 
-    def new_conversation(self) -> Conversation:
+    def new_conversation(self) -> SavedConversation:
         self.conversation = self.history.create(model=self.model_box.currentData())
         if self.auto_route.isChecked() and self.routing.on:  # as the last one was
             self.history.update(self.conversation.id, routed=True)
@@ -702,7 +703,7 @@ class MainWindow(QMainWindow):
                    "response_cache": "refresh" if fresh else None}
         reply = self.sessions.start(conversation.id)
         key = conversation.id
-        reply.task = start_task(_stream_reply, self.client, messages, options,
+        reply.task = start_task(_receive_reply, self.client, messages, options,
                                 on_progress=lambda piece: self._on_piece(key, piece),
                                 on_done=lambda done: self._on_reply(key, done),
                                 on_error=lambda error: self._on_stream_failed(key, error))
@@ -713,7 +714,7 @@ class MainWindow(QMainWindow):
         if reply and self.conversation and self.conversation.id == conversation_id:
             self.view.set_last(Shown(STREAM_KEY, "assistant", reply.text))
 
-    def _on_reply(self, conversation_id: int, done: Reply) -> None:
+    def _on_reply(self, conversation_id: int, done: StreamedReply) -> None:
         status = "stopped" if done.finish_reason == "stopped" else "complete"
         self._finish_stream(conversation_id, status, done.model, done.detail())
         if self.conversation and self.conversation.id == conversation_id:

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QApplication
 from app.self_test import since_launch
 from engine.catalog.models import DEFAULT_MODEL
 
-from .app import create_window
+from .launch import create_window
 
 
 def check_window(screenshot: str, prompt: str, timeout: float) -> int:

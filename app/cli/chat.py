@@ -33,9 +33,9 @@ def engine_client(model: str | None):
 
 
 def print_reply(client, messages, args) -> str:
-    from ..client import Reply
+    from ..client import StreamedReply
 
-    reply = Reply()
+    reply = StreamedReply()
     for piece in client.stream_chat(messages, reply, model=args.model,
                                     max_tokens=args.max_tokens, seed=args.seed,
                                     temperature=args.temperature, draft_model=args.draft,

@@ -30,7 +30,7 @@ def launch_desktop(terminal_chat: Callable[[], int]) -> int:
         if problem:
             print(problem, file=sys.stderr)
             raise ImportError("a system library is missing")
-        from ui.app import main as gui_main  # composition: the CLI starts the app
+        from ui.launch import main as gui_main  # composition: the CLI starts the app
     except ImportError as exc:
         print(f"the desktop app is unavailable ({exc}); chatting in the terminal",
               file=sys.stderr)
