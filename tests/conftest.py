@@ -1,28 +1,18 @@
-"""Shared fixtures: a private HOMERACK_HOME, tiny random models, the starter models, and a
-real `homerack serve` process on the starter chat model."""
+"""The fixtures tests share: a private HOMERACK_HOME, tiny random models, the starter
+models, a real `homerack serve` process on the starter chat model, a local Hub. Helpers
+are in support/ (pyproject's pythonpath puts tests/ and packaging/ on the path)."""
 
 from __future__ import annotations
 
 import os
-import queue
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(ROOT / "packaging"))  # tiny_gguf, shared with the build smoke test
-
-from engine.events import SamplingParams  # noqa: E402
-from tiny_gguf import write_tiny_model  # noqa: E402
-
-STARTER = "smollm2-135m-instruct-q4_1"
-SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
-GEMMA_REPO = "unsloth/gemma-3-270m-it-GGUF"
-GEMMA = "gemma-3-270m-q4_k_m"
+from support.engines import start_engine
+from support.models import GEMMA_REPO, SMOL, STARTER
+from tiny_gguf import write_tiny_model  # packaging/, shared with the build smoke test
 
 
 def pytest_collection_modifyitems(items):
@@ -77,25 +67,6 @@ def tiny_store(tmp_path, tiny_model):
     return ModelStore(folder, GGUFInspector())
 
 
-def start_engine(home: Path, name: str, args: list[str]):
-    """A real `homerack serve` with a HOMERACK_HOME of its own under `home`, sharing the
-    starter models: (its process, the address it listens on, its models folder).
-
-    Without the response cache unless `args` ask for it: these engines are started to
-    watch them generate, and a repeated greedy question would be replayed instead."""
-    from app.engine_proc import EngineProcess
-
-    if "--response-cache-mib" not in args:
-        args = [*args, "--response-cache-mib", "0"]
-    env = dict(os.environ, HOMERACK_HOME=str(home / name))
-    (home / name / "data").mkdir(parents=True, exist_ok=True)
-    models = home / name / "data" / "models"
-    if not models.exists():
-        models.symlink_to(home / "data" / "models")
-    process = EngineProcess(args, env=env)
-    return process, process.wait_ready(), models
-
-
 @pytest.fixture(scope="session")
 def server(home):
     """A real engine process on the starter chat model, shared by the API tests."""
@@ -119,7 +90,7 @@ def http(server):
 @pytest.fixture
 def hub(starters_dir, tmp_path, monkeypatch):
     """A local Hub-compatible server (tests/hub_server.py) with HF_ENDPOINT pointing at it."""
-    from hub_server import HubServer, Repo
+    from support.hub_server import HubServer, Repo
 
     # a second "quant" split in two parts, to see split files grouped as one
     parts = {}
@@ -141,43 +112,6 @@ def hub(starters_dir, tmp_path, monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     yield server
     server.close()
-
-
-# -- driving an in-process Engine ---------------------------------------------------
-
-GREEDY = SamplingParams(temperature=0)
-
-
-class Collector:
-    """An Engine job's `emit`: collects its events; result() waits for the end."""
-
-    def __init__(self):
-        self.events = queue.Queue()
-
-    def __call__(self, event):
-        self.events.put(event)
-
-    def result(self, timeout=60):
-        from engine.events import Delta, Failed, Finished, Started
-
-        started, text = None, ""
-        while True:
-            event = self.events.get(timeout=timeout)
-            if isinstance(event, Started):
-                started = event
-            elif isinstance(event, Delta):
-                text += event.text
-            elif isinstance(event, (Finished, Failed)):
-                return started, text, event
-
-
-def run(engine, **request):
-    """Submit one GenerationRequest and wait for (Started, text, Finished or Failed)."""
-    from engine.events import GenerationRequest
-
-    collector = Collector()
-    engine.submit(GenerationRequest(**request), collector)
-    return collector.result()
 
 
 @pytest.fixture(scope="session")
@@ -217,30 +151,3 @@ def tiny_bert(tmp_path_factory) -> Path:
             tensors[p + norm + ".bias"] = np.zeros(hidden, np.float32)
     return write_bert(tmp_path_factory.mktemp("bert") / "tiny-bert.gguf", config, tensors,
                       vocab, "tiny BERT")
-
-
-def with_template(source: Path, target: Path, template: str) -> Path:
-    """A copy of a GGUF model with another chat template in its metadata."""
-    from gguf import GGUFReader, GGUFValueType, GGUFWriter
-    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
-
-    reader = GGUFReader(source, "r")
-    writer = GGUFWriter(str(target), arch=reader.fields["general.architecture"].contents())
-    copy_with_new_metadata(reader, writer, {
-        "tokenizer.chat_template": MetadataDetails(GGUFValueType.STRING, template)}, [])
-    return target
-
-
-def with_flat_output(source: Path, target: Path) -> Path:
-    """A copy of a GGUF model whose output projection is all zeros: every logit is 0, so
-    each next token has probability 1/n_vocab (the least confident model there is). With
-    tied embeddings the token embeddings are that projection."""
-    from gguf import GGUFReader
-
-    tensors = {t.name: t for t in GGUFReader(source, "r").tensors}
-    tensor = tensors.get("output.weight") or tensors["token_embd.weight"]
-    shutil.copy(source, target)
-    with target.open("r+b") as handle:
-        handle.seek(tensor.data_offset)
-        handle.write(bytes(tensor.n_bytes))  # zero scales and quants alike
-    return target

@@ -1,10 +1,7 @@
-"""Draft models for speculative decoding: which pairs are compatible, which draft to
-pick, and the helper that requantizes a model (a heavier target of the same vocabulary).
-"""
+"""Draft models for speculative decoding: which installed pairs are compatible (the same
+vocabulary, the draft much smaller) and which draft to pick, from the files' metadata."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from ..errors import InvalidRequest
 from .gguf_file import GGUFInfo, GGUFInspector
@@ -57,18 +54,3 @@ def pick_draft(target: LocalModel, candidates: list[LocalModel],
             usable.append(model)
     return min(usable, key=lambda m: m.size_bytes, default=None)
 
-
-def requantize(source: Path, target: Path, ftype: int, threads: int = 0) -> Path:
-    """Write `source` requantized to llama.cpp file type `ftype` (0 = all F32, 1 = F16)."""
-    import llama_cpp as llama
-
-    params = llama.llama_model_quantize_default_params()
-    params.ftype = ftype
-    params.allow_requantize = True
-    params.nthread = threads
-    tmp = target.with_name(target.name + ".partial")
-    if llama.llama_model_quantize(str(source).encode(), str(tmp).encode(), params) != 0:
-        tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"llama.cpp could not requantize {source.name}")
-    tmp.replace(target)
-    return target

@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from conftest import ROOT, STARTER
+from support import ROOT
+from support.models import STARTER
 
 ENTRY = ROOT / "packaging" / "homerack_entry.py"
 

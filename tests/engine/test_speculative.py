@@ -9,9 +9,10 @@ import openai
 import pytest
 
 from app.engine_proc import EngineProcess
-from conftest import GEMMA, STARTER, Collector
+from support.engines import Collector
+from support.models import GEMMA, STARTER, requantize
 from engine.speculation import cut_draft
-from engine.catalog.drafts import IncompatibleDraft, check_pair, pick_draft, requantize
+from engine.catalog.drafts import IncompatibleDraft, check_pair, pick_draft
 from engine.engine import Engine, EngineSettings
 from engine.events import Failed, Finished, GenerationRequest, SamplingParams
 from engine.catalog.gguf_file import GGUFInspector

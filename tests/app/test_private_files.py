@@ -14,7 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import ROOT, STARTER, start_engine
+from support import ROOT
+from support.engines import start_engine
+from support.models import STARTER
 
 
 def shared_with_others(root: Path) -> list[str]:

@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import GREEDY, run, write_tiny_model
+from support.engines import GREEDY, run
+from tiny_gguf import write_tiny_model
 from engine.engine import Engine, EngineSettings
 from engine.events import Finished, SamplingParams
 from engine.llama.runtime import LoadSettings

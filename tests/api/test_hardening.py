@@ -19,7 +19,8 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT, start_engine
+from support import ROOT
+from support.engines import start_engine
 from engine.agent.json_schema import MAX_REPEAT, Branch, check, grammar
 from engine.api.guard import host_allowed
 from engine.errors import InvalidRequest
@@ -122,7 +123,7 @@ def fuzz_engine(home, tiny_model, tmp_path_factory):
     """A real engine on the tiny random model (fast to generate) with its API schema on,
     its own models folder (the starters linked, the tiny model beside them), and the test
     Hub (tests/hub_server.py, without repositories) as its Hub: no traffic leaves."""
-    from hub_server import HubServer
+    from support.hub_server import HubServer
 
     name = "fuzz"
     models = home / name / "data" / "models"

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from agent_templates import HERMES, LLAMA3, MISTRAL
+from support.agent_templates import HERMES, LLAMA3, MISTRAL
 from engine.agent.compose import compose
 from engine.agent.conversation import Choice, Conversation, Message, ToolCall, checked, tool
 from engine.agent.json_schema import Branch, check, grammar

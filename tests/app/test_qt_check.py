@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from app.qt_check import distro_family, explain, missing_libraries, platform_problem, xcb_plugin
-from conftest import ROOT
+from support import ROOT
 
 
 @pytest.fixture

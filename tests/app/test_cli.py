@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from conftest import GEMMA, ROOT, STARTER
+from support import ROOT
+from support.models import GEMMA, STARTER
 
 pytestmark = pytest.mark.slow
 

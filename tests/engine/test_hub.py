@@ -11,11 +11,12 @@ import sys
 
 import pytest
 
-from conftest import GEMMA_REPO, ROOT, SMOL, STARTER
+from support import ROOT
+from support.models import GEMMA_REPO, SMOL, STARTER
 from engine.errors import HomerackError
 from engine.machine.hardware import simulated
 from engine.hub.repos import download, header_shape, judge, quant_of, repo_quants, search
-from hub_server import Repo
+from support.hub_server import Repo
 
 
 def test_quant_names_are_read_from_file_names():
@@ -76,7 +77,7 @@ def test_corrupted_bytes_fail_the_checksum_and_nothing_is_listed(hub, tmp_path):
 
 
 def test_the_token_stays_with_the_hub_when_a_download_is_redirected_to_its_cdn(hub, tmp_path):
-    from hub_server import HubServer
+    from support.hub_server import HubServer
 
     quant = repo_quants(SMOL)[1]
     download(SMOL, quant, tmp_path / "direct", token="hf_secret")
@@ -298,7 +299,7 @@ def test_a_split_quant_downloads_every_part_keeping_a_part_done_before(hub, tmp_
 
 
 def test_search_marks_embedding_models(starters_dir, tmp_path, monkeypatch):
-    from hub_server import HubServer, Repo
+    from support.hub_server import HubServer, Repo
 
     embedder = "sentence-transformers/all-MiniLM-L6-v2-GGUF"
     server = HubServer({

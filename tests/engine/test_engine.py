@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import GREEDY, Collector, run
+from support.engines import GREEDY, Collector, run
 from engine.errors import ContextLengthExceeded, InvalidModelFile, QueueFull
 from engine.engine import Engine, EngineSettings
 from engine.events import Delta, Failed, Finished, GenerationRequest, SamplingParams

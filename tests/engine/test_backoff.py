@@ -11,7 +11,7 @@ import resource
 import httpx
 import pytest
 
-from conftest import STARTER
+from support.models import STARTER
 from engine.engine import Engine, EngineSettings, LoadOverride
 from engine.llama.runtime import LoadSettings
 
@@ -114,7 +114,7 @@ def test_an_engine_that_died_evaluating_restarts_without_repacked_weights(home, 
     import sys
 
     from app.engine_proc import EngineProcess
-    from conftest import ROOT
+    from support import ROOT
 
     root = tmp_path / "home"
     (root / "data").mkdir(parents=True)

@@ -5,11 +5,9 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import GEMMA, STARTER
+from support.models import GEMMA, STARTER
 from engine.catalog.gguf_file import GGUFInspector, ModelShape
 from engine.machine.hardware import simulated
-from engine.machine.probe import probe
-from engine.llama.runtime import LlamaModel, LoadSettings
 from engine.machine.planner import Preferences, choose_quant, plan
 
 GiB, MiB = 1 << 30, 1 << 20
@@ -116,6 +114,9 @@ def test_quant_choice_before_download():
 @pytest.mark.parametrize("ctx", [1024, 4096])
 def test_prediction_matches_llama_cpp_buffers_within_5_percent(starters_dir, real_shapes,
                                                                model, ctx):
+    from engine.llama.runtime import LlamaModel, LoadSettings
+    from engine.machine.probe import probe
+
     result = plan(probe(), real_shapes[model], Preferences(ctx=ctx, min_ctx=ctx))
     loaded = LlamaModel(starters_dir / f"{model}.gguf", LoadSettings(n_ctx=ctx))
     measured = sum(loaded.buffers.values())
@@ -134,9 +135,10 @@ def test_prediction_with_layers_on_an_rpc_worker_matches_llama_cpp(starters_dir,
     import json
     import subprocess
     import sys
-    from pathlib import Path
 
-    script = Path(__file__).with_name("rpc_offload_check.py")
+    from support import ROOT
+
+    script = ROOT / "tests" / "support" / "rpc_offload_check.py"
     done = subprocess.run([sys.executable, str(script), str(starters_dir / f"{model}.gguf"),
                            "10"], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -159,10 +161,11 @@ def test_scaled_shape_keeps_the_attention_shape(real_shapes):
 def test_engine_loads_by_the_plan_and_records_its_accuracy(starters_dir, tmp_path):
     import json
 
-    from engine.engine import Engine, EngineSettings
+    from support.engines import run
     from engine.catalog.gguf_file import GGUFInspector
     from engine.catalog.models import ModelStore
-    from conftest import run
+    from engine.engine import Engine, EngineSettings
+    from engine.llama.runtime import LoadSettings
 
     store = ModelStore(starters_dir, GGUFInspector())
     calibration = tmp_path / "calibration.json"

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from support import ROOT
 
 AMX_XEON = ("avx", "avx2", "avx512f", "avx512_vnni", "amx_bf16", "amx_int8", "amx_tile",
             "bmi2", "f16c", "fma", "sse4_2")

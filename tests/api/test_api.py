@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import STARTER
+from support.models import STARTER
 
 pytestmark = pytest.mark.slow
 

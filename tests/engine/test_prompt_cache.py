@@ -121,7 +121,7 @@ def test_disk_budget_evicts_oldest_files(tmp_path):
 from engine.engine import Engine, EngineSettings  # noqa: E402
 from engine.llama.runtime import LoadSettings  # noqa: E402
 from engine.events import SamplingParams
-from conftest import run  # noqa: E402
+from support.engines import run  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)
 A = "the cat is on the mat " * 12

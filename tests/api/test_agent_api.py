@@ -13,8 +13,8 @@ import numpy as np
 import openai
 import pytest
 
-from agent_templates import HERMES
-from conftest import STARTER, with_template
+from support.agent_templates import HERMES
+from support.models import STARTER, with_template
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,8 @@ unsure as a model can be, so it escalates deterministically) and the pair's plan
 
 import pytest
 
-from conftest import GREEDY, run, with_flat_output
+from support.engines import GREEDY, run
+from support.models import with_flat_output
 from engine.engine import Engine, EngineSettings
 from engine.errors import InvalidRequest
 from engine.events import Finished, GenerationRequest

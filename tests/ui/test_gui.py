@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtCore import QElapsedTimer, Qt, QTimer, QUrl
 from PySide6.QtGui import QGuiApplication
 
-from conftest import STARTER
+from support.models import STARTER
 
 pytestmark = pytest.mark.slow
 
@@ -356,7 +356,7 @@ def test_memory_plan_shows_bars_and_loads_with_the_users_context(qtbot, open_win
 
 
 def test_model_wizard_searches_judges_downloads_and_selects(qtbot, open_window, hub):
-    from conftest import SMOL
+    from support.models import SMOL
 
     window = open_window()
     qtbot.mouseClick(window.get_models_button, Qt.LeftButton)
@@ -460,7 +460,7 @@ def test_cluster_panel_shares_pairs_uses_workers_and_shows_the_machines(qtbot, o
 
 
 def test_routing_and_the_response_cache_are_shown_per_message(qtbot, open_window):
-    from conftest import GEMMA
+    from support.models import GEMMA
 
     window = open_window()
     assert not window.auto_route.isEnabled()  # no pair yet

@@ -9,7 +9,8 @@ import httpx
 import openai
 import pytest
 
-from conftest import GREEDY, STARTER, Collector, run, start_engine
+from support.engines import GREEDY, Collector, run, start_engine
+from support.models import STARTER
 from engine.engine import Engine, EngineSettings
 from engine.batching.lane import PUBLISH_S
 from engine.errors import MemoryFull, QueueFull

@@ -3,7 +3,7 @@
 import logging
 import os
 
-from conftest import ROOT
+from support import ROOT
 
 
 def test_import_contracts_hold(monkeypatch, capsys):

@@ -9,7 +9,8 @@ import anthropic
 import openai
 import pytest
 
-from conftest import GEMMA, STARTER, start_engine
+from support.engines import start_engine
+from support.models import GEMMA, STARTER
 
 pytestmark = pytest.mark.slow
 

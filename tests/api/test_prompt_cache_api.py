@@ -6,7 +6,7 @@ import openai
 import pytest
 
 from app.engine_proc import EngineProcess
-from conftest import GEMMA, STARTER
+from support.models import GEMMA, STARTER
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,9 @@ import httpx
 import psutil
 import pytest
 
-from conftest import GEMMA, ROOT, STARTER, start_engine
+from support import ROOT
+from support.engines import start_engine
+from support.models import GEMMA, STARTER
 from engine.cluster import link, protocol
 from engine.cluster.gateway import Gateway
 from engine.cluster.identity import certificate_fingerprint, ensure_identity, server_context

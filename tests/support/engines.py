@@ -1,0 +1,63 @@
+"""Driving engines: an in-process Engine's jobs (`run`, `Collector`) and real `homerack
+serve` processes (`start_engine`)."""
+
+from __future__ import annotations
+
+import os
+import queue
+from pathlib import Path
+
+from engine.events import SamplingParams
+
+GREEDY = SamplingParams(temperature=0)
+
+
+class Collector:
+    """An Engine job's `emit`: collects its events; result() waits for the end."""
+
+    def __init__(self):
+        self.events = queue.Queue()
+
+    def __call__(self, event):
+        self.events.put(event)
+
+    def result(self, timeout=60):
+        from engine.events import Delta, Failed, Finished, Started
+
+        started, text = None, ""
+        while True:
+            event = self.events.get(timeout=timeout)
+            if isinstance(event, Started):
+                started = event
+            elif isinstance(event, Delta):
+                text += event.text
+            elif isinstance(event, (Finished, Failed)):
+                return started, text, event
+
+
+def run(engine, **request):
+    """Submit one GenerationRequest and wait for (Started, text, Finished or Failed)."""
+    from engine.events import GenerationRequest
+
+    collector = Collector()
+    engine.submit(GenerationRequest(**request), collector)
+    return collector.result()
+
+
+def start_engine(home: Path, name: str, args: list[str]):
+    """A real `homerack serve` with a HOMERACK_HOME of its own under `home`, sharing the
+    starter models: (its process, the address it listens on, its models folder).
+
+    Without the response cache unless `args` ask for it: these engines are started to
+    watch them generate, and a repeated greedy question would be replayed instead."""
+    from app.engine_proc import EngineProcess
+
+    if "--response-cache-mib" not in args:
+        args = [*args, "--response-cache-mib", "0"]
+    env = dict(os.environ, HOMERACK_HOME=str(home / name))
+    (home / name / "data").mkdir(parents=True, exist_ok=True)
+    models = home / name / "data" / "models"
+    if not models.exists():
+        models.symlink_to(home / "data" / "models")
+    process = EngineProcess(args, env=env)
+    return process, process.wait_ready(), models

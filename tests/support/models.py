@@ -1,0 +1,56 @@
+"""The models tests run: the starters by name and Hub repository, and copies of a GGUF
+file changed in one known way."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+STARTER = "smollm2-135m-instruct-q4_1"
+SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
+GEMMA_REPO = "unsloth/gemma-3-270m-it-GGUF"
+GEMMA = "gemma-3-270m-q4_k_m"
+
+
+def with_template(source: Path, target: Path, template: str) -> Path:
+    """A copy of a GGUF model with another chat template in its metadata."""
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+
+    reader = GGUFReader(source, "r")
+    writer = GGUFWriter(str(target), arch=reader.fields["general.architecture"].contents())
+    copy_with_new_metadata(reader, writer, {
+        "tokenizer.chat_template": MetadataDetails(GGUFValueType.STRING, template)}, [])
+    return target
+
+
+def with_flat_output(source: Path, target: Path) -> Path:
+    """A copy of a GGUF model whose output projection is all zeros: every logit is 0, so
+    each next token has probability 1/n_vocab (the least confident model there is). With
+    tied embeddings the token embeddings are that projection."""
+    from gguf import GGUFReader
+
+    tensors = {t.name: t for t in GGUFReader(source, "r").tensors}
+    tensor = tensors.get("output.weight") or tensors["token_embd.weight"]
+    shutil.copy(source, target)
+    with target.open("r+b") as handle:
+        handle.seek(tensor.data_offset)
+        handle.write(bytes(tensor.n_bytes))  # zero scales and quants alike
+    return target
+
+
+def requantize(source: Path, target: Path, ftype: int, threads: int = 0) -> Path:
+    """Write `source` requantized to llama.cpp file type `ftype` (0 = all F32, 1 = F16): a
+    heavier target of the same vocabulary as a starter, for the speculation tests."""
+    import llama_cpp as llama
+
+    params = llama.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.allow_requantize = True
+    params.nthread = threads
+    tmp = target.with_name(target.name + ".partial")
+    if llama.llama_model_quantize(str(source).encode(), str(tmp).encode(), params) != 0:
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError(f"llama.cpp could not requantize {source.name}")
+    tmp.replace(target)
+    return target
