@@ -10,7 +10,11 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+from engine.catalog.models import DEFAULT_MODEL  # the window starts with the starter model
+
 from .engine_proc import EngineAddress, EngineProcess, answers, find_running
+
+__all__ = ["DEFAULT_MODEL", "EngineSupervisor"]
 
 
 def describe_exit(returncode: int) -> str:

@@ -7,8 +7,7 @@ import sys
 from PySide6.QtWidgets import QApplication
 
 from app.paths import paths
-from app.supervisor import EngineSupervisor
-from engine.catalog.models import DEFAULT_MODEL
+from app.supervisor import DEFAULT_MODEL, EngineSupervisor
 
 from .main_window import MainWindow
 

@@ -12,7 +12,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
 from app.self_test import since_launch
-from engine.catalog.models import DEFAULT_MODEL
+from app.supervisor import DEFAULT_MODEL
 
 from .launch import create_window
 

@@ -16,9 +16,9 @@ from ..agent.conversation import Choice, Conversation, Message, ToolCall, tool
 from ..agent.tool_stream import CallArgs, CallStart, Text
 from ..engine import Engine
 from ..errors import HomerackError, InvalidRequest
-from .openai_routes import extension
-from .schemas import _Sampling, text_of
+from .schemas import SamplingFields, text_of
 from .turns import Done, conversation_turn, guarded
+from .wire import extension
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
@@ -59,7 +59,7 @@ class AnthropicMessage(BaseModel):
     content: str | list[dict[str, Any]]
 
 
-class MessagesRequest(_Sampling):
+class MessagesRequest(SamplingFields):
     messages: list[AnthropicMessage] = Field(min_length=1)
     max_tokens: int = Field(ge=1)
     system: str | list[dict[str, Any]] | None = None

@@ -1,5 +1,6 @@
-"""The engine's HTTP API: the routes of each wire format (openai_routes.py,
-anthropic_routes.py, responses_routes.py, embeddings_routes.py) and the engine's own.
+"""The engine's HTTP API, put together: the routes of each wire format (openai_routes.py,
+anthropic_routes.py, responses_routes.py, embeddings_routes.py), the engine's own
+(admin_routes.py) and the Hub's (hub_routes.py, given by `serve`).
 
 Every route needs the token, as `Authorization: Bearer` or `x-api-key` (what Anthropic's
 clients send), except /health, which without it says only that the engine is alive.
@@ -11,26 +12,19 @@ only when asked for (`serve --api-docs`).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 
 from ..engine import Engine
-from ..errors import HomerackError, InvalidRequest, QueueFull, Unauthorized
-from ..events import Failed
-from ..metrics import prometheus_text
-from ..model.host import LoadOverride
-from . import anthropic_routes, embeddings_routes, openai_routes, responses_routes
-from .channel import Channel
+from ..errors import HomerackError, QueueFull, Unauthorized
+from . import admin_routes, anthropic_routes, embeddings_routes, openai_routes, responses_routes
 from .guard import BodyTooLarge, RequestGuard
-from ..routing import pair
-from .openai_routes import error_body
-from .schemas import LoadRequest, RoutingRequest
+from .wire import error_body
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
@@ -103,95 +97,13 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
 
     guarded = [Depends(require_token)]
     for router in (*routers, openai_routes.router(engine), anthropic_routes.router(engine),
-                   responses_routes.router(engine), embeddings_routes.router(engine)):
+                   responses_routes.router(engine), embeddings_routes.router(engine),
+                   admin_routes.router(engine)):
         app.include_router(router, dependencies=guarded)
 
     @app.get("/health")
     async def health(request: Request):
         """Alive, to anyone; the engine's status (models, paths, errors) with the token."""
         return {"status": "ok", **engine.status()} if token_given(request) else {"status": "ok"}
-
-    @app.get("/metrics", dependencies=guarded)
-    async def metrics():
-        """The engine's figures in Prometheus' text format (as llama.cpp's server has)."""
-        body, content_type = prometheus_text(engine.status())
-        return Response(body, media_type=content_type)
-
-    @app.get("/v1/cluster", dependencies=guarded)
-    async def cluster():
-        """The machines, their stages, links and figures (the app's dashboard)."""
-        return engine.cluster_status() or {"workers": []}
-
-    @app.get("/v1/hardware", dependencies=guarded)
-    async def hardware():
-        from ..machine.probe import probe
-
-        return probe().as_dict()
-
-    @app.get("/v1/models", dependencies=guarded)
-    async def list_models():
-        status = engine.status()
-        loaded = (status["model"], status["embedding_model"],
-                  ((status["routing"] or {}).get("companion") or {}).get("model"))
-        # kind: null for a file not inspected yet (parsing one can take seconds)
-        models = [
-            {"id": m.id, "object": "model", "created": int(m.path.stat().st_mtime),
-             "owned_by": "local", **m.as_dict(), "kind": engine.store.kind_of(m, wait=False),
-             "loaded": m.id in loaded}
-            for m in engine.store.list()]
-        if engine.routing:
-            models.insert(0, {"id": "auto", "object": "model", "created": 0,
-                              "owned_by": "homerack", "kind": "router",
-                              "routing": engine.routing.as_dict()})
-        return {"object": "list", "data": models}
-
-    @app.get("/v1/routing", dependencies=guarded)
-    async def get_routing():
-        """The pair behind model "auto" (null when off), and whether it fits together."""
-        routing = engine.routing
-        if routing is None:
-            return {"routing": None}
-        plan = await asyncio.to_thread(engine.plan_pair, routing.small, routing.large)
-        return {"routing": routing.as_dict(), "plan": plan}
-
-    @app.put("/v1/routing", dependencies=guarded)
-    async def put_routing(body: RoutingRequest):
-        """Turn routing on with this pair: both models load when they fit together; the
-        answer's plan says whether they do (when not, each switch swaps the model)."""
-        routing = await asyncio.to_thread(pair, engine.store, body.small, body.large,
-                                          body.mode, body.threshold)
-        plan = await asyncio.to_thread(engine.set_routing, routing)
-        return {"routing": routing.as_dict(), "plan": plan}
-
-    @app.delete("/v1/routing", dependencies=guarded)
-    async def delete_routing():
-        await asyncio.to_thread(engine.set_routing, None)
-        return {"routing": None}
-
-    def _override(body: LoadRequest) -> LoadOverride | None:
-        if body.n_ctx is None and body.gpu_layers is None:
-            return None
-        return LoadOverride(body.n_ctx, body.gpu_layers)
-
-    @app.post("/v1/plan", dependencies=guarded)
-    async def preview_plan(body: LoadRequest):
-        """What loading the model with these choices would use on this machine."""
-        model = engine.store.resolve(body.model)
-        planned = await asyncio.to_thread(engine.plan_for, model, _override(body))
-        if planned is None:
-            raise InvalidRequest(f"{model.id}: the planner cannot read this model's shape",
-                                 param="model")
-        return planned.as_dict()
-
-    @app.post("/v1/models/load", dependencies=guarded)
-    async def load_model(body: LoadRequest, http: Request):
-        """Load (or reload) the model with these choices; answers when it is loaded."""
-        model = engine.store.resolve(body.model)
-        channel = Channel()
-        job = engine.load(model, _override(body), channel.emit)
-        event = await channel.next(job, http)
-        if isinstance(event, Failed):
-            raise event.error
-        return engine.status()
 
     return app

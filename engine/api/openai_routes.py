@@ -9,7 +9,7 @@ import uuid
 from typing import AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 
 from ..agent.conversation import Conversation, tool
 from ..agent.json_schema import check
@@ -18,6 +18,7 @@ from ..engine import Engine
 from ..events import Started, Usage
 from .schemas import ChatCompletionRequest, CompletionRequest, answer_schema, tool_choice
 from .turns import Done, Turn, conversation_turn, guarded, request_for
+from .wire import cancelled, error_body, extension
 
 FINGERPRINT = "homerack-0.1"
 
@@ -41,21 +42,6 @@ def usage_json(usage: Usage) -> dict:
         **({"response_cache": "hit"} if usage.from_response_cache else {}),
         **({"confidence": usage.confidence} if usage.confidence is not None else {}),
     }
-
-
-def extension(started: Started, notes: list[str] = ()) -> dict:
-    return {"chat_format": started.chat_format, "notes": [*started.notes, *notes],
-            "n_ctx": started.n_ctx, "response_cache": started.response_cache,
-            "route": started.route}
-
-
-def error_body(message: str, kind: str, param: str | None = None) -> dict:
-    """OpenAI's error shape (every route but Anthropic's answers errors in it)."""
-    return {"error": {"message": message, "type": kind, "param": param, "code": kind}}
-
-
-def cancelled() -> JSONResponse:
-    return JSONResponse(error_body("client disconnected", "cancelled"), 499)
 
 
 def sse(payload: dict) -> str:

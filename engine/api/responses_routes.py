@@ -19,9 +19,9 @@ from ..agent.json_schema import check
 from ..agent.tool_stream import CallArgs, CallStart, Text
 from ..engine import Engine
 from ..errors import HomerackError, InvalidRequest
-from .openai_routes import cancelled, extension
-from .schemas import _Sampling, text_of
+from .schemas import SamplingFields, text_of
 from .turns import Done, Turn, conversation_turn, guarded
+from .wire import cancelled, extension
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
 _SKIPPED = ("reasoning",)
@@ -47,7 +47,7 @@ class TextOptions(BaseModel):
     format: TextFormat | None = None
 
 
-class ResponsesRequest(_Sampling):
+class ResponsesRequest(SamplingFields):
     input: str | list[dict[str, Any]]
     instructions: str | None = None
     tools: list[FunctionTool] | None = None

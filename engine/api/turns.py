@@ -107,7 +107,7 @@ def cache_mode(cache_control: str, asked: str) -> str:
 
 def request_for(engine: Engine, body, **content) -> GenerationRequest:
     """The engine request for a body of any of the APIs (they share the sampling fields
-    and Homerack's extensions, see schemas._Sampling)."""
+    and Homerack's extensions, see schemas.SamplingFields)."""
     default = engine.default_model()
     routed = body.model == "auto"
     model = engine.auto_model() if routed else \

@@ -1,0 +1,117 @@
+"""The engine's own routes: its status for machines and dashboards (/metrics,
+/v1/cluster, /v1/hardware), the models and loading them by a plan the user may change
+(/v1/models, /v1/plan, /v1/models/load), and the routing pair behind model "auto"
+(/v1/routing). /health, which answers without the token, is the factory's."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from ..engine import Engine
+from ..errors import InvalidRequest
+from ..events import Failed
+from ..metrics import prometheus_text
+from ..model.host import LoadOverride
+from ..routing import pair
+from .channel import Channel
+from .schemas import LoadRequest, RoutingRequest
+
+
+def router(engine: Engine) -> APIRouter:
+    router = APIRouter()
+    for add in (_status_routes, _model_routes, _routing_routes):
+        add(router, engine)
+    return router
+
+
+def _status_routes(router: APIRouter, engine: Engine) -> None:
+    @router.get("/metrics")
+    async def metrics():
+        """The engine's figures in Prometheus' text format (as llama.cpp's server has)."""
+        body, content_type = prometheus_text(engine.status())
+        return Response(body, media_type=content_type)
+
+    @router.get("/v1/cluster")
+    async def cluster():
+        """The machines, their stages, links and figures (the app's dashboard)."""
+        return engine.cluster_status() or {"workers": []}
+
+    @router.get("/v1/hardware")
+    async def hardware():
+        from ..machine.probe import probe
+
+        return probe().as_dict()
+
+
+def _model_routes(router: APIRouter, engine: Engine) -> None:
+    @router.get("/v1/models")
+    async def list_models():
+        status = engine.status()
+        loaded = (status["model"], status["embedding_model"],
+                  ((status["routing"] or {}).get("companion") or {}).get("model"))
+        # kind: null for a file not inspected yet (parsing one can take seconds)
+        models = [
+            {"id": m.id, "object": "model", "created": int(m.path.stat().st_mtime),
+             "owned_by": "local", **m.as_dict(), "kind": engine.store.kind_of(m, wait=False),
+             "loaded": m.id in loaded}
+            for m in engine.store.list()]
+        if engine.routing:
+            models.insert(0, {"id": "auto", "object": "model", "created": 0,
+                              "owned_by": "homerack", "kind": "router",
+                              "routing": engine.routing.as_dict()})
+        return {"object": "list", "data": models}
+
+    @router.post("/v1/plan")
+    async def preview_plan(body: LoadRequest):
+        """What loading the model with these choices would use on this machine."""
+        model = engine.store.resolve(body.model)
+        planned = await asyncio.to_thread(engine.plan_for, model, _override(body))
+        if planned is None:
+            raise InvalidRequest(f"{model.id}: the planner cannot read this model's shape",
+                                 param="model")
+        return planned.as_dict()
+
+    @router.post("/v1/models/load")
+    async def load_model(body: LoadRequest, http: Request):
+        """Load (or reload) the model with these choices; answers when it is loaded."""
+        model = engine.store.resolve(body.model)
+        channel = Channel()
+        job = engine.load(model, _override(body), channel.emit)
+        event = await channel.next(job, http)
+        if isinstance(event, Failed):
+            raise event.error
+        return engine.status()
+
+
+def _routing_routes(router: APIRouter, engine: Engine) -> None:
+    @router.get("/v1/routing")
+    async def get_routing():
+        """The pair behind model "auto" (null when off), and whether it fits together."""
+        routing = engine.routing
+        if routing is None:
+            return {"routing": None}
+        plan = await asyncio.to_thread(engine.plan_pair, routing.small, routing.large)
+        return {"routing": routing.as_dict(), "plan": plan}
+
+    @router.put("/v1/routing")
+    async def put_routing(body: RoutingRequest):
+        """Turn routing on with this pair: both models load when they fit together; the
+        answer's plan says whether they do (when not, each switch swaps the model)."""
+        routing = await asyncio.to_thread(pair, engine.store, body.small, body.large,
+                                          body.mode, body.threshold)
+        plan = await asyncio.to_thread(engine.set_routing, routing)
+        return {"routing": routing.as_dict(), "plan": plan}
+
+    @router.delete("/v1/routing")
+    async def delete_routing():
+        await asyncio.to_thread(engine.set_routing, None)
+        return {"routing": None}
+
+
+def _override(body: LoadRequest) -> LoadOverride | None:
+    if body.n_ctx is None and body.gpu_layers is None:
+        return None
+    return LoadOverride(body.n_ctx, body.gpu_layers)

@@ -1,0 +1,24 @@
+"""What the route modules share on the wire (so that none imports another): OpenAI's
+error shape, which every route but Anthropic's answers in, the answer for a client that
+left, and the `homerack` extension object each answer carries."""
+
+from __future__ import annotations
+
+from fastapi.responses import JSONResponse
+
+from ..events import Started
+
+
+def extension(started: Started, notes: list[str] = ()) -> dict:
+    return {"chat_format": started.chat_format, "notes": [*started.notes, *notes],
+            "n_ctx": started.n_ctx, "response_cache": started.response_cache,
+            "route": started.route}
+
+
+def error_body(message: str, kind: str, param: str | None = None) -> dict:
+    """OpenAI's error shape (every route but Anthropic's answers errors in it)."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": kind}}
+
+
+def cancelled() -> JSONResponse:
+    return JSONResponse(error_body("client disconnected", "cancelled"), 499)
