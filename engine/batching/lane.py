@@ -58,7 +58,7 @@ class Lane:
             self._queue.put_nowait(job)
         except queue.Full:
             waves = (self._queue.qsize() + 1) / max(1, self.settings.parallel)
-            wait = math.ceil(self.scheduler.mean_request_s * waves)
+            wait = math.ceil(self.scheduler.figures.mean_request_s * waves)
             raise QueueFull(f"the engine queue is full ({self.settings.max_queue} waiting); "
                             "retry shortly", retry_after_s=max(1, wait)) from None
 
@@ -186,8 +186,7 @@ class Lane:
 
     def evaluated_tokens(self) -> int:
         """Tokens evaluated so far (the cluster's per-token link figures count from it)."""
-        totals = self.scheduler.totals
-        return totals["prompt_tokens"] + totals["generated_tokens"]
+        return self.scheduler.figures.evaluated_tokens()
 
 
 def as_error(exc: Exception) -> HomerackError:

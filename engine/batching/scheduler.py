@@ -14,7 +14,6 @@ cells with another sequence (llama_memory_seq_cp).
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import replace
 
 from ..errors import MemoryFull
@@ -24,10 +23,10 @@ from ..llama.runtime import Chunk, NoKVSlot, common_prefix
 from ..llama.sampler import Sampler
 from ..model.host import EngineSettings, ModelHost
 from .slot import Output, Slot
+from .throughput import Throughput
 from ..speculation.verify import speculative_step
 
 PREFILL_SHARE = 64  # prompt tokens per step while other sequences decode (SmolLM2: ~0.3 s)
-RATE_WINDOW_S = 10.0  # tokens/s are reported over this window
 
 
 def plan_batch(slots: list[Slot], n_batch: int,
@@ -60,10 +59,7 @@ class Scheduler:
         self.host, self.settings = host, settings
         self.slots: dict[int, Slot] = {}  # seq id -> slot, active or resident
         self.ledger = CellLedger(0)
-        self.totals = {"prompt_tokens": 0, "generated_tokens": 0, "steps": 0,
-                       "requests": 0, "evictions": 0, "memory_full": 0}
-        self._recent: deque[tuple[float, int, int]] = deque()  # (time, prompt, generated)
-        self.mean_request_s = 2.0  # for Retry-After estimates
+        self.figures = Throughput()
 
     # -- the loaded model -------------------------------------------------------------
 
@@ -117,7 +113,7 @@ class Scheduler:
                                loaded.llama.n_ctx,
                                loaded.chat_format.describe() if request.messages else None,
                                tuple(notes + clamped))
-        self.totals["requests"] += 1
+        self.figures.totals["requests"] += 1
         return True
 
     def _best_source(self, prompt: list[int]) -> tuple[Slot | None, int]:
@@ -203,7 +199,7 @@ class Scheduler:
         self.host.loaded.llama.forget(slot.seq_id, 0)
         self.ledger.drop(slot.seq_id)
         del self.slots[slot.seq_id]
-        self.totals["evictions"] += 1
+        self.figures.totals["evictions"] += 1
         return slot.seq_id
 
     def save(self, slot: Slot) -> None:
@@ -223,6 +219,8 @@ class Scheduler:
     # -- the step ---------------------------------------------------------------------
 
     def step(self) -> None:
+        """Advance every active sequence once: a draft round for a lone speculating one,
+        else one batch of the next tokens and prompt chunks of all."""
         self._drop_cancelled()
         active = self.active
         if not active:
@@ -231,21 +229,28 @@ class Scheduler:
         if lone and lone.spec and not lone.spec.controller.wants_plain():
             self._speculate(lone)
             return
+        started = time.perf_counter()
+        if not self._evaluate_batch(active):
+            return
+        if lone and lone.spec:  # a plain step's time: what drafting is measured against
+            lone.spec.controller.record_plain(time.perf_counter() - started)
+        self.figures.totals["steps"] += 1
+
+    def _evaluate_batch(self, active: list[Slot]) -> bool:
+        """The batch in as few llama_decode calls as n_batch allows; False when the KV
+        memory could not hold it (then the sequences that outgrew it have ended)."""
         calls = plan_batch(active, self.host.loaded.llama.settings.n_batch)
         if not self._make_room(sum(len(c.tokens) for call in calls for c in call), spare=None):
             self._outgrown(active)
-            return
-        started = time.perf_counter()
+            return False
         for call in calls:
             try:
                 self._evaluate(call)
             except NoKVSlot:  # the ledger saw room llama.cpp did not find: one leaves
                 self._outgrown([s for s in self.active if s.seq_id in
                                 {c.seq_id for c in call}] or self.active)
-                return
-        if lone and lone.spec:
-            lone.spec.controller.record_plain(time.perf_counter() - started)
-        self.totals["steps"] += 1
+                return False
+        return True
 
     def _evaluate(self, call: list[Chunk]) -> None:
         """One llama_decode, then the picks of the slots it computed logits for."""
@@ -257,7 +262,7 @@ class Scheduler:
             self.ledger.hold(slot.seq_id, len(slot.tokens))
             slot.peers = max(slot.peers, len(call))
             if not slot.decoding:
-                self._count(prompt=len(chunk.tokens))
+                self.figures.count(prompt=len(chunk.tokens))
             slot.last = None
             if chunk.logits:
                 picks.append((slot, end))
@@ -277,7 +282,7 @@ class Scheduler:
         output, first = slot.output, slot.output.produced == 0
         if first:
             slot.job.emit(slot.started)
-        self._count(generated=1)
+        self.figures.count(generated=1)
         if not output.take(token):
             self._finish(slot)
             return
@@ -300,7 +305,7 @@ class Scheduler:
             return
         slot.last = None
         for token in tokens:
-            self._count(generated=1)
+            self.figures.count(generated=1)
             if not output.take(token):
                 self._finish(slot)
                 return
@@ -310,7 +315,7 @@ class Scheduler:
         """The pool is full and no resident can make room: the sequence holding the most
         cells fails, so the others go on."""
         victim = max(active, key=lambda s: self.ledger.held(s.seq_id))
-        self.totals["memory_full"] += 1
+        self.figures.totals["memory_full"] += 1
         used, total = self.ledger.held(victim.seq_id), self.ledger.total
         self._fail(victim, MemoryFull(
             f"the KV memory is full: this request held {used} of the {total} cells that "
@@ -327,12 +332,11 @@ class Scheduler:
 
     def _finish(self, slot: Slot) -> None:
         output = slot.output
-        usage = self._usage(slot)
+        usage = slot.usage()
         if slot.spec:
             usage = _with_spec(usage, slot.spec)
         output.finish(usage)
-        elapsed = time.perf_counter() - slot.admitted
-        self.mean_request_s = 0.8 * self.mean_request_s + 0.2 * elapsed
+        self.figures.request_took(time.perf_counter() - slot.admitted)
         if output.reason == "cancelled" or not slot.job.request.cache_prompt:
             self._release(slot)
         else:
@@ -371,25 +375,9 @@ class Scheduler:
 
     # -- figures ------------------------------------------------------------------------
 
-    def _count(self, prompt: int = 0, generated: int = 0) -> None:
-        self.totals["prompt_tokens"] += prompt
-        self.totals["generated_tokens"] += generated
-        self._recent.append((time.monotonic(), prompt, generated))
-
-    def rates(self) -> tuple[float, float]:
-        """Prompt and generated tokens per second over the last RATE_WINDOW_S."""
-        horizon = time.monotonic() - RATE_WINDOW_S
-        while self._recent and self._recent[0][0] < horizon:
-            self._recent.popleft()
-        recent = list(self._recent)
-        if not recent:
-            return 0.0, 0.0
-        span = max(time.monotonic() - recent[0][0], 1.0)
-        return (sum(r[1] for r in recent) / span, sum(r[2] for r in recent) / span)
-
     def status(self) -> dict:
         active = self.active
-        prompt_rate, generated_rate = self.rates()
+        prompt_rate, generated_rate = self.figures.rates()
         return {"active": len(active),
                 "prefilling": sum(s.prefilling for s in active),
                 "resident": len(self.slots) - len(active),
@@ -397,25 +385,8 @@ class Scheduler:
                 "kv_cells_used": self.ledger.used, "kv_cells_total": self.ledger.total,
                 "prompt_tokens_per_s": round(prompt_rate, 2),
                 "generated_tokens_per_s": round(generated_rate, 2),
-                **self.totals}
+                **self.figures.totals}
 
-    def _usage(self, slot: Slot) -> Usage:
-        now, output = time.perf_counter(), slot.output
-        t_first = output.times[0] if output.times else now
-        prompt_s = max(t_first - slot.admitted, 1e-9)
-        decode_s = now - t_first
-        n_prompt = len(slot.prompt)
-        p50, p95 = output.gaps()
-        produced = output.produced
-        return Usage(
-            prompt_tokens=n_prompt, completion_tokens=produced, cached_tokens=slot.n_cached,
-            queue_s=round(slot.admitted - slot.job.submitted, 4),
-            time_to_first_token_s=round(prompt_s, 4),
-            prompt_tokens_per_s=round((n_prompt - slot.n_cached) / prompt_s, 2),
-            decode_tokens_per_s=round((produced - 1) / decode_s, 2)
-            if produced > 1 and decode_s > 0 else 0.0,
-            inter_token_p50_s=round(p50, 4), inter_token_p95_s=round(p95, 4),
-            shared_streams=slot.peers, confidence=output.confidence())
 
 
 SEAM = 8  # tokens a template may render anew at the end of the previous answer

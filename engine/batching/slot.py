@@ -51,6 +51,25 @@ class Slot:
     def decoding(self) -> bool:
         return self.job is not None and self.last is not None
 
+    def usage(self) -> Usage:
+        """The request's figures so far (its Finished event carries them)."""
+        now, output = time.perf_counter(), self.output
+        t_first = output.times[0] if output.times else now
+        prompt_s = max(t_first - self.admitted, 1e-9)
+        decode_s = now - t_first
+        n_prompt = len(self.prompt)
+        p50, p95 = output.gaps()
+        produced = output.produced
+        return Usage(
+            prompt_tokens=n_prompt, completion_tokens=produced, cached_tokens=self.n_cached,
+            queue_s=round(self.admitted - self.job.submitted, 4),
+            time_to_first_token_s=round(prompt_s, 4),
+            prompt_tokens_per_s=round((n_prompt - self.n_cached) / prompt_s, 2),
+            decode_tokens_per_s=round((produced - 1) / decode_s, 2)
+            if produced > 1 and decode_s > 0 else 0.0,
+            inter_token_p50_s=round(p50, 4), inter_token_p95_s=round(p95, 4),
+            shared_streams=self.peers, confidence=output.confidence())
+
     def pending(self) -> list[int]:
         """The prompt tokens its memory still lacks."""
         return self.prompt[len(self.tokens):]

@@ -121,49 +121,79 @@ def place(shape: ModelShape, hw: Hardware, n_ctx: int, kv_type: str,
     budget, fitting or not."""
     gpu_budgets, cpu_budget = budgets(hw, prefs)
     kv_layer = int(shape.kv_bytes_per_token(kv_type) * n_ctx)
-    output = shape.output_bytes or shape.embd_bytes  # tied embeddings: a copy goes there
-    forced = prefs.gpu_layers is not None and bool(gpu_budgets)
-    wanted = min(prefs.gpu_layers, shape.n_layers + 1) if forced else \
-        (shape.n_layers + 1 if gpu_budgets else 0)
-    total_budget = sum(b for _, b in gpu_budgets) or 1
     order = sorted(range(len(gpu_budgets)), key=lambda i: -gpu_budgets[i][1])
-    counts, weights, kv = ([0] * len(gpu_budgets) for _ in range(3))
-    placed = 0
-    for n, i in enumerate(order):
-        budget = gpu_budgets[i][1]
-        share = wanted - placed if not forced or n == len(order) - 1 else \
+    fills = dict(zip(order, _fill_gpus(shape, [gpu_budgets[i][1] for i in order], kv_layer,
+                                       n_ctx, prefs)))
+    placed = sum(fill.layers for fill in fills.values())
+    uses = [DeviceUse(name, budget, fills[i].weights, fills[i].kv,
+                      compute_bytes(shape, n_ctx, i == order[0]) if fills[i].layers else 0)
+            for i, (name, budget) in enumerate(gpu_budgets)]
+    cpu = _cpu_use(shape, hw, cpu_budget, kv_layer, n_ctx, kv_type, placed, prefs)
+    used = [i for i in reversed(order) if fills[i].layers]
+    split = tuple(round(fills[i].layers / placed, 4) for i in used) if len(used) > 1 else ()
+    return Placement(placed, tuple(gpu_budgets[i][0] for i in used), split, (*uses, cpu))
+
+
+@dataclass
+class _Fill:
+    """What one GPU holds so far."""
+    layers: int = 0
+    weights: int = 0
+    kv: int = 0
+
+
+def _wanted_layers(shape: ModelShape, n_gpus: int, prefs: Preferences) -> tuple[int, bool]:
+    """How many layers to offload (the output matrix counts as one), and whether the user
+    chose that number (then it is placed whether it fits or not)."""
+    if prefs.gpu_layers is not None and n_gpus:
+        return min(prefs.gpu_layers, shape.n_layers + 1), True
+    return (shape.n_layers + 1 if n_gpus else 0), False
+
+
+def _fill_gpus(shape: ModelShape, budgets_desc: list[int], kv_layer: int, n_ctx: int,
+               prefs: Preferences) -> list[_Fill]:
+    """GPUs filled largest first: the output matrix, then repeating layers from the last
+    one down, each GPU until its budget is reached (with the user's count: its share)."""
+    wanted, forced = _wanted_layers(shape, len(budgets_desc), prefs)
+    output = shape.output_bytes or shape.embd_bytes  # tied embeddings: a copy goes there
+    total_budget = sum(budgets_desc) or 1
+    fills, placed = [], 0
+    for n, budget in enumerate(budgets_desc):
+        fill = _Fill()
+        share = wanted - placed if not forced or n == len(budgets_desc) - 1 else \
             round(wanted * budget / total_budget)
-        while placed < wanted and counts[i] < share:
+        compute = compute_bytes(shape, n_ctx, holds_output=n == 0)
+        while placed < wanted and fill.layers < share:
             layer_kv = kv_layer if placed else 0
             size = shape.layer_bytes[shape.n_layers - placed] if placed else output
-            compute = compute_bytes(shape, n_ctx, holds_output=n == 0)
-            if not forced and compute + weights[i] + kv[i] + size + layer_kv > budget:
+            if not forced and compute + fill.weights + fill.kv + size + layer_kv > budget:
                 break
-            weights[i] += size
-            kv[i] += layer_kv
-            counts[i] += 1
+            fill.weights += size
+            fill.kv += layer_kv
+            fill.layers += 1
             placed += 1
-    uses = [DeviceUse(name, budget, weights[i], kv[i],
-                      compute_bytes(shape, n_ctx, i == order[0]) if counts[i] else 0)
-            for i, (name, budget) in enumerate(gpu_budgets)]
-    cpu_layers = shape.n_layers - max(placed - 1, 0)
-    cpu_weights = shape.mapped_bytes(cpu_layers, not placed)
-    if cpu_weights is None:
-        cpu_weights = (sum(shape.layer_bytes[:cpu_layers]) + shape.embd_bytes
-                       + shape.other_bytes + (0 if placed else shape.output_bytes))
+        fills.append(fill)
+    return fills
+
+
+def _cpu_use(shape: ModelShape, hw: Hardware, budget: int, kv_layer: int, n_ctx: int,
+             kv_type: str, placed: int, prefs: Preferences) -> DeviceUse:
+    """What stays in RAM when `placed` layers went to GPUs: the other layers (mapped from
+    the file, plus their repacked copies), the token embeddings, the output matrix when
+    no GPU took it, a draft model's weights and KV cache."""
+    layers = shape.n_layers - max(placed - 1, 0)
+    weights = shape.mapped_bytes(layers, not placed)
+    if weights is None:
+        weights = (sum(shape.layer_bytes[:layers]) + shape.embd_bytes + shape.other_bytes
+                   + (0 if placed else shape.output_bytes))
     if hw.cpu_repack:
-        cpu_weights += sum(shape.layer_repack[:cpu_layers]) + (0 if placed else shape.output_repack)
-    cpu = DeviceUse("CPU", cpu_budget, cpu_weights,
-                    kv_layer * cpu_layers,
-                    compute_bytes(shape, n_ctx, not placed) if cpu_layers or not placed else 0,
-                    shape.n_vocab * 4)
+        weights += sum(shape.layer_repack[:layers]) + (0 if placed else shape.output_repack)
+    kv = kv_layer * layers
     if prefs.draft:
-        cpu = replace(cpu, weights=cpu.weights + prefs.draft.weights_bytes,
-                      kv=cpu.kv + int(prefs.draft.kv_bytes_per_token(kv_type) * n_ctx)
-                      * prefs.draft.n_layers)
-    used = [i for i in reversed(order) if counts[i]]
-    split = tuple(round(counts[i] / placed, 4) for i in used) if len(used) > 1 else ()
-    return Placement(placed, tuple(gpu_budgets[i][0] for i in used), split, (*uses, cpu))
+        weights += prefs.draft.weights_bytes
+        kv += int(prefs.draft.kv_bytes_per_token(kv_type) * n_ctx) * prefs.draft.n_layers
+    compute = compute_bytes(shape, n_ctx, not placed) if layers or not placed else 0
+    return DeviceUse("CPU", budget, weights, kv, compute, shape.n_vocab * 4)
 
 
 def _contexts(prefs: Preferences, shape: ModelShape) -> list[int]:
