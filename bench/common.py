@@ -6,7 +6,7 @@
   many tokens as asked (`generated`).
 - A ratio is printed only against an anchor measured in the same run, and only when it is
   plausible for the two things compared (`ratio`): an impossible one stops the bench.
-- `--quick` (what `make test` runs, tests/test_benches.py): a few tokens, one repetition,
+- `--quick` (what `make test` runs, tests/packaging/test_benches.py): a few tokens, one repetition,
   no anchors; it checks the same invariants and prints no ratio against an anchor. Its
   timings are too short to judge (a 4-token run on a busy 2-core CI machine once came out
   1.42x against itself), so there an implausible ratio is printed as such, not fatal:

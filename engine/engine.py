@@ -129,7 +129,7 @@ class Engine:
         return chat_format_for(self.store.inspector.inspect(model.path))
 
     def embed(self, model: LocalModel, inputs: list) -> tuple:
-        """Vectors from an embedding model, loaded next to the chat model (embeddings.py);
+        """Vectors from an embedding model, loaded next to the chat model (model/embeddings.py);
         runs on the caller's thread."""
         return self.embedder.embed(model, inputs)
 

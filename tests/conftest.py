@@ -89,7 +89,7 @@ def http(server):
 
 @pytest.fixture
 def hub(starters_dir, tmp_path, monkeypatch):
-    """A local Hub-compatible server (tests/hub_server.py) with HF_ENDPOINT pointing at it."""
+    """A local Hub-compatible server (tests/support/hub_server.py) with HF_ENDPOINT pointing at it."""
     from support.hub_server import HubServer, Repo
 
     # a second "quant" split in two parts, to see split files grouped as one

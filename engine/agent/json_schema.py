@@ -14,7 +14,7 @@ minItems, maxItems, {m,n} in a pattern) is bounded by MAX_REPEAT, the schema's n
 MAX_DEPTH, an object's properties by MAX_PROPERTIES, the work of converting it by
 MAX_COST, and the grammar's size by MAX_GRAMMAR. Measured: on a 512 KiB thread stack
 (macOS's default) a maxLength of 1,000 parses and 1,200 overflows; the engine's worker
-thread, which parses grammars, has 16 MiB (lane.py) on every system.
+thread, which parses grammars, has 16 MiB (batching/lane.py) on every system.
 """
 
 from __future__ import annotations

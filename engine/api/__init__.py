@@ -1,5 +1,6 @@
 """The engine's HTTP API: OpenAI's chat, completions, embeddings and Responses routes and
-Anthropic's Messages, over the generation loop (app.py puts them together)."""
+Anthropic's Messages, the engine's own and the Hub's, over the engine (factory.py puts them
+together; server.py serves them)."""
 
 from .factory import create_app, error_body
 

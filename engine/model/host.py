@@ -347,7 +347,7 @@ class ModelHost:
 
     def _cut_draft(self, draft: LocalModel, held: ModelDrafter | None,
                    notes: list[str]) -> cut_draft.CutDraft | None:
-        """The draft's cut version when it is ready and not yet in use (cut_draft.py)."""
+        """The draft's cut version when it is ready and not yet in use (speculation/cut_draft.py)."""
         if held is not None and held.head is not None:
             return None
         if draft.path in self._whole_drafts:

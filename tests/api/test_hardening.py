@@ -122,7 +122,7 @@ def test_a_name_the_engine_serves_under_is_allowed_and_loopback_is_recognised():
 def fuzz_engine(home, tiny_model, tmp_path_factory):
     """A real engine on the tiny random model (fast to generate) with its API schema on,
     its own models folder (the starters linked, the tiny model beside them), and the test
-    Hub (tests/hub_server.py, without repositories) as its Hub: no traffic leaves."""
+    Hub (tests/support/hub_server.py, without repositories) as its Hub: no traffic leaves."""
     from support.hub_server import HubServer
 
     name = "fuzz"

@@ -1,5 +1,5 @@
 """Hub downloads through the real huggingface_hub client against a local Hub-compatible
-server (tests/hub_server.py): search, quant listing, verdicts, download, resume after a
+server (tests/support/hub_server.py): search, quant listing, verdicts, download, resume after a
 dropped connection, checksum failure, missing and gated repos, a full disk."""
 
 import os
