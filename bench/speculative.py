@@ -34,7 +34,7 @@ from common import BenchError, QUICK_NOTE, arguments, generated, ratio, start_en
 
 from build_tools import build, llama_server  # noqa: E402
 from app.paths import paths  # noqa: E402
-from engine.catalog.drafts import requantize  # noqa: E402
+from engine.llama.quantize import requantize  # noqa: E402
 from engine.catalog.gguf_file import GGUFInspector  # noqa: E402
 from engine.catalog.models import ModelStore  # noqa: E402
 

@@ -159,7 +159,7 @@ SMOL_360 = "HuggingFaceTB/SmolLM2-360M-Instruct-GGUF"
 @pytest.fixture(scope="module")
 def smol_f16(starters_dir, tmp_path_factory):
     """A bigger model of the SmolLM2 vocabulary (the starter requantized to F16)."""
-    from engine.catalog.drafts import requantize
+    from engine.llama.quantize import requantize
 
     return requantize(starters_dir / f"{STARTER}.gguf",
                       tmp_path_factory.mktemp("f16") / "smol-f16.gguf", 1)

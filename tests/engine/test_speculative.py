@@ -10,7 +10,8 @@ import pytest
 
 from app.engine_proc import EngineProcess
 from support.engines import Collector
-from support.models import GEMMA, STARTER, requantize
+from engine.llama.quantize import requantize
+from support.models import GEMMA, STARTER
 from engine.speculation import cut_draft
 from engine.catalog.drafts import IncompatibleDraft, check_pair, pick_draft
 from engine.engine import Engine, EngineSettings

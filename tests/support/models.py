@@ -38,19 +38,3 @@ def with_flat_output(source: Path, target: Path) -> Path:
         handle.write(bytes(tensor.n_bytes))  # zero scales and quants alike
     return target
 
-
-def requantize(source: Path, target: Path, ftype: int, threads: int = 0) -> Path:
-    """Write `source` requantized to llama.cpp file type `ftype` (0 = all F32, 1 = F16): a
-    heavier target of the same vocabulary as a starter, for the speculation tests."""
-    import llama_cpp as llama
-
-    params = llama.llama_model_quantize_default_params()
-    params.ftype = ftype
-    params.allow_requantize = True
-    params.nthread = threads
-    tmp = target.with_name(target.name + ".partial")
-    if llama.llama_model_quantize(str(source).encode(), str(tmp).encode(), params) != 0:
-        tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"llama.cpp could not requantize {source.name}")
-    tmp.replace(target)
-    return target
