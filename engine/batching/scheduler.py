@@ -103,12 +103,8 @@ class Scheduler:
         if request.cache_prompt:
             self._restore_longer(slot, prompt)
         self._trim(slot, common_prefix(slot.tokens, prompt[:-1]))
-        slot.n_cached = len(slot.tokens)
-        slot.job, slot.prompt, slot.admitted = job, prompt, time.perf_counter()
-        slot.sampler = sampler
-        slot.output = Output(job, loaded.llama, loaded.chat_format.turn_ends,
-                             loaded.turn_end_tokens, max_tokens)
-        slot.spec, slot.peers = spec, 1
+        slot.begin(job, prompt, sampler, spec, Output(
+            job, loaded.llama, loaded.chat_format.turn_ends, loaded.turn_end_tokens, max_tokens))
         slot.started = Started(loaded.model.id, len(prompt), slot.n_cached, max_tokens,
                                loaded.llama.n_ctx,
                                loaded.chat_format.describe() if request.messages else None,

@@ -74,6 +74,13 @@ class Slot:
         """The prompt tokens its memory still lacks."""
         return self.prompt[len(self.tokens):]
 
+    def begin(self, job: Job, prompt: list[int], sampler: Sampler,
+              spec: Speculation | None, output: "Output") -> None:
+        """Take a request whose prompt starts with what the memory holds now."""
+        self.n_cached = len(self.tokens)
+        self.job, self.prompt, self.admitted = job, prompt, time.perf_counter()
+        self.sampler, self.spec, self.output, self.peers = sampler, spec, output, 1
+
     def end(self) -> None:
         """Back to idle: the request is done, the cells stay."""
         if self.sampler:
