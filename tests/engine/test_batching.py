@@ -229,9 +229,9 @@ def stream(client, question, times=None, **extra):
 
 
 # The engine's greedy pick takes the lowest id among tokens within GREEDY_TIE of the best
-# (engine/llama/sampler.py, greedy_pick). llama.cpp's CPU kernels sum a row's terms in another order
-# when the batch holds other sequences (README), which moves logits a little: where a
-# token lies close to the edge of the tie (the best logit minus GREEDY_TIE), a batched and
+# (greedy_pick in engine/llama/sampler.py). llama.cpp's CPU kernels sum a row's terms in
+# another order when the batch holds other sequences (README), which moves logits a little:
+# where a token lies close to the edge of the tie (the best logit minus GREEDY_TIE), a batched and
 # a solo answer may part. SmolLM2's answers here meet steps within 0.02 of that edge in
 # most of their 32 tokens, which is why "6 of 8 answers equal" failed on fresh clones:
 # luck, not a bug. So the test measures, in the engine itself, every step of each solo
