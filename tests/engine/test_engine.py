@@ -11,6 +11,7 @@ from engine.engine import Engine, EngineSettings
 from engine.events import Delta, Failed, Finished, GenerationRequest, SamplingParams
 from engine.llama.runtime import LoadSettings
 
+
 @pytest.fixture
 def engine(tiny_store):
     engine = Engine(tiny_store, EngineSettings(LoadSettings(n_ctx=256, n_batch=64), max_queue=2))
@@ -26,6 +27,27 @@ def test_chat_generation_reports_usage(engine, tiny_store):
     assert started.chat_format == "model template (from the model file)"
     assert done.usage.completion_tokens <= 12 and done.usage.prompt_tokens == started.prompt_tokens
     assert done.finish_reason in ("length", "stop")
+
+
+def test_a_chat_is_rendered_once_for_the_cache_key_and_the_admission(tiny_store, tmp_path,
+                                                                     monkeypatch):
+    from engine.catalog.chat_format import ChatFormat
+
+    rendered = []
+    render = ChatFormat.render
+    monkeypatch.setattr(ChatFormat, "render",
+                        lambda self, *a, **k: rendered.append(1) or render(self, *a, **k))
+    engine = Engine(tiny_store, EngineSettings(LoadSettings(n_ctx=256, n_batch=64),
+                                               response_cache=tmp_path / "answers.sqlite"))
+    try:
+        request = dict(model=tiny_store.resolve("tiny"), max_tokens=4, sampling=GREEDY,
+                       messages=({"role": "user", "content": "hi"},))
+        started, _, done = run(engine, **request)
+        assert isinstance(done, Finished) and started.response_cache == "miss"
+        assert len(rendered) == 1
+        assert run(engine, **request)[0].response_cache == "hit"  # the key was the same
+    finally:
+        engine.close()
 
 
 def test_greedy_is_repeatable_and_reuses_the_prompt_prefix(engine, tiny_store):
