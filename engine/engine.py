@@ -24,7 +24,7 @@ from .errors import HomerackError, InvalidRequest
 from .events import LOADED, Event, GenerationRequest, Job
 from .llama.vocab import Vocabulary
 from .model.embeddings import Embedder
-from .model.host import EngineSettings, LoadOverride, prompt_tokens
+from .model.host import EngineSettings, LoadOverride, prompt_tokens, render_chat
 from .response_cache import (Fingerprints, Recording, ResponseCache, deterministic, replay,
                              request_key)
 from .routing import Decision, Routing, decide
@@ -94,9 +94,8 @@ class Engine:
         worker renders again and reports why, as for any request it cannot start)."""
         if request.messages is None:
             return request
-        tools = list(request.tools) if request.tools else None
         try:
-            text = self.chat_format_of(request.model).render(list(request.messages), tools)
+            text = render_chat(request, self.chat_format_of(request.model))
         except Exception as exc:
             log.debug("rendering left to the worker (%s)", exc)
             return request

@@ -112,6 +112,12 @@ class Loaded:
         return wanted, []
 
 
+def render_chat(request: GenerationRequest, chat_format: ChatFormat) -> str:
+    """The request's messages (and tools) as prompt text, in the model's chat format."""
+    tools = list(request.tools) if request.tools else None
+    return chat_format.render(list(request.messages), tools)
+
+
 def prompt_tokens(request: GenerationRequest, chat_format: ChatFormat,
                   tokenizer) -> tuple[list[int], list[str]]:
     """The request's prompt as tokens (a chat rendered with the model's format), and notes
@@ -120,8 +126,7 @@ def prompt_tokens(request: GenerationRequest, chat_format: ChatFormat,
     if request.messages is not None:
         text = request.rendered_prompt
         if text is None:
-            tools = list(request.tools) if request.tools else None
-            text = chat_format.render(list(request.messages), tools)
+            text = render_chat(request, chat_format)
         if chat_format.fallback:
             notes.append(f"chat format: {chat_format.describe()}")
         tokens = tokenizer.tokenize(text, add_special=False, parse_special=True)
