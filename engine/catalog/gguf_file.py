@@ -12,14 +12,14 @@ import hashlib
 import json
 import os
 import threading
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import InvalidModelFile
+from .shape import ModelShape, shape_or_none
 
 GGUF_MAGIC = b"GGUF"
-KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32}  # per element
-_CACHE_VERSION = 6
+_CACHE_VERSION = 7
 # Encoder architectures: their models embed text and cannot chat.
 ENCODERS = {"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3",
             "modern-bert", "neo-bert", "t5encoder"}
@@ -111,7 +111,7 @@ def _parse(path: Path) -> GGUFInfo:
         vocab_size=len(reader.fields["tokenizer.ggml.tokens"].data)
         if "tokenizer.ggml.tokens" in reader.fields else 0,
         vocab_hash=_vocab_hash(reader),
-        shape=_shape_or_none(reader, path.stem),
+        shape=shape_or_none(reader, path.stem),
         embedding=_is_embedding(reader, str(arch)),
     )
 
@@ -122,62 +122,6 @@ def _is_embedding(reader, arch: str) -> bool:
     return arch in ENCODERS or int(_field(reader, f"{arch}.pooling_type", 0) or 0) > 0
 
 
-@dataclass(frozen=True)
-class ModelShape:
-    name: str
-    n_layers: int
-    n_embd: int
-    n_ff: int
-    n_head_kv: int
-    head_dim_k: int
-    head_dim_v: int
-    n_vocab: int
-    context_length: int
-    layer_bytes: tuple[int, ...]
-    embd_bytes: int
-    output_bytes: int  # 0 when the output reuses the token embeddings (tied)
-    other_bytes: int = 0
-    # File offsets (start, end) of each layer's tensors, and of the tensors that always
-    # stay on the CPU: llama.cpp maps the span of a device's tensors, gaps included.
-    layer_spans: tuple[tuple[int, int], ...] = ()
-    cpu_span: tuple[int, int] = (0, 0)
-    output_span: tuple[int, int] = (0, 0)
-    # Bytes of the tensors llama.cpp's CPU backend copies into a repacked buffer on x86
-    # with AVX2 (Q4_0, Q4_K, IQ4_NL, MXFP4 with rows in groups of 8), per layer and for
-    # the output matrix: on the CPU they count twice (mapped and repacked).
-    layer_repack: tuple[int, ...] = ()
-    output_repack: int = 0
-
-    def mapped_bytes(self, cpu_layers: int, output_on_cpu: bool) -> int | None:
-        """What llama.cpp's CPU_Mapped buffer covers with the first `cpu_layers` layers
-        on the CPU; None when the offsets are unknown."""
-        if not self.layer_spans:
-            return None
-        spans = [self.cpu_span, *self.layer_spans[:cpu_layers]]
-        if output_on_cpu and self.output_span != (0, 0):
-            spans.append(self.output_span)
-        return max(end for _, end in spans) - min(start for start, _ in spans)
-
-    @property
-    def weights_bytes(self) -> int:
-        return sum(self.layer_bytes) + self.embd_bytes + self.output_bytes + self.other_bytes
-
-    def kv_bytes_per_token(self, kv_type: str) -> float:
-        """For one layer."""
-        return self.n_head_kv * (self.head_dim_k + self.head_dim_v) * KV_BYTES[kv_type]
-
-    def scaled(self, name: str, file_bytes: int) -> "ModelShape":
-        """The same model in another quantization of the given size (before download)."""
-        ratio = file_bytes / self.weights_bytes
-        return replace(self, name=name, layer_bytes=tuple(int(b * ratio) for b in self.layer_bytes),
-                       embd_bytes=int(self.embd_bytes * ratio),
-                       output_bytes=int(self.output_bytes * ratio), layer_spans=(),
-                       layer_repack=(), output_repack=0)
-
-
-REPACKED = {"Q4_0", "Q4_K", "IQ4_NL", "MXFP4"}
-
-
 def read_header(path: Path) -> tuple[ModelShape, str] | None:
     """The shape and vocabulary hash from a file's header alone (its tensor data is not
     read): None when the header is incomplete or the architecture unknown."""
@@ -185,74 +129,14 @@ def read_header(path: Path) -> tuple[ModelShape, str] | None:
 
     try:
         reader = GGUFReader(path, "r")
-        shape = _shape_or_none(reader, path.stem)
+        shape = shape_or_none(reader, path.stem)
         return (shape, _vocab_hash(reader)) if shape else None
     except (ValueError, KeyError, IndexError, OSError):
         return None
 
 
-def _shape_or_none(reader, name: str) -> ModelShape | None:
-    try:
-        return _shape(reader, name)
-    except (KeyError, TypeError, ValueError, IndexError):
-        return None
-
-
-def _shape(reader, name: str) -> ModelShape:
-    """Layer sizes and attention shape from a GGUF file's tensors and metadata."""
-    arch = _field(reader, "general.architecture")
-    n_layers = int(_field(reader, f"{arch}.block_count"))
-    layers = [0] * n_layers
-    spans: dict = {}
-    embd = output = other = 0
-
-    repack = [0] * n_layers
-    output_repack = 0
-
-    def repacked(tensor) -> int:
-        rows = int(tensor.shape[1]) if len(tensor.shape) > 1 else 0
-        return int(tensor.n_bytes) if tensor.tensor_type.name in REPACKED and rows % 8 == 0 \
-            else 0
-
-    def extend(key, tensor) -> None:
-        start, end = tensor.data_offset, tensor.data_offset + int(tensor.n_bytes)
-        old = spans.get(key, (start, end))
-        spans[key] = (min(old[0], start), max(old[1], end))
-
-    for tensor in reader.tensors:
-        if tensor.name.startswith("blk."):
-            index = int(tensor.name.split(".")[1])
-            layers[index] += int(tensor.n_bytes)
-            repack[index] += repacked(tensor)
-            extend(index, tensor)
-        elif tensor.name == "output.weight":
-            output = int(tensor.n_bytes)
-            output_repack = repacked(tensor)
-            extend("output", tensor)
-        else:
-            if tensor.name == "token_embd.weight":
-                embd = int(tensor.n_bytes)
-            else:
-                other += int(tensor.n_bytes)
-            extend("cpu", tensor)
-    n_embd = int(_field(reader, f"{arch}.embedding_length"))
-    n_head = int(_field(reader, f"{arch}.attention.head_count"))
-    n_head_kv = _field(reader, f"{arch}.attention.head_count_kv", n_head)
-    if isinstance(n_head_kv, list):  # per-layer counts: plan for the largest
-        n_head_kv = max(n_head_kv)
-    head_dim = n_embd // n_head
-    return ModelShape(
-        name=name, n_layers=n_layers, n_embd=n_embd,
-        n_ff=int(_field(reader, f"{arch}.feed_forward_length", 4 * n_embd)),
-        n_head_kv=int(n_head_kv),
-        head_dim_k=int(_field(reader, f"{arch}.attention.key_length", head_dim)),
-        head_dim_v=int(_field(reader, f"{arch}.attention.value_length", head_dim)),
-        n_vocab=len(reader.fields["tokenizer.ggml.tokens"].data),
-        context_length=int(_field(reader, f"{arch}.context_length", 0)),
-        layer_bytes=tuple(layers), embd_bytes=embd, output_bytes=output, other_bytes=other,
-        layer_spans=tuple(spans[i] for i in range(n_layers)), cpu_span=spans.get("cpu", (0, 0)),
-        output_span=spans.get("output", (0, 0)), layer_repack=tuple(repack),
-        output_repack=output_repack)
+def _tuples(value):
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 class GGUFInspector:
@@ -270,12 +154,8 @@ class GGUFInspector:
             cached = self._entries.get(key)
         if cached is not None:
             shape = cached.get("shape")
-            if shape is not None:
-                shape = ModelShape(**{
-                    **shape, "layer_bytes": tuple(shape["layer_bytes"]),
-                    "layer_spans": tuple(tuple(span) for span in shape["layer_spans"]),
-                    "cpu_span": tuple(shape["cpu_span"]), "output_span": tuple(shape["output_span"]),
-                    "layer_repack": tuple(shape["layer_repack"])})
+            if shape is not None:  # JSON gave lists where the shape holds tuples
+                shape = ModelShape(**{key: _tuples(value) for key, value in shape.items()})
             return GGUFInfo(**{**cached, "shape": shape})
         info = _parse(path)
         with self._lock:

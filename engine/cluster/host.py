@@ -11,12 +11,12 @@ from typing import Callable
 from ..machine.hardware import Hardware
 from ..machine.planner import Plan, Preferences
 from ..machine.rpc import add_worker
-from ..catalog.gguf_file import ModelShape
+from ..catalog.shape import ModelShape
 from .link import LinkLoop, WorkerLink
 from .pairing import Pairing
 from .placement import ClusterPlan, Machine, local_machine, place_cluster
 from .protocol import Refused
-from .speed import memory_bandwidth
+from ..machine.bandwidth import memory_bandwidth
 
 
 class Cluster:

@@ -14,16 +14,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from itertools import combinations
 
-from ..catalog.gguf_file import ModelShape
+from ..catalog.shape import ModelShape
 from ..machine.hardware import Hardware
-from ..machine.planner import DeviceUse, Plan, Preferences, _contexts, budgets, compute_bytes, plan
+from ..machine.memory import DeviceUse, budgets, compute_bytes
+from ..machine.planner import Plan, Preferences, _contexts, plan
 
 THIS_MACHINE = "this machine"
 ROUND_TRIPS_PER_STAGE = 2     # llama.cpp RPC per remote stage and token (measured: bench/cluster.py)
 LINK_BYTES_PER_S = 125e6      # 1 Gbit/s, for the activation rows
 GPU_BANDWIDTH_FACTOR = 8.0    # a GPU against its host's RAM, when not measured
 # Decoding streams weights at about a third of a plain read's rate on these CPUs (SmolLM2
-# 0.27, Gemma 3 270M 0.35 of speed.memory_bandwidth): the expected tokens/s shown uses it.
+# 0.27, Gemma 3 270M 0.35 of machine.bandwidth.memory_bandwidth): the expected tokens/s shown uses it.
 DECODE_EFFICIENCY = 0.3
 MAX_SUBSETS = 64
 # A worker joins only for at least this much more speed each: the bandwidth probes of two

@@ -25,7 +25,7 @@ from .gateway import Gateway
 from .identity import certificate_fingerprint, ensure_identity, server_context, short
 from .pairing import Grants, PairingWindow
 from .protocol import versions
-from .speed import memory_bandwidth
+from ..machine.bandwidth import memory_bandwidth
 
 RESTART_DELAY_S = 1.0
 

@@ -22,7 +22,8 @@ from urllib.parse import urlsplit
 
 from ..catalog.drafts import MAX_DRAFT_SIZE_RATIO
 from ..errors import HomerackError, InvalidRequest
-from ..catalog.gguf_file import ModelShape, read_header
+from ..catalog.gguf_file import read_header
+from ..catalog.shape import ModelShape
 from ..machine.hardware import Hardware
 from ..catalog.models import git_blob_sha1_of, sha256_of
 from ..machine.planner import Plan, Preferences, choose_quant, plan

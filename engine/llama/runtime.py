@@ -55,6 +55,7 @@ class LoadSettings:
     # tiles on CPUs that have them). Off after such an evaluation killed an engine.
     repack: bool = True
     embeddings: bool = False  # pooled embeddings out instead of logits (embedding models)
+    cpu_moe_layers: int = 0  # leading layers whose routed experts stay in RAM
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,11 @@ class LlamaModel(Tokens):
 
             self._devices = device_array(settings.devices)
             mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+        if settings.cpu_moe_layers and settings.n_gpu_layers:
+            from ..machine.probe import experts_in_ram
+
+            self._overrides = experts_in_ram(settings.cpu_moe_layers)
+            mparams.tensor_buft_overrides = ctypes.cast(self._overrides, ctypes.c_void_p)
         if settings.tensor_split:
             self._split = (ctypes.c_float * llama.LLAMA_MAX_DEVICES)(*settings.tensor_split)
             mparams.tensor_split = self._split

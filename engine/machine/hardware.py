@@ -17,6 +17,8 @@ class Device:
     kind: str
     free_bytes: int
     total_bytes: int
+    bandwidth: float = 0.0  # bytes/s it reads (0: unknown; the planner assumes a prior)
+    flops: float = 0.0      # FLOP/s it computes (0: unknown)
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ class Hardware:
     unified_memory: bool = False  # GPUs share system RAM (Apple silicon)
     cpu_repack: bool = False      # the CPU backend repacks 4-bit weights (x86 with AVX2)
     cpu_backend: str = ""         # which build of llama.cpp's CPU backend runs (native.py)
+    ram_bandwidth: float = 0.0    # bytes/s the CPU reads from RAM (measured; 0: unknown)
 
     @property
     def gpus(self) -> tuple[Device, ...]:
@@ -59,9 +62,13 @@ class Hardware:
 
 
 def simulated(vram_gib: tuple[float, ...] = (), ram_gib: float = 16.0, cores: int = 8,
-              unified: bool = False) -> Hardware:
-    """A machine to plan for: GPUs with the given memory, and system RAM."""
-    gpus = tuple(Device(f"GPU{i}", "simulated GPU", "gpu", int(g * GiB), int(g * GiB))
+              unified: bool = False, gpu_bandwidth_gbs: float = 0.0,
+              ram_bandwidth_gbs: float = 0.0, gpu_tflops: float = 0.0) -> Hardware:
+    """A machine to plan for: GPUs with the given memory (and speed: 0 is unknown), and
+    system RAM."""
+    gpus = tuple(Device(f"GPU{i}", "simulated GPU", "gpu", int(g * GiB), int(g * GiB),
+                        gpu_bandwidth_gbs * 1e9, gpu_tflops * 1e12)
                  for i, g in enumerate(vram_gib))
     cpu = Device("CPU", "simulated CPU", "cpu", int(ram_gib * GiB), int(ram_gib * GiB))
-    return Hardware(gpus + (cpu,), int(ram_gib * GiB), int(ram_gib * GiB), cores, unified)
+    return Hardware(gpus + (cpu,), int(ram_gib * GiB), int(ram_gib * GiB), cores, unified,
+                    ram_bandwidth=ram_bandwidth_gbs * 1e9)

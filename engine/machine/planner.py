@@ -1,61 +1,16 @@
-"""The memory planner: a pure function from (hardware, model shape, preferences) to a
-frozen Plan — GPU layers and their split, context size, KV cache type — with the bytes
-predicted on every device and the reasons in words.
-
-The byte model follows what llama.cpp allocates in this engine's contexts:
-- weights: the tensors of each layer on the device holding the layer; the token
-  embeddings stay on the CPU; the output matrix (a copy of the embeddings when they are
-  tied) goes to the GPU with the first offloaded layer, as llama.cpp does; on the CPU
-  llama.cpp maps the file span from its first to its last tensor there, gaps included,
-  and on x86 with AVX2 also copies 4-bit matrices into a repacked buffer;
-- KV cache: n_ctx cells for every layer (sliding-window layers too: the engine's contexts
-  keep a full-size window cache so they can be cut back to any prefix), K and V of
-  n_head_kv x head_dim each, on the layer's device;
-- compute buffer: the graph allocator reuses memory between stages, so the largest
-  stage: the logits (the engine's 32 reserved outputs plus one ubatch-wide activation)
-  on the device holding the output matrix, and everywhere the layer stage (about
-  3 x n_ff + 4 x n_embd floats per ubatch token, plus the f16 attention mask of
-  ubatch x n_ctx); fitted on llama.cpp's buffers for SmolLM2 and Gemma 3, on the CPU
-  and an RPC device, at 2k and 8k of context;
-- output buffer: one row of logits, on the CPU.
-"""
+"""The planner: a pure function from (hardware, model shape, preferences) to a frozen
+Plan — GPU layers and their split, routed experts kept in RAM, context size, KV cache
+type — with the bytes predicted on every device (memory.py), the forecast speed
+(forecast.py) and the reasons in words."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..catalog.gguf_file import ModelShape
-from ..events import MAX_OUTPUTS
+from ..catalog.shape import ModelShape
+from .forecast import Forecast, forecast
 from .hardware import Hardware
-
-UBATCH = 512
-MiB = 1 << 20
-
-
-@dataclass(frozen=True)
-class Preferences:
-    ctx: int = 4096
-    min_ctx: int = 2048
-    margin: float = 0.08            # of each device's free memory, left unused
-    allow_quantized_kv: bool = True
-    draft: ModelShape | None = None  # counted on the CPU with its own KV
-    calibration: tuple[tuple[str, float], ...] = ()  # (device kind, measured/predicted)
-    caps: tuple[tuple[str, int], ...] = ()  # (device name, bytes): learnt from failed loads
-    gpu_layers: int | None = None   # the user's choice; None: as many as fit
-
-
-@dataclass(frozen=True)
-class DeviceUse:
-    device: str
-    budget: int
-    weights: int = 0
-    kv: int = 0
-    compute: int = 0
-    output: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.weights + self.kv + self.compute + self.output
+from .memory import MiB, DeviceUse, Placement, Preferences, compute_bytes, place
 
 
 @dataclass(frozen=True)
@@ -70,6 +25,8 @@ class Plan:
     uses: tuple[DeviceUse, ...]
     fits: bool
     reasons: tuple[str, ...]
+    cpu_moe_layers: int = 0        # leading layers with their routed experts in RAM
+    forecast: Forecast | None = None
 
     def as_dict(self) -> dict:
         return {"model": self.model, "n_gpu_layers": self.n_gpu_layers, "gpus": list(self.gpus),
@@ -78,123 +35,8 @@ class Plan:
                 "devices": [{"device": u.device, "budget": u.budget, "weights": u.weights,
                              "kv": u.kv, "compute": u.compute, "output": u.output,
                              "total": u.total} for u in self.uses],
-                "reasons": list(self.reasons)}
-
-
-def compute_bytes(shape: ModelShape, n_ctx: int, holds_output: bool) -> int:
-    layers = UBATCH * (3 * shape.n_ff + 4 * shape.n_embd) * 4 + UBATCH * n_ctx * 2
-    logits = (shape.n_vocab * MAX_OUTPUTS + UBATCH * shape.n_embd) * 4
-    return max(logits, layers) if holds_output else layers
-
-
-def budgets(hw: Hardware, prefs: Preferences) -> tuple[list[tuple[str, int]], int]:
-    """Usable bytes per GPU, and on the CPU; where past loads measured more than was
-    predicted (calibration), the budget shrinks by that ratio."""
-    ratio, caps = dict(prefs.calibration), dict(prefs.caps)
-    margin = prefs.margin
-
-    def usable(name: str, kind: str, free: int) -> int:
-        budget = int(free * (1 - margin) / max(ratio.get(kind, 1.0), 1.0))
-        return min(budget, caps.get(name, budget))
-
-    gpus = [(g.name, usable(g.name, g.kind, g.free_bytes)) for g in hw.gpus]
-    cpu = usable("CPU", "cpu", hw.ram_available_bytes)
-    if hw.unified_memory:  # the GPU draws on the same RAM
-        cpu -= sum(b for _, b in gpus)
-    return gpus, cpu
-
-
-@dataclass(frozen=True)
-class Placement:
-    n_gpu_layers: int              # in llama.cpp's count: the output matrix is one
-    gpus: tuple[str, ...]          # the GPUs used, in the order llama.cpp gets them
-    split: tuple[float, ...]       # their shares of the GPU layers (with several)
-    uses: tuple[DeviceUse, ...]    # every GPU, then the CPU
-
-
-def place(shape: ModelShape, hw: Hardware, n_ctx: int, kv_type: str,
-          prefs: Preferences) -> Placement:
-    """llama.cpp offloads the output matrix with the first GPU layer, then repeating
-    layers from the last one down. The largest GPU takes the output and the last layers,
-    the next largest the layers before them (so it comes before it in llama.cpp's device
-    list); the rest stay on the CPU. With the user's layer count, that many, shared by
-    budget, fitting or not."""
-    gpu_budgets, cpu_budget = budgets(hw, prefs)
-    kv_layer = int(shape.kv_bytes_per_token(kv_type) * n_ctx)
-    order = sorted(range(len(gpu_budgets)), key=lambda i: -gpu_budgets[i][1])
-    fills = dict(zip(order, _fill_gpus(shape, [gpu_budgets[i][1] for i in order], kv_layer,
-                                       n_ctx, prefs)))
-    placed = sum(fill.layers for fill in fills.values())
-    uses = [DeviceUse(name, budget, fills[i].weights, fills[i].kv,
-                      compute_bytes(shape, n_ctx, i == order[0]) if fills[i].layers else 0)
-            for i, (name, budget) in enumerate(gpu_budgets)]
-    cpu = _cpu_use(shape, hw, cpu_budget, kv_layer, n_ctx, kv_type, placed, prefs)
-    used = [i for i in reversed(order) if fills[i].layers]
-    split = tuple(round(fills[i].layers / placed, 4) for i in used) if len(used) > 1 else ()
-    return Placement(placed, tuple(gpu_budgets[i][0] for i in used), split, (*uses, cpu))
-
-
-@dataclass
-class _Fill:
-    """What one GPU holds so far."""
-    layers: int = 0
-    weights: int = 0
-    kv: int = 0
-
-
-def _wanted_layers(shape: ModelShape, n_gpus: int, prefs: Preferences) -> tuple[int, bool]:
-    """How many layers to offload (the output matrix counts as one), and whether the user
-    chose that number (then it is placed whether it fits or not)."""
-    if prefs.gpu_layers is not None and n_gpus:
-        return min(prefs.gpu_layers, shape.n_layers + 1), True
-    return (shape.n_layers + 1 if n_gpus else 0), False
-
-
-def _fill_gpus(shape: ModelShape, budgets_desc: list[int], kv_layer: int, n_ctx: int,
-               prefs: Preferences) -> list[_Fill]:
-    """GPUs filled largest first: the output matrix, then repeating layers from the last
-    one down, each GPU until its budget is reached (with the user's count: its share)."""
-    wanted, forced = _wanted_layers(shape, len(budgets_desc), prefs)
-    output = shape.output_bytes or shape.embd_bytes  # tied embeddings: a copy goes there
-    total_budget = sum(budgets_desc) or 1
-    fills, placed = [], 0
-    for n, budget in enumerate(budgets_desc):
-        fill = _Fill()
-        share = wanted - placed if not forced or n == len(budgets_desc) - 1 else \
-            round(wanted * budget / total_budget)
-        compute = compute_bytes(shape, n_ctx, holds_output=n == 0)
-        while placed < wanted and fill.layers < share:
-            layer_kv = kv_layer if placed else 0
-            size = shape.layer_bytes[shape.n_layers - placed] if placed else output
-            if not forced and compute + fill.weights + fill.kv + size + layer_kv > budget:
-                break
-            fill.weights += size
-            fill.kv += layer_kv
-            fill.layers += 1
-            placed += 1
-        fills.append(fill)
-    return fills
-
-
-def _cpu_use(shape: ModelShape, hw: Hardware, budget: int, kv_layer: int, n_ctx: int,
-             kv_type: str, placed: int, prefs: Preferences) -> DeviceUse:
-    """What stays in RAM when `placed` layers went to GPUs: the other layers (mapped from
-    the file, plus their repacked copies), the token embeddings, the output matrix when
-    no GPU took it, a draft model's weights and KV cache."""
-    layers = shape.n_layers - max(placed - 1, 0)
-    weights = shape.mapped_bytes(layers, not placed)
-    if weights is None:
-        weights = (sum(shape.layer_bytes[:layers]) + shape.embd_bytes + shape.other_bytes
-                   + (0 if placed else shape.output_bytes))
-    if hw.cpu_repack:
-        weights += sum(shape.layer_repack[:layers]) + (0 if placed else shape.output_repack)
-    kv = kv_layer * layers
-    if prefs.draft:
-        weights += prefs.draft.weights_bytes
-        kv += int(prefs.draft.kv_bytes_per_token(kv_type) * n_ctx) * prefs.draft.n_layers
-    compute = compute_bytes(shape, n_ctx, not placed) if layers or not placed else 0
-    return DeviceUse("CPU", budget, weights, kv, compute, shape.n_vocab * 4)
-
+                "reasons": list(self.reasons), "cpu_moe_layers": self.cpu_moe_layers,
+                "forecast": self.forecast.as_dict() if self.forecast else None}
 
 def _contexts(prefs: Preferences, shape: ModelShape) -> list[int]:
     wanted = min(prefs.ctx, shape.context_length or prefs.ctx)
@@ -206,55 +48,133 @@ def _contexts(prefs: Preferences, shape: ModelShape) -> list[int]:
     return sizes or [wanted]
 
 
+F16_PREFERENCE = 1.05  # a q8_0 KV cache must be forecast this much faster to be chosen
+
+
+@dataclass(frozen=True)
+class _Choice:
+    rank: tuple
+    n_ctx: int
+    kv_type: str
+    placement: Placement
+    forecast: Forecast
+
+
 def plan(hw: Hardware, shape: ModelShape, prefs: Preferences = Preferences()) -> Plan:
-    """The largest context up to the wanted one (not below the floor), with the f16 KV
-    cache unless only q8_0 makes that context fit, then the most layers on GPUs;
-    everything predicted to fit under each device's budget."""
+    """The largest context up to the wanted one (not below the floor); at that context
+    the placement forecast to decode fastest among those predicted to fit under each
+    device's budget (_candidates). An f16 KV cache unless q8_0 makes the context fit or
+    is forecast over 5% faster (it keeps more on the GPU)."""
     kv_types = ["f16", "q8_0"] if prefs.allow_quantized_kv else ["f16"]
     best = None
     for n_ctx in _contexts(prefs, shape):
         for kv_type in kv_types:
-            placement = place(shape, hw, n_ctx, kv_type, prefs)
-            if any(u.total > u.budget for u in placement.uses):
-                continue
-            rank = (n_ctx, kv_type == "f16", placement.n_gpu_layers)
-            if best is None or rank > best[0]:
-                best = (rank, n_ctx, kv_type, placement)
+            for placement in _candidates(shape, hw, n_ctx, kv_type, prefs):
+                if not placement.fits():
+                    continue
+                speed = forecast(shape, placement.layout, hw, n_ctx, prefs.speed_calibration)
+                preference = F16_PREFERENCE if kv_type == "f16" else 1.0
+                rank = (speed.decode_tps * preference, placement.n_gpu_layers)
+                if best is None or rank > best.rank:
+                    best = _Choice(rank, n_ctx, kv_type, placement, speed)
+        if best is not None:  # a smaller context is never preferred
+            break
     if best is None:
         return _no_fit(hw, shape, prefs)
-    _, n_ctx, kv_type, placement = best
-    return Plan(shape.name, placement.n_gpu_layers, placement.gpus, placement.split, n_ctx,
-                kv_type, kv_type != "f16", placement.uses, True,
-                _reasons(shape, hw, prefs, n_ctx, kv_type, placement))
+    placement = best.placement
+    return Plan(shape.name, placement.n_gpu_layers, placement.gpus, placement.split,
+                best.n_ctx, best.kv_type, best.kv_type != "f16", placement.uses, True,
+                _reasons(shape, hw, prefs, best), placement.cpu_moe, best.forecast)
 
 
-def _reasons(shape, hw, prefs, n_ctx, kv_type, placement: Placement) -> tuple[str, ...]:
-    reasons = []
+def _candidates(shape: ModelShape, hw: Hardware, n_ctx: int, kv_type: str,
+                prefs: Preferences):
+    """Whole layers on the GPUs (as many as fit); for a mixture-of-experts model also
+    every layer on the GPUs with the routed experts of the fewest leading layers in RAM
+    that makes it fit (llama.cpp's --n-cpu-moe N), and with all of them in RAM
+    (--cpu-moe) plus as many layers as fit. The user's expert count, when given, alone."""
+    if prefs.cpu_moe_layers is not None:
+        yield place(shape, hw, n_ctx, kv_type, prefs, prefs.cpu_moe_layers)
+        return
+    yield place(shape, hw, n_ctx, kv_type, prefs)
+    if shape.is_moe and hw.gpus and prefs.gpu_layers is None:
+        yield place(shape, hw, n_ctx, kv_type, prefs, _fewest_cpu_moe(shape, hw, n_ctx, kv_type,
+                                                                       prefs))
+        yield place(shape, hw, n_ctx, kv_type, prefs, shape.n_layers)
+
+
+def _fewest_cpu_moe(shape: ModelShape, hw: Hardware, n_ctx: int, kv_type: str,
+                    prefs: Preferences) -> int:
+    """The smallest N with every layer on the GPUs and the experts of layers 0..N-1 in
+    RAM fitting (by bisection: more experts in RAM never needs more GPU memory)."""
+    def fits(n: int) -> bool:
+        placement = place(shape, hw, n_ctx, kv_type, prefs, n)
+        return placement.n_gpu_layers == shape.n_layers + 1 and placement.fits()
+
+    low, high = 0, shape.n_layers
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if fits(middle) else (middle + 1, high)
+    return low
+
+
+def _gib(size: float) -> str:
+    return f"{size / (1 << 30):.1f} GiB"
+
+
+def _layers_text(shape: ModelShape, placement: Placement, prefs: Preferences) -> str:
     n_gpu = max(placement.n_gpu_layers - 1, 0)  # repeating layers
-    cpu = placement.uses[-1]
-    if not hw.gpus:
-        reasons.append("no GPU: every layer runs on the CPU")
-    elif prefs.gpu_layers is not None:
-        reasons.append(f"the output and {n_gpu} of {shape.n_layers} layers on the GPU, as chosen"
-                       if placement.n_gpu_layers else "no layers on the GPU, as chosen")
-    elif n_gpu == shape.n_layers:
-        reasons.append(f"all {shape.n_layers} layers and the output fit on the GPU"
-                       + ("s" if len(placement.gpus) > 1 else ""))
-    elif placement.n_gpu_layers == 0:
-        reasons.append("not even the output layer fits on the GPU: every layer runs on the CPU")
-    else:
-        reasons.append(f"the output and {n_gpu} of {shape.n_layers} layers fit on the GPU; the other "
-                       f"{shape.n_layers - n_gpu} run on the CPU")
+    gpus = "GPUs" if len(placement.gpus) > 1 else "GPU"
+    if prefs.gpu_layers is not None:
+        return (f"the output and {n_gpu} of {shape.n_layers} layers on the {gpus}, as chosen"
+                if placement.n_gpu_layers else "no layers on the GPU, as chosen")
+    if n_gpu == shape.n_layers:
+        return f"all {shape.n_layers} layers and the output on the {gpus}"
+    if placement.n_gpu_layers == 0:
+        return "not even the output layer fits on the GPU: every layer runs on the CPU"
+    return (f"the output and {n_gpu} of {shape.n_layers} layers on the {gpus}; the other "
+            f"{shape.n_layers - n_gpu} on the CPU")
+
+
+def _experts_text(shape: ModelShape, placement: Placement, n_ctx: int,
+                  prefs: Preferences) -> str:
+    n = placement.cpu_moe
+    in_ram = sum(shape.experts(i) for i in range(n))
+    on_gpu = sum(u.total for u in placement.uses if u.device != "CPU")
+    shared = ", shared experts" if shape.shared_expert_bytes else ""
+    chosen = ", as chosen" if prefs.cpu_moe_layers is not None else ""
+    which = "all layers" if n == shape.n_layers else f"layers 0–{n - 1}"
+    return (f"routed experts of {which} in RAM ({_gib(in_ram)}){chosen}; attention{shared} "
+            f"and the {n_ctx // 1024}k KV cache on the GPU ({_gib(on_gpu)})")
+
+
+def _reasons(shape: ModelShape, hw: Hardware, prefs: Preferences, best: _Choice) -> tuple[str, ...]:
+    placement, n_ctx = best.placement, best.n_ctx
+    reasons = ["no GPU: every layer runs on the CPU" if not hw.gpus
+               else _layers_text(shape, placement, prefs)]
+    if placement.cpu_moe:
+        reasons.append(_experts_text(shape, placement, n_ctx, prefs))
+        layers = place(shape, hw, n_ctx, best.kv_type, prefs)
+        if layers.fits():
+            speed = forecast(shape, layers.layout, hw, n_ctx, prefs.speed_calibration)
+            reasons.append(f"whole layers on the GPU instead: about {speed.decode_tps:.1f} tok/s")
+    fc = best.forecast
+    reasons.append(f"forecast: about {fc.decode_tps:.1f} tok/s generating, "
+                   f"{fc.prompt_tps:,.0f} tok/s reading the prompt"
+                   + (" (calibrated by past loads here)" if fc.calibrated else ""))
     wanted = min(prefs.ctx, shape.context_length or prefs.ctx)
     if n_ctx < wanted:
         reasons.append(f"context reduced from {wanted} to {n_ctx} tokens to fit")
-    if kv_type != "f16":
-        reasons.append("KV cache quantized to q8_0 (with flash attention) to keep the context")
+    if best.kv_type != "f16":
+        f16 = place(shape, hw, n_ctx, "f16", prefs, placement.cpu_moe)
+        why = "it keeps more on the GPU" if f16.fits() else "to keep the context"
+        reasons.append(f"KV cache quantized to q8_0 (with flash attention): {why}")
     for device, cap in prefs.caps:
         reasons.append(f"{device} held to {cap / MiB:,.0f} MiB: a load asking for more "
                        "ran out of memory there")
     if prefs.draft:
         reasons.append(f"includes the draft model {prefs.draft.name} and its KV cache on the CPU")
+    cpu = placement.uses[-1]
     reasons.append(f"CPU memory: {cpu.total / MiB:,.0f} of {cpu.budget / MiB:,.0f} MiB usable")
     return tuple(reasons)
 

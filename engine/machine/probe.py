@@ -9,6 +9,8 @@ import os
 
 import psutil
 
+from .bandwidth import gpu_speed, ram_bandwidth
+from ..catalog.shape import EXPERT_TENSORS
 from .hardware import KINDS, Device, Hardware
 
 
@@ -47,16 +49,18 @@ def probe() -> Hardware:
     for name, handle in device_handles(lib):
         free, total = ctypes.c_size_t(), ctypes.c_size_t()
         lib.ggml_backend_dev_memory(handle, ctypes.byref(free), ctypes.byref(total))
-        kind = lib.ggml_backend_dev_type(handle)
-        devices.append(Device(name, lib.ggml_backend_dev_description(handle).decode(),
-                              KINDS[kind] if 0 <= kind < len(KINDS) else str(kind),
-                              free.value, total.value))
+        code = lib.ggml_backend_dev_type(handle)
+        kind = KINDS[code] if 0 <= code < len(KINDS) else str(code)
+        description = lib.ggml_backend_dev_description(handle).decode()
+        local_gpu = kind in ("gpu", "igpu") and not name.startswith("RPC")
+        speed = gpu_speed(description) if local_gpu else (0.0, 0.0)
+        devices.append(Device(name, description, kind, free.value, total.value, *speed))
     memory = psutil.virtual_memory()
     features = llama_cpp.llama_print_system_info().decode()
     return Hardware(tuple(devices), memory.total, memory.available,
                     psutil.cpu_count(logical=False) or os.cpu_count() or 1,
                     cpu_repack="REPACK = 1" in features and "AVX2 = 1" in features,
-                    cpu_backend=backends().describe())
+                    cpu_backend=backends().describe(), ram_bandwidth=ram_bandwidth())
 
 
 def device_array(names: tuple[str, ...]):
@@ -67,3 +71,23 @@ def device_array(names: tuple[str, ...]):
     if missing:
         raise LookupError(f"no such device: {', '.join(missing)}")
     return (ctypes.c_void_p * (len(names) + 1))(*(handles[name] for name in names), None)
+
+
+class BufferOverride(ctypes.Structure):
+    """llama.cpp's llama_model_tensor_buft_override: tensors whose name matches `pattern`
+    (std::regex_search) go to buffer type `buft`, as `-ot` does."""
+    _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
+
+
+def experts_in_ram(layers: int):
+    """The NULL-terminated override array that keeps the routed experts of layers
+    0..layers-1 in the CPU's buffer (llama.cpp's --n-cpu-moe), whichever device holds the
+    rest of each layer."""
+    lib = registry_lib()
+    lib.ggml_backend_dev_by_type.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
+    lib.ggml_backend_dev_buffer_type.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_buffer_type.argtypes = [ctypes.c_void_p]
+    cpu = lib.ggml_backend_dev_buffer_type(lib.ggml_backend_dev_by_type(KINDS.index("cpu")))
+    pattern = rf"^blk\.({'|'.join(map(str, range(layers)))})\.{EXPERT_TENSORS}".encode()
+    return (BufferOverride * 2)(BufferOverride(pattern, cpu), BufferOverride(None, None))

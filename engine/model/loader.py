@@ -104,7 +104,9 @@ def _repack_safety(path: Path, crashed: dict | None, journal: LoadJournal) -> li
 
 def describe(settings: LoadSettings) -> str:
     layers = f", {settings.n_gpu_layers} layers on GPU" if settings.n_gpu_layers else ""
-    return f"{settings.n_ctx} tokens of context, {settings.kv_type} KV cache{layers}"
+    experts = f", experts of {settings.cpu_moe_layers} layers in RAM" \
+        if settings.cpu_moe_layers and settings.n_gpu_layers else ""
+    return f"{settings.n_ctx} tokens of context, {settings.kv_type} KV cache{layers}{experts}"
 
 
 def _settings(base: LoadSettings, planned: Plan | None) -> LoadSettings:
@@ -112,7 +114,7 @@ def _settings(base: LoadSettings, planned: Plan | None) -> LoadSettings:
         return base
     return replace(base, n_ctx=planned.n_ctx, n_gpu_layers=planned.n_gpu_layers,
                    kv_type=planned.kv_type, devices=planned.gpus,
-                   tensor_split=planned.tensor_split)
+                   tensor_split=planned.tensor_split, cpu_moe_layers=planned.cpu_moe_layers)
 
 
 def _used(planned: Plan | None) -> dict[str, int]:

@@ -30,7 +30,7 @@ from engine.cluster.pairing import (WRONG_CODES, Grants, Pairing, PairingConflic
                                     PairingWindow, open_window)
 from engine.cluster.placement import THIS_MACHINE, Machine, local_machine, place_cluster
 from engine.cluster.protocol import Refused
-from engine.catalog.gguf_file import ModelShape
+from engine.catalog.shape import ModelShape
 from engine.machine.hardware import GiB, simulated
 from engine.machine.planner import Preferences
 

@@ -6,7 +6,8 @@ from dataclasses import replace
 import pytest
 
 from support.models import GEMMA, STARTER
-from engine.catalog.gguf_file import GGUFInspector, ModelShape
+from engine.catalog.gguf_file import GGUFInspector
+from engine.catalog.shape import ModelShape
 from engine.machine.hardware import simulated
 from engine.machine.planner import Preferences, choose_quant, plan
 
@@ -155,7 +156,8 @@ def test_scaled_shape_keeps_the_attention_shape(real_shapes):
     assert abs(double.weights_bytes / base.weights_bytes - 2) < 0.01
     assert replace(double, name=base.name, layer_bytes=base.layer_bytes,
                    embd_bytes=base.embd_bytes, output_bytes=base.output_bytes,
-                   layer_spans=base.layer_spans, layer_repack=base.layer_repack) == base
+                   layer_spans=base.layer_spans, layer_repack=base.layer_repack,
+                   expert_spans=base.expert_spans, expert_repack=base.expert_repack) == base
 
 
 def test_engine_loads_by_the_plan_and_records_its_accuracy(starters_dir, tmp_path):
