@@ -60,6 +60,10 @@ class DeviceUse:
     kv: int = 0
     compute: int = 0
     output: int = 0
+    # File pages llama.cpp maps on the CPU between its tensors there (those of tensors
+    # another device holds): in its buffer size, read once at load, then reclaimable
+    # page cache, so not counted against the budget.
+    mapped_gaps: int = 0
 
     @property
     def total(self) -> int:
@@ -205,11 +209,10 @@ def _cpu_use(shape: ModelShape, hw: Hardware, budget: int, kv_layer: int, n_ctx:
     model's weights and KV cache."""
     layers = shape.n_layers - max(placed - 1, 0)
     experts = range(layers, max(min(cpu_moe, shape.n_layers), layers))
-    weights = shape.mapped_bytes(layers, not placed, cpu_moe)
-    if weights is None:
-        weights = (sum(shape.layer_bytes[:layers]) + shape.embd_bytes + shape.other_bytes
-                   + sum(shape.experts(i) for i in experts)
-                   + (0 if placed else shape.output_bytes))
+    weights = (sum(shape.layer_bytes[:layers]) + shape.embd_bytes + shape.other_bytes
+               + sum(shape.experts(i) for i in experts) + (0 if placed else shape.output_bytes))
+    span = shape.mapped_bytes(layers, not placed, cpu_moe)
+    gaps = max(span - weights, 0) if span is not None else 0
     if hw.cpu_repack:
         weights += sum(shape.layer_repack[:layers]) + (0 if placed else shape.output_repack)
         weights += sum(shape.expert_repack[i] for i in experts) if shape.expert_repack else 0
@@ -220,4 +223,4 @@ def _cpu_use(shape: ModelShape, hw: Hardware, budget: int, kv_layer: int, n_ctx:
     computes = layers or not placed or len(experts)
     # With nothing else here, the CPU still looks up the token embeddings of a ubatch.
     compute = compute_bytes(shape, n_ctx, not placed) if computes else UBATCH * 16 * shape.n_embd
-    return DeviceUse("CPU", budget, weights, kv, compute, shape.n_vocab * 4)
+    return DeviceUse("CPU", budget, weights, kv, compute, shape.n_vocab * 4, gaps)

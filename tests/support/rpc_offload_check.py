@@ -67,7 +67,8 @@ def devices(outcome) -> list[dict]:
     measured: dict[str, int] = {}
     for (device, _kind), size in outcome.llama.buffers.items():
         measured[device] = measured.get(device, 0) + size
-    return [{"device": u.device, "predicted": u.total, "measured": measured.get(u.device, 0)}
+    return [{"device": u.device, "predicted": u.total + u.mapped_gaps,
+             "measured": measured.get(u.device, 0)}
             for u in outcome.plan.uses if u.total]
 
 
