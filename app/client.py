@@ -58,14 +58,18 @@ class EngineClient:
         """The machines, their stages and links (GET /v1/cluster)."""
         return self._checked(self._http.get("/v1/cluster", timeout=5)).json()
 
-    def plan(self, model: str, n_ctx: int | None = None, gpu_layers: int | None = None) -> dict:
+    def plan(self, model: str, n_ctx: int | None = None, gpu_layers: int | None = None,
+             cpu_moe_layers: int | None = None) -> dict:
         """What loading `model` with these choices would use (nothing is loaded)."""
-        body = {"model": model, "n_ctx": n_ctx, "gpu_layers": gpu_layers}
+        body = {"model": model, "n_ctx": n_ctx, "gpu_layers": gpu_layers,
+                "cpu_moe_layers": cpu_moe_layers}
         return self._checked(self._http.post("/v1/plan", json=body)).json()
 
-    def load(self, model: str, n_ctx: int | None = None, gpu_layers: int | None = None) -> dict:
+    def load(self, model: str, n_ctx: int | None = None, gpu_layers: int | None = None,
+             cpu_moe_layers: int | None = None) -> dict:
         """Load `model` with these choices; the engine's status once it is loaded."""
-        body = {"model": model, "n_ctx": n_ctx, "gpu_layers": gpu_layers}
+        body = {"model": model, "n_ctx": n_ctx, "gpu_layers": gpu_layers,
+                "cpu_moe_layers": cpu_moe_layers}
         return self._checked(self._http.post("/v1/models/load", json=body)).json()
 
     # -- the Hub and downloads (run in the engine) ------------------------------------

@@ -31,7 +31,6 @@ def cmd_plan(args) -> int:
     import json
 
     from engine.errors import HomerackError
-    from engine.machine.hardware import simulated
     from engine.machine.probe import probe
     from engine.machine.planner import Preferences, plan
 
@@ -44,21 +43,29 @@ def cmd_plan(args) -> int:
     if shape is None:
         print("error: the planner cannot describe this model's architecture", file=sys.stderr)
         return 1
+    hardware = probe()
     if args.vram is not None or args.ram is not None:
-        real = probe()
-        hardware = simulated(tuple(args.vram or ()),
-                             args.ram if args.ram is not None else real.ram_available_bytes / 2**30,
-                             real.cpu_cores)
-    else:
-        hardware = probe()
+        hardware = _simulated(args, hardware)
     if args.workers:
         return _plan_cluster(args, shape)
-    result = plan(hardware, shape, Preferences(ctx=args.ctx))
+    result = plan(hardware, shape, Preferences(ctx=args.ctx, cpu_moe_layers=args.cpu_moe_layers))
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
         return 0 if result.fits else 2
     _print_plan(result)
     return 0 if result.fits else 2
+
+
+def _simulated(args, real):
+    """The machine of --vram/--ram/--gpu, with this machine's cores and RAM speed."""
+    from engine.machine.bandwidth import gpu_speed
+    from engine.machine.hardware import simulated
+
+    bandwidth, flops = gpu_speed(args.gpu or "")
+    ram = args.ram if args.ram is not None else real.ram_available_bytes / 2**30
+    return simulated(tuple(args.vram or ()), ram, real.cpu_cores,
+                     gpu_bandwidth_gbs=bandwidth / 1e9, gpu_tflops=flops / 1e12,
+                     ram_bandwidth_gbs=real.ram_bandwidth / 1e9)
 
 
 def _plan_cluster(args, shape) -> int:
@@ -95,6 +102,7 @@ def _plan_cluster(args, shape) -> int:
 def _print_plan(result) -> None:
     print(f"{result.model}: {'fits' if result.fits else 'DOES NOT FIT'} — "
           f"n_gpu_layers {result.n_gpu_layers}, n_ctx {result.n_ctx}, KV {result.kv_type}"
+          + (f", experts of {result.cpu_moe_layers} layers in RAM" if result.cpu_moe_layers else "")
           + (f", split {list(result.tensor_split)}" if result.tensor_split else ""))
     print(f"{'device':<8}{'weights':>10}{'KV':>10}{'compute':>10}{'output':>9}{'total':>10}"
           f"{'budget':>11}  (MiB)")
@@ -119,6 +127,11 @@ def add_commands(sub) -> None:
     plan.add_argument("--vram", type=float, nargs="*", metavar="GIB",
                       help="simulate GPUs with this much memory each")
     plan.add_argument("--ram", type=float, metavar="GIB", help="simulate this much RAM")
+    plan.add_argument("--gpu", metavar="NAME",
+                      help="the simulated GPUs' model, for their speed (e.g. 'RTX 3090')")
+    plan.add_argument("--cpu-moe-layers", type=int, metavar="N",
+                      help="keep the routed experts of the first N layers in RAM "
+                           "(default: the fastest placement that fits)")
     plan.add_argument("--workers", metavar="auto|WORKER,...",
                       help="plan over this machine and these paired workers (as serve would)")
     plan.add_argument("--split", metavar="N,...", help="layers on each worker")

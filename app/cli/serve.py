@@ -115,7 +115,8 @@ def _settings(args):
         cache_folder=where.cache / "kv" if args.cache_disk_mib else None,
         draft_folder=None if args.whole_drafts else where.cache / "drafts",
         response_cache=where.cache / "responses.sqlite" if args.response_cache_mib else None,
-        response_cache_bytes=max(args.response_cache_mib, 1) << 20)
+        response_cache_bytes=max(args.response_cache_mib, 1) << 20,
+        cpu_moe_layers=args.cpu_moe_layers)
 
 
 def _routing(store, args):
@@ -164,6 +165,9 @@ def add_commands(sub) -> None:
     serve.add_argument("--token", help="API token (default: $HOMERACK_TOKEN or a new one)")
     serve.add_argument("--ctx", type=int, default=4096, help="context size in tokens")
     serve.add_argument("--threads", type=int, default=0)
+    serve.add_argument("--cpu-moe-layers", type=int, metavar="N",
+                       help="mixture-of-experts models: keep the routed experts of the first N "
+                            "layers in RAM (default: the planner's choice by forecast speed)")
     serve.add_argument("--queue-size", type=int, default=16,
                        help="requests that may wait for a slot; more get 503 + Retry-After")
     serve.add_argument("--parallel", type=int, default=4,

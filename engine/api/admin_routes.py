@@ -112,6 +112,6 @@ def _routing_routes(router: APIRouter, engine: Engine) -> None:
 
 
 def _override(body: LoadRequest) -> LoadOverride | None:
-    if body.n_ctx is None and body.gpu_layers is None:
+    if body.n_ctx is None and body.gpu_layers is None and body.cpu_moe_layers is None:
         return None
-    return LoadOverride(body.n_ctx, body.gpu_layers)
+    return LoadOverride(body.n_ctx, body.gpu_layers, body.cpu_moe_layers)

@@ -222,3 +222,4 @@ class LoadRequest(BaseModel):
     model: str
     n_ctx: int | None = Field(None, ge=256)
     gpu_layers: int | None = Field(None, ge=0)
+    cpu_moe_layers: int | None = Field(None, ge=0, le=1024)  # experts of N layers in RAM

@@ -333,6 +333,7 @@ class Scheduler:
             usage = _with_spec(usage, slot.spec)
         output.finish(usage)
         self.figures.request_took(time.perf_counter() - slot.admitted)
+        self.host.record_speed(usage)
         if output.reason == "cancelled" or not slot.job.request.cache_prompt:
             self._release(slot)
         else:

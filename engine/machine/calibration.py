@@ -1,5 +1,6 @@
-"""Measured/predicted memory ratios from past loads, per device kind and architecture,
-kept in a small JSON file and handed to the planner (which shrinks budgets by them)."""
+"""What past loads measured against what was predicted, kept in a small JSON file:
+memory ratios per device kind and architecture (the planner shrinks budgets by them) and
+speed ratios per phase, device kind and model kind (they correct the forecast)."""
 
 from __future__ import annotations
 
@@ -12,21 +13,34 @@ class Calibration:
     def __init__(self, path: Path | None):
         self.path = path
         try:
-            self.ratios: dict[str, float] = json.loads(path.read_text()) if path else {}
+            data = json.loads(path.read_text()) if path else {}
         except (OSError, ValueError):
-            self.ratios = {}
+            data = {}
+        if "memory" not in data:  # the first format held the memory ratios alone
+            data = {"memory": data, "speed": {}}
+        self.ratios: dict[str, float] = data["memory"]
+        self.speed: dict[str, float] = data.get("speed", {})
 
     def for_architecture(self, arch: str) -> tuple[tuple[str, float], ...]:
         prefix = f"/{arch}"
         return tuple((key.split("/")[0], ratio) for key, ratio in sorted(self.ratios.items())
                      if key.endswith(prefix))
 
+    def speeds(self) -> tuple[tuple[str, float], ...]:
+        """("decode/gpu/moe", measured/forecast), ... for the planner's forecast."""
+        return tuple(sorted(self.speed.items()))
+
     def record(self, kind: str, arch: str, ratio: float) -> None:
-        key = f"{kind}/{arch}"
-        old = self.ratios.get(key)
-        self.ratios[key] = round(ratio if old is None else 0.7 * old + 0.3 * ratio, 4)
+        self._update(self.ratios, f"{kind}/{arch}", ratio)
+
+    def record_speed(self, key: str, ratio: float) -> None:
+        self._update(self.speed, key, ratio)
+
+    def _update(self, table: dict[str, float], key: str, ratio: float) -> None:
+        old = table.get(key)
+        table[key] = round(ratio if old is None else 0.7 * old + 0.3 * ratio, 4)
         if self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self.ratios, indent=1))
+            tmp.write_text(json.dumps({"memory": self.ratios, "speed": self.speed}, indent=1))
             os.replace(tmp, self.path)

@@ -38,11 +38,19 @@ CPU_FLOPS_PER_CORE = 40e9   # quantized matrix products per core, AVX2 (calibrat
 class Forecast:
     decode_tps: float
     prompt_tps: float
-    calibrated: bool = False  # corrected by rates measured on this machine
+    key: str = ""               # "gpu/moe": the device and model kind it is calibrated by
+    prior_decode_tps: float = 0.0  # before calibration
+    prior_prompt_tps: float = 0.0
+
+    @property
+    def calibrated(self) -> bool:
+        return (self.decode_tps, self.prompt_tps) != (self.prior_decode_tps, self.prior_prompt_tps)
 
     def as_dict(self) -> dict:
         return {"decode_tokens_per_s": round(self.decode_tps, 1),
-                "prompt_tokens_per_s": round(self.prompt_tps, 1), "calibrated": self.calibrated}
+                "prompt_tokens_per_s": round(self.prompt_tps, 1), "calibrated": self.calibrated,
+                "uncalibrated_decode_tokens_per_s": round(self.prior_decode_tps, 1),
+                "uncalibrated_prompt_tokens_per_s": round(self.prior_prompt_tps, 1)}
 
 
 @dataclass(frozen=True)
@@ -123,6 +131,7 @@ def forecast(shape: ModelShape, layout: Layout, hw: Hardware, n_ctx: int,
     ratios for this device and model kind when there are any."""
     ratios = dict(calibration)
     key = f"{main_kind(layout, hw)}/{model_kind(shape)}"
-    decode = 1 / decode_seconds(shape, layout, hw, n_ctx) * ratios.get(f"decode/{key}", 1.0)
-    prompt = 1 / prompt_seconds(shape, layout, hw) * ratios.get(f"prompt/{key}", 1.0)
-    return Forecast(decode, prompt, f"decode/{key}" in ratios)
+    decode = 1 / decode_seconds(shape, layout, hw, n_ctx)
+    prompt = 1 / prompt_seconds(shape, layout, hw)
+    return Forecast(decode * ratios.get(f"decode/{key}", 1.0),
+                    prompt * ratios.get(f"prompt/{key}", 1.0), key, decode, prompt)

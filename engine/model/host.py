@@ -13,7 +13,7 @@ from ..catalog.chat_format import ChatFormat, chat_format_for
 from ..speculation import cut_draft
 from ..catalog.drafts import check_pair, pick_draft
 from ..errors import ContextLengthExceeded, InvalidRequest, OutOfMemory
-from ..events import GenerationRequest
+from ..events import GenerationRequest, Usage
 from ..llama.runtime import LlamaModel, LoadSettings
 from ..llama.backend import build_id
 from ..catalog.fingerprint import model_fingerprint
@@ -44,6 +44,7 @@ class EngineSettings:
     ram_budget: int | None = None     # bytes of RAM the plans may use; None: what is free
     response_cache: Path | None = None  # the answers' SQLite file (response_cache.py)
     response_cache_bytes: int = 256 << 20
+    cpu_moe_layers: int | None = None  # experts of this many layers in RAM; None: planned
 
     @property
     def sequences(self) -> int:
@@ -63,6 +64,7 @@ class LoadOverride:
     """The user's choice for a model, over the planner's: None keeps the planner's."""
     n_ctx: int | None = None
     gpu_layers: int | None = None
+    cpu_moe_layers: int | None = None  # leading layers whose routed experts stay in RAM
 
 
 @dataclass
@@ -189,6 +191,29 @@ class ModelHost:
             self.loaded.evaluated = True
             self._journal.end()
 
+    def record_speed(self, usage: Usage) -> None:
+        """A request that ran alone measures the loaded plan's forecast, once per load
+        and phase: generation (16 tokens or more, without speculation) and the prompt (64
+        new tokens or more). The ratio corrects later forecasts (persisted); the load's
+        details keep the error before and after the correction."""
+        loaded = self.loaded
+        forecast = getattr(loaded.plan, "forecast", None) if loaded else None
+        if forecast is None or loaded.memory is None or usage.shared_streams > 1:
+            return
+        phases = {
+            "decode": (usage.decode_tokens_per_s, forecast.prior_decode_tps, forecast.decode_tps,
+                       usage.completion_tokens >= 16 and not usage.speculative),
+            "prompt": (usage.prompt_tokens_per_s, forecast.prior_prompt_tps, forecast.prompt_tps,
+                       usage.prompt_tokens - usage.cached_tokens >= 64)}
+        measured = loaded.memory.setdefault("speed", {})
+        for phase, (rate, prior, planned, enough) in phases.items():
+            if enough and rate > 0 and prior > 0 and phase not in measured:
+                self._calibration.record_speed(f"{phase}/{forecast.key}", rate / prior)
+                measured[phase] = {"measured": rate, "forecast": round(planned, 1),
+                                   "error": round(planned / rate - 1, 3),
+                                   "uncalibrated_forecast": round(prior, 1),
+                                   "uncalibrated_error": round(prior / rate - 1, 3)}
+
     def is_loaded(self, model: LocalModel) -> bool:
         return (self.loaded is not None and self.loaded.model.path == model.path
                 and self.loaded.override == self._overrides.get(model.path))
@@ -251,10 +276,14 @@ class ModelHost:
         wanted = self.settings.load.n_ctx
         n_ctx = min(override.n_ctx if override and override.n_ctx else wanted,
                     info.context_length or wanted)
+        cpu_moe = self.settings.cpu_moe_layers
+        if override and override.cpu_moe_layers is not None:
+            cpu_moe = override.cpu_moe_layers
         return Preferences(
             ctx=n_ctx, min_ctx=n_ctx if override and override.n_ctx else min(2048, n_ctx),
             gpu_layers=override.gpu_layers if override else None, draft=draft,
-            calibration=self._calibration.for_architecture(info.architecture))
+            calibration=self._calibration.for_architecture(info.architecture),
+            cpu_moe_layers=cpu_moe, speed_calibration=self._calibration.speeds())
 
     def plan_for(self, model: LocalModel, override: LoadOverride | None = None,
                  taken: dict[str, int] | None = None):
@@ -286,12 +315,13 @@ class ModelHost:
         devices = []
         for use in planned.uses:
             got = measured.get(use.device, 0)
+            predicted = use.total + use.mapped_gaps  # llama.cpp's buffer covers the gaps
             if use.total and got:
                 kind = next((d.kind for d in self._hardware.devices if d.name == use.device),
                             "cpu")
-                self._calibration.record(kind, arch, got / use.total)
-                devices.append({"device": use.device, "predicted_bytes": use.total,
-                                "measured_bytes": got, "ratio": round(got / use.total, 3)})
+                self._calibration.record(kind, arch, got / predicted)
+                devices.append({"device": use.device, "predicted_bytes": predicted,
+                                "measured_bytes": got, "ratio": round(got / predicted, 3)})
         return {"plan": planned.as_dict(), "devices": devices}
 
     def _prompt_cache(self, model: LocalModel) -> PromptCache | None:
