@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..catalog.shape import ModelShape
+from .bandwidth import UNKNOWN_GPU
 from .hardware import Hardware
 
 FILL_TOKENS = 2048          # context assumed filled when decoding
@@ -72,7 +73,8 @@ def _speeds(hw: Hardware) -> dict[str, tuple[str, float, float]]:
     for device in hw.devices:
         if device.kind in ("gpu", "igpu"):
             if device.bandwidth:
-                out[device.name] = ("gpu", device.bandwidth * EFFICIENCY["gpu"], device.flops)
+                out[device.name] = ("gpu", device.bandwidth * EFFICIENCY["gpu"],
+                                    device.flops or UNKNOWN_GPU[1])
             else:  # a remote worker or an unknown device: as fast as this RAM
                 out[device.name] = ("cpu", out["CPU"][1], out["CPU"][2])
     return out

@@ -192,13 +192,15 @@ class ModelHost:
             self._journal.end()
 
     def record_speed(self, usage: Usage) -> None:
-        """A request that ran alone measures the loaded plan's forecast, once per load
-        and phase: generation (16 tokens or more, without speculation) and the prompt (64
-        new tokens or more). The ratio corrects later forecasts (persisted); the load's
-        details keep the error before and after the correction."""
+        """A request that ran alone, after a load's first (its page faults and cold caches
+        make it slow), measures the loaded plan's forecast: generation (16 tokens or more,
+        without speculation) and the prompt (64 new tokens or more). The ratio corrects
+        later forecasts (persisted); the load's details keep the error before and after
+        the correction."""
         loaded = self.loaded
         forecast = getattr(loaded.plan, "forecast", None) if loaded else None
-        if forecast is None or loaded.memory is None or usage.shared_streams > 1:
+        if forecast is None or loaded.memory is None or usage.shared_streams > 1 \
+                or not loaded.evaluated:
             return
         phases = {
             "decode": (usage.decode_tokens_per_s, forecast.prior_decode_tps, forecast.decode_tps,
@@ -207,7 +209,7 @@ class ModelHost:
                        usage.prompt_tokens - usage.cached_tokens >= 64)}
         measured = loaded.memory.setdefault("speed", {})
         for phase, (rate, prior, planned, enough) in phases.items():
-            if enough and rate > 0 and prior > 0 and phase not in measured:
+            if enough and rate > 0 and prior > 0:
                 self._calibration.record_speed(f"{phase}/{forecast.key}", rate / prior)
                 measured[phase] = {"measured": rate, "forecast": round(planned, 1),
                                    "error": round(planned / rate - 1, 3),

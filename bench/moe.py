@@ -1,0 +1,162 @@
+"""Mixture-of-experts placement, measured on a random-weight Qwen3-MoE (bench/shapes.py:
+16 experts, top-4, valid Q4_K/Q6_K blocks; it runs at the speed of real weights):
+
+  decode, prompt   through the API (streaming, client-timed decode; the engine's prompt
+                   rate) against llama-bench tg/pp on the same file with the same
+                   expert override, in the same run (target >= 0.95x)
+  forecast         the plan's tokens/s before any calibration, against the rates
+                   measured; then an engine restarted on the same calibration file:
+                   its corrected forecast against its own measurement (target <= 15%)
+  planner          decision time for the six real shapes (header-only files; < 50 ms)
+
+On a machine without a GPU every tensor is on the CPU and the expert override changes
+nothing; it is passed all the same, and the plan says so.
+
+    python bench/moe.py [--threads 2] [--tokens 128] [--prompt 256] [--reps 3] [--quick]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import QUICK_NOTE, BenchError, arguments, generated, ratio, start_engine
+
+from bench.shapes import RUNNABLE_MOE, SHAPES, cached  # noqa: E402
+from engine.catalog.models import STARTERS  # noqa: E402
+
+REAL = ("gpt-oss-120b", "qwen3-30b-a3b", "qwen3-235b-a22b", "glm-4.5-air", "llama-3.3-70b",
+        "qwen3-8b")
+EXPERTS_OVERRIDE = r"\.ffn_(up|down|gate_up|gate)_(ch|)exps=CPU"
+
+
+def donor() -> Path:
+    """A starter's tokenizer for the random model (the starters are downloaded by setup)."""
+    from app.paths import paths
+
+    starter = next(s for s in STARTERS if s.id.startswith("smollm2"))
+    path = paths().models / f"{starter.id}.gguf"
+    if not path.exists():
+        raise BenchError(f"{path} is missing: run `homerack models` first")
+    return path
+
+
+def anchor(bins: Path, model: Path, threads: int, tokens: int, prompt: int, reps: int):
+    """llama-bench's (pp tok/s, tg tok/s), experts overridden to the CPU as the plan does."""
+    done = subprocess.run(
+        [str(bins / "llama-bench"), "-m", str(model), "-t", str(threads), "-p", str(prompt),
+         "-n", str(tokens), "-r", str(reps), "-ot", EXPERTS_OVERRIDE, "-o", "json"],
+        capture_output=True, text=True, check=True)
+    rows = json.loads(done.stdout)
+    return (next(r["avg_ts"] for r in rows if r["n_prompt"]),
+            next(r["avg_ts"] for r in rows if r["n_gen"]))
+
+
+def api_once(http, model: str, tokens: int, prompt: int, rep: str) -> tuple[float, float]:
+    """(client-timed decode tok/s, engine-timed prompt tok/s) of one streamed answer to a
+    prompt of about `prompt` tokens that no cache holds (`rep` makes it new)."""
+    text = f"({rep}) " + " ".join(f"word{i}{rep}" for i in range(prompt // 4))
+    body = {"model": model, "prompt": text, "max_tokens": tokens, "temperature": 0,
+            "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
+    stamps, usage = [], None
+    with http.stream("POST", "/v1/completions", json=body) as reply:
+        for line in reply.iter_lines():
+            if line.startswith("data: {"):
+                chunk = json.loads(line[6:])
+                if chunk["choices"] and chunk["choices"][0]["text"]:
+                    stamps.append(time.perf_counter())
+                usage = chunk.get("usage") or usage
+    generated(usage, f"rep {rep}", tokens)
+    return (len(stamps) - 1) / (stamps[-1] - stamps[0]), usage["timings"]["prompt_tokens_per_s"]
+
+
+def engine_run(home: Path, model: Path, args, run: int) -> dict:
+    """One engine on `home` (its calibration file persists there): the plan's forecast
+    when it loaded, the measured rates, and what the load's details say of the error."""
+    engine = start_engine(["--threads", str(args.threads), "--ctx", "2048", "--parallel", "1",
+                           "--model", str(model)], env={**os.environ, "HOMERACK_HOME": str(home)})
+    try:
+        with engine.client(timeout=600) as http:
+            plan = engine.health()["memory"]["plan"]
+            decode, prompt = [], []
+            for rep in range(args.reps):
+                d, p = api_once(http, str(model), args.tokens, args.prompt, f"{run}.{rep}")
+                decode.append(d)
+                prompt.append(p)
+            speed = engine.health()["memory"].get("speed", {})
+    finally:
+        engine.stop()
+    return {"forecast": plan["forecast"], "cpu_moe_layers": plan["cpu_moe_layers"],
+            "decode": statistics.median(decode), "prompt": statistics.median(prompt),
+            "speed": speed}
+
+
+def decision_times(rounds: int) -> dict[str, float]:
+    from engine.catalog.gguf_file import GGUFInspector
+    from engine.machine.hardware import simulated
+    from engine.machine.planner import Preferences, plan
+
+    machine = simulated((24,), 64, cores=8, gpu_bandwidth_gbs=936, ram_bandwidth_gbs=60)
+    times = {}
+    for name in REAL:
+        shape = GGUFInspector().inspect(cached(SHAPES[name])).shape
+        runs = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            plan(machine, shape, Preferences(ctx=32768))
+            runs.append(time.perf_counter() - start)
+        times[name] = statistics.median(runs) * 1000
+    return times
+
+
+def error(forecast: float, measured: float) -> str:
+    return f"{forecast:7.1f} vs {measured:7.1f} ({forecast / measured - 1:+.0%})"
+
+
+def main() -> int:
+    # quick: just enough for the engine to record rates (engine/model/host.py: not a load's first)
+    args = arguments(__doc__, {"tokens": (128, 16), "prompt": (256, 128), "reps": (4, 2)})
+    model = cached(RUNNABLE_MOE, donor=donor())
+    with tempfile.TemporaryDirectory(prefix="homerack-moe-") as home:
+        first = engine_run(Path(home), model, args, 1)
+        second = engine_run(Path(home), model, args, 2)
+    bins = None
+    if not args.quick:
+        from build_tools import build
+
+        bins = build()
+    where = (f"experts of {first['cpu_moe_layers']} layers in RAM" if first["cpu_moe_layers"]
+             else "no GPU here: every tensor on the CPU")
+    print(f"\n{model.name}: {RUNNABLE_MOE.n_expert} experts, top-{RUNNABLE_MOE.n_expert_used}, "
+          f"{args.threads} threads; plan: {where}")
+    for phase, key in (("decode", "decode_tokens_per_s"), ("prompt", "prompt_tokens_per_s")):
+        before = first["forecast"][f"uncalibrated_{key}"]
+        after = second["forecast"][key]
+        if not second["forecast"]["calibrated"]:
+            raise BenchError("the second engine's forecast was not calibrated by the first")
+        print(f"forecast {phase:6} before calibration {error(before, first[phase])}, "
+              f"after {error(after, second[phase])}")
+    for name, ms in decision_times(3 if args.quick else 20).items():
+        print(f"planner {name:<16} {ms:6.2f} ms")
+    if args.quick:
+        print(f"api decode {second['decode']:.1f} t/s, prompt {second['prompt']:.1f} t/s")
+        print(QUICK_NOTE)
+        return 0
+    pp, tg = anchor(bins, model, args.threads, args.tokens, args.prompt, args.reps)
+    decode_x = ratio(second["decode"], tg, "api decode", 0.3, 1.3)
+    prompt_x = ratio(second["prompt"], pp, "api prompt", 0.3, 1.5)
+    print(f"api decode {second['decode']:.1f} t/s vs llama-bench tg{args.tokens} {tg:.1f}: "
+          f"{decode_x:.2f}x (target >= 0.95)")
+    print(f"api prompt {second['prompt']:.1f} t/s vs llama-bench pp{args.prompt} {pp:.1f}: "
+          f"{prompt_x:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
