@@ -284,12 +284,15 @@ def judge(hardware: Hardware, base: ModelShape, quants: list[QuantFiles],
             fit, words = "no", "will not fit"
         elif not hardware.gpus or p.n_gpu_layers == 0:
             fit, words = "cpu", "CPU only"
-        elif gpu_layers == base.n_layers:
+        elif gpu_layers == base.n_layers and not p.cpu_moe_layers:
             fit, words = "gpu", "fully on GPU"
+        elif p.cpu_moe_layers:
+            fit, words = "partial", f"experts of {p.cpu_moe_layers} of {base.n_layers} layers in RAM"
         else:
             fit, words = "partial", f"partial ({gpu_layers} of {base.n_layers} layers on GPU)"
         if p.fits:
             words += f", {p.n_ctx:,} tokens of context"
+            words += f", about {p.forecast.decode_tps:.0f} tok/s" if p.forecast else ""
         verdicts.append(Verdict(q, fit, words, p, best is not None and best[0] == q.quant))
     return verdicts
 

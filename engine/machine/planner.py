@@ -216,18 +216,29 @@ def place_draft(main: Plan, draft: ModelShape, n_ctx: int) -> tuple[str, int]:
     return "CPU", 0
 
 
+# A mixture-of-experts quant whose experts spill into RAM is chosen for quality while
+# it runs at least this share of the fastest fitting quant's forecast speed.
+MOE_SPEED_SHARE = 0.4
+
+
 def choose_quant(hw: Hardware, base: ModelShape, candidates: list[tuple[str, int]],
                  prefs: Preferences = Preferences()) -> tuple[str, Plan] | None:
     """Among quant files (name, size) of one model, the largest (best quality) that runs
     with all layers on the GPU, else the one keeping the most GPU layers, at full context
-    when possible; None when none fits. Unquantized files (F32/F16/BF16) come last
-    unless wholly on a GPU: elsewhere they run at a fraction of Q8_0's speed for a
-    quality difference nobody measures."""
+    when possible; None when none fits. A mixture-of-experts model on a GPU keeps every
+    layer there whichever quant, so there: the largest whose forecast is at least
+    MOE_SPEED_SHARE of the fastest's. Unquantized files (F32/F16/BF16) come last unless
+    wholly on a GPU: elsewhere they run at a fraction of Q8_0's speed for a quality
+    difference nobody measures."""
     ranked = []
     for name, size in candidates:
         p = plan(hw, base.scaled(name, size), prefs)
         if p.fits:
-            full_gpu = p.n_gpu_layers == base.n_layers + 1
+            full_gpu = p.n_gpu_layers == base.n_layers + 1 and not p.cpu_moe_layers
             quantized = name.upper().removeprefix("UD-") not in ("F32", "F16", "BF16")
             ranked.append(((p.n_gpu_layers, p.n_ctx, quantized or full_gpu, size), name, p))
+    if base.is_moe and hw.gpus and ranked:
+        fastest = max(p.forecast.decode_tps for _, _, p in ranked)
+        quick = [r for r in ranked if r[2].forecast.decode_tps >= MOE_SPEED_SHARE * fastest]
+        return max(quick, key=lambda r: (r[0][1:], r[0][0]))[1:]
     return max(ranked)[1:] if ranked else None

@@ -160,3 +160,21 @@ def test_a_calibrated_forecast_says_so_and_moves(shapes):
         ctx=4096, speed_calibration=(("decode/cpu/dense", 0.5),))).forecast
     assert calibrated.calibrated and not prior.calibrated
     assert abs(calibrated.decode_tps / prior.decode_tps - 0.5) < 1e-6
+
+
+def test_the_wizard_verdicts_name_the_experts_in_ram_and_a_speed(shapes):
+    """Qwen3-30B-A3B's quants on an 8 GiB GPU: each verdict says where the experts go and
+    about how fast it runs; the recommended one the best that is not much slower."""
+    from engine.hub.repos import QuantFiles, judge
+
+    base = shapes["qwen3-30b-a3b"]
+    sizes = {"Q8_0": 32.5e9, "Q4_K_M": 18.6e9, "Q2_K": 11.3e9}
+    quants = [QuantFiles(name, (f"m-{name}.gguf",), int(size), ("",)) for name, size in sizes.items()]
+    verdicts = {v.quant.quant: v for v in judge(MACHINES["8G GPU + 64G"], base, quants)}
+    for verdict in verdicts.values():
+        print(f"\n{verdict.quant.quant}: {verdict.words}")
+        assert "experts of" in verdict.words and "tok/s" in verdict.words
+    speeds = [verdicts[q].plan.forecast.decode_tps for q in sizes]
+    assert speeds == sorted(speeds)  # fewer bytes to read, faster
+    # the best quality that keeps at least MOE_SPEED_SHARE of the fastest speed
+    assert [v.quant.quant for v in verdicts.values() if v.recommended] == ["Q4_K_M"]

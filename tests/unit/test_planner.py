@@ -174,12 +174,21 @@ def test_engine_loads_by_the_plan_and_records_its_accuracy(starters_dir, tmp_pat
     engine = Engine(store, EngineSettings(LoadSettings(n_ctx=4096),
                                           calibration_file=calibration))
     run(engine, model=store.resolve(STARTER), prompt="Hello", max_tokens=2)
+    # the load's first request is cold; the next measures the speed forecast
+    run(engine, model=store.resolve(STARTER), prompt="Count to twenty:", max_tokens=20,
+        ignore_eos=True)
     memory = engine.status()["memory"]
     engine.close()
     assert memory["plan"]["n_ctx"] == 4096 and memory["plan"]["fits"]
     [cpu] = memory["devices"]
     assert cpu["device"] == "CPU" and 0.95 <= cpu["ratio"] <= 1.05
-    assert 0.95 <= json.loads(calibration.read_text())["cpu/llama"] <= 1.05
+    recorded = json.loads(calibration.read_text())
+    assert 0.95 <= recorded["memory"]["cpu/llama"] <= 1.05
+    decode = memory["speed"]["decode"]
+    assert decode["measured"] > 0 and decode["uncalibrated_forecast"] == \
+        memory["plan"]["forecast"]["uncalibrated_decode_tokens_per_s"]
+    assert recorded["speed"]["decode/cpu/dense"] == \
+        pytest.approx(decode["measured"] / decode["uncalibrated_forecast"], rel=0.01)
 
 
 def test_calibration_shrinks_budgets_only_when_loads_measured_more():
