@@ -622,19 +622,19 @@ class MainWindow(QMainWindow):
         if shown and self.model_box.currentData() != self.plan_panel.model:
             self.plan_panel.show_model(self.model_box.currentData())
 
-    def _preview_plan(self, model: str, n_ctx, gpu_layers) -> None:
+    def _preview_plan(self, model: str, n_ctx, gpu_layers, cpu_moe_layers) -> None:
         if self.client and model:
-            start_task(lambda _t: {**self.client.plan(model, n_ctx, gpu_layers),
-                                   "asked": (model, n_ctx, gpu_layers)},
+            start_task(lambda _t: {**self.client.plan(model, n_ctx, gpu_layers, cpu_moe_layers),
+                                   "asked": (model, n_ctx, gpu_layers, cpu_moe_layers)},
                        on_done=self.plan_panel.show_plan, on_error=self.show_error)
 
-    def _load_model(self, model: str, n_ctx, gpu_layers) -> None:
+    def _load_model(self, model: str, n_ctx, gpu_layers, cpu_moe_layers) -> None:
         if not self.client:
             return
         self.progress.show()
         self.plan_panel.load_button.setEnabled(False)
         self.statusBar().showMessage(f"Loading {model}…")
-        start_task(lambda _t: self.client.load(model, n_ctx, gpu_layers),
+        start_task(lambda _t: self.client.load(model, n_ctx, gpu_layers, cpu_moe_layers),
                    on_done=self._on_model_loaded, on_error=self._on_load_failed)
 
     def _on_model_loaded(self, health: dict) -> None:

@@ -1,6 +1,8 @@
 """How a model will use this machine's memory, before it loads: a bar per device
 (weights / KV cache / compute / free) from the engine's planner, with the user's
-overrides of context and GPU layers and their consequence shown as they change.
+overrides of context, GPU layers and (for a mixture-of-experts model) the layers whose
+experts stay in RAM, and their consequence — memory and forecast speed — shown as they
+change.
 
 The panel only shows plans and asks for them (signals); the main window runs the
 engine calls off the UI thread and hands the answers back with `show_plan`.
@@ -11,7 +13,7 @@ from __future__ import annotations
 from PySide6.QtCore import QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import (QFormLayout, QGridLayout, QHBoxLayout, QLabel, QPushButton,
-                               QSpinBox, QVBoxLayout, QWidget)
+                               QSlider, QSpinBox, QVBoxLayout, QWidget)
 
 MiB = 1 << 20
 PARTS = (("weights", "#4a7ebb"), ("kv", "#8e6bbf"), ("compute", "#d08a3b"),
@@ -54,8 +56,9 @@ def describe_device(device: dict) -> str:
 
 
 class PlanPanel(QWidget):
-    preview_requested = Signal(str, object, object)  # model, n_ctx | None, gpu layers | None
-    load_requested = Signal(str, object, object)
+    # model, n_ctx | None, gpu layers | None, layers with experts in RAM | None
+    preview_requested = Signal(str, object, object, object)
+    load_requested = Signal(str, object, object, object)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -66,6 +69,11 @@ class PlanPanel(QWidget):
                                 specialValueText="planned")
         self.layers = QSpinBox(minimum=-1, maximum=999, specialValueText="planned")
         self.layers.setValue(-1)
+        self.experts = QSlider(Qt.Horizontal, minimum=0, maximum=0)
+        self.experts.setObjectName("plan-experts")
+        self.experts_label = QLabel()
+        self._experts_chosen = False  # until the user moves it, it shows the planner's
+        self.experts.valueChanged.connect(self._choose_experts)
         self.bars = QGridLayout()
         self.reasons = QLabel()
         self.reasons.setWordWrap(True)
@@ -80,6 +88,9 @@ class PlanPanel(QWidget):
         form = QFormLayout()
         form.addRow("Context (tokens)", self.context)
         form.addRow("GPU layers", self.layers)
+        form.addRow(self.experts_label, self.experts)
+        self._experts_row = (self.experts_label, self.experts)
+        self._show_experts_row(False)
         row = QHBoxLayout()
         row.addLayout(form)
         row.addStretch()
@@ -90,28 +101,56 @@ class PlanPanel(QWidget):
         layout.addWidget(self.reasons)
         layout.addLayout(row)
 
-    def overrides(self) -> tuple[int | None, int | None]:
+    def overrides(self) -> tuple[int | None, int | None, int | None]:
         return (self.context.value() or None,
-                self.layers.value() if self.layers.value() >= 0 else None)
+                self.layers.value() if self.layers.value() >= 0 else None,
+                self.experts.value() if self._experts_chosen else None)
 
     def show_model(self, model: str) -> None:
         """Plan `model` afresh, with the planner's own choices."""
         self.model = model
-        for box, value in ((self.context, 0), (self.layers, -1)):
+        self._experts_chosen = False
+        for box, value in ((self.context, 0), (self.layers, -1), (self.experts, 0)):
             box.blockSignals(True)
             box.setValue(value)
             box.blockSignals(False)
         self.title.setText(f"Planning {model}…")
-        self.preview_requested.emit(model, None, None)
+        self.preview_requested.emit(model, None, None, None)
+
+    def _choose_experts(self, _value: int) -> None:
+        self._experts_chosen = True
+        self._label_experts(self.experts.value(), chosen=True)
+        self._debounce.start()
+
+    def _label_experts(self, layers: int, chosen: bool) -> None:
+        where = "none" if not layers else f"layers 0–{layers - 1}"
+        self.experts_label.setText(f"Experts in RAM: {where}"
+                                   + ("" if chosen else " (planned)"))
+
+    def _show_experts_row(self, shown: bool) -> None:
+        for widget in self._experts_row:
+            widget.setVisible(shown)
 
     def show_plan(self, plan: dict) -> None:
-        """A plan the engine answered for `plan["asked"]` = (model, n_ctx, gpu layers)."""
+        """A plan the engine answered for `plan["asked"]` = (model, n_ctx, gpu layers,
+        layers with experts in RAM)."""
         if tuple(plan["asked"]) != (self.model, *self.overrides()):
             return  # an answer to an older question: a newer one is on its way
         verdict = "fits" if plan["fits"] else "does not fit"
+        experts = (f", experts of {plan['cpu_moe_layers']} layers in RAM"
+                   if plan.get("cpu_moe_layers") else "")
+        speed = plan.get("forecast") or {}
+        about = f" · about {speed['decode_tokens_per_s']:,.1f} tok/s" if speed else ""
         self.title.setText(
             f"<b>{self.model}</b> {verdict}: {plan['n_ctx']:,} tokens of context, "
-            f"{plan['kv_type']} KV cache, {plan['n_gpu_layers']} layers on GPU")
+            f"{plan['kv_type']} KV cache, {plan['n_gpu_layers']} layers on GPU{experts}{about}")
+        self._show_experts_row(bool(plan.get("moe")))
+        if plan.get("moe") and not self._experts_chosen:
+            self.experts.blockSignals(True)
+            self.experts.setMaximum(plan["n_layers"])
+            self.experts.setValue(plan["cpu_moe_layers"])
+            self.experts.blockSignals(False)
+            self._label_experts(plan["cpu_moe_layers"], chosen=False)
         self._show_bars(plan["devices"])
         self.reasons.setText("\n".join(f"• {r}" for r in plan["reasons"]))
         self.load_button.setEnabled(plan["fits"])

@@ -27,6 +27,8 @@ class Plan:
     reasons: tuple[str, ...]
     cpu_moe_layers: int = 0        # leading layers with their routed experts in RAM
     forecast: Forecast | None = None
+    n_layers: int = 0              # the model's, and whether it has routed experts
+    moe: bool = False
 
     def as_dict(self) -> dict:
         return {"model": self.model, "n_gpu_layers": self.n_gpu_layers, "gpus": list(self.gpus),
@@ -37,7 +39,8 @@ class Plan:
                              "mapped_gaps": u.mapped_gaps,
                              "total": u.total} for u in self.uses],
                 "reasons": list(self.reasons), "cpu_moe_layers": self.cpu_moe_layers,
-                "forecast": self.forecast.as_dict() if self.forecast else None}
+                "forecast": self.forecast.as_dict() if self.forecast else None,
+                "n_layers": self.n_layers, "moe": self.moe}
 
 def _contexts(prefs: Preferences, shape: ModelShape) -> list[int]:
     wanted = min(prefs.ctx, shape.context_length or prefs.ctx)
@@ -85,7 +88,8 @@ def plan(hw: Hardware, shape: ModelShape, prefs: Preferences = Preferences()) ->
     placement = best.placement
     return Plan(shape.name, placement.n_gpu_layers, placement.gpus, placement.split,
                 best.n_ctx, best.kv_type, best.kv_type != "f16", placement.uses, True,
-                _reasons(shape, hw, prefs, best), placement.cpu_moe, best.forecast)
+                _reasons(shape, hw, prefs, best), placement.cpu_moe, best.forecast,
+                shape.n_layers, shape.is_moe)
 
 
 def _candidates(shape: ModelShape, hw: Hardware, n_ctx: int, kv_type: str,
@@ -94,8 +98,9 @@ def _candidates(shape: ModelShape, hw: Hardware, n_ctx: int, kv_type: str,
     every layer on the GPUs with the routed experts of the fewest leading layers in RAM
     that makes it fit (llama.cpp's --n-cpu-moe N), and with all of them in RAM
     (--cpu-moe) plus as many layers as fit. The user's expert count, when given, alone."""
-    if prefs.cpu_moe_layers is not None:
-        yield place(shape, hw, n_ctx, kv_type, prefs, prefs.cpu_moe_layers)
+    if prefs.cpu_moe_layers is not None:  # without experts or a GPU it changes nothing
+        chosen = prefs.cpu_moe_layers if shape.is_moe and hw.gpus else 0
+        yield place(shape, hw, n_ctx, kv_type, prefs, chosen)
         return
     yield place(shape, hw, n_ctx, kv_type, prefs)
     if shape.is_moe and hw.gpus and prefs.gpu_layers is None:

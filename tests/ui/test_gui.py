@@ -503,3 +503,36 @@ def test_routing_and_the_response_cache_are_shown_per_message(qtbot, open_window
     assert messages(window)[-1].model == STARTER
     # the pair survives in the settings, for the next start of the app
     assert '"small": "%s"' % STARTER in (window.paths.data / "routing.json").read_text()
+
+
+def test_the_experts_slider_moves_the_plan_and_its_forecast(qtbot, tmp_path):
+    """A mixture-of-experts plan (the real planner's, for gpt-oss-120b's header on a
+    simulated 24 GiB GPU): the panel shows the planner's experts in RAM, and moving the
+    slider asks for a plan with the user's count; its answer shows the new forecast."""
+    from bench.shapes import SHAPES, write_header_only
+    from engine.catalog.gguf_file import GGUFInspector
+    from engine.machine.hardware import simulated
+    from engine.machine.planner import Preferences, plan
+    from ui.plan_panel import PlanPanel
+
+    shape = GGUFInspector().inspect(
+        write_header_only(SHAPES["gpt-oss-120b"], tmp_path / "gpt-oss.gguf")).shape
+    machine = simulated((24,), 64, gpu_bandwidth_gbs=936, ram_bandwidth_gbs=60)
+    panel = PlanPanel()
+    qtbot.addWidget(panel)
+    asked = []
+    panel.preview_requested.connect(lambda *args: asked.append(args))
+    panel.show_model("gpt-oss")
+    planned = plan(machine, shape, Preferences())
+    panel.show_plan({**planned.as_dict(), "asked": asked[-1]})
+    assert panel.experts.isVisibleTo(panel) and panel.experts.maximum() == 36
+    assert panel.experts.value() == planned.cpu_moe_layers
+    assert "(planned)" in panel.experts_label.text() and "tok/s" in panel.title.text()
+    panel.experts.setValue(36)  # every layer's experts in RAM
+    qtbot.waitUntil(lambda: asked[-1][3] == 36, timeout=5_000)
+    chosen = plan(machine, shape, Preferences(cpu_moe_layers=36))
+    panel.show_plan({**chosen.as_dict(), "asked": asked[-1]})
+    assert f"about {chosen.forecast.decode_tps:,.1f} tok/s" in panel.title.text()
+    assert chosen.forecast.decode_tps < planned.forecast.decode_tps
+    assert "layers 0–35" in panel.experts_label.text() and "planned" not in \
+        panel.experts_label.text()
