@@ -12,7 +12,6 @@ of llama-server in the same run.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import threading
@@ -20,7 +19,7 @@ import time
 
 import httpx
 
-from common import QUICK_NOTE, arguments, generated, ratio, start_engine
+from common import QUICK_NOTE, arguments, chunks, generated, ratio, start_engine
 
 from app.paths import paths  # noqa: E402
 from build_tools import build, llama_server  # noqa: E402
@@ -41,10 +40,7 @@ def one(url: str, headers: dict, prompt: str, tokens: int, model: str | None) ->
     with httpx.stream("POST", f"{url}/v1/completions", json=body, headers=headers,
                       timeout=600) as reply:
         reply.raise_for_status()
-        for line in reply.iter_lines():
-            if not line.startswith("data: {"):
-                continue
-            chunk = json.loads(line[6:])
+        for chunk in chunks(reply):
             if chunk["choices"]:
                 times.append(time.perf_counter())
             usage = chunk.get("usage") or usage

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-from common import QUICK_NOTE, ROOT, arguments, generated, ratio
+from common import QUICK_NOTE, ROOT, arguments, chunks, generated, ratio
 
 sys.path.insert(0, str(ROOT / "packaging"))
 
@@ -63,10 +63,7 @@ def token_times(url: str, headers: dict, tokens: int) -> list[float]:
     with httpx.stream("POST", f"{url}/v1/completions", json=body, headers=headers,
                       timeout=600) as reply:
         reply.raise_for_status()
-        for line in reply.iter_lines():
-            if not line.startswith("data: {"):
-                continue
-            chunk = json.loads(line[6:])
+        for chunk in chunks(reply):
             if chunk.get("choices"):
                 times.append(time.perf_counter())
             usage = chunk.get("usage") or usage

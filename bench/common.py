@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -101,6 +102,13 @@ def start_engine(args: list[str], env: dict | None = None, response_cache: bool 
         engine.stop()
         raise BenchError("the response cache is on in an engine started without it")
     return engine
+
+
+def chunks(reply):
+    """The JSON chunks of a streamed (server-sent events) answer, as they arrive."""
+    for line in reply.iter_lines():
+        if line.startswith("data: {"):
+            yield json.loads(line[6:])
 
 
 def generated(usage: dict | None, what: str, tokens: int | None = None) -> dict:

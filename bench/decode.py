@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from common import QUICK_NOTE, arguments, generated, ratio, start_engine
+from common import QUICK_NOTE, arguments, chunks, generated, ratio, start_engine
 
 from app.paths import paths  # noqa: E402
 from engine.catalog.models import EMBEDDING_MODEL, STARTERS  # noqa: E402
@@ -51,10 +51,7 @@ def api_once(http: httpx.Client, model_id: str, tokens: int, rep: int) -> tuple[
             "stream_options": {"include_usage": True}}
     stamps, usage = [], None
     with http.stream("POST", "/v1/completions", json=body) as reply:
-        for line in reply.iter_lines():
-            if not line.startswith("data: {"):
-                continue
-            chunk = json.loads(line[6:])
+        for chunk in chunks(reply):
             if chunk["choices"] and chunk["choices"][0]["text"]:
                 stamps.append(time.perf_counter())
             usage = chunk.get("usage") or usage

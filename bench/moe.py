@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import QUICK_NOTE, BenchError, arguments, generated, ratio, start_engine
+from common import QUICK_NOTE, BenchError, arguments, chunks, generated, ratio, start_engine
 
 from bench.shapes import RUNNABLE_MOE, SHAPES, cached  # noqa: E402
 from engine.catalog.models import STARTERS  # noqa: E402
@@ -66,12 +66,10 @@ def api_once(http, model: str, tokens: int, prompt: int, rep: str) -> tuple[floa
             "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
     stamps, usage = [], None
     with http.stream("POST", "/v1/completions", json=body) as reply:
-        for line in reply.iter_lines():
-            if line.startswith("data: {"):
-                chunk = json.loads(line[6:])
-                if chunk["choices"] and chunk["choices"][0]["text"]:
-                    stamps.append(time.perf_counter())
-                usage = chunk.get("usage") or usage
+        for chunk in chunks(reply):
+            if chunk["choices"] and chunk["choices"][0]["text"]:
+                stamps.append(time.perf_counter())
+            usage = chunk.get("usage") or usage
     generated(usage, f"rep {rep}", tokens)
     return (len(stamps) - 1) / (stamps[-1] - stamps[0]), usage["timings"]["prompt_tokens_per_s"]
 

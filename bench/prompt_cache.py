@@ -21,7 +21,6 @@ nine tenths).
 
 from __future__ import annotations
 
-import json
 import statistics
 import shutil
 import sys
@@ -30,7 +29,7 @@ from pathlib import Path
 
 import httpx
 
-from common import BenchError, QUICK_NOTE, arguments, generated, ratio, start_engine
+from common import BenchError, QUICK_NOTE, arguments, chunks, generated, ratio, start_engine
 
 from build_tools import build, llama_server  # noqa: E402
 from app.paths import paths  # noqa: E402
@@ -74,10 +73,7 @@ def ttft(url: str, token: str | None, messages: list[dict], model: str | None,
     start, first, usage = time.perf_counter(), None, {}
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers,
                       timeout=600) as reply:
-        for line in reply.iter_lines():
-            if not line.startswith("data: {"):
-                continue
-            chunk = json.loads(line[6:])
+        for chunk in chunks(reply):
             if first is None and chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
                 first = time.perf_counter()
             usage = chunk.get("usage") or usage

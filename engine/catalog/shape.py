@@ -141,58 +141,70 @@ class _Tally:
         return tuple(table.get(i, empty) for i in range(n_layers))
 
 
-def shape_of(reader, name: str) -> ModelShape:
-    """Layer sizes, attention shape and experts from a GGUF reader's tensors and metadata."""
-    arch = _field(reader, "general.architecture")
-    n_layers = int(_field(reader, f"{arch}.block_count"))
+def _sort_tensors(reader) -> tuple[_Tally, _Tally, dict]:
+    """Each tensor's bytes under its layer ("cpu" and "output" for the rest), the routed
+    experts' again apart, and counts: token embedding and shared expert bytes, elements."""
     layers, experts = _Tally(), _Tally()
-    embd = shared = n_params = expert_params = 0
+    counts = {"embd": 0, "shared": 0, "params": 0, "expert_params": 0}
     for tensor in reader.tensors:
-        count = int(tensor.n_elements) if len(tensor.shape) > 1 else 0
-        n_params += count
+        elements = int(tensor.n_elements) if len(tensor.shape) > 1 else 0
+        counts["params"] += elements
         if tensor.name.startswith("blk."):
             index = int(tensor.name.split(".")[1])
             layers.add(index, tensor)
             if EXPERTS.search(tensor.name):
                 experts.add(index, tensor)
-                expert_params += count
+                counts["expert_params"] += elements
             elif SHARED_EXPERTS.search(tensor.name):
-                shared += int(tensor.n_bytes)
+                counts["shared"] += int(tensor.n_bytes)
         elif tensor.name == "output.weight":
             layers.add("output", tensor)
         elif tensor.name.startswith("output_norm."):  # goes with the output matrix
             layers.add("output_norm", tensor)
             layers.spans["output"] = _union(layers.spans.get("output"), layers.spans["output_norm"])
         else:
-            embd += int(tensor.n_bytes) if tensor.name == "token_embd.weight" else 0
+            counts["embd"] += int(tensor.n_bytes) if tensor.name == "token_embd.weight" else 0
             layers.add("cpu", tensor)
+    return layers, experts, counts
+
+
+def _attention(reader, arch: str) -> dict:
+    """The widths and the attention shape (for the KV cache) from the metadata."""
     n_embd = int(_field(reader, f"{arch}.embedding_length"))
     n_head = int(_field(reader, f"{arch}.attention.head_count"))
     n_head_kv = _field(reader, f"{arch}.attention.head_count_kv", n_head)
     if isinstance(n_head_kv, list):  # per-layer counts: plan for the largest
         n_head_kv = max(n_head_kv)
     head_dim = n_embd // n_head
+    return {"n_embd": n_embd, "n_head_kv": int(n_head_kv),
+            "n_ff": int(_field(reader, f"{arch}.feed_forward_length", 4 * n_embd)),
+            "head_dim_k": int(_field(reader, f"{arch}.attention.key_length", head_dim)),
+            "head_dim_v": int(_field(reader, f"{arch}.attention.value_length", head_dim)),
+            "context_length": int(_field(reader, f"{arch}.context_length", 0))}
+
+
+def shape_of(reader, name: str) -> ModelShape:
+    """Layer sizes, attention shape and experts from a GGUF reader's tensors and metadata."""
+    arch = _field(reader, "general.architecture")
+    n = int(_field(reader, f"{arch}.block_count"))
+    layers, experts, counts = _sort_tensors(reader)
+    embd = counts["embd"]
     return ModelShape(
-        name=name, n_layers=n_layers, n_embd=n_embd,
-        n_ff=int(_field(reader, f"{arch}.feed_forward_length", 4 * n_embd)),
-        n_head_kv=int(n_head_kv),
-        head_dim_k=int(_field(reader, f"{arch}.attention.key_length", head_dim)),
-        head_dim_v=int(_field(reader, f"{arch}.attention.value_length", head_dim)),
-        n_vocab=_vocabulary_size(reader),
-        context_length=int(_field(reader, f"{arch}.context_length", 0)),
-        layer_bytes=layers.per_layer(layers.bytes, n_layers), embd_bytes=embd,
+        name=name, n_layers=n, **_attention(reader, arch), n_vocab=_vocabulary_size(reader),
+        layer_bytes=layers.per_layer(layers.bytes, n), embd_bytes=embd,
         output_bytes=layers.bytes.get("output", 0),
         other_bytes=layers.bytes.get("cpu", 0) - embd + layers.bytes.get("output_norm", 0),
-        layer_spans=layers.per_layer(layers.spans, n_layers),
+        layer_spans=layers.per_layer(layers.spans, n),
         cpu_span=layers.spans.get("cpu", (0, 0)), output_span=layers.spans.get("output", (0, 0)),
-        layer_repack=layers.per_layer(layers.repack, n_layers),
+        layer_repack=layers.per_layer(layers.repack, n),
         output_repack=layers.repack.get("output", 0),
-        expert_bytes=experts.per_layer(experts.bytes, n_layers),
-        expert_spans=experts.per_layer(experts.spans, n_layers, (0, 0)),
-        expert_repack=experts.per_layer(experts.repack, n_layers),
+        expert_bytes=experts.per_layer(experts.bytes, n),
+        expert_spans=experts.per_layer(experts.spans, n, (0, 0)),
+        expert_repack=experts.per_layer(experts.repack, n),
         n_expert=int(_field(reader, f"{arch}.expert_count", 0) or 0),
         n_expert_used=int(_field(reader, f"{arch}.expert_used_count", 0) or 0),
-        shared_expert_bytes=shared, n_params=n_params, expert_params=expert_params)
+        shared_expert_bytes=counts["shared"], n_params=counts["params"],
+        expert_params=counts["expert_params"])
 
 
 def _vocabulary_size(reader) -> int:

@@ -187,9 +187,12 @@ def _fill(shape, devices, n_ctx, kv_type, split, balanced) -> list[int] | None:
 
 
 def _seconds(shape: ModelShape, parts: list[tuple[Machine, str, int]]) -> float:
-    """Predicted seconds a token: each stage streams its layers' weights, each remote stage
-    adds its link's round trips and an activation row each way."""
-    per_layer = sum(shape.layer_bytes) / shape.n_layers
+    """Predicted seconds a token: each stage streams its layers' weights (of routed
+    experts only the top-k share a token uses), each remote stage adds its link's round
+    trips and an activation row each way."""
+    read = [size - shape.experts(i) * (1 - shape.active_fraction)
+            for i, size in enumerate(shape.layer_bytes)]
+    per_layer = sum(read) / shape.n_layers
     seconds = (shape.output_bytes or shape.embd_bytes) / parts[-1][0].speed(parts[-1][1])
     machines = {}
     for machine, kind, layers in parts:

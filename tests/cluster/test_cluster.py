@@ -100,6 +100,22 @@ def test_a_faster_worker_takes_layers_and_is_never_slower_than_this_machine_alon
     assert helped.stages[-1].machine == THIS_MACHINE
 
 
+def test_a_mixture_of_experts_reads_only_its_active_experts_across_machines():
+    """The same bytes as a dense model, three quarters of them routed experts of which a
+    token reads 8 of 128: the cluster's forecast counts what a token reads."""
+    from dataclasses import replace
+
+    hw = simulated(ram_gib=3)
+    here = local_machine(hw, Preferences(), 20e9)
+    dense = shape()
+    moe = replace(dense, expert_bytes=tuple(b * 3 // 4 for b in dense.layer_bytes),
+                  n_expert=128, n_expert_used=8)
+    workers = [worker("a", 4), worker("b", 4)]
+    plans = [place_cluster(s, hw, here, workers, Preferences(ctx=2048)) for s in (dense, moe)]
+    assert [s.first_layer for s in plans[0].stages] == [s.first_layer for s in plans[1].stages]
+    assert plans[1].tokens_per_s > 2.5 * plans[0].tokens_per_s
+
+
 def test_a_chosen_split_is_kept():
     hw = simulated(ram_gib=64)
     here = local_machine(hw, Preferences(), 20e9)
