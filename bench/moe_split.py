@@ -4,6 +4,7 @@ the mixture-of-experts placement. A random-weight MoE of a real model's shape
 for a GPU held to --vram GiB two ways — the planner's choice (every layer on the GPU,
 the routed experts of the first N layers in RAM) and the best whole-layer split — and
 llama-bench runs both (-ngl/-ncmoe as planned), printing measured and forecast tokens/s.
+Quick mode (make test) plans and forecasts only: llama-bench would first be built.
 
 It needs a GPU build of llama-bench for figures that mean anything (--bins; the default
 is the CPU build from build_tools.py, on which both runs are the same). Without a GPU
@@ -77,6 +78,22 @@ def bench(bins: Path, model: Path, threads: int, plan, tokens: int, prompt: int,
             next(r["avg_ts"] for r in rows if r["n_gen"]))
 
 
+def measure(args, model: Path, planned: dict) -> dict[str, float]:
+    """llama-bench on each plan: its generation tokens/s, printed with the prompt's."""
+    if args.bins:
+        bins = args.bins
+    else:
+        from build_tools import build
+
+        bins = build()
+    measured = {}
+    for name, plan in planned.items():
+        pp, tg = bench(bins, model, args.threads, plan, args.tokens, args.prompt, args.reps)
+        measured[name] = tg
+        print(f"{name:<15} measured tg {tg:7.1f} t/s, pp {pp:7.1f} t/s")
+    return measured
+
+
 def main() -> int:
     args = arguments(__doc__, {"tokens": (128, 8), "prompt": (512, 32), "reps": (3, 1)}, options)
     spec = RUNNABLE_MOE if args.quick else SHAPES[args.shape]
@@ -84,23 +101,18 @@ def main() -> int:
     vram = QUICK_VRAM if args.quick else args.vram
     machine, real_gpu = hardware(vram)
     planned = plans(model, machine, 2048)
-    if args.bins:
-        bins = args.bins
-    else:
-        from build_tools import build
-
-        bins = build()
     print(f"\n{model.name}, {'a GPU' if real_gpu else 'a simulated GPU'} held to {vram} GiB, "
           f"{args.threads} threads")
-    measured = {}
     for name, plan in planned.items():
-        pp, tg = bench(bins, model, args.threads, plan, args.tokens, args.prompt, args.reps)
-        measured[name] = tg
         print(f"{name:<15} ngl {plan.n_gpu_layers:3} experts of {plan.cpu_moe_layers:3} layers "
-              f"in RAM: tg {tg:7.1f} t/s (forecast {plan.forecast.decode_tps:7.1f}), "
-              f"pp {pp:7.1f} t/s (forecast {plan.forecast.prompt_tps:7.1f})")
-    if args.quick or not real_gpu:
-        print(QUICK_NOTE if args.quick else "no GPU here: both runs are on the CPU, no ratio")
+              f"in RAM: forecast tg {plan.forecast.decode_tps:7.1f} t/s, "
+              f"pp {plan.forecast.prompt_tps:7.1f} t/s")
+    if args.quick:  # llama-bench is built from source: minutes a fresh checkout can skip
+        print(QUICK_NOTE)
+        return 0
+    measured = measure(args, model, planned)
+    if not real_gpu:
+        print("no GPU here: both runs are on the CPU, no ratio")
         return 0
     gain = ratio(measured["experts in RAM"], measured["whole layers"], "experts / layers",
                  0.5, 50)

@@ -38,6 +38,7 @@ def machine_rows(view: dict) -> list[tuple[str, ...]]:
 
 class ClusterPanel(QWidget):
     share_toggled = Signal(bool)
+    pair_again_requested = Signal()
     use_toggled = Signal(bool)
     pair_requested = Signal(str, str)  # address, code
 
@@ -47,6 +48,10 @@ class ClusterPanel(QWidget):
         self.share.setToolTip("Other Homerack hosts on this network can use this machine as a "
                               "pipeline stage once paired with the code shown here")
         self.share.toggled.connect(self.share_toggled)
+        self.pair_again = QPushButton("Pair another host")
+        self.pair_again.setToolTip("A new code for one more host, for 5 minutes")
+        self.pair_again.setEnabled(False)  # while shared
+        self.pair_again.clicked.connect(self.pair_again_requested)
         self.sharing = QLabel("Not shared.")
         self.sharing.setObjectName("cluster-sharing")
         self.sharing.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -69,6 +74,7 @@ class ClusterPanel(QWidget):
         row = QHBoxLayout()
         row.addWidget(self.share)
         row.addWidget(self.sharing, 1)
+        row.addWidget(self.pair_again)
         layout.addLayout(row)
         row = QHBoxLayout()
         row.addWidget(self.address, 2)

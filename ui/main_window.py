@@ -6,6 +6,8 @@ All engine calls run as tasks (ui.tasks) off the UI thread. Errors reach one pla
 
 from __future__ import annotations
 
+import time
+
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QIcon, QKeySequence, QShortcut
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QFrame, QHBoxLayout,
@@ -180,6 +182,7 @@ class MainWindow(QMainWindow):
         self.cluster_button.toggled.connect(self.cluster_panel.setVisible)
         self.cluster_panel.share_toggled.connect(self._share)
         self.cluster_panel.pair_requested.connect(self._pair)
+        self.cluster_panel.pair_again_requested.connect(self._pair_again)
         self.cluster_panel.use_toggled.connect(self._use_workers)
         self.cluster_timer = QTimer(self, interval=1000)
         self.cluster_timer.timeout.connect(self._poll_cluster)
@@ -391,7 +394,11 @@ class MainWindow(QMainWindow):
         self.show_error(f"The engine could not start: {error}", "Retry", self.start_engine)
 
     def _fill_models(self, models: list[dict], health: dict) -> None:
-        current = (self.conversation and self.conversation.model) or health.get("model")
+        # A refresh keeps what the box shows: two refreshes can finish in either order
+        # (the wizard's, which selects the new model, and the downloads watcher's), and
+        # one that reset the box undid the other's choice (the wizard test's 30 s wait).
+        current = (self.model_box.currentData() or (self.conversation and self.conversation.model)
+                   or health.get("model"))
         self.model_box.clear()
         # embedding models cannot chat; "auto" is the conversation's Auto-route box
         models = [m for m in models if m.get("kind") not in ("embedding", "router")]
@@ -447,6 +454,7 @@ class MainWindow(QMainWindow):
     def _share(self, on: bool) -> None:
         from app.sharing import SharedMachine
 
+        self.cluster_panel.pair_again.setEnabled(False)
         if not on:
             shared, self.shared = self.shared, None
             self.cluster_panel.show_sharing("Not shared.")
@@ -459,10 +467,22 @@ class MainWindow(QMainWindow):
 
     def _on_shared(self, shared) -> None:
         self.shared = shared
+        self.cluster_panel.pair_again.setEnabled(True)
+        self._show_code(shared.code, "5 minutes")
+
+    def _show_code(self, code: str, open_for: str) -> None:
         self.cluster_panel.show_sharing(
-            f"Shared at {shared.address} · pairing code {shared.code} (5 minutes, one host) · "
+            f"Shared at {self.shared.address} · pairing code {code} ({open_for}, one host) · "
             "a paired host and this machine trust each other fully: it sends model weights "
             "and conversations' activations here")
+
+    def _pair_again(self) -> None:
+        shared = self.shared
+        if shared is not None:
+            start_task(lambda _t: shared.pair_again(),
+                       on_done=lambda opened: self._show_code(
+                           opened[0], "until " + time.strftime("%H:%M", time.localtime(opened[1]))),
+                       on_error=self.show_error)
 
     def _on_share_failed(self, error) -> None:
         self.cluster_panel.share.setChecked(False)

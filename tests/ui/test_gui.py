@@ -438,6 +438,14 @@ def test_cluster_panel_shares_pairs_uses_workers_and_shows_the_machines(qtbot, o
     pair_button.click()
     qtbot.waitUntil(lambda: "Paired with worker attic" in window.banner.findChild(
         type(panel.speed)).text(), timeout=15_000)
+    assert panel.pair_again.isEnabled()  # the code was used: pairing closed after one host
+    panel.pair_again.click()  # one more host, without the command line
+    qtbot.waitUntil(lambda: "until" in panel.sharing.text(), timeout=10_000)
+    assert window.shared.code in panel.sharing.text()
+    from app.sharing import pair_worker
+
+    again, _digits = pair_worker(window.shared.address, window.shared.code, replace=True)
+    assert again.name == "attic"  # the new code opened pairing again
     panel.use.setChecked(True)  # restarts the engine with the paired worker
     qtbot.waitUntil(lambda: window.client is not None, timeout=90_000)
     assert "--workers" in window.supervisor.serve_args
