@@ -55,8 +55,7 @@ class SharedMachine:
     def pair_again(self) -> tuple[str, float]:
         """Open pairing for one more host, as `homerack worker --pair` does: (a new code,
         when it expires). The worker reads it at the next pairing attempt."""
-        from engine.cluster.pairing import open_window
-        from engine.cluster.worker import window_file
+        from engine.cluster.pairing import open_window, window_file
 
         self.code, expires = open_window(window_file(paths().worker_folder))
         return self.code, expires

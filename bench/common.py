@@ -111,6 +111,21 @@ def chunks(reply):
             yield json.loads(line[6:])
 
 
+def timed_completion(http: httpx.Client, model: str, prompt: str, tokens: int, what: str):
+    """A streamed greedy completion of exactly `tokens` tokens, checked as generated:
+    (client-measured decode tokens/s, its usage)."""
+    body = {"model": model, "prompt": prompt, "max_tokens": tokens, "temperature": 0,
+            "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
+    stamps, usage = [], None
+    with http.stream("POST", "/v1/completions", json=body) as reply:
+        for chunk in chunks(reply):
+            if chunk["choices"] and chunk["choices"][0]["text"]:
+                stamps.append(time.perf_counter())
+            usage = chunk.get("usage") or usage
+    generated(usage, what, tokens)
+    return (len(stamps) - 1) / (stamps[-1] - stamps[0]), usage
+
+
 def generated(usage: dict | None, what: str, tokens: int | None = None) -> dict:
     """`usage` of an answer the engine generated; a replayed, empty or short one stops the
     bench (`tokens`: exactly this many were asked for, with ignore_eos)."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from common import QUICK_NOTE, arguments, chunks, generated, ratio, start_engine
+from common import QUICK_NOTE, arguments, ratio, start_engine, timed_completion
 
 from app.paths import paths  # noqa: E402
 from engine.catalog.models import EMBEDDING_MODEL, STARTERS  # noqa: E402
@@ -46,17 +46,9 @@ def direct_once(llm, tokens: int) -> float:
 def api_once(http: httpx.Client, model_id: str, tokens: int, rep: int) -> tuple[float, float]:
     """(client-measured tok/s, engine-reported tok/s)."""
     # A new prompt each rep, so no run reuses the previous one's KV memory.
-    body = {"model": model_id, "prompt": f"{PROMPT} ({rep})", "max_tokens": tokens,
-            "temperature": 0, "stream": True, "ignore_eos": True,
-            "stream_options": {"include_usage": True}}
-    stamps, usage = [], None
-    with http.stream("POST", "/v1/completions", json=body) as reply:
-        for chunk in chunks(reply):
-            if chunk["choices"] and chunk["choices"][0]["text"]:
-                stamps.append(time.perf_counter())
-            usage = chunk.get("usage") or usage
-    generated(usage, f"{model_id}, rep {rep}", tokens)
-    return (len(stamps) - 1) / (stamps[-1] - stamps[0]), usage["timings"]["decode_tokens_per_s"]
+    rate, usage = timed_completion(http, model_id, f"{PROMPT} ({rep})", tokens,
+                                   f"{model_id}, rep {rep}")
+    return rate, usage["timings"]["decode_tokens_per_s"]
 
 
 def measure(bins: Path | None, model_id: str, path: Path, threads: int, tokens: int,

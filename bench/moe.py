@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import QUICK_NOTE, BenchError, arguments, chunks, generated, ratio, start_engine
+from common import QUICK_NOTE, BenchError, arguments, ratio, start_engine, timed_completion
 
 from bench.shapes import RUNNABLE_MOE, SHAPES, cached  # noqa: E402
 from engine.catalog.models import STARTERS  # noqa: E402
@@ -62,16 +62,8 @@ def api_once(http, model: str, tokens: int, prompt: int, rep: str) -> tuple[floa
     """(client-timed decode tok/s, engine-timed prompt tok/s) of one streamed answer to a
     prompt of about `prompt` tokens that no cache holds (`rep` makes it new)."""
     text = f"({rep}) " + " ".join(f"word{i}{rep}" for i in range(prompt // 4))
-    body = {"model": model, "prompt": text, "max_tokens": tokens, "temperature": 0,
-            "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
-    stamps, usage = [], None
-    with http.stream("POST", "/v1/completions", json=body) as reply:
-        for chunk in chunks(reply):
-            if chunk["choices"] and chunk["choices"][0]["text"]:
-                stamps.append(time.perf_counter())
-            usage = chunk.get("usage") or usage
-    generated(usage, f"rep {rep}", tokens)
-    return (len(stamps) - 1) / (stamps[-1] - stamps[0]), usage["timings"]["prompt_tokens_per_s"]
+    rate, usage = timed_completion(http, model, text, tokens, f"rep {rep}")
+    return rate, usage["timings"]["prompt_tokens_per_s"]
 
 
 def engine_run(home: Path, model: Path, args, run: int) -> dict:

@@ -16,8 +16,8 @@ from ..paths import paths
 
 def cmd_worker(args) -> int:
     from engine.cluster.link import new_loop
-    from engine.cluster.pairing import Grants, open_window
-    from engine.cluster.worker import Worker, WorkerConfig, window_file
+    from engine.cluster.pairing import Grants, open_window, window_file
+    from engine.cluster.worker import Worker, WorkerConfig
 
     if args.hosts or args.revoke_host:  # the hosts this machine admits, kept by the worker
         grants = Grants(paths().worker_folder / "grants.json")

@@ -173,6 +173,11 @@ class PairingWindow:
         _write_private(self.path, {})
 
 
+def window_file(folder: Path) -> Path:
+    """Where the owner opens pairing for the worker that keeps `folder`."""
+    return folder / "window.json"
+
+
 def open_window(path: Path, code: str | None = None, seconds: float = WINDOW_S) -> tuple[str, float]:
     """Open pairing on the worker whose window file is `path`: (the code, its expiry)."""
     code = code or new_code()

@@ -23,7 +23,7 @@ import psutil
 from ..spawn import module_command
 from .gateway import Gateway
 from .identity import certificate_fingerprint, ensure_identity, server_context, short
-from .pairing import Grants, PairingWindow
+from .pairing import Grants, PairingWindow, window_file
 from .protocol import versions
 from ..machine.bandwidth import memory_bandwidth
 
@@ -40,11 +40,6 @@ class WorkerConfig:
     threads: int = 2
     ram_bytes: int | None = None  # the most memory this machine offers
     advertise: bool = True     # on the gateway's address (every LAN address for 0.0.0.0)
-
-
-def window_file(folder: Path) -> Path:
-    """Where the owner opens pairing for the worker that keeps `folder` (pairing.py)."""
-    return folder / "window.json"
 
 
 def free_port() -> int:
