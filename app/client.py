@@ -61,15 +61,13 @@ class EngineClient:
     def plan(self, model: str, n_ctx: int | None = None, gpu_layers: int | None = None,
              cpu_moe_layers: int | None = None) -> dict:
         """What loading `model` with these choices would use (nothing is loaded)."""
-        body = {"model": model, "n_ctx": n_ctx, "gpu_layers": gpu_layers,
-                "cpu_moe_layers": cpu_moe_layers}
+        body = _load_body(model, n_ctx, gpu_layers, cpu_moe_layers)
         return self._checked(self._http.post("/v1/plan", json=body)).json()
 
     def load(self, model: str, n_ctx: int | None = None, gpu_layers: int | None = None,
              cpu_moe_layers: int | None = None) -> dict:
         """Load `model` with these choices; the engine's status once it is loaded."""
-        body = {"model": model, "n_ctx": n_ctx, "gpu_layers": gpu_layers,
-                "cpu_moe_layers": cpu_moe_layers}
+        body = _load_body(model, n_ctx, gpu_layers, cpu_moe_layers)
         return self._checked(self._http.post("/v1/models/load", json=body)).json()
 
     # -- the Hub and downloads (run in the engine) ------------------------------------
@@ -156,3 +154,9 @@ class EngineClient:
 
     def close(self) -> None:
         self._http.close()
+
+
+def _load_body(model: str, n_ctx, gpu_layers, cpu_moe_layers) -> dict:
+    """A LoadRequest: the model and the user's choices over the planner's (None: its own)."""
+    return {"model": model, "n_ctx": n_ctx, "gpu_layers": gpu_layers,
+            "cpu_moe_layers": cpu_moe_layers}

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from ..catalog.shape import ModelShape
 from .bandwidth import UNKNOWN_GPU
 from .hardware import Hardware
+from .memory import UBATCH, Layout
 
 FILL_TOKENS = 2048          # context assumed filled when decoding
-UBATCH = 512
 PCIE_BYTES_PER_S = 25e9     # PCIe 4.0 x16, as measured by users copying weights
 HOP_S = 30e-6               # one activation row between devices, each way
 # A GPU's kernel launches per layer and token: what keeps a 3 GB-a-token MoE on an RTX
@@ -54,19 +54,10 @@ class Forecast:
                 "uncalibrated_prompt_tokens_per_s": round(self.prior_prompt_tps, 1)}
 
 
-@dataclass(frozen=True)
-class Layout:
-    """Where a placement put each piece: the device of every layer, of the output
-    matrix, and how many leading layers keep their routed experts in RAM."""
-    layer_devices: tuple[str, ...]
-    output_device: str
-    cpu_moe: int = 0
-
-    def expert_device(self, layer: int) -> str:
-        return "CPU" if layer < self.cpu_moe else self.layer_devices[layer]
+Speeds = dict[str, tuple[str, float, float]]
 
 
-def _speeds(hw: Hardware) -> dict[str, tuple[str, float, float]]:
+def _speeds(hw: Hardware) -> Speeds:
     """Device name -> (kind, effective bytes/s, FLOP/s)."""
     ram = hw.ram_bandwidth or RAM_PRIOR
     out = {"CPU": ("cpu", ram * EFFICIENCY["cpu"], hw.cpu_cores * CPU_FLOPS_PER_CORE)}
@@ -80,19 +71,21 @@ def _speeds(hw: Hardware) -> dict[str, tuple[str, float, float]]:
     return out
 
 
+def _speed(speeds: Speeds, device: str) -> tuple[str, float, float]:
+    return speeds.get(device, speeds["CPU"])
+
+
 def model_kind(shape: ModelShape) -> str:
     return "moe" if shape.is_moe else "dense"
 
 
-def main_kind(layout: Layout, hw: Hardware) -> str:
+def _main_kind(layout: Layout, speeds: Speeds) -> str:
     """The kind of device that computes most: a GPU whenever one holds anything."""
-    speeds = _speeds(hw)
     used = set(layout.layer_devices) | {layout.output_device}
-    return "gpu" if any(speeds.get(d, ("cpu",))[0] == "gpu" for d in used) else "cpu"
+    return "gpu" if any(_speed(speeds, d)[0] == "gpu" for d in used) else "cpu"
 
 
-def decode_seconds(shape: ModelShape, layout: Layout, hw: Hardware, n_ctx: int) -> float:
-    speeds = _speeds(hw)
+def _decode_seconds(shape: ModelShape, layout: Layout, speeds: Speeds, n_ctx: int) -> float:
     # A quantized KV cache saves memory, not time: dequantizing it costs what it saves.
     kv = shape.kv_bytes_per_token("f16") * min(n_ctx, FILL_TOKENS)
     reads: dict[str, float] = {}
@@ -107,17 +100,17 @@ def decode_seconds(shape: ModelShape, layout: Layout, hw: Hardware, n_ctx: int) 
     reads[layout.output_device] = reads.get(layout.output_device, 0.0) + output
     path.append(layout.output_device)
     hops = sum(a != b for a, b in zip(path, path[1:]))
-    on_gpus = sum(speeds.get(d, ("cpu",))[0] == "gpu" for d in layout.layer_devices)
-    streaming = sum(read / speeds.get(d, speeds["CPU"])[1] for d, read in reads.items())
+    on_gpus = sum(_speed(speeds, d)[0] == "gpu" for d in layout.layer_devices)
+    streaming = sum(read / _speed(speeds, d)[1] for d, read in reads.items())
     return streaming + hops * HOP_S + on_gpus * GPU_LAYER_S
 
 
-def prompt_seconds(shape: ModelShape, layout: Layout, hw: Hardware) -> float:
+def _prompt_seconds(shape: ModelShape, layout: Layout, speeds: Speeds) -> float:
     """Per prompt token."""
-    speeds = _speeds(hw)
     params = shape.n_params or shape.weights_bytes * 2  # ~4 bits a weight when unknown
     active = params - shape.expert_params * (1 - shape.active_fraction)
-    gpus = [speeds[d] for d in set(layout.layer_devices) if speeds.get(d, ("cpu",))[0] == "gpu"]
+    gpus = [_speed(speeds, d) for d in set(layout.layer_devices)
+            if _speed(speeds, d)[0] == "gpu"]
     if not gpus:
         return 2 * active / speeds["CPU"][2]
     in_ram = sum(shape.layer_bytes[i] for i, d in enumerate(layout.layer_devices) if d == "CPU")
@@ -131,9 +124,9 @@ def forecast(shape: ModelShape, layout: Layout, hw: Hardware, n_ctx: int,
              calibration: tuple[tuple[str, float], ...] = ()) -> Forecast:
     """Tokens a second for generation and for the prompt, corrected by the measured
     ratios for this device and model kind when there are any."""
-    ratios = dict(calibration)
-    key = f"{main_kind(layout, hw)}/{model_kind(shape)}"
-    decode = 1 / decode_seconds(shape, layout, hw, n_ctx)
-    prompt = 1 / prompt_seconds(shape, layout, hw)
+    speeds, ratios = _speeds(hw), dict(calibration)
+    key = f"{_main_kind(layout, speeds)}/{model_kind(shape)}"
+    decode = 1 / _decode_seconds(shape, layout, speeds, n_ctx)
+    prompt = 1 / _prompt_seconds(shape, layout, speeds)
     return Forecast(decode * ratios.get(f"decode/{key}", 1.0),
                     prompt * ratios.get(f"prompt/{key}", 1.0), key, decode, prompt)

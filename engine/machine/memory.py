@@ -29,11 +29,22 @@ from dataclasses import dataclass
 
 from ..catalog.shape import ModelShape
 from ..events import MAX_OUTPUTS
-from .forecast import Layout
 from .hardware import Hardware
 
 UBATCH = 512
 MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a placement put each piece: the device of every layer, of the output
+    matrix, and how many leading layers keep their routed experts in RAM."""
+    layer_devices: tuple[str, ...]
+    output_device: str
+    cpu_moe: int = 0
+
+    def expert_device(self, layer: int) -> str:
+        return "CPU" if layer < self.cpu_moe else self.layer_devices[layer]
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,10 @@ def registry_lib():
     lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
     lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
                                             ctypes.POINTER(ctypes.c_size_t)]
+    lib.ggml_backend_dev_by_type.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
+    lib.ggml_backend_dev_buffer_type.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_buffer_type.argtypes = [ctypes.c_void_p]
     return lib
 
 
@@ -84,10 +88,6 @@ def experts_in_ram(layers: int):
     0..layers-1 in the CPU's buffer (llama.cpp's --n-cpu-moe), whichever device holds the
     rest of each layer."""
     lib = registry_lib()
-    lib.ggml_backend_dev_by_type.restype = ctypes.c_void_p
-    lib.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
-    lib.ggml_backend_dev_buffer_type.restype = ctypes.c_void_p
-    lib.ggml_backend_dev_buffer_type.argtypes = [ctypes.c_void_p]
     cpu = lib.ggml_backend_dev_buffer_type(lib.ggml_backend_dev_by_type(KINDS.index("cpu")))
     pattern = rf"^blk\.({'|'.join(map(str, range(layers)))})\.{EXPERT_TENSORS}".encode()
     return (BufferOverride * 2)(BufferOverride(pattern, cpu), BufferOverride(None, None))

@@ -15,15 +15,13 @@ from .probe import registry_lib, device_handles
 def _libs():
     from .native import library
 
-    ggml, rpc = library("ggml"), library("ggml-rpc")
+    ggml, rpc = registry_lib(), library("ggml-rpc")
     rpc.ggml_backend_rpc_add_server.restype = ctypes.c_void_p
     rpc.ggml_backend_rpc_add_server.argtypes = [ctypes.c_char_p]
     rpc.ggml_backend_rpc_start_server.argtypes = [
         ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t,
         ctypes.POINTER(ctypes.c_void_p)]
     ggml.ggml_backend_register.argtypes = [ctypes.c_void_p]
-    ggml.ggml_backend_dev_by_type.restype = ctypes.c_void_p
-    ggml.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
     return ggml, rpc
 
 

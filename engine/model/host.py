@@ -192,11 +192,12 @@ class ModelHost:
             self._journal.end()
 
     def record_speed(self, usage: Usage) -> None:
-        """A request that ran alone, after a load's first (its page faults and cold caches
-        make it slow), measures the loaded plan's forecast: generation (16 tokens or more,
-        without speculation) and the prompt (64 new tokens or more). The ratio corrects
-        later forecasts (persisted); the load's details keep the error before and after
-        the correction."""
+        """The first request of a load that ran alone, after the load's first (its page
+        faults and cold caches make it slow), measures the loaded plan's forecast once per
+        phase: generation (16 tokens or more, without speculation) and the prompt (64 new
+        tokens or more). The ratio corrects later forecasts (persisted: one file write per
+        load and phase, not per request); the load's details keep the error before and
+        after the correction."""
         loaded = self.loaded
         forecast = getattr(loaded.plan, "forecast", None) if loaded else None
         if forecast is None or loaded.memory is None or usage.shared_streams > 1 \
@@ -209,7 +210,7 @@ class ModelHost:
                        usage.prompt_tokens - usage.cached_tokens >= 64)}
         measured = loaded.memory.setdefault("speed", {})
         for phase, (rate, prior, planned, enough) in phases.items():
-            if enough and rate > 0 and prior > 0:
+            if enough and rate > 0 and prior > 0 and phase not in measured:
                 self._calibration.record_speed(f"{phase}/{forecast.key}", rate / prior)
                 measured[phase] = {"measured": rate, "forecast": round(planned, 1),
                                    "error": round(planned / rate - 1, 3),
