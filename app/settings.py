@@ -9,15 +9,20 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Sampling:
-    temperature: float = 0.7
-    top_p: float = 0.95
+    temperature: float | None = None  # None: the model's default (the engine knows it)
+    top_p: float | None = None
     max_tokens: int = 1024
     seed: int = -1  # -1: a new random seed each time
     speculation: str = "off"  # "off", "lookup", or "draft:<model id>" ("draft:auto" picks)
+    # 2: temperature and top-p saved only when the user chose them. Version 1 saved the
+    # old fixed 0.7 / 0.95 for everyone, which the small models answer nonsense with.
+    version: int = 2
 
     def as_request(self) -> dict:
-        request = {"temperature": self.temperature, "top_p": self.top_p,
-                   "max_tokens": self.max_tokens, "seed": None if self.seed < 0 else self.seed}
+        request = {"max_tokens": self.max_tokens, "seed": None if self.seed < 0 else self.seed}
+        request.update({name: value for name, value in
+                        (("temperature", self.temperature), ("top_p", self.top_p))
+                        if value is not None})
         if self.speculation.startswith("draft:"):
             request["draft_model"] = self.speculation.split(":", 1)[1]
         else:
@@ -48,6 +53,17 @@ def load_settings(path: Path, kind: type):
         return replace(kind(), **{k: v for k, v in data.items() if k in known})
     except TypeError:
         return kind()
+
+
+def load_sampling(path: Path) -> Sampling:
+    """The saved sampling; from a version 1 file (no "version") all but its fixed
+    temperature and top-p, so the model's defaults apply."""
+    saved = load_settings(path, Sampling)
+    try:
+        versioned = "version" in json.loads(path.read_text())
+    except (OSError, ValueError, TypeError):
+        versioned = False
+    return saved if versioned else replace(saved, temperature=None, top_p=None)
 
 
 def save_settings(path: Path, settings) -> None:

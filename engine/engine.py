@@ -17,11 +17,12 @@ from dataclasses import replace
 from typing import Callable
 
 from .catalog.chat_format import ChatFormat, chat_format_for
+from .catalog.sampling_defaults import model_defaults
 from .batching.lane import Lane
 from .cascade import Cascade
 from .catalog.models import LocalModel, ModelStore
 from .errors import HomerackError, InvalidRequest
-from .events import LOADED, Event, GenerationRequest, Job
+from .events import LOADED, Event, GenerationRequest, Job, SamplingParams
 from .llama.vocab import Vocabulary
 from .model.embeddings import Embedder
 from .model.host import EngineSettings, LoadOverride, prompt_tokens, render_chat
@@ -126,6 +127,12 @@ class Engine:
         """The chat format a model's prompts are rendered in (its template, or the
         fallback), read from its file's metadata without loading it."""
         return chat_format_for(self.store.inspector.inspect(model.path))
+
+    def sampling_defaults(self, model: LocalModel) -> SamplingParams:
+        """What a request for `model` that leaves sampling out is sampled with."""
+        chosen = model_defaults(self.store.inspector.inspect(model.path))
+        return SamplingParams(chosen.temperature, chosen.top_p, chosen.top_k, chosen.min_p,
+                              frequency_penalty=chosen.frequency_penalty)
 
     def embed(self, model: LocalModel, inputs: list) -> tuple:
         """Vectors from an embedding model, loaded next to the chat model (model/embeddings.py);

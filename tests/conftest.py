@@ -98,9 +98,12 @@ def hub(starters_dir, tmp_path, monkeypatch):
         part = tmp_path / f"part{i}"
         part.write_bytes(os.urandom(1 << 20))
         parts[f"SmolLM2-135M-Instruct-Q8_0-0000{i}-of-00002.gguf"] = part
+    # the authors' sampling defaults, as a Hub repository keeps them
+    config = tmp_path / "generation_config.json"
+    config.write_text('{"do_sample": true, "temperature": 0.25, "top_p": 0.85}')
     server = HubServer({
         SMOL: Repo({"SmolLM2-135M-Instruct-Q4_1.gguf": starters_dir / f"{STARTER}.gguf",
-                    **parts}, downloads=500),
+                    "generation_config.json": config, **parts}, downloads=500),
         GEMMA_REPO: Repo({"gemma-3-270m-it-Q4_K_M.gguf":
                           starters_dir / "gemma-3-270m-q4_k_m.gguf"}, downloads=900),
         "meta-llama/Gated-GGUF": Repo({"gated-Q4_K_M.gguf": starters_dir / f"{STARTER}.gguf"},

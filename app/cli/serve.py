@@ -74,7 +74,8 @@ def _serve(args, token: str) -> int:
         cluster = make_cluster(args, lost_handler(holder))
     engine = holder["engine"] = Engine(store, _settings(args), cluster)
     downloads = Downloads(store.folder, paths().data / "downloads.json",
-                          token=os.environ.get("HF_TOKEN"))
+                          token=os.environ.get("HF_TOKEN"),
+                          on_done=lambda files: store.kind_of(store.resolve(str(files[0]))))
     engine_file = paths().engine_file
 
     def ready(url: str) -> None:

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from ..engine import Engine
+from ..catalog.sampling_defaults import model_defaults
 from ..errors import InvalidRequest
 from ..events import Failed
 from ..metrics import prometheus_text
@@ -47,6 +48,12 @@ def _status_routes(router: APIRouter, engine: Engine) -> None:
 
 
 def _model_routes(router: APIRouter, engine: Engine) -> None:
+    def _defaults(model) -> dict | None:
+        """The model's sampling defaults, where its file was read already."""
+        if not engine.store.inspector.known(model.path):
+            return None
+        return model_defaults(engine.store.inspector.inspect(model.path)).as_dict()
+
     @router.get("/v1/models")
     async def list_models():
         status = engine.status()
@@ -56,7 +63,7 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
         models = [
             {"id": m.id, "object": "model", "created": int(m.path.stat().st_mtime),
              "owned_by": "local", **m.as_dict(), "kind": engine.store.kind_of(m, wait=False),
-             "loaded": m.id in loaded}
+             "loaded": m.id in loaded, "sampling_defaults": _defaults(m)}
             for m in engine.store.list()]
         if engine.routing:
             models.insert(0, {"id": "auto", "object": "model", "created": 0,

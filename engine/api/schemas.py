@@ -140,7 +140,7 @@ class SamplingFields(BaseModel):
     min_p: float | None = Field(None, ge=0, le=1)
     seed: int | None = None
     stop: str | list[str] | None = None
-    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
     presence_penalty: float = Field(0.0, ge=-2, le=2)
     n: int = Field(1, ge=1, le=1, description="only one choice per request is supported")
     ignore_eos: bool = False  # llama-server's extension: generate exactly max_tokens
@@ -163,15 +163,18 @@ class SamplingFields(BaseModel):
             return ()
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
 
-    def sampling(self) -> SamplingParams:
-        defaults = SamplingParams()
+    def sampling(self, defaults: SamplingParams = SamplingParams()) -> SamplingParams:
+        """The request's sampling; what it leaves out comes from `defaults` (the model's)."""
         return SamplingParams(
             temperature=defaults.temperature if self.temperature is None else self.temperature,
             top_p=self.top_p or defaults.top_p,
             top_k=defaults.top_k if self.top_k is None else self.top_k,
             min_p=defaults.min_p if self.min_p is None else self.min_p,
             seed=self.seed,
-            frequency_penalty=self.frequency_penalty,
+            # the model's penalty goes with its temperature (greedy needs it against loops):
+            # a request that picks its temperature picks its own penalty
+            frequency_penalty=self.frequency_penalty if self.frequency_penalty is not None
+            else defaults.frequency_penalty if self.temperature is None else 0.0,
             presence_penalty=self.presence_penalty,
         )
 

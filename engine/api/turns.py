@@ -121,7 +121,8 @@ def request_for(engine: Engine, body, **content) -> GenerationRequest:
             except ModelNotFound as exc:
                 raise ModelNotFound(exc.message, param="draft_model") from None
     return GenerationRequest(model=model, max_tokens=body.token_limit(),
-                             sampling=body.sampling(), stop=body.stop_strings(),
+                             sampling=body.sampling(engine.sampling_defaults(model)),
+                             stop=body.stop_strings(),
                              ignore_eos=body.ignore_eos, speculation=speculation,
                              draft_model=draft, cache_prompt=body.cache_prompt, routed=routed,
                              response_cache=body.response_cache, **content)

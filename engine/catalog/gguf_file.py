@@ -19,7 +19,7 @@ from ..errors import InvalidModelFile
 from .shape import ModelShape, shape_or_none
 
 GGUF_MAGIC = b"GGUF"
-_CACHE_VERSION = 7
+_CACHE_VERSION = 8
 # Encoder architectures: their models embed text and cannot chat.
 ENCODERS = {"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3",
             "modern-bert", "neo-bert", "t5encoder"}
@@ -43,6 +43,7 @@ class GGUFInfo:
     vocab_hash: str  # tokenizer model, tokens, token types and special ids
     shape: "ModelShape | None" = None  # None for architectures it cannot describe
     embedding: bool = False  # an embedding model (pooled vectors), not a chat model
+    sampling: dict | None = None  # the authors' general.sampling.* keys ("temp": 0.6, ...)
 
 
 def _field(reader, key: str, default=None):
@@ -113,7 +114,15 @@ def _parse(path: Path) -> GGUFInfo:
         vocab_hash=_vocab_hash(reader),
         shape=shape_or_none(reader, path.stem),
         embedding=_is_embedding(reader, str(arch)),
+        sampling=_sampling_keys(reader),
     )
+
+
+def _sampling_keys(reader) -> dict:
+    """llama.cpp's LLAMA_MODEL_META_KEY_SAMPLING_* keys the file carries, by short name."""
+    prefix = "general.sampling."
+    return {key[len(prefix):]: reader.fields[key].contents()
+            for key in reader.fields if key.startswith(prefix)}
 
 
 def _is_embedding(reader, arch: str) -> bool:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import HomerackError, InvalidRequest
+from .generation_config import keep_generation_config
 from .repos import QuantFiles, download, partial_bytes, staging_folder
 
 ACTIVE = ("queued", "downloading")
@@ -135,15 +136,16 @@ class Downloads:
         try:
             files = download(state.repo, state.quant, self.models, self.endpoint, self.token,
                              progress=self._progress_class(download_id, control))
+            keep_generation_config(state.repo, files[0], self.endpoint, self.token)
         except _Stopped:
             status = "paused" if control.stop == "pause" else "cancelled"
             self._update(download_id, status=status, speed_bps=0.0)
         except HomerackError as exc:
             self._update(download_id, status="failed", error=exc.message, speed_bps=0.0)
         else:
+            self.on_done(files)  # first: a model is known (its kind, its defaults) once done
             self._update(download_id, status="done", done_bytes=state.quant.size,
                          speed_bps=0.0, files=tuple(str(f) for f in files))
-            self.on_done(files)
 
     def _progress_class(self, download_id: int, control: _Control):
         """A tqdm-shaped class: huggingface_hub makes one per file and calls update(n)."""

@@ -253,8 +253,10 @@ def test_background_download_pauses_resumes_and_becomes_a_model(engine_hub, hub)
     done = wait_for(http, started["id"], ("done", "failed"))
     assert done["status"] == "done", done
     assert hub.sent - before < paused["size_bytes"] - paused["done_bytes"] + (1 << 20)
-    ids = [m["id"] for m in http.get("/v1/models").json()["data"]]
-    assert "SmolLM2-135M-Instruct-Q4_1" in ids
+    models = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
+    defaults = models["SmolLM2-135M-Instruct-Q4_1"]["sampling_defaults"]
+    assert (defaults["temperature"], defaults["top_p"]) == (0.25, 0.85)  # the repo's own
+    assert defaults["source"] == "the model's generation_config.json"
 
 
 def test_cancel_removes_the_partial_file(engine_hub, hub):
@@ -294,7 +296,8 @@ def test_a_split_quant_downloads_every_part_keeping_a_part_done_before(hub, tmp_
     downloads, before = Downloads(models, tmp_path / "downloads.json"), hub.sent
     state = downloads.wait(downloads.start(SMOL, quant).id, timeout=60)
     assert state.status == "done" and state.done_bytes == quant.size == 2 << 20
-    assert hub.sent - before == 1 << 20  # only the second part travelled
+    config = len(hub.repos[SMOL].files["generation_config.json"].read_bytes())
+    assert hub.sent - before == (1 << 20) + config  # only the second part travelled
     assert sorted(p.name for p in models.glob("*.gguf")) == list(quant.files)
 
 
