@@ -12,7 +12,12 @@ from .engine_proc import EngineAddress
 
 
 class EngineError(Exception):
-    """The engine answered with an error (its message is for people)."""
+    """The engine answered with an error: its message is for people; `status` is the
+    HTTP status, for code that must tell kinds apart (never shown)."""
+
+    def __init__(self, message: str, status: int = 0):
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass
@@ -149,8 +154,12 @@ class EngineClient:
                 message = response.json()["error"]["message"]
             except (ValueError, KeyError, TypeError):
                 message = response.text
-            raise EngineError(f"{response.status_code}: {message}")
+            raise EngineError(message, response.status_code)
         return response
+
+    def count_tokens(self, text: str, model: str | None = None) -> int:
+        body = {"content": text, "model": model}
+        return len(self._checked(self._http.post("/tokenize", json=body)).json()["tokens"])
 
     def close(self) -> None:
         self._http.close()

@@ -1,7 +1,16 @@
-"""Conversations and their messages, persisted in SQLite under the user data folder."""
+"""Conversations and their messages, persisted in SQLite under the user data folder.
+
+A conversation is a tree: editing a question or regenerating an answer adds a sibling
+beside the old message instead of replacing it, and the conversation's `tip` (its last
+message) says which branch is shown. `messages()` is that branch, root to tip, each
+message knowing its place among its siblings ("2/3"). Message text is indexed with
+SQLite's FTS5 for the sidebar's search. Deleting a conversation only marks it, so the
+window can offer an undo; marked ones are purged the next time the history opens.
+"""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -16,20 +25,42 @@ CREATE TABLE IF NOT EXISTS conversations (
     updated REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS messages (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: ids key the view's copy links
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: ids key the view's links
     conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
     role TEXT NOT NULL,
     content TEXT NOT NULL,
-    status TEXT NOT NULL DEFAULT 'complete'  -- or 'interrupted'
+    status TEXT NOT NULL DEFAULT 'complete'  -- or 'interrupted', 'stopped'
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 """
-# Columns added after the first release, for databases created before them.
+# Columns added after the first release, for databases created before them; the SQL
+# after a column fills it for the rows that were there.
 ADDED_COLUMNS = {
-    "conversations": {"routed": "INTEGER NOT NULL DEFAULT 0"},  # model "auto"
-    "messages": {"model": "TEXT", "detail": "TEXT NOT NULL DEFAULT ''"},  # who answered, how
+    "conversations": {
+        "routed": ("INTEGER NOT NULL DEFAULT 0", None),  # each reply to model "auto"
+        "tip": ("INTEGER", "UPDATE conversations SET tip = (SELECT max(id) FROM messages m "
+                           "WHERE m.conversation_id = conversations.id)"),
+        "deleted": ("REAL", None),  # when it was deleted (kept for an undo)
+    },
+    "messages": {
+        "model": ("TEXT", None),  # who answered
+        "detail": ("TEXT NOT NULL DEFAULT ''", None),  # how: "from the response cache"
+        "stats": ("TEXT NOT NULL DEFAULT ''", None),  # "42 tokens · 31.2 tok/s · 1.4 s"
+        "parent": ("INTEGER", "UPDATE messages SET parent = (SELECT max(p.id) FROM messages p "
+                              "WHERE p.conversation_id = messages.conversation_id "
+                              "AND p.id < messages.id)"),
+    },
 }
-
+FULL_TEXT = """
+CREATE VIRTUAL TABLE message_text USING fts5(content, content='messages', content_rowid='id');
+CREATE TRIGGER message_text_add AFTER INSERT ON messages BEGIN
+    INSERT INTO message_text(rowid, content) VALUES (new.id, new.content); END;
+CREATE TRIGGER message_text_drop AFTER DELETE ON messages BEGIN
+    INSERT INTO message_text(message_text, rowid, content) VALUES ('delete', old.id, old.content);
+END;
+INSERT INTO message_text(message_text) VALUES ('rebuild');
+"""
+MESSAGE_COLUMNS = "id, role, content, status, model, detail, stats, parent"
 
 # Small models answer far better with a plain instruction than with none.
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
@@ -42,6 +73,7 @@ class SavedConversation:
     system_prompt: str
     model: str | None
     routed: bool = False  # each reply goes to model "auto" (the small or the large one)
+    updated: float = 0.0  # when it last changed (the sidebar groups by it)
 
 
 @dataclass(frozen=True)
@@ -52,6 +84,9 @@ class SavedMessage:
     status: str = "complete"
     model: str | None = None  # the model that answered (assistant messages)
     detail: str = ""  # how: "from the response cache", "routed: ..."
+    stats: str = ""  # its figures, for the view's tooltip
+    parent: int | None = None
+    variant: tuple[int, int] = (1, 1)  # its place among its siblings, and their number
 
 
 class History:
@@ -61,36 +96,52 @@ class History:
         self._db.execute("PRAGMA foreign_keys = ON")
         self._db.executescript(SCHEMA)
         self._add_columns()
+        self._index_text()
+        self.purge()
 
     def _add_columns(self) -> None:
         with self._db:
             for table, columns in ADDED_COLUMNS.items():
                 have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
-                for name, kind in columns.items():
+                for name, (kind, fill) in columns.items():
                     if name not in have:
                         self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+                        if fill:
+                            self._db.execute(fill)
+
+    def _index_text(self) -> None:
+        exists = self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'message_text'")
+        if exists.fetchone() is None:
+            with self._db:
+                self._db.executescript(FULL_TEXT)
+
+    # -- conversations ----------------------------------------------------------
 
     def create(self, title: str = "New chat", system_prompt: str = DEFAULT_SYSTEM_PROMPT,
                model: str | None = None) -> SavedConversation:
+        now = time.time()
         with self._db:
             cursor = self._db.execute(
                 "INSERT INTO conversations (title, system_prompt, model, updated) VALUES (?,?,?,?)",
-                (title, system_prompt, model, time.time()))
-        return SavedConversation(cursor.lastrowid, title, system_prompt, model)
+                (title, system_prompt, model, now))
+        return SavedConversation(cursor.lastrowid, title, system_prompt, model, False, now)
 
     def conversations(self, search: str = "") -> list[SavedConversation]:
-        """Newest first; `search` matches titles and message text."""
-        pattern = f"%{search}%"
+        """Newest first; `search` matches titles and the words of any message."""
+        words = re.findall(r"\w+", search)
+        query = " ".join(f'"{word}"*' for word in words)  # each word, as a prefix
         rows = self._db.execute(
-            "SELECT id, title, system_prompt, model, routed FROM conversations c WHERE ? = '' "
-            "OR title LIKE ? OR EXISTS (SELECT 1 FROM messages m WHERE "
-            "m.conversation_id = c.id AND m.content LIKE ?) ORDER BY updated DESC, id DESC",
-            (search, pattern, pattern))
+            "SELECT id, title, system_prompt, model, routed, updated FROM conversations "
+            "WHERE deleted IS NULL AND (? = '' OR title LIKE ? OR (? != '' AND id IN ("
+            "SELECT conversation_id FROM messages WHERE id IN ("
+            "SELECT rowid FROM message_text WHERE message_text MATCH ?)))) "
+            "ORDER BY updated DESC, id DESC",
+            (search.strip(), f"%{search.strip()}%", query, query or '""'))
         return [_conversation(row) for row in rows]
 
     def get(self, conversation_id: int) -> SavedConversation:
-        row = self._db.execute("SELECT id, title, system_prompt, model, routed FROM conversations "
-                               "WHERE id = ?", (conversation_id,)).fetchone()
+        row = self._db.execute("SELECT id, title, system_prompt, model, routed, updated "
+                               "FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
         if row is None:
             raise KeyError(conversation_id)
         return _conversation(row)
@@ -105,35 +156,92 @@ class History:
                              (*fields.values(), time.time(), conversation_id))
 
     def delete(self, conversation_id: int) -> None:
+        """Mark it deleted: gone from the list, back with `restore` until the next start."""
         with self._db:
-            self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+            self._db.execute("UPDATE conversations SET deleted = ? WHERE id = ?",
+                             (time.time(), conversation_id))
+
+    def restore(self, conversation_id: int) -> None:
+        with self._db:
+            self._db.execute("UPDATE conversations SET deleted = NULL WHERE id = ?",
+                             (conversation_id,))
+
+    def purge(self) -> None:
+        with self._db:
+            self._db.execute("DELETE FROM conversations WHERE deleted IS NOT NULL")
+
+    # -- messages: the branch shown, and the others beside it -----------------------
 
     def messages(self, conversation_id: int) -> list[SavedMessage]:
-        rows = self._db.execute("SELECT id, role, content, status, model, detail FROM messages "
-                                "WHERE conversation_id = ? ORDER BY id", (conversation_id,))
-        return [SavedMessage(*row) for row in rows]
+        """The branch that ends at the conversation's tip, first message first."""
+        rows = {row[0]: row for row in self._db.execute(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ?",
+            (conversation_id,))}
+        siblings: dict[int | None, list[int]] = {}
+        for key in sorted(rows):
+            siblings.setdefault(rows[key][-1], []).append(key)
+        branch, at = [], self._tip(conversation_id)
+        while at in rows:
+            family = siblings[rows[at][-1]]
+            branch.append(SavedMessage(*rows[at], (family.index(at) + 1, len(family))))
+            at = rows[at][-1]
+        return branch[::-1]
 
     def add_message(self, conversation_id: int, role: str, content: str,
                     status: str = "complete", model: str | None = None,
-                    detail: str = "") -> SavedMessage:
+                    detail: str = "", stats: str = "") -> SavedMessage:
+        """A message after the tip, which becomes the new tip."""
+        parent = self._tip(conversation_id)
         with self._db:
             cursor = self._db.execute(
-                "INSERT INTO messages (conversation_id, role, content, status, model, detail) "
-                "VALUES (?,?,?,?,?,?)", (conversation_id, role, content, status, model, detail))
-            self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?",
-                             (time.time(), conversation_id))
-        return SavedMessage(cursor.lastrowid, role, content, status, model, detail)
+                "INSERT INTO messages (conversation_id, role, content, status, model, detail, "
+                "stats, parent) VALUES (?,?,?,?,?,?,?,?)",
+                (conversation_id, role, content, status, model, detail, stats, parent))
+            self._set_tip(conversation_id, cursor.lastrowid)
+        return SavedMessage(cursor.lastrowid, role, content, status, model, detail, stats,
+                            parent)
 
-    def delete_messages_from(self, conversation_id: int, message_id: int) -> None:
-        """Drop a message and everything after it (regenerate, edit-and-resend)."""
+    def rewind(self, conversation_id: int, message_id: int) -> None:
+        """Make the tip the message before `message_id`: what is added next becomes its
+        sibling (regenerate an answer, edit a question), and it stays one step away."""
+        row = self._db.execute("SELECT parent FROM messages WHERE id = ? AND conversation_id = ?",
+                               (message_id, conversation_id)).fetchone()
+        if row is not None:
+            with self._db:
+                self._set_tip(conversation_id, row[0])
+
+    def switch(self, conversation_id: int, message_id: int, step: int) -> None:
+        """Show the sibling `step` away from `message_id` (‹ and ›), with the latest
+        branch below it."""
+        row = self._db.execute("SELECT parent FROM messages WHERE id = ? AND conversation_id = ?",
+                               (message_id, conversation_id)).fetchone()
+        if row is None:
+            return
+        family = self._children(conversation_id, row[0])
+        chosen = family[(family.index(message_id) + step) % len(family)]
+        while children := self._children(conversation_id, chosen):
+            chosen = children[-1]
         with self._db:
-            self._db.execute("DELETE FROM messages WHERE conversation_id = ? AND id >= ?",
-                             (conversation_id, message_id))
+            self._set_tip(conversation_id, chosen)
+
+    def _children(self, conversation_id: int, parent: int | None) -> list[int]:
+        return [row[0] for row in self._db.execute(
+            "SELECT id FROM messages WHERE conversation_id = ? AND parent IS ? ORDER BY id",
+            (conversation_id, parent))]
+
+    def _tip(self, conversation_id: int) -> int | None:
+        row = self._db.execute("SELECT tip FROM conversations WHERE id = ?",
+                               (conversation_id,)).fetchone()
+        return row[0] if row else None
+
+    def _set_tip(self, conversation_id: int, tip: int | None) -> None:
+        self._db.execute("UPDATE conversations SET tip = ?, updated = ? WHERE id = ?",
+                         (tip, time.time(), conversation_id))
 
     def close(self) -> None:
         self._db.close()
 
 
 def _conversation(row: tuple) -> SavedConversation:
-    *head, routed = row
-    return SavedConversation(*head, bool(routed))
+    *head, routed, updated = row
+    return SavedConversation(*head, bool(routed), updated)

@@ -142,13 +142,21 @@ class Engine:
     def count_prompt_tokens(self, request: GenerationRequest) -> int:
         """The tokens the request's prompt will take, counted with the model's vocabulary
         alone (the model need not be loaded; the count equals its usage.prompt_tokens)."""
-        model = request.model
         with self._vocab_lock:
-            vocab = self._vocabs.get(model.path)
-            if vocab is None:
-                self.store.inspector.inspect(model.path)  # a bad file fails before llama.cpp
-                vocab = self._vocabs[model.path] = Vocabulary(model.path)
-            return len(prompt_tokens(request, self.chat_format_of(model), vocab)[0])
+            vocab = self._vocab(request.model)
+            return len(prompt_tokens(request, self.chat_format_of(request.model), vocab)[0])
+
+    def tokenize(self, model: LocalModel, text: str) -> list[int]:
+        """`text` as the model's tokens (no special tokens added), the model not loaded."""
+        with self._vocab_lock:
+            return self._vocab(model).tokenize(text)
+
+    def _vocab(self, model: LocalModel) -> Vocabulary:
+        vocab = self._vocabs.get(model.path)
+        if vocab is None:
+            self.store.inspector.inspect(model.path)  # a bad file fails before llama.cpp
+            vocab = self._vocabs[model.path] = Vocabulary(model.path)
+        return vocab
 
     def plan_for(self, model: LocalModel, override: LoadOverride | None = None):
         return self.host.plan_for(model, override)

@@ -18,7 +18,7 @@ from ..metrics import prometheus_text
 from ..model.host import LoadOverride
 from ..routing import pair
 from .channel import Channel
-from .schemas import LoadRequest, RoutingRequest
+from .schemas import LoadRequest, RoutingRequest, TokenizeRequest
 
 
 def router(engine: Engine) -> APIRouter:
@@ -80,6 +80,14 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
             raise InvalidRequest(f"{model.id}: the planner cannot read this model's shape",
                                  param="model")
         return planned.as_dict()
+
+    @router.post("/tokenize")
+    async def tokenize(body: TokenizeRequest):
+        """The text as the model's tokens (llama-server's route): the app counts an
+        attachment's tokens with it before sending."""
+        model = engine.store.resolve(body.model) if body.model else \
+            engine.default_model() or engine.store.resolve(None)
+        return {"tokens": await asyncio.to_thread(engine.tokenize, model, body.content)}
 
     @router.post("/v1/models/load")
     async def load_model(body: LoadRequest, http: Request):

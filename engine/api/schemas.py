@@ -219,6 +219,13 @@ class RoutingRequest(BaseModel):
     threshold: float = Field(DEFAULT_THRESHOLD, ge=0, le=1)
 
 
+class TokenizeRequest(BaseModel):
+    """llama-server's /tokenize body, with a model (the default one when left out)."""
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    content: str = Field(max_length=64 << 20)
+
+
 class LoadRequest(BaseModel):
     """A model to plan or load, with the user's choices over the planner's."""
     model_config = ConfigDict(extra="forbid")

@@ -41,3 +41,57 @@ def test_a_database_from_before_gains_the_columns_and_keeps_its_rows(tmp_path):
     assert history.messages(1)[-1].detail == "from the response cache"
     history.close()
     History(path).close()  # opening it again adds nothing twice
+
+
+def test_regenerate_and_edit_keep_the_alternatives_navigable(tmp_path):
+    history = History(tmp_path / "history.sqlite3")
+    chat = history.create()
+    question = history.add_message(chat.id, "user", "capital of France?")
+    first = history.add_message(chat.id, "assistant", "Paris.")
+    history.rewind(chat.id, first.id)  # regenerate: the next answer goes beside it
+    history.add_message(chat.id, "assistant", "It is Paris.")
+    shown = history.messages(chat.id)
+    assert [m.content for m in shown] == ["capital of France?", "It is Paris."]
+    assert shown[1].variant == (2, 2)
+    history.switch(chat.id, shown[1].id, -1)  # ‹
+    assert [m.content for m in history.messages(chat.id)][1] == "Paris."
+    history.rewind(chat.id, question.id)  # edit the question and resend
+    history.add_message(chat.id, "user", "capital of Italy?")
+    history.add_message(chat.id, "assistant", "Rome.")
+    edited = history.messages(chat.id)
+    assert [m.content for m in edited] == ["capital of Italy?", "Rome."]
+    assert edited[0].variant == (2, 2)
+    history.switch(chat.id, edited[0].id, 1)  # back to the first question, its last answer
+    back = history.messages(chat.id)
+    assert [m.content for m in back] == ["capital of France?", "It is Paris."]
+    assert back[1].variant == (2, 2)
+    history.close()
+
+
+def test_search_finds_words_in_any_message_and_titles(tmp_path):
+    history = History(tmp_path / "history.sqlite3")
+    a, b = history.create("Cooking"), history.create("Travel")
+    history.add_message(a.id, "user", "How long do I boil spaghetti?")
+    history.add_message(b.id, "user", "Trains from Lyon to Paris")
+    assert [c.title for c in history.conversations("spagh")] == ["Cooking"]
+    assert [c.title for c in history.conversations("lyon paris")] == ["Travel"]
+    assert [c.title for c in history.conversations("trav")] == ["Travel"]
+    assert history.conversations('"; DROP TABLE messages; --') == []
+    assert len(history.conversations("")) == 2
+    history.close()
+
+
+def test_a_deleted_conversation_comes_back_with_undo_until_the_next_start(tmp_path):
+    path = tmp_path / "history.sqlite3"
+    history = History(path)
+    chat = history.create("Keep me")
+    history.add_message(chat.id, "user", "hello")
+    history.delete(chat.id)
+    assert history.conversations() == []
+    history.restore(chat.id)
+    assert [c.title for c in history.conversations()] == ["Keep me"]
+    history.delete(chat.id)
+    history.close()
+    reopened = History(path)
+    assert reopened.conversations() == [] and reopened.conversations("hello") == []
+    reopened.close()

@@ -1,0 +1,75 @@
+"""Files attached to a message: text, Markdown, code and PDF, read to text for the
+context. Qt-free: the window asks, shows what came back, and offers the start of a file
+too long for the context."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_FILE_BYTES = 20 << 20
+# Text the model reads: most of what people attach (plain text, Markdown, code, data).
+TEXT_SUFFIXES = {
+    ".txt", ".md", ".markdown", ".rst", ".csv", ".tsv", ".json", ".jsonl", ".yaml", ".yml",
+    ".toml", ".ini", ".cfg", ".xml", ".html", ".css", ".log", ".py", ".js", ".ts", ".tsx",
+    ".jsx", ".c", ".h", ".cc", ".cpp", ".hpp", ".rs", ".go", ".java", ".kt", ".swift", ".rb",
+    ".php", ".sh", ".bash", ".zsh", ".sql", ".r", ".lua", ".pl", ".cs", ".m", ".scala", ".tex"}
+
+
+class AttachmentError(ValueError):
+    """A file that cannot be attached, said in words."""
+
+
+@dataclass(frozen=True)
+class Attachment:
+    name: str
+    text: str
+    tokens: int  # as the model counts them (or estimated, where no engine answered)
+    truncated: bool = False
+
+    def as_context(self) -> str:
+        """How the text goes into the message: fenced, named, so the model sees its
+        edges and the answer can refer to it."""
+        cut = " (the start of it)" if self.truncated else ""
+        return f"Attached file {self.name}{cut}:\n```\n{self.text}\n```"
+
+
+def read_text(path: Path) -> str:
+    """A file's text; PDFs page by page with pypdf."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise AttachmentError(f"{path.name} cannot be read: {exc.strerror}") from None
+    if size > MAX_FILE_BYTES:
+        raise AttachmentError(f"{path.name} is {size / 2**20:.0f} MiB: attach a file under "
+                              f"{MAX_FILE_BYTES >> 20} MiB, or the part of it you need")
+    if path.suffix.lower() == ".pdf":
+        return _pdf_text(path)
+    data = path.read_bytes()
+    if path.suffix.lower() not in TEXT_SUFFIXES and b"\0" in data[:8192]:
+        raise AttachmentError(f"{path.name} is not a text file: attach text, Markdown, "
+                              "code or a PDF")
+    return data.decode("utf-8", errors="replace")
+
+
+def _pdf_text(path: Path) -> str:
+    from pypdf import PdfReader
+    from pypdf.errors import PdfReadError
+
+    try:
+        pages = [page.extract_text() or "" for page in PdfReader(path).pages]
+    except (PdfReadError, ValueError, OSError) as exc:
+        raise AttachmentError(f"{path.name} is not a readable PDF ({exc})") from None
+    text = "\n\n".join(p.strip() for p in pages if p.strip())
+    if not text:
+        raise AttachmentError(f"{path.name} has no text to read (a scanned PDF?): "
+                              "Homerack does not read images yet")
+    return text
+
+
+def fitted(name: str, text: str, tokens: int, budget: int) -> Attachment:
+    """The attachment whole, or its start cut to about `budget` tokens."""
+    if tokens <= budget:
+        return Attachment(name, text, tokens)
+    keep = int(len(text) * budget / tokens)
+    return Attachment(name, text[:keep], budget, truncated=True)

@@ -1,0 +1,83 @@
+"""Conversations exported as Markdown and JSON and imported again; files attached to a
+message (app/transcripts.py, app/attachments.py)."""
+
+import json
+
+import pytest
+
+from app.attachments import AttachmentError, fitted, read_text
+from app.history import History
+from app.transcripts import ImportError_, import_json, to_json, to_markdown
+
+
+def test_export_and_import_round_trip_the_shown_branch(tmp_path):
+    history = History(tmp_path / "a.sqlite3")
+    chat = history.create("Paris", "Be brief.", "smol")
+    history.add_message(chat.id, "user", "Capital of France?")
+    old = history.add_message(chat.id, "assistant", "Lyon", model="smol")
+    history.rewind(chat.id, old.id)
+    history.add_message(chat.id, "assistant", "Paris", model="smol", detail="from the cache")
+    exported = to_json(history, [history.get(chat.id)])
+    markdown = to_markdown(history, [history.get(chat.id)])
+    assert "# Paris" in markdown and "## Assistant (smol)" in markdown
+    assert "Lyon" not in markdown and "Lyon" not in exported
+    other = History(tmp_path / "b.sqlite3")
+    (imported,) = import_json(other, exported)
+    assert (imported.title, imported.system_prompt, imported.model) == ("Paris", "Be brief.",
+                                                                        "smol")
+    assert [(m.role, m.content, m.detail) for m in other.messages(imported.id)] == [
+        ("user", "Capital of France?", ""), ("assistant", "Paris", "from the cache")]
+    assert json.loads(to_json(other, other.conversations()))["conversations"][0]["title"] \
+        == "Paris"
+
+
+@pytest.mark.parametrize("text", ["not json", '{"conversations": []}',
+                                  '{"format": "homerack-conversations", "conversations": [1]}'])
+def test_importing_something_else_says_what_is_wrong(tmp_path, text):
+    with pytest.raises(ImportError_):
+        import_json(History(tmp_path / "h.sqlite3"), text)
+
+
+def test_text_and_pdf_attachments_are_read_and_binaries_refused(tmp_path):
+    code = tmp_path / "hello.py"
+    code.write_text("print('hello')\n")
+    assert read_text(code) == "print('hello')\n"
+    pdf = tmp_path / "note.pdf"
+    pdf.write_bytes(_pdf_with("Homerack reads PDFs"))
+    assert "Homerack reads PDFs" in read_text(pdf)
+    binary = tmp_path / "blob.bin"
+    binary.write_bytes(b"\0\1\2" * 100)
+    with pytest.raises(AttachmentError, match="not a text file"):
+        read_text(binary)
+    broken = tmp_path / "broken.pdf"
+    broken.write_bytes(b"%PDF-1.4 nothing else")
+    with pytest.raises(AttachmentError):
+        read_text(broken)
+
+
+def test_a_file_too_long_for_the_context_offers_its_start():
+    whole = fitted("a.txt", "x" * 1000, tokens=500, budget=1000)
+    assert not whole.truncated and whole.text == "x" * 1000
+    cut = fitted("a.txt", "x" * 1000, tokens=500, budget=100)
+    assert cut.truncated and len(cut.text) == 200 and "(the start of it)" in cut.as_context()
+
+
+def _pdf_with(text: str) -> bytes:
+    """A one-page PDF showing `text` in Helvetica, its xref table computed."""
+    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
+               b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+               b"/Resources << /Font << /F1 5 0 R >> >> >>",
+               b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream),
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1, xref)
+    return bytes(out)
