@@ -42,9 +42,11 @@ def _status_routes(router: APIRouter, engine: Engine) -> None:
 
     @router.get("/v1/hardware")
     async def hardware():
+        from ..machine.capacity import capacity
         from ..machine.probe import probe
 
-        return probe().as_dict()
+        found = await asyncio.to_thread(probe)
+        return {**found.as_dict(), "capacity": capacity(found).as_dict()}
 
 
 def _model_routes(router: APIRouter, engine: Engine) -> None:

@@ -57,7 +57,7 @@ class Forecast:
 Speeds = dict[str, tuple[str, float, float]]
 
 
-def _speeds(hw: Hardware) -> Speeds:
+def speeds_of(hw: Hardware) -> Speeds:
     """Device name -> (kind, effective bytes/s, FLOP/s)."""
     ram = hw.ram_bandwidth or RAM_PRIOR
     out = {"CPU": ("cpu", ram * EFFICIENCY["cpu"], hw.cpu_cores * CPU_FLOPS_PER_CORE)}
@@ -124,7 +124,7 @@ def forecast(shape: ModelShape, layout: Layout, hw: Hardware, n_ctx: int,
              calibration: tuple[tuple[str, float], ...] = ()) -> Forecast:
     """Tokens a second for generation and for the prompt, corrected by the measured
     ratios for this device and model kind when there are any."""
-    speeds, ratios = _speeds(hw), dict(calibration)
+    speeds, ratios = speeds_of(hw), dict(calibration)
     key = f"{_main_kind(layout, speeds)}/{model_kind(shape)}"
     decode = 1 / _decode_seconds(shape, layout, speeds, n_ctx)
     prompt = 1 / _prompt_seconds(shape, layout, speeds)
