@@ -45,14 +45,14 @@ class Sessions:
         return reply
 
     def finish(self, conversation_id: int, status: str, model: str | None = None,
-               detail: str = "") -> SavedMessage | None:
+               detail: str = "", stats: str = "") -> SavedMessage | None:
         """Store what the reply has (complete, stopped or interrupted), with the model
         that answered and how, and end it."""
         reply = self._replies.pop(conversation_id, None)
         if reply is None:
             return None
         return self.history.add_message(conversation_id, "assistant", reply.text, status,
-                                        model, detail)
+                                        model, detail, stats)
 
     def reply(self, conversation_id: int | None) -> PendingReply | None:
         return self._replies.get(conversation_id) if conversation_id is not None else None

@@ -31,6 +31,12 @@ class Sampling:
 
 
 @dataclass(frozen=True)
+class UiState:
+    """How the window was left: its zoom step."""
+    zoom: int = 0
+
+
+@dataclass(frozen=True)
 class RoutingPair:
     """The models behind model "auto" (engine/routing.py); empty: routing off."""
     small: str = ""

@@ -1,32 +1,41 @@
-"""The conversation, rendered as Markdown; re-rendered at most every 40 ms while text
-streams in, so a fast model cannot flood the UI thread."""
+"""The conversation, rendered (ui/markdown.py); re-rendered at most every 40 ms while text
+streams in, so a fast model cannot flood the UI thread. It follows the bottom while the
+reader is there and stays put when they scrolled up to read."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QTimer, QUrl, Signal
-from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QTextBrowser
+from PySide6.QtCore import QEvent, QTimer, QUrl, Signal
+from PySide6.QtGui import QDesktopServices, QGuiApplication
+from PySide6.QtWidgets import QTextBrowser, QToolTip
 
 from .markdown import Shown, render
+from .theme import colors
+
+ACTIONS = {"edit", "regen", "prev", "next"}
+ZOOM_STEP = 0.1
 
 
 class ChatView(QTextBrowser):
     copied = Signal(str)
+    action = Signal(str, str)  # ("edit" | "regen" | "prev" | "next", message key)
 
     def __init__(self, parent=None):
         super().__init__(parent)
+        self.setObjectName("chat")
+        self.setAccessibleName("Conversation")
         self.setOpenLinks(False)
         self.setOpenExternalLinks(False)
         self.anchorClicked.connect(self._on_link)
         self._messages: list[Shown] = []
-        self._codes: list[str] = []
-        self._texts: dict[str, str] = {}
+        self._rendered = render([], colors())
+        self._base_size = self.font().pointSizeF()
+        self.zoom = 0
         self._timer = QTimer(self, singleShot=True, interval=40)
         self._timer.timeout.connect(self._render_now)
 
     def show_messages(self, messages: list[Shown]) -> None:
         self._messages = list(messages)
-        self._render_now()
+        self._render_now(to_bottom=True)
 
     def set_last(self, message: Shown) -> None:
         """Replace (or add) the last message: the reply being streamed."""
@@ -40,20 +49,43 @@ class ChatView(QTextBrowser):
     def messages(self) -> list[Shown]:
         return list(self._messages)
 
-    def _render_now(self) -> None:
+    def set_zoom(self, zoom: int) -> None:
+        self.zoom = max(-5, min(zoom, 10))
+        self._render_now()
+
+    def _render_now(self, to_bottom: bool = False) -> None:
         bar = self.verticalScrollBar()
-        at_bottom = bar.value() >= bar.maximum() - 4
-        markdown, self._codes, self._texts = render(self._messages)
-        self.setMarkdown(markdown)
-        if at_bottom:
-            bar.setValue(bar.maximum())
+        at_bottom, kept = bar.value() >= bar.maximum() - 4, bar.value()
+        self._rendered = render(self._messages, colors())
+        font = self.document().defaultFont()
+        font.setPointSizeF(self._base_size * (1 + ZOOM_STEP * self.zoom))
+        self.document().setDefaultFont(font)
+        self.setHtml(self._rendered.html)
+        bar.setValue(bar.maximum() if at_bottom or to_bottom else kept)
+
+    def event(self, event) -> bool:
+        if event.type() == QEvent.ToolTip:  # an answer's figures, on its model line
+            anchor = self.anchorAt(self.viewport().mapFromGlobal(event.globalPos()))
+            stats = self._rendered.stats.get(anchor.removeprefix("stats:"), "") \
+                if anchor.startswith("stats:") else ""
+            if stats:
+                QToolTip.showText(event.globalPos(), stats, self)
+            else:
+                QToolTip.hideText()
+            return True
+        return super().event(event)
 
     def _on_link(self, url: QUrl) -> None:
         scheme, value = url.scheme(), url.path()
-        if scheme == "copycode" and value.isdigit() and int(value) < len(self._codes):
-            self._copy(self._codes[int(value)])
-        elif scheme == "copymsg" and value in self._texts:
-            self._copy(self._texts[value])
+        codes, texts = self._rendered.codes, self._rendered.texts
+        if scheme == "copycode" and value.isdigit() and int(value) < len(codes):
+            self._copy(codes[int(value)])
+        elif scheme == "copymsg" and value in texts:
+            self._copy(texts[value])
+        elif scheme in ACTIONS:
+            self.action.emit(scheme, value)
+        elif scheme in ("http", "https", "mailto"):
+            QDesktopServices.openUrl(url)
 
     def _copy(self, text: str) -> None:
         QGuiApplication.clipboard().setText(text)

@@ -70,12 +70,18 @@ class ClusterPanel(QWidget):
         self.speed = QLabel("")
         self.speed.setObjectName("cluster-speed")
 
+        for widget, name in ((self.share, "Share this machine"), (self.address, "Worker address"),
+                             (self.code, "Pairing code"), (pair, "Pair"),
+                             (self.pair_again, "Pair another host"),
+                             (self.use, "Use paired workers"), (self.table, "Machines")):
+            widget.setAccessibleName(name)
         layout = QVBoxLayout(self)
         row = QHBoxLayout()
-        row.addWidget(self.share)
-        row.addWidget(self.sharing, 1)
+        row.addWidget(self.share, 1)
         row.addWidget(self.pair_again)
         layout.addLayout(row)
+        layout.addWidget(self.sharing)
+        layout.addWidget(QLabel("Pair with another machine's worker:"))
         row = QHBoxLayout()
         row.addWidget(self.address, 2)
         row.addWidget(self.code, 1)
@@ -84,6 +90,7 @@ class ClusterPanel(QWidget):
         layout.addWidget(self.use)
         layout.addWidget(self.table)
         layout.addWidget(self.speed)
+        layout.addStretch(1)
 
     def show_sharing(self, text: str) -> None:
         self.sharing.setText(text)

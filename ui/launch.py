@@ -10,11 +10,13 @@ from app.paths import paths
 from app.supervisor import DEFAULT_MODEL, EngineSupervisor
 
 from .main_window import MainWindow
+from .theme import apply_theme
 
 
 def create_window(serve_args: list[str] | None = None) -> MainWindow:
     """The window over its engine; by default (None) the engine `homerack` starts: the
     starter chat model loaded at once."""
+    apply_theme(QApplication.instance())
     where = paths()
     args = ["--model", DEFAULT_MODEL] if serve_args is None else list(serve_args)
     if (where.data / "cluster" / "use-workers").exists() and "--workers" not in args:

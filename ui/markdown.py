@@ -1,13 +1,24 @@
-"""Conversation text to the Markdown the chat view shows, with copy links."""
+"""Messages to the HTML the chat view shows: Markdown (CommonMark with tables, through
+markdown-it-py), code highlighted by pygments with a copy link, and each message's
+actions as links the view handles (copy, edit, regenerate, ‹ 2/3 ›). Raw HTML in a
+message is shown as text, never rendered: model output is untrusted."""
 
 from __future__ import annotations
 
-import re
+import html
 from dataclasses import dataclass
+from functools import lru_cache
 
-FENCE = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
+from markdown_it import MarkdownIt
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import TextLexer, get_lexer_by_name, guess_lexer
+from pygments.util import ClassNotFound
+
+from .theme import Colors
+
 ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System"}
-STATUS_NOTES = {"interrupted": "*(interrupted: the engine stopped)*", "stopped": "*(stopped)*"}
+STATUS_NOTES = {"interrupted": "interrupted: the engine stopped", "stopped": "stopped"}
 
 
 @dataclass(frozen=True)
@@ -18,27 +29,93 @@ class Shown:
     content: str
     status: str = "complete"
     meta: str = ""  # who answered and how: the model, "from the response cache"
+    stats: str = ""  # its figures, shown on hover
+    variant: tuple[int, int] = (1, 1)  # ‹ n/m ›
+    last: bool = False  # the last answer can be regenerated
 
 
-def with_copy_links(text: str, codes: list[str]) -> str:
-    """Append a copy link after each complete fenced code block."""
-    def add_link(match: re.Match) -> str:
-        codes.append(match.group(1))
-        return f"{match.group(0)}\n\n[Copy code](copycode:{len(codes) - 1})\n"
-    return FENCE.sub(add_link, text)
+@dataclass
+class Rendered:
+    html: str
+    codes: list[str]  # the code blocks, by the index their copy link carries
+    texts: dict[str, str]  # message texts by key
+    stats: dict[str, str]  # figures by key
 
 
-def render(messages: list[Shown]) -> tuple[str, list[str], dict[str, str]]:
-    """Markdown for the view, the code blocks by index, and message texts by key."""
-    codes: list[str] = []
-    texts: dict[str, str] = {}
+def render(messages: list[Shown], colors: Colors) -> Rendered:
+    out = Rendered("", [], {}, {})
     parts = []
     for message in messages:
-        texts[message.key] = message.content
-        meta = f" · *{message.meta}*" if message.meta else ""
-        header = (f"**{ROLE_NAMES.get(message.role, message.role)}**{meta} · "
-                  f"[Copy](copymsg:{message.key})")
-        body = with_copy_links(message.content, codes) if message.content else "…"
-        note = STATUS_NOTES.get(message.status)
-        parts.append("\n\n".join(p for p in (header, body, note) if p))
-    return "\n\n---\n\n".join(parts), codes, texts
+        out.texts[message.key] = message.content
+        out.stats[message.key] = message.stats
+        body, codes = _body(message.content, colors, len(out.codes))
+        out.codes += codes
+        parts.append(_frame(message, body, colors))
+    out.html = (f'<body style="color:{colors.text}">' + "".join(parts) + "</body>")
+    return out
+
+
+def _frame(message: Shown, body: str, colors: Colors) -> str:
+    """A message: who, its actions, the text, and under an answer who answered."""
+    key, muted = message.key, f'style="color:{colors.muted}"'
+    actions = [f'<a href="copymsg:{key}">Copy</a>']
+    if message.role == "user":
+        actions.append(f'<a href="edit:{key}">Edit</a>')
+    if message.role == "assistant" and message.last:
+        actions.append(f'<a href="regen:{key}">Regenerate</a>')
+    index, count = message.variant
+    if count > 1:
+        actions.append(f'<a href="prev:{key}">‹</a> {index}/{count} <a href="next:{key}">›</a>')
+    head = (f'<p><b>{ROLE_NAMES.get(message.role, message.role)}</b>&nbsp;&nbsp;'
+            f'<span {muted}>{" · ".join(actions)}</span></p>')
+    notes = [STATUS_NOTES[message.status]] if message.status in STATUS_NOTES else []
+    foot = " · ".join(([message.meta] if message.meta else []) + notes)
+    tail = (f'<p {muted}><small><a href="stats:{key}" style="color:{colors.muted}; '
+            f'text-decoration:none">{html.escape(foot)}</a></small></p>') if foot else ""
+    shade = f' bgcolor="{colors.user_bubble}"' if message.role == "user" else ""
+    return (f'<table width="100%" cellspacing="0" cellpadding="10"{shade} '
+            f'style="margin-bottom:6px"><tr><td>{head}{body}{tail}</td></tr></table>')
+
+
+def _body(text: str, colors: Colors, first_code: int) -> tuple[str, list[str]]:
+    if not text:
+        return f'<p style="color:{colors.muted}">…</p>', []
+    codes: list[str] = []
+    parser = _parser()
+    tokens = parser.parse(text)
+    env = {"codes": codes, "first": first_code, "colors": colors}
+    markup = parser.renderer.render(tokens, parser.options, env)
+    markup = markup.replace("<table>", f'<table border="1" cellspacing="0" cellpadding="5" '
+                                       f'style="border-color:{colors.border}">')
+    return markup, codes
+
+
+@lru_cache(maxsize=1)
+def _parser() -> MarkdownIt:
+    parser = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable(
+        ["table", "strikethrough"])
+    parser.add_render_rule("fence", _fence)
+    parser.add_render_rule("code_block", _fence)
+    return parser
+
+
+def _fence(renderer, tokens, index, options, env) -> str:
+    token = tokens[index]
+    code, language = token.content, (token.info or "").split(" ")[0]
+    colors: Colors = env["colors"]
+    number = env["first"] + len(env["codes"])
+    env["codes"].append(code)
+    label = html.escape(language) + " · " if language else ""
+    return (f'<table width="100%" cellspacing="0" cellpadding="8" bgcolor="{colors.code_bg}">'
+            f'<tr><td><p style="color:{colors.muted}"><small>{label}'
+            f'<a href="copycode:{number}">Copy code</a></small></p>'
+            f"<pre>{_highlighted(code, language, colors.code_style)}</pre></td></tr></table>")
+
+
+@lru_cache(maxsize=512)
+def _highlighted(code: str, language: str, style: str) -> str:
+    try:
+        lexer = get_lexer_by_name(language) if language else guess_lexer(code)
+    except ClassNotFound:
+        lexer = TextLexer()
+    return highlight(code, lexer, HtmlFormatter(nowrap=True, noclasses=True, style=style))

@@ -30,6 +30,7 @@ class MetricsBar(QWidget):
     def _add(self, key: str) -> QLabel:
         label = QLabel(f"{self._titles.get(key, key)}: –")
         label.setObjectName(f"metric-{key}")
+        label.hide()  # until it has a figure: no row of empty fields
         self.layout().insertWidget(len(self._labels), label)
         self._labels[key] = label
         return label
@@ -39,6 +40,7 @@ class MetricsBar(QWidget):
             self._titles[key] = title
         label = self._labels.get(key) or self._add(key)
         label.setText(f"{self._titles.get(key, key)}: {value}")
+        label.setVisible(value not in ("", "–"))
         label.setMinimumWidth(label.sizeHint().width())  # the status bar must not clip it
         self.updateGeometry()  # and must give the bar the room its longer text needs
 

@@ -49,7 +49,7 @@ def check_window(screenshot: str, prompt: str, timeout: float) -> int:
                   "launch", flush=True)
             state["asked"] = time.monotonic()
             window.send(prompt)
-        elif window._current_reply() is None:
+        elif window.chat.current_reply() is None:
             messages = window.history.messages(window.conversation.id)
             answer = messages[-1].content.strip() if messages[-1].role == "assistant" else ""
             if answer:

@@ -65,8 +65,8 @@ def wait_reply(qtbot, window, timeout=90_000):
 
 
 def set_long_replies(window):
-    window.max_tokens.setValue(1500)
-    window.temperature.setValue(0.8)
+    window.settings.max_tokens.setValue(1500)
+    window.settings.temperature.setValue(0.8)
 
 
 def engine_health(window) -> dict:
@@ -78,7 +78,7 @@ def engine_health(window) -> dict:
 
 def test_prompt_streams_an_answer(qtbot, open_window):
     window = open_window()
-    window.temperature.setValue(0)
+    window.settings.temperature.setValue(0)
     seen = []
     qtbot.keyClicks(window.composer, PARIS)
     qtbot.keyClick(window.composer, Qt.Key_Return)
@@ -126,17 +126,20 @@ def test_stop_mid_stream_keeps_the_partial_reply(qtbot, open_window):
 
 def test_regenerate_and_edit_and_resend(qtbot, open_window):
     window = open_window()
-    window.max_tokens.setValue(20)
+    window.settings.max_tokens.setValue(20)
     window.send("Name a fruit.")
     wait_reply(qtbot, window)
     first = messages(window)
-    window.regenerate_button.click()
+    window.chat.regenerate()
     wait_reply(qtbot, window)
     second = messages(window)
     assert len(second) == len(first) == 2
     assert second[-1].id != first[-1].id and second[-1].role == "assistant"
+    assert second[-1].variant == (2, 2) and "2/2" in window.view.toPlainText()
+    window.view.anchorClicked.emit(QUrl(f"prev:{second[-1].id}"))  # ‹: the first answer
+    assert messages(window)[-1].id == first[-1].id and "1/2" in window.view.toPlainText()
 
-    window.edit_button.click()
+    window.chat.edit()
     assert window.composer.toPlainText() == "Name a fruit."
     assert messages(window) == []
     window.composer.setPlainText("Name a vegetable.")
@@ -144,12 +147,13 @@ def test_regenerate_and_edit_and_resend(qtbot, open_window):
     wait_reply(qtbot, window)
     assert [m.content for m in messages(window)][0] == "Name a vegetable."
     assert messages(window)[-1].role == "assistant"
+    assert messages(window)[0].variant == (2, 2)  # the first question is kept beside it
 
 
 def test_two_conversations_generate_at_once(qtbot, open_window):
     window = open_window()
     set_long_replies(window)
-    window.max_tokens.setValue(60)
+    window.settings.max_tokens.setValue(60)
     window.send("Tell me a story about a lighthouse.")
     first = window.conversation.id
     qtbot.waitUntil(lambda: len(reply_text(window)) > 5, timeout=60_000)
@@ -163,7 +167,7 @@ def test_two_conversations_generate_at_once(qtbot, open_window):
     qtbot.waitUntil(lambda: "2 generating" in window.metrics.text("batch"), timeout=10_000)
     seen_status = window.metrics.text("batch")
     window.open_conversation(first)
-    assert "lighthouse" in window.view.toPlainText() and window.stop_button.isEnabled()
+    assert "lighthouse" in window.view.toPlainText() and window.chat.bar.stop.isEnabled()
     wait_reply(qtbot, window)
     for conversation in (first, second):
         stored = window.history.messages(conversation)
@@ -177,7 +181,7 @@ def test_two_conversations_generate_at_once(qtbot, open_window):
 
 def test_conversations_persist_and_switch(qtbot, open_window):
     window = open_window()
-    window.max_tokens.setValue(12)
+    window.settings.max_tokens.setValue(12)
     window.send("First conversation question")
     wait_reply(qtbot, window)
     first_id = window.conversation.id
@@ -190,14 +194,13 @@ def test_conversations_persist_and_switch(qtbot, open_window):
     window.close()
 
     reopened = open_window()
-    titles = [reopened.conversation_list.item(i).text()
-              for i in range(reopened.conversation_list.count())]
+    titles = reopened.sidebar.titles()
     assert titles == ["Second conversation question", "First conversation question"]
-    reopened.conversation_list.setCurrentRow(1)
+    reopened.sidebar.select_row(1)
     assert "First conversation question" in reopened.view.toPlainText()
     assert len(messages(reopened)) == 2
-    reopened.search.setText("Second")
-    assert reopened.conversation_list.count() == 1
+    reopened.sidebar.search.setText("Second")
+    assert reopened.sidebar.titles() == ["Second conversation question"]
 
 
 def test_killed_engine_is_survived_and_restarted(qtbot, open_window):
@@ -219,8 +222,8 @@ def test_killed_engine_is_survived_and_restarted(qtbot, open_window):
     assert [m.status for m in history] == ["complete", "complete", "complete", "interrupted"]
     assert "interrupted" in window.view.toPlainText()
 
-    window.max_tokens.setValue(30)
-    window.temperature.setValue(0)
+    window.settings.max_tokens.setValue(30)
+    window.settings.temperature.setValue(0)
     window.send("Say hello again.")  # the same conversation carries on
     wait_reply(qtbot, window)
     assert messages(window)[-1].status == "complete" and messages(window)[-1].content
@@ -244,7 +247,7 @@ def test_a_crash_in_the_first_evaluation_restarts_without_repacked_weights(qtbot
     qtbot.waitUntil(lambda: "SIGSEGV" in window.banner.label.text(), timeout=30_000)
     qtbot.waitUntil(lambda: "restarted" in window.banner.label.text(), timeout=90_000)
     assert "without repacked weights" in window.banner.label.text()
-    window.temperature.setValue(0)
+    window.settings.temperature.setValue(0)
     window.send(PARIS)
     wait_reply(qtbot, window)
     assert "Paris" in messages(window)[-1].content
@@ -253,7 +256,7 @@ def test_a_crash_in_the_first_evaluation_restarts_without_repacked_weights(qtbot
 def test_event_loop_stays_responsive_while_streaming(qtbot, open_window):
     window = open_window()
     set_long_replies(window)
-    window.max_tokens.setValue(300)
+    window.settings.max_tokens.setValue(300)
     clock, gaps = QElapsedTimer(), []
     ticker = QTimer(interval=10)
 
@@ -301,8 +304,8 @@ def test_code_blocks_render_with_copy_links(qtbot, open_window):
 
 def test_screenshot_of_a_finished_conversation(qtbot, open_window, tmp_path_factory):
     window = open_window()
-    window.temperature.setValue(0)
-    window.max_tokens.setValue(60)
+    window.settings.temperature.setValue(0)
+    window.settings.max_tokens.setValue(60)
     window.send(PARIS)
     wait_reply(qtbot, window)
     window.send("Write a Python function that adds two numbers, in a code block.")
@@ -326,13 +329,13 @@ def test_install_desktop_entry(tmp_path, monkeypatch):
 
 def test_speculation_setting_reaches_the_engine_and_the_status_bar(qtbot, open_window):
     window = open_window()
-    assert window.speculation.findData(f"draft:{STARTER}") >= 0  # local models offered
-    window.speculation.setCurrentIndex(window.speculation.findData("lookup"))
-    window.max_tokens.setValue(40)
+    assert window.settings.speculation.findData(f"draft:{STARTER}") >= 0  # local models offered
+    window.settings.speculation.setCurrentIndex(window.settings.speculation.findData("lookup"))
+    window.settings.max_tokens.setValue(40)
     window.send("Repeat after me: one two three, one two three, one two three.")
     wait_reply(qtbot, window)
     assert window.metrics.text("speculation").startswith("speculation: lookup")
-    window.speculation.setCurrentIndex(window.speculation.findData("draft:gemma-3-270m-q4_k_m"))
+    window.settings.speculation.setCurrentIndex(window.settings.speculation.findData("draft:gemma-3-270m-q4_k_m"))
     window.send("Hello again.")
     wait_reply(qtbot, window)
     assert "tokenizer" in window.banner.label.text()  # an incompatible draft, said plainly
@@ -340,7 +343,7 @@ def test_speculation_setting_reaches_the_engine_and_the_status_bar(qtbot, open_w
 
 def test_memory_plan_shows_bars_and_loads_with_the_users_context(qtbot, open_window):
     window = open_window()
-    qtbot.mouseClick(window.plan_button, Qt.LeftButton)
+    qtbot.mouseClick(window.bar.buttons["Memory"], Qt.LeftButton)
     panel = window.plan_panel
     assert panel.isVisible() and panel.model == STARTER
     qtbot.waitUntil(lambda: "fits" in panel.title.text(), timeout=30_000)
@@ -359,7 +362,7 @@ def test_model_wizard_searches_judges_downloads_and_selects(qtbot, open_window, 
     from support.models import SMOL
 
     window = open_window()
-    qtbot.mouseClick(window.get_models_button, Qt.LeftButton)
+    qtbot.mouseClick(window.bar.get, Qt.LeftButton)
     wizard = window.wizard
     search = wizard.search_page
     qtbot.keyClicks(search.query, "smollm2")
@@ -386,7 +389,7 @@ def test_model_wizard_searches_judges_downloads_and_selects(qtbot, open_window, 
     qtbot.waitUntil(lambda: window.model_box.currentData() == "SmolLM2-135M-Instruct-Q4_1",
                     timeout=90_000)  # the engine lists the new model: slow on a busy CI machine
     assert window.plan_panel.isVisible()  # what loading it will take, before chatting
-    window.downloads_button.setChecked(True)
+    window.toggle_page("Downloads")
     qtbot.waitUntil(lambda: "(100%)" in window.downloads_panel.findChildren(
         type(page.text))[-1].text(), timeout=10_000)
 
@@ -421,16 +424,16 @@ def test_cluster_panel_shares_pairs_uses_workers_and_shows_the_machines(qtbot, o
                                                                         tmp_path_factory):
     monkeypatch.setenv("HOMERACK_MDNS", "off")  # no multicast beyond this test's machine
     window = open_window()
-    window.share_args = ["--host", "127.0.0.1", "--port", "0", "--no-advertise", "--threads", "1",
+    window.cluster.share_args = ["--host", "127.0.0.1", "--port", "0", "--no-advertise", "--threads", "1",
                          "--name", "attic"]
-    window.cluster_button.setChecked(True)
-    panel = window.cluster_panel
+    window.toggle_page("Cluster")
+    panel = window.cluster
     panel.share.setChecked(True)
     qtbot.waitUntil(lambda: "pairing code" in panel.sharing.text(), timeout=30_000)
     assert window.shared and window.shared.address.startswith("127.0.0.1:")
     panel.address.setText(window.shared.address)
     panel.code.setText("000000" if window.shared.code != "000000" else "111111")
-    pair_button = [b for b in panel.findChildren(type(window.send_button)) if b.text() == "Pair"][0]
+    pair_button = [b for b in panel.findChildren(type(window.chat.bar.send)) if b.text() == "Pair"][0]
     pair_button.click()
     qtbot.waitUntil(lambda: "Pairing failed" in window.banner.findChild(
         type(panel.speed)).text(), timeout=15_000)
@@ -449,8 +452,8 @@ def test_cluster_panel_shares_pairs_uses_workers_and_shows_the_machines(qtbot, o
     panel.use.setChecked(True)  # restarts the engine with the paired worker
     qtbot.waitUntil(lambda: window.client is not None, timeout=90_000)
     assert "--workers" in window.supervisor.serve_args
-    window.temperature.setValue(0)
-    window.max_tokens.setValue(16)
+    window.settings.temperature.setValue(0)
+    window.settings.max_tokens.setValue(16)
     window.send(PARIS)
     wait_reply(qtbot, window)
     assert "Paris" in messages(window)[-1].content
@@ -471,16 +474,16 @@ def test_routing_and_the_response_cache_are_shown_per_message(qtbot, open_window
     from support.models import GEMMA
 
     window = open_window()
-    assert not window.auto_route.isEnabled()  # no pair yet
-    window.route_small.setCurrentIndex(window.route_small.findData(STARTER))
-    window.route_large.setCurrentIndex(window.route_large.findData(GEMMA))
-    window.route_apply.click()
-    qtbot.waitUntil(lambda: "stay loaded together" in window.route_state.text(), timeout=60_000)
-    assert window.auto_route.isEnabled()
-    window.temperature.setValue(0)
-    window.max_tokens.setValue(12)
+    assert not window.bar.auto_route.isEnabled()  # no pair yet
+    window.settings.route_small.setCurrentIndex(window.settings.route_small.findData(STARTER))
+    window.settings.route_large.setCurrentIndex(window.settings.route_large.findData(GEMMA))
+    window.settings.route_apply.click()
+    qtbot.waitUntil(lambda: "stay loaded together" in window.settings.route_state.text(), timeout=60_000)
+    assert window.bar.auto_route.isEnabled()
+    window.settings.temperature.setValue(0)
+    window.settings.max_tokens.setValue(12)
     window.new_conversation()
-    window.auto_route.setChecked(True)
+    window.bar.auto_route.setChecked(True)
     assert window.history.get(window.conversation.id).routed
     assert not window.model_box.isEnabled()  # "auto" chooses for each reply
     window.send("What is the capital of Italy?")
@@ -493,19 +496,19 @@ def test_routing_and_the_response_cache_are_shown_per_message(qtbot, open_window
     shown = window.view.toPlainText()
     assert STARTER in shown and GEMMA in shown
     # the same question again, in a new conversation without routing: from the cache
-    window.auto_route.setChecked(False)
+    window.bar.auto_route.setChecked(False)
     assert window.model_box.isEnabled()
     window.new_conversation()
     window.model_box.setCurrentIndex(window.model_box.findData(STARTER))
     for _ in range(2):
         window.send("Name a planet.")
         wait_reply(qtbot, window)
-        window.history.delete_messages_from(window.conversation.id, messages(window)[0].id)
+        window.history.rewind(window.conversation.id, messages(window)[0].id)
     window.send("Name a planet.")
     wait_reply(qtbot, window)
     assert "from the response cache" in messages(window)[-1].detail
     assert "from the response cache" in window.view.toPlainText()
-    window.regenerate_button.click()  # Regenerate never takes the cached answer
+    window.chat.regenerate()  # Regenerate never takes the cached answer
     wait_reply(qtbot, window)
     assert "from the response cache" not in messages(window)[-1].detail
     assert messages(window)[-1].model == STARTER

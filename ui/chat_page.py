@@ -1,0 +1,241 @@
+"""The chat in the centre: the welcome or the conversation, and the composer; sending,
+streaming, stopping, regenerating, editing, the alternatives ‹ n/m ›, and attachments.
+Replies stream in tasks (ui.tasks); what each has so far lives Qt-free in app.session."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtGui import QAccessible, QAccessibleAnnouncementEvent
+from PySide6.QtWidgets import QMessageBox, QStackedWidget, QVBoxLayout, QWidget
+
+from app.attachments import Attachment, AttachmentError, fitted, read_text
+from app.client import EngineClient, StreamedReply
+from app.history import History, SavedConversation
+from app.session import Sessions
+
+from .chat_view import ChatView
+from .composer import ComposerBar
+from .markdown import Shown
+from .tasks import Task, start_task
+from .welcome import Welcome
+
+STREAM_KEY = "streaming"
+CONTEXT_SHARE = 0.75  # of the context an attachment may take: the rest for the chat
+
+
+def _receive_reply(task: Task, client: EngineClient, messages: list[dict],
+                   options: dict) -> StreamedReply:
+    reply = StreamedReply()  # the client's record of the stream: finish reason, usage
+    for piece in client.stream_chat(messages, reply, should_stop=task.cancelled.is_set, **options):
+        task.report(piece)
+    return reply
+
+
+def _read_attachments(_task: Task, client: EngineClient, paths: list[str], model: str | None,
+                      budget: int) -> list[tuple[Attachment, int]]:
+    """Each file's text, its tokens counted by the model's vocabulary, cut to `budget`."""
+    from pathlib import Path
+
+    read = []
+    for path in paths:
+        text = read_text(Path(path))
+        tokens = client.count_tokens(text, model)
+        read.append((fitted(Path(path).name, text, tokens, budget), tokens))
+    return read
+
+
+class ChatPage(QWidget):
+    error = Signal(str)
+    finished = Signal(object)  # StreamedReply, of the conversation shown
+    changed = Signal()  # messages or state changed: the window updates titles, buttons
+
+    def __init__(self, history: History, window, parent=None):
+        super().__init__(parent)
+        self.history, self.window = history, window  # the window: client, model, options
+        self.sessions = Sessions(history)  # replies being generated, by conversation
+        self.conversation: SavedConversation | None = None
+        self.attachments: list[Attachment] = []
+        self.welcome = Welcome()
+        self.welcome.suggestion.connect(self.send)
+        self.view = ChatView()
+        self.view.action.connect(self._on_action)
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.welcome)
+        self.stack.addWidget(self.view)
+        self.bar = ComposerBar()
+        self.composer = self.bar.edit
+        self.composer.submitted.connect(self.send)
+        self.bar.send.clicked.connect(lambda: self.send(self.composer.toPlainText().strip()))
+        self.bar.stop.clicked.connect(self.stop)
+        self.bar.attach_requested.connect(self.attach)
+        self.bar.detach_requested.connect(lambda: self._set_attachments([]))
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.stack, 1)
+        layout.addWidget(self.bar)
+
+    # -- what is shown ----------------------------------------------------------------
+
+    def show_conversation(self, conversation: SavedConversation | None) -> None:
+        self.conversation = conversation
+        self.refresh()
+
+    def refresh(self) -> None:
+        saved = self.history.messages(self.conversation.id) if self.conversation else []
+        last_answer = max((m.id for m in saved if m.role == "assistant"), default=None)
+        shown = [Shown(str(m.id), m.role, m.content, m.status,
+                       " · ".join(p for p in (m.model, m.detail) if p), m.stats, m.variant,
+                       m.id == last_answer) for m in saved]
+        reply = self.current_reply()
+        if reply:
+            shown.append(Shown(STREAM_KEY, "assistant", reply.text))
+        self.view.show_messages(shown)
+        self.stack.setCurrentWidget(self.view if shown else self.welcome)
+        self.update_buttons()
+        self.changed.emit()
+
+    def update_buttons(self) -> None:
+        streaming = self.current_reply() is not None
+        self.bar.send.setEnabled(self.window.client is not None and not streaming)
+        self.bar.stop.setEnabled(streaming)
+
+    def current_reply(self):
+        return self.sessions.reply(self.conversation.id if self.conversation else None)
+
+    # -- chatting: each conversation can have a reply on its way, all at once ----------
+
+    def send(self, text: str) -> None:
+        if not text or self.window.client is None or self.current_reply():
+            return
+        conversation = self.conversation or self.window.new_conversation()
+        content = "\n\n".join([a.as_context() for a in self.attachments] + [text])
+        self.history.add_message(conversation.id, "user", content)
+        if conversation.title == "New chat":
+            self.history.update(conversation.id, title=text.splitlines()[0][:48])
+        self.conversation = self.history.get(conversation.id)
+        self.composer.clear()
+        self._set_attachments([])
+        self.generate()
+
+    def generate(self, fresh: bool = False) -> None:
+        """Ask for the conversation's next reply; `fresh`: never the cached answer."""
+        conversation = self.conversation
+        options = {**self.window.request_options(conversation),
+                   "response_cache": "refresh" if fresh else None}
+        reply = self.sessions.start(conversation.id)
+        key = conversation.id
+        reply.task = start_task(_receive_reply, self.window.client,
+                                self.sessions.request(conversation), options,
+                                on_progress=lambda piece: self._on_piece(key, piece),
+                                on_done=lambda done: self._on_reply(key, done),
+                                on_error=lambda error: self._on_failed(key, error))
+        self.refresh()
+
+    def _on_piece(self, conversation_id: int, piece: str) -> None:
+        reply = self.sessions.feed(conversation_id, piece)
+        if reply and self.conversation and self.conversation.id == conversation_id:
+            self.view.set_last(Shown(STREAM_KEY, "assistant", reply.text))
+
+    def _on_reply(self, conversation_id: int, done: StreamedReply) -> None:
+        status = "stopped" if done.finish_reason == "stopped" else "complete"
+        self._finish(conversation_id, status, done.model, done.detail(), _stats(done))
+        if self.conversation and self.conversation.id == conversation_id:
+            self.finished.emit(done)
+            QAccessible.updateAccessibility(QAccessibleAnnouncementEvent(
+                self.view, "The reply is complete: " + done.text[:300]))
+
+    def _on_failed(self, conversation_id: int, error) -> None:
+        self._finish(conversation_id, "interrupted")
+        if self.window.client is not None and not self.window.engine_died():
+            self.error.emit(f"The reply failed: {error}")
+
+    def _finish(self, conversation_id: int, status: str, model: str | None = None,
+                detail: str = "", stats: str = "") -> None:
+        self.sessions.finish(conversation_id, status, model, detail, stats)
+        if self.conversation and self.conversation.id == conversation_id:
+            self.refresh()
+
+    def stop(self) -> bool:
+        reply = self.current_reply()
+        if reply:
+            reply.task.cancel()
+        return reply is not None
+
+    def regenerate(self) -> None:
+        """A new answer beside the last one (kept: ‹ 1/2 ›)."""
+        if not self.conversation or self.current_reply() or self.window.client is None:
+            return
+        messages = self.history.messages(self.conversation.id)
+        if messages and messages[-1].role == "assistant":
+            self.history.rewind(self.conversation.id, messages[-1].id)
+        if self.history.messages(self.conversation.id):
+            self.generate(fresh=True)  # a new answer, not the cached one
+
+    def edit(self, message_id: int | None = None) -> None:
+        """Put a question (the last one by default) back into the composer; what is sent
+        next goes beside it, the old branch kept."""
+        if not self.conversation or self.current_reply():
+            return
+        users = [m for m in self.history.messages(self.conversation.id) if m.role == "user"]
+        chosen = next((m for m in users if m.id == message_id), users[-1] if users else None)
+        if chosen:
+            self.history.rewind(self.conversation.id, chosen.id)
+            self.composer.setPlainText(chosen.content)
+            self.composer.setFocus()
+            self.refresh()
+
+    def _on_action(self, action: str, key: str) -> None:
+        if not key.isdigit() or self.current_reply():
+            return
+        if action == "edit":
+            self.edit(int(key))
+        elif action == "regen":
+            self.regenerate()
+        else:
+            self.history.switch(self.conversation.id, int(key), -1 if action == "prev" else 1)
+            self.refresh()
+
+    def last_answer(self) -> str:
+        saved = self.history.messages(self.conversation.id) if self.conversation else []
+        return next((m.content for m in reversed(saved) if m.role == "assistant"), "")
+
+    # -- attachments ---------------------------------------------------------------------
+
+    def attach(self, paths: list[str]) -> None:
+        client = self.window.client
+        if client is None:
+            return
+        budget = int(self.window.context_size() * CONTEXT_SHARE)
+        start_task(_read_attachments, client, paths, self.window.chosen_model(), budget,
+                   on_done=self._on_read, on_error=lambda e: self.error.emit(
+                       str(e) if isinstance(e, AttachmentError) else f"Attaching failed: {e}"))
+
+    def _on_read(self, read: list[tuple[Attachment, int]]) -> None:
+        kept = []
+        for attachment, tokens in read:
+            if attachment.truncated and QMessageBox.question(
+                    self, "Too long for the context",
+                    f"{attachment.name} has {tokens:,} tokens; the model's context holds "
+                    f"{self.window.context_size():,}. Attach its first {attachment.tokens:,} "
+                    "tokens?") != QMessageBox.Yes:
+                continue
+            kept.append(attachment)
+        self._set_attachments(self.attachments + kept)
+
+    def _set_attachments(self, attachments: list[Attachment]) -> None:
+        self.attachments = attachments
+        self.bar.show_attached(" · ".join(
+            f"{a.name} ({a.tokens:,} tokens{', its start' if a.truncated else ''})"
+            for a in attachments))
+
+
+def _stats(done: StreamedReply) -> str:
+    """An answer's figures, for the tooltip on its model line."""
+    usage = done.usage or {}
+    timings = usage.get("timings") or {}
+    parts = [f"{usage['completion_tokens']} tokens"] if usage.get("completion_tokens") else []
+    if timings.get("decode_tokens_per_s"):
+        parts.append(f"{timings['decode_tokens_per_s']:.1f} tokens/s")
+    if timings.get("time_to_first_token_s") is not None:
+        parts.append(f"first token after {timings['time_to_first_token_s']:.2f} s")
+    return " · ".join(parts)

@@ -1,0 +1,73 @@
+"""The bar above the chat: the model picker with its state (loaded, loading, not loaded),
+where it runs and how fast it is forecast to write; and the drawer's pages."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QLabel, QPushButton,
+                               QVBoxLayout, QWidget)
+
+PAGES = ("Memory", "Cluster", "Downloads", "Settings")
+SHORTCUTS = {"Memory": "Ctrl+1", "Cluster": "Ctrl+2", "Downloads": "Ctrl+3",
+             "Settings": "Ctrl+,"}
+
+
+def describe_state(chosen: str | None, health: dict, loading: bool = False) -> str:
+    """The chosen model's state in a few words."""
+    if loading:
+        return "Loading…"
+    if not chosen:
+        return "No model: get one with “Get models…”"
+    if health.get("model") != chosen:
+        return "Not loaded: it loads when you send (Memory shows the plan)"
+    plan = (health.get("memory") or {}).get("plan") or {}
+    speed = (plan.get("forecast") or {}).get("decode_tokens_per_s")
+    where = health.get("offload") or "CPU"
+    return f"Loaded · runs on {where}" + (f" · about {speed:.0f} tokens/s" if speed else "")
+
+
+class ModelBar(QWidget):
+    chosen = Signal(str)
+    page_toggled = Signal(str)
+    get_models = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.box = QComboBox(accessibleName="Model")
+        self.box.setMinimumWidth(200)
+        self.box.setMaximumWidth(420)
+        self.box.activated.connect(lambda _i: self.chosen.emit(self.box.currentData() or ""))
+        self.state = QLabel(objectName="muted")
+        self.state.setAccessibleName("Model state")
+        self.auto_route = QCheckBox("Auto-route", accessibleName="Auto-route")
+        self.auto_route.setToolTip("Send each reply of this conversation to the small or the "
+                                   "large model of the routing pair (Settings)")
+        self.get = QPushButton("Get models…", accessibleName="Get models")
+        self.get.clicked.connect(self.get_models)
+        picker = QVBoxLayout()
+        picker.setSpacing(2)
+        picker.addWidget(self.box)
+        picker.addWidget(self.state)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(picker, 1)
+        layout.addWidget(self.auto_route)
+        layout.addWidget(self.get)
+        self.buttons: dict[str, QPushButton] = {}
+        for page in PAGES:
+            button = QPushButton(page, checkable=True, accessibleName=page)
+            button.setToolTip(f"{page} ({SHORTCUTS[page]})")
+            button.clicked.connect(lambda _c=False, p=page: self.page_toggled.emit(p))
+            layout.addWidget(button)
+            self.buttons[page] = button
+
+    def fill(self, models: list[dict], current: str | None) -> None:
+        self.box.clear()
+        for model in models:
+            self.box.addItem(f"{model['id']}  ({model['size_bytes'] / 2**20:,.0f} MiB)",
+                             model["id"])
+        self.box.setCurrentIndex(max(self.box.findData(current), 0))
+
+    def show_page(self, page: str) -> None:
+        for name, button in self.buttons.items():
+            button.setChecked(name == page)

@@ -1,0 +1,172 @@
+"""The models: the picker's list and state, the model's sampling defaults in Settings, the
+Memory page's plan and load, the routing pair, the wizard and the downloads. Work runs
+off the UI thread; answers come back to the window's widgets."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject
+
+from app.history import SavedConversation
+
+from .download_wizard import ModelWizard
+from .model_bar import describe_state
+from .tasks import start_task
+
+
+def _device_text(health: dict) -> str:
+    """Where the model runs and what it took, against the planner's prediction."""
+    devices = (health.get("memory") or {}).get("devices") or []
+    if not devices:
+        return ""
+    used = sum(d["measured_bytes"] for d in devices) / 2**20
+    planned = sum(d["predicted_bytes"] for d in devices) / 2**20
+    return f"{health.get('offload', 'CPU')} · {used:,.0f} MiB (planned {planned:,.0f})"
+
+
+def _load_notice(health: dict) -> str:
+    """What the engine changed to load the model (memory ran out, a crash before)."""
+    notes = health.get("load_notes")
+    return "Loaded with a safer plan: " + "; ".join(notes) + "." if notes else ""
+
+
+class ModelControl(QObject):
+    def __init__(self, window):
+        super().__init__(window)
+        self.w = window
+        self.models: list[dict] = []
+        self.health: dict = {}
+        self.wizard: ModelWizard | None = None
+
+    @property
+    def loaded(self) -> str | None:
+        return self.health.get("model")
+
+    def fill(self, models: list[dict], health: dict) -> None:
+        # A refresh keeps what the box shows: two refreshes can finish in either order
+        # (the wizard's, which selects the new model, and the downloads watcher's).
+        w = self.w
+        current = (w.bar.box.currentData() or (w.conversation and w.conversation.model)
+                   or health.get("model"))
+        # embedding models cannot chat; "auto" is the conversation's Auto-route box
+        self.models = [m for m in models if m.get("kind") not in ("embedding", "router")]
+        self.health = health
+        w.bar.fill(self.models, current)
+        w.settings.fill_models(self.models)
+        self.show_state()
+        w.metrics.set("device", _device_text(health))
+
+    def show_state(self, loading: bool = False) -> None:
+        w = self.w
+        chosen = w.bar.box.currentData()
+        w.bar.state.setText(describe_state(chosen, self.health, loading))
+        entry = next((m for m in self.models if m["id"] == chosen), {})
+        w.settings.show_model_defaults(entry.get("sampling_defaults"))
+        routed = bool(w.conversation and w.conversation.routed and w.settings.routing.on)
+        w.bar.box.setEnabled(not routed)  # "auto" picks the model of each reply
+        w.bar.auto_route.setEnabled(w.settings.routing.on)
+
+    def choose(self, model: str) -> None:
+        w = self.w
+        if w.conversation:
+            w.history.update(w.conversation.id, model=model)
+        self.show_state()
+        if model and model != self.loaded:  # show what loading it will take
+            w.drawer.open_page("Memory")
+            w.plan_panel.show_model(model)
+
+    def request_options(self, conversation: SavedConversation) -> dict:
+        routed = conversation.routed and self.w.settings.routing.on
+        return {**self.w.settings.sampling.as_request(),
+                "model": "auto" if routed else self.w.bar.box.currentData()}
+
+    def refresh(self, select: str | None = None) -> None:
+        client, box = self.w.client, self.w.bar.box
+
+        def done(result: dict) -> None:
+            self.fill(result["models"], result["health"])
+            if select and box.findData(select) >= 0:
+                box.setCurrentIndex(box.findData(select))
+                self.choose(select)
+
+        start_task(lambda _t: {"health": client.health(), "models": client.models()},
+                   on_done=done, on_error=self.w.show_error)
+
+    # -- the routing pair ----------------------------------------------------------------
+
+    def apply_routing(self) -> None:
+        """Give the engine the pair (also after it restarts); its plan says whether both
+        models stay loaded or each switch swaps them."""
+        client, pair, settings = self.w.client, self.w.settings.routing, self.w.settings
+        if client is None:
+            return
+        self.show_state()
+        start_task(lambda _t: client.set_routing(pair.small, pair.large, pair.mode),
+                   on_done=lambda answer: settings.route_state.setText(
+                       answer["plan"]["note"] if answer.get("plan") else "Routing is off."),
+                   on_error=self._on_routing_failed)
+
+    def _on_routing_failed(self, error) -> None:
+        self.w.settings.routing_failed()
+        self.show_state()
+        self.w.show_error(f"Routing could not be set: {error}")
+
+    # -- the Memory page: the plan, and loading by it ---------------------------------------
+
+    def preview_plan(self, model: str, n_ctx, gpu_layers, cpu_moe_layers) -> None:
+        client = self.w.client
+        if client and model:
+            start_task(lambda _t: {**client.plan(model, n_ctx, gpu_layers, cpu_moe_layers),
+                                   "asked": (model, n_ctx, gpu_layers, cpu_moe_layers)},
+                       on_done=self.w.plan_panel.show_plan, on_error=self.w.show_error)
+
+    def load(self, model: str, n_ctx, gpu_layers, cpu_moe_layers) -> None:
+        client, w = self.w.client, self.w
+        if not client:
+            return
+        w.progress.show()
+        w.plan_panel.load_button.setEnabled(False)
+        w.statusBar().showMessage(f"Loading {model}…")
+        self.show_state(loading=True)
+        start_task(lambda _t: client.load(model, n_ctx, gpu_layers, cpu_moe_layers),
+                   on_done=self._on_loaded, on_error=self._on_load_failed)
+
+    def _on_loaded(self, health: dict) -> None:
+        w = self.w
+        w.progress.hide()
+        w.plan_panel.load_button.setEnabled(True)
+        w.statusBar().showMessage("Loaded", 3000)
+        if _load_notice(health):
+            w.show_notice(_load_notice(health))
+        self.refresh()
+
+    def _on_load_failed(self, error) -> None:
+        w = self.w
+        w.progress.hide()
+        w.plan_panel.load_button.setEnabled(True)
+        w.statusBar().clearMessage()
+        self.show_state()
+        w.show_error(f"The model could not be loaded: {error}")
+
+    # -- getting models: the wizard and the downloads page --------------------------------
+
+    def open_wizard(self) -> None:
+        if not self.w.client:
+            self.w.show_notice("The engine is still starting: the model wizard opens once "
+                               "it is ready.")
+            return
+        if self.wizard is None:  # one wizard; reopened as it was (a download may be on)
+            self.wizard = ModelWizard(self.w.client, self.w.watcher, self.w)
+            self.wizard.model_ready.connect(lambda model_id: self.refresh(select=model_id))
+            self.wizard.finished.connect(lambda _r: setattr(self, "wizard", None))
+        self.wizard.show()
+        self.wizard.raise_()
+
+    def control_download(self, download_id: int, action: str) -> None:
+        client = self.w.client
+        if client:
+            start_task(lambda _t: client.control_download(download_id, action),
+                       on_done=lambda _s: self.w.watcher.start(), on_error=self.w.show_error)
+
+    def on_download_finished(self, download: dict) -> None:
+        self.w.statusBar().showMessage(f"Downloaded {download['repo']} {download['quant']}", 5000)
+        self.refresh()
