@@ -16,6 +16,7 @@ class Banner(QFrame):
         self.label = QLabel(wordWrap=True)
         self.label.setAccessibleName("Message from Homerack")
         self.action = QPushButton()
+        self.action.hide()  # until a message offers one (Retry, Undo)
         close = QPushButton("×", flat=True, accessibleName="Dismiss")
         close.clicked.connect(self.hide)
         layout.addWidget(self.label, 1)

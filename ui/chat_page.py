@@ -5,7 +5,7 @@ Replies stream in tasks (ui.tasks); what each has so far lives Qt-free in app.se
 from __future__ import annotations
 
 from PySide6.QtCore import Signal
-from PySide6.QtGui import QAccessible, QAccessibleAnnouncementEvent
+from PySide6.QtGui import QAccessible, QAccessibleAnnouncementEvent, QGuiApplication
 from PySide6.QtWidgets import QMessageBox, QStackedWidget, QVBoxLayout, QWidget
 
 from app.attachments import Attachment, AttachmentError, fitted, read_text
@@ -46,6 +46,7 @@ def _read_attachments(_task: Task, client: EngineClient, paths: list[str], model
 
 class ChatPage(QWidget):
     error = Signal(str)
+    copied = Signal(str)  # what was copied, in words
     finished = Signal(object)  # StreamedReply, of the conversation shown
     changed = Signal()  # messages or state changed: the window updates titles, buttons
 
@@ -59,6 +60,7 @@ class ChatPage(QWidget):
         self.welcome.suggestion.connect(self.send)
         self.view = ChatView()
         self.view.action.connect(self._on_action)
+        self.view.copied.connect(lambda _text: self.copied.emit("Copied"))
         self.stack = QStackedWidget()
         self.stack.addWidget(self.welcome)
         self.stack.addWidget(self.view)
@@ -120,7 +122,7 @@ class ChatPage(QWidget):
     def generate(self, fresh: bool = False) -> None:
         """Ask for the conversation's next reply; `fresh`: never the cached answer."""
         conversation = self.conversation
-        options = {**self.window.request_options(conversation),
+        options = {**self.window.control.request_options(conversation),
                    "response_cache": "refresh" if fresh else None}
         reply = self.sessions.start(conversation.id)
         key = conversation.id
@@ -195,9 +197,12 @@ class ChatPage(QWidget):
             self.history.switch(self.conversation.id, int(key), -1 if action == "prev" else 1)
             self.refresh()
 
-    def last_answer(self) -> str:
+    def copy_last_answer(self) -> None:
         saved = self.history.messages(self.conversation.id) if self.conversation else []
-        return next((m.content for m in reversed(saved) if m.role == "assistant"), "")
+        answer = next((m.content for m in reversed(saved) if m.role == "assistant"), "")
+        if answer:
+            QGuiApplication.clipboard().setText(answer)
+            self.copied.emit("Copied the last answer")
 
     # -- attachments ---------------------------------------------------------------------
 
@@ -205,8 +210,8 @@ class ChatPage(QWidget):
         client = self.window.client
         if client is None:
             return
-        budget = int(self.window.context_size() * CONTEXT_SHARE)
-        start_task(_read_attachments, client, paths, self.window.chosen_model(), budget,
+        budget = int(self.window.control.context_size() * CONTEXT_SHARE)
+        start_task(_read_attachments, client, paths, self.window.control.chosen(), budget,
                    on_done=self._on_read, on_error=lambda e: self.error.emit(
                        str(e) if isinstance(e, AttachmentError) else f"Attaching failed: {e}"))
 
@@ -216,7 +221,7 @@ class ChatPage(QWidget):
             if attachment.truncated and QMessageBox.question(
                     self, "Too long for the context",
                     f"{attachment.name} has {tokens:,} tokens; the model's context holds "
-                    f"{self.window.context_size():,}. Attach its first {attachment.tokens:,} "
+                    f"{self.window.control.context_size():,}. Attach its first {attachment.tokens:,} "
                     "tokens?") != QMessageBox.Yes:
                 continue
             kept.append(attachment)

@@ -35,9 +35,14 @@ class SearchPage(QWizardPage):
         self.sort.addItem("Recently updated", "recent")
         self.search_button = QPushButton("Search")
         self.results = QListWidget()
-        self.status = QLabel()
+        self.status = QLabel("Type what you are looking for (a family like Qwen or Llama, "
+                             "a size like 7B) and press Enter, or import a .gguf file you "
+                             "already have.")
         self.status.setWordWrap(True)
         self.import_button = QPushButton("Import a .gguf file…")
+        for widget, name in ((self.query, "Search the Hub"), (self.sort, "Sort by"),
+                             (self.results, "Models found")):
+            widget.setAccessibleName(name)
         self.query.returnPressed.connect(self.search)
         self.search_button.clicked.connect(self.search)
         self.import_button.clicked.connect(self.import_file)
@@ -62,7 +67,10 @@ class SearchPage(QWizardPage):
                    on_error=lambda e: self.status.setText(str(e)))
 
     def show_results(self, repos: list[dict]) -> None:
-        self.status.setText(f"{len(repos)} repositories" if repos else "Nothing found.")
+        self.status.setText(
+            f"{len(repos)} repositories: pick one to see which of its files fit this machine"
+            if repos else f"Nothing on the Hub matches “{self.query.text().strip()}”: try a "
+            "family name (Qwen, Llama, Gemma) or fewer words.")
         for repo in repos:
             sizes = (f"{size_text(repo['size_min'])}–{size_text(repo['size_max'])}"
                      if repo["size_max"] else "size unknown")

@@ -5,7 +5,7 @@ out and wires; each page owns its behaviour, and every error reaches `show_error
 from __future__ import annotations
 
 from PySide6.QtCore import QTimer
-from PySide6.QtGui import QGuiApplication, QIcon
+from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import (QMainWindow, QProgressBar, QSplitter, QVBoxLayout,
                                QWidget)
 
@@ -28,7 +28,6 @@ from .model_control import ModelControl, _load_notice
 from .plan_panel import PlanPanel
 from .settings_page import SettingsPage
 from .sidebar import Sidebar
-from .transfer import export_dialog, import_dialog
 
 
 class MainWindow(QMainWindow):
@@ -60,18 +59,6 @@ class MainWindow(QMainWindow):
 
     def send(self, text: str) -> None:
         self.chat.send(text)
-
-    def open_wizard(self) -> None:
-        self.control.open_wizard()
-
-    def request_options(self, conversation: SavedConversation) -> dict:
-        return self.control.request_options(conversation)
-
-    def chosen_model(self) -> str | None:
-        return self.bar.box.currentData()
-
-    def context_size(self) -> int:
-        return int(self.control.health.get("n_ctx") or 4096)
 
     # -- layout -----------------------------------------------------------------------
 
@@ -126,7 +113,7 @@ class MainWindow(QMainWindow):
         self.chat.error.connect(self.show_error)
         self.chat.changed.connect(self._on_chat_changed)
         self.chat.finished.connect(lambda done: self.metrics.show_usage(done.usage, done.n_ctx))
-        self.chat.view.copied.connect(lambda _t: self.statusBar().showMessage("Copied", 2000))
+        self.chat.copied.connect(lambda what: self.statusBar().showMessage(what, 2000))
         self.settings.system_prompt_changed.connect(self._on_system_prompt)
         self.settings.routing_chosen.connect(lambda _pair: self.control.apply_routing())
         self.plan_panel.preview_requested.connect(self.control.preview_plan)
@@ -173,16 +160,6 @@ class MainWindow(QMainWindow):
         self.chat.view.set_zoom(level)
         self.ui_state = UiState(self.chat.view.zoom)
         save_settings(self.paths.data / "ui.json", self.ui_state)
-
-    def focus_search(self) -> None:
-        self.sidebar.search.setFocus()
-        self.sidebar.search.selectAll()
-
-    def copy_last_answer(self) -> None:
-        text = self.chat.last_answer()
-        if text:
-            QGuiApplication.clipboard().setText(text)
-            self.statusBar().showMessage("Copied the last answer", 2000)
 
     # -- errors and notices: the one place they are shown -----------------------------
 
@@ -299,12 +276,6 @@ class MainWindow(QMainWindow):
         if self.conversation:
             self.history.update(self.conversation.id, system_prompt=text)
             self.chat.conversation = self.history.get(self.conversation.id)
-
-    def export_conversations(self, everything: bool) -> None:
-        export_dialog(self, everything)
-
-    def import_conversations(self) -> None:
-        import_dialog(self)
 
     def closeEvent(self, event) -> None:
         self.cluster.close_down()

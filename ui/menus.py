@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from PySide6.QtGui import QAction, QKeySequence
 
+from .transfer import export_dialog, import_dialog
+
 
 def _action(menu, text: str, slot, shortcut=None) -> QAction:
     action = QAction(text, menu)
@@ -19,18 +21,17 @@ def build_menus(window) -> None:
     bar = window.menuBar()
     file = bar.addMenu("&File")
     _action(file, "&New chat", window.new_conversation, QKeySequence.New)
-    _action(file, "&Import conversations…", window.import_conversations)
-    _action(file, "&Export this conversation…", lambda: window.export_conversations(False),
-            "Ctrl+E")
-    _action(file, "Export &all conversations…", lambda: window.export_conversations(True))
+    _action(file, "&Import conversations…", lambda: import_dialog(window))
+    _action(file, "&Export this conversation…", lambda: export_dialog(window, False), "Ctrl+E")
+    _action(file, "Export &all conversations…", lambda: export_dialog(window, True))
     file.addSeparator()
-    _action(file, "&Get models…", window.open_wizard, "Ctrl+Shift+M")
+    _action(file, "&Get models…", window.control.open_wizard, "Ctrl+Shift+M")
     file.addSeparator()
     _action(file, "&Quit", window.close, QKeySequence.Quit)
 
     edit = bar.addMenu("&Edit")
-    _action(edit, "&Find conversations", window.focus_search, QKeySequence.Find)
-    _action(edit, "&Copy last answer", window.copy_last_answer, "Ctrl+Shift+C")
+    _action(edit, "&Find conversations", window.sidebar.focus_search, QKeySequence.Find)
+    _action(edit, "&Copy last answer", window.chat.copy_last_answer, "Ctrl+Shift+C")
     _action(edit, "&Rename conversation", window.sidebar.rename_current, "F2")
     _action(edit, "&Delete conversation", window.delete_conversation, "Ctrl+Shift+Backspace")
 

@@ -79,6 +79,12 @@ class ModelControl(QObject):
         return {**self.w.settings.sampling.as_request(),
                 "model": "auto" if routed else self.w.bar.box.currentData()}
 
+    def chosen(self) -> str | None:
+        return self.w.bar.box.currentData()
+
+    def context_size(self) -> int:
+        return int(self.health.get("n_ctx") or 4096)
+
     def refresh(self, select: str | None = None) -> None:
         client, box = self.w.client, self.w.bar.box
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPainter
-from PySide6.QtWidgets import (QFormLayout, QGridLayout, QHBoxLayout, QLabel, QPushButton,
+from PySide6.QtWidgets import (QFormLayout, QGridLayout, QLabel, QPushButton,
                                QSlider, QSpinBox, QVBoxLayout, QWidget)
 
 MiB = 1 << 20
@@ -91,15 +91,16 @@ class PlanPanel(QWidget):
         form.addRow(self.experts_label, self.experts)
         self._experts_row = (self.experts_label, self.experts)
         self._show_experts_row(False)
-        row = QHBoxLayout()
-        row.addLayout(form)
-        row.addStretch()
-        row.addWidget(self.load_button, 0, Qt.AlignBottom)
+        for widget, name in ((self.context, "Context in tokens"), (self.layers, "GPU layers"),
+                             (self.experts, "Layers with their experts in RAM")):
+            widget.setAccessibleName(name)
         layout = QVBoxLayout(self)
         layout.addWidget(self.title)
         layout.addLayout(self.bars)
         layout.addWidget(self.reasons)
-        layout.addLayout(row)
+        layout.addLayout(form)
+        layout.addWidget(self.load_button, 0, Qt.AlignRight)
+        layout.addStretch(1)
 
     def overrides(self) -> tuple[int | None, int | None, int | None]:
         return (self.context.value() or None,

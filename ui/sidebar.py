@@ -97,6 +97,10 @@ class Sidebar(QWidget):
                  if self.list.item(i).data(Qt.UserRole) is not None]
         self.list.setCurrentItem(items[row])
 
+    def focus_search(self) -> None:
+        self.search.setFocus()
+        self.search.selectAll()
+
     def rename_current(self) -> None:
         item = self.list.currentItem()
         if item is not None and item.data(Qt.UserRole) is not None:

@@ -17,35 +17,6 @@ PARIS = "What is the capital of France?"
 LONG = "Write a very long story about a dragon who learns to bake bread."
 
 
-@pytest.fixture
-def gui_home(tmp_path, home, monkeypatch):
-    root = tmp_path / "gui-home"
-    (root / "data").mkdir(parents=True)
-    (root / "data" / "models").symlink_to(home / "data" / "models")
-    monkeypatch.setenv("HOMERACK_HOME", str(root))
-    return root
-
-
-@pytest.fixture
-def open_window(qtbot, gui_home):
-    from ui.launch import create_window
-
-    windows = []
-
-    def make(serve_args=("--model", STARTER, "--ctx", "2048"), wait=True):
-        window = create_window(list(serve_args))
-        qtbot.addWidget(window)
-        window.show()
-        windows.append(window)
-        if wait:
-            qtbot.waitUntil(lambda: window.client is not None, timeout=90_000)
-        return window
-
-    yield make
-    for window in windows:
-        window.close()
-
-
 def messages(window):
     return window.history.messages(window.conversation.id)
 
@@ -396,7 +367,7 @@ def test_model_wizard_searches_judges_downloads_and_selects(qtbot, open_window, 
 
 def test_model_wizard_explains_a_gated_repo(qtbot, open_window, hub):
     window = open_window()
-    window.open_wizard()
+    window.control.open_wizard()
     wizard = window.wizard
     qtbot.keyClicks(wizard.search_page.query, "gated")
     qtbot.keyClick(wizard.search_page.query, Qt.Key_Return)

@@ -1,0 +1,34 @@
+"""The window over a real engine process it supervises, in a private HOMERACK_HOME."""
+
+import pytest
+
+from support.models import STARTER
+
+
+@pytest.fixture
+def gui_home(tmp_path, home, monkeypatch):
+    root = tmp_path / "gui-home"
+    (root / "data").mkdir(parents=True)
+    (root / "data" / "models").symlink_to(home / "data" / "models")
+    monkeypatch.setenv("HOMERACK_HOME", str(root))
+    return root
+
+
+@pytest.fixture
+def open_window(qtbot, gui_home):
+    from ui.launch import create_window
+
+    windows = []
+
+    def make(serve_args=("--model", STARTER, "--ctx", "2048"), wait=True):
+        window = create_window(list(serve_args))
+        qtbot.addWidget(window)
+        window.show()
+        windows.append(window)
+        if wait:
+            qtbot.waitUntil(lambda: window.client is not None, timeout=90_000)
+        return window
+
+    yield make
+    for window in windows:
+        window.close()
