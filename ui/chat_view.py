@@ -9,7 +9,7 @@ from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QTextBrowser, QToolTip
 
 from .markdown import Shown, render
-from .theme import colors
+from .theme import colors, scheme_changed
 
 ACTIONS = {"edit", "regen", "prev", "next"}
 ZOOM_STEP = 0.1
@@ -32,6 +32,7 @@ class ChatView(QTextBrowser):
         self.zoom = 0
         self._timer = QTimer(self, singleShot=True, interval=40)
         self._timer.timeout.connect(self._render_now)
+        scheme_changed.changed.connect(self._render_now)
 
     def show_messages(self, messages: list[Shown]) -> None:
         self._messages = list(messages)

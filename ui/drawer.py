@@ -3,7 +3,7 @@ time, the chat stays usable, Esc or × closes it."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QPushButton, QScrollArea, QStackedWidget,
                                QVBoxLayout, QWidget)
 
@@ -14,7 +14,7 @@ class Drawer(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setObjectName("drawer")
-        self.setMinimumWidth(340)
+        self.setMinimumWidth(300)
         self.title = QLabel(objectName="drawerTitle")
         close = QPushButton("×", accessibleName="Close the panel", flat=True)
         close.setToolTip("Close (Esc)")
@@ -32,6 +32,7 @@ class Drawer(QWidget):
 
     def add_page(self, name: str, widget: QWidget) -> None:
         scroll = QScrollArea(widgetResizable=True, frameShape=QScrollArea.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)  # pages fit its width
         scroll.setWidget(widget)
         self._pages[name] = scroll
         self.stack.addWidget(scroll)

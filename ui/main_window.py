@@ -4,6 +4,8 @@ out and wires; each page owns its behaviour, and every error reaches `show_error
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import (QMainWindow, QProgressBar, QSplitter, QVBoxLayout,
@@ -28,6 +30,7 @@ from .model_control import ModelControl, _load_notice
 from .plan_panel import PlanPanel
 from .settings_page import SettingsPage
 from .sidebar import Sidebar
+from .theme import choose_scheme
 
 
 class MainWindow(QMainWindow):
@@ -43,6 +46,8 @@ class MainWindow(QMainWindow):
         self._wire()
         self.refresh_conversations()
         self.chat.view.set_zoom(self.ui_state.zoom)
+        if self.ui_state.theme != "system":
+            choose_scheme(self.ui_state.theme)
         self.engine.start()
 
     # -- what the pages and tests reach -------------------------------------------
@@ -52,10 +57,7 @@ class MainWindow(QMainWindow):
     sessions = property(lambda self: self.chat.sessions)
     view = property(lambda self: self.chat.view)
     composer = property(lambda self: self.chat.composer)
-    model_box = property(lambda self: self.bar.box)
     shared = property(lambda self: self.cluster.shared)
-    loaded_model = property(lambda self: self.control.loaded)
-    wizard = property(lambda self: self.control.wizard)
 
     def send(self, text: str) -> None:
         self.chat.send(text)
@@ -84,7 +86,8 @@ class MainWindow(QMainWindow):
         for widget, stretch in ((self.sidebar, 0), (centre, 1), (self.drawer, 0)):
             splitter.addWidget(widget)
             splitter.setStretchFactor(splitter.count() - 1, stretch)
-        centre.setMinimumWidth(420)  # the chat is never squeezed
+        centre.setMinimumWidth(480)  # the chat is never squeezed
+        self.sidebar.setMinimumWidth(180)
         splitter.setSizes([240, 760, 380])
         self.setCentralWidget(splitter)
         self.metrics = MetricsBar()
@@ -106,7 +109,7 @@ class MainWindow(QMainWindow):
         self.sidebar.delete_requested.connect(self.delete_conversation)
         self.sidebar.search_changed.connect(lambda _t: self.refresh_conversations())
         self.bar.chosen.connect(self.control.choose)
-        self.bar.page_toggled.connect(self.toggle_page)
+        self.sidebar.page_toggled.connect(self.toggle_page)
         self.bar.get_models.connect(self.control.open_wizard)
         self.bar.auto_route.toggled.connect(self._on_auto_route)
         self.drawer.changed.connect(self._on_page)
@@ -140,7 +143,7 @@ class MainWindow(QMainWindow):
         self.drawer.toggle(page)
 
     def _on_page(self, page: str) -> None:
-        self.bar.show_page(page)
+        self.sidebar.show_page(page)
         self.watcher.watching = page == "Downloads"
         if page == "Downloads":
             self.watcher.start()
@@ -156,9 +159,15 @@ class MainWindow(QMainWindow):
             self.chat.stop()
 
     def zoom(self, step: int | None) -> None:
-        level = 0 if step is None else self.chat.view.zoom + step
-        self.chat.view.set_zoom(level)
-        self.ui_state = UiState(self.chat.view.zoom)
+        self.chat.view.set_zoom(0 if step is None else self.chat.view.zoom + step)
+        self._keep(zoom=self.chat.view.zoom)
+
+    def set_theme(self, scheme: str) -> None:
+        choose_scheme(scheme)
+        self._keep(theme=scheme)
+
+    def _keep(self, **changes) -> None:
+        self.ui_state = replace(self.ui_state, **changes)
         save_settings(self.paths.data / "ui.json", self.ui_state)
 
     # -- errors and notices: the one place they are shown -----------------------------
@@ -203,9 +212,6 @@ class MainWindow(QMainWindow):
             reply.task.cancel()
         self.show_error(f"{death[0].upper()}{death[1:]}. Restarting it; "
                         "your conversations are safe.")
-
-    def engine_died(self) -> bool:
-        return self.engine.last_death is not None
 
     # -- conversations ---------------------------------------------------------------
 

@@ -49,3 +49,6 @@ def build_menus(window) -> None:
     _action(view, "Zoom &in", lambda: window.zoom(1), QKeySequence.ZoomIn)
     _action(view, "Zoom &out", lambda: window.zoom(-1), QKeySequence.ZoomOut)
     _action(view, "&Actual size", lambda: window.zoom(None), "Ctrl+0")
+    appearance = view.addMenu("A&ppearance")
+    for scheme in ("system", "light", "dark"):
+        _action(appearance, scheme.capitalize(), lambda s=scheme: window.set_theme(s))

@@ -40,7 +40,7 @@ class MetricsBar(QWidget):
             self._titles[key] = title
         label = self._labels.get(key) or self._add(key)
         label.setText(f"{self._titles.get(key, key)}: {value}")
-        label.setVisible(value not in ("", "–"))
+        label.setVisible(value not in ("", "–", "off"))
         label.setMinimumWidth(label.sizeHint().width())  # the status bar must not clip it
         self.updateGeometry()  # and must give the bar the room its longer text needs
 

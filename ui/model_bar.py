@@ -1,16 +1,11 @@
 """The bar above the chat: the model picker with its state (loaded, loading, not loaded),
-where it runs and how fast it is forecast to write; and the drawer's pages."""
+where it runs and how fast it is forecast to write; routing and getting models."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QLabel, QPushButton,
                                QVBoxLayout, QWidget)
-
-PAGES = ("Memory", "Cluster", "Downloads", "Settings")
-SHORTCUTS = {"Memory": "Ctrl+1", "Cluster": "Ctrl+2", "Downloads": "Ctrl+3",
-             "Settings": "Ctrl+,"}
-
 
 def describe_state(chosen: str | None, health: dict, loading: bool = False) -> str:
     """The chosen model's state in a few words."""
@@ -28,7 +23,6 @@ def describe_state(chosen: str | None, health: dict, loading: bool = False) -> s
 
 class ModelBar(QWidget):
     chosen = Signal(str)
-    page_toggled = Signal(str)
     get_models = Signal()
 
     def __init__(self, parent=None):
@@ -53,13 +47,6 @@ class ModelBar(QWidget):
         layout.addLayout(picker, 1)
         layout.addWidget(self.auto_route)
         layout.addWidget(self.get)
-        self.buttons: dict[str, QPushButton] = {}
-        for page in PAGES:
-            button = QPushButton(page, checkable=True, accessibleName=page)
-            button.setToolTip(f"{page} ({SHORTCUTS[page]})")
-            button.clicked.connect(lambda _c=False, p=page: self.page_toggled.emit(p))
-            layout.addWidget(button)
-            self.buttons[page] = button
 
     def fill(self, models: list[dict], current: str | None) -> None:
         self.box.clear()
@@ -67,7 +54,3 @@ class ModelBar(QWidget):
             self.box.addItem(f"{model['id']}  ({model['size_bytes'] / 2**20:,.0f} MiB)",
                              model["id"])
         self.box.setCurrentIndex(max(self.box.findData(current), 0))
-
-    def show_page(self, page: str) -> None:
-        for name, button in self.buttons.items():
-            button.setChecked(name == page)

@@ -25,7 +25,7 @@ class MemoryBar(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.setMinimumSize(220, 16)
+        self.setMinimumSize(160, 16)
         self.device: dict = {}
 
     def set_device(self, device: dict) -> None:
@@ -63,7 +63,7 @@ class PlanPanel(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.model = ""
-        self.title = QLabel()
+        self.title = QLabel("Choose a model at the top to see what loading it takes.")
         self.title.setWordWrap(True)
         self.context = QSpinBox(minimum=0, maximum=1 << 20, singleStep=1024,
                                 specialValueText="planned")
@@ -162,6 +162,6 @@ class PlanPanel(QWidget):
         for row, device in enumerate(devices):
             bar = MemoryBar()
             bar.set_device(device)
-            label = QLabel(describe_device(device))
-            self.bars.addWidget(bar, row, 0)
-            self.bars.addWidget(label, row, 1)
+            label = QLabel(describe_device(device), wordWrap=True)
+            self.bars.addWidget(label, row * 2, 0)
+            self.bars.addWidget(bar, row * 2 + 1, 0)

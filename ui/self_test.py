@@ -41,9 +41,9 @@ def check_window(screenshot: str, prompt: str, timeout: float) -> int:
         elif window.client is None:
             return  # the engine is starting, or the model loading
         elif "asked" not in state:
-            if window.model_box.currentData() != DEFAULT_MODEL:
+            if window.bar.box.currentData() != DEFAULT_MODEL:
                 finish(1, f"self-test failed: the model box shows "
-                          f"{window.model_box.currentText()!r}, not the starter model")
+                          f"{window.bar.box.currentText()!r}, not the starter model")
                 return
             print(f"window ready to chat with {DEFAULT_MODEL} {since_launch():.1f} s after "
                   "launch", flush=True)

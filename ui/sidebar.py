@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QLabel, QLineEdit, QListWidget
 from app.history import SavedConversation
 
 DAY = 86400
+PAGES = {"Memory": "Ctrl+1", "Cluster": "Ctrl+2", "Downloads": "Ctrl+3", "Settings": "Ctrl+,"}
 
 
 def date_group(updated: float, now: float) -> str:
@@ -35,6 +36,7 @@ class Sidebar(QWidget):
     delete_requested = Signal(int)
     new_requested = Signal()
     search_changed = Signal(str)
+    page_toggled = Signal(str)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -60,6 +62,18 @@ class Sidebar(QWidget):
         layout.addWidget(self.search)
         layout.addWidget(self.list, 1)
         layout.addWidget(self.empty)
+        self.pages: dict[str, QPushButton] = {}
+        for page, shortcut in PAGES.items():  # the drawer's pages, beside the chat
+            button = QPushButton(page, checkable=True, accessibleName=page, flat=True)
+            button.setToolTip(f"{page} ({shortcut})")
+            button.setStyleSheet("text-align: left; padding-left: 10px;")
+            button.clicked.connect(lambda _c=False, p=page: self.page_toggled.emit(p))
+            layout.addWidget(button)
+            self.pages[page] = button
+
+    def show_page(self, page: str) -> None:
+        for name, button in self.pages.items():
+            button.setChecked(name == page)
 
     def show_conversations(self, conversations: list[SavedConversation],
                            current: int | None) -> None:
@@ -72,6 +86,9 @@ class Sidebar(QWidget):
                 group = heading
                 header = QListWidgetItem(heading)
                 header.setFlags(Qt.NoItemFlags)
+                font = header.font()
+                font.setBold(True)
+                header.setFont(font)
                 self.list.addItem(header)
             item = QListWidgetItem(conversation.title)
             item.setData(Qt.UserRole, conversation.id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
@@ -54,21 +54,41 @@ QTextBrowser#chat {{ border: none; background: {base}; }}
 """
 
 
+_chosen = {"scheme": "system"}  # or "light", "dark": View ▸ Appearance
+
+
 def is_dark() -> bool:
+    if _chosen["scheme"] != "system":
+        return _chosen["scheme"] == "dark"
     return QGuiApplication.styleHints().colorScheme() == Qt.ColorScheme.Dark
+
+
+def choose_scheme(scheme: str) -> None:
+    """Light, dark, or as the system says; applied at once, to the widgets and the chat."""
+    _chosen["scheme"] = scheme if scheme in ("light", "dark") else "system"
+    app = QApplication.instance()
+    _paint(app)
+    scheme_changed.changed.emit()
 
 
 def colors() -> Colors:
     return DARK if is_dark() else LIGHT
 
 
+class _Notifier(QObject):
+    changed = Signal()
+
+
+scheme_changed = _Notifier()  # after the palette changed: views that paint colours redo it
+
+
 def apply_theme(app: QApplication) -> None:
     """Fusion, this scheme's palette and style sheet; again when the system switches."""
     app.setStyle("Fusion")
     _paint(app)
-    hints = QGuiApplication.styleHints()
     if not getattr(app, "_homerack_themed", False):
-        hints.colorSchemeChanged.connect(lambda _scheme: _paint(app))
+        QGuiApplication.styleHints().colorSchemeChanged.connect(
+            lambda _scheme: (_paint(app), scheme_changed.changed.emit()))
         app._homerack_themed = True
 
 

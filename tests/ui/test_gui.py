@@ -314,19 +314,19 @@ def test_speculation_setting_reaches_the_engine_and_the_status_bar(qtbot, open_w
 
 def test_memory_plan_shows_bars_and_loads_with_the_users_context(qtbot, open_window):
     window = open_window()
-    qtbot.mouseClick(window.bar.buttons["Memory"], Qt.LeftButton)
+    qtbot.mouseClick(window.sidebar.pages["Memory"], Qt.LeftButton)
     panel = window.plan_panel
     assert panel.isVisible() and panel.model == STARTER
     qtbot.waitUntil(lambda: "fits" in panel.title.text(), timeout=30_000)
     assert panel.bars.count() == 2  # the CPU: a bar and its figures
-    assert "weights" in panel.bars.itemAt(1).widget().text()
+    assert "weights" in panel.bars.itemAt(0).widget().text()  # the figures above the bar
     panel.context.setValue(1024)  # the consequence is shown before loading
     qtbot.waitUntil(lambda: "1,024 tokens" in panel.title.text(), timeout=30_000)
     assert "KV" in panel.reasons.text() or "CPU memory" in panel.reasons.text()
     qtbot.mouseClick(panel.load_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: "planned" in window.metrics.text("device")
                     and window.client.health()["n_ctx"] == 1024, timeout=60_000)
-    assert window.loaded_model == STARTER
+    assert window.control.loaded == STARTER
 
 
 def test_model_wizard_searches_judges_downloads_and_selects(qtbot, open_window, hub):
@@ -334,7 +334,7 @@ def test_model_wizard_searches_judges_downloads_and_selects(qtbot, open_window, 
 
     window = open_window()
     qtbot.mouseClick(window.bar.get, Qt.LeftButton)
-    wizard = window.wizard
+    wizard = window.control.wizard
     search = wizard.search_page
     qtbot.keyClicks(search.query, "smollm2")
     qtbot.keyClick(search.query, Qt.Key_Return)
@@ -357,7 +357,7 @@ def test_model_wizard_searches_judges_downloads_and_selects(qtbot, open_window, 
     wizard.next()
     assert wizard.currentPage() is wizard.ready_page
     wizard.accept()
-    qtbot.waitUntil(lambda: window.model_box.currentData() == "SmolLM2-135M-Instruct-Q4_1",
+    qtbot.waitUntil(lambda: window.bar.box.currentData() == "SmolLM2-135M-Instruct-Q4_1",
                     timeout=90_000)  # the engine lists the new model: slow on a busy CI machine
     assert window.plan_panel.isVisible()  # what loading it will take, before chatting
     window.toggle_page("Downloads")
@@ -368,7 +368,7 @@ def test_model_wizard_searches_judges_downloads_and_selects(qtbot, open_window, 
 def test_model_wizard_explains_a_gated_repo(qtbot, open_window, hub):
     window = open_window()
     window.control.open_wizard()
-    wizard = window.wizard
+    wizard = window.control.wizard
     qtbot.keyClicks(wizard.search_page.query, "gated")
     qtbot.keyClick(wizard.search_page.query, Qt.Key_Return)
     qtbot.waitUntil(lambda: wizard.search_page.results.count() == 1, timeout=30_000)
@@ -456,7 +456,7 @@ def test_routing_and_the_response_cache_are_shown_per_message(qtbot, open_window
     window.new_conversation()
     window.bar.auto_route.setChecked(True)
     assert window.history.get(window.conversation.id).routed
-    assert not window.model_box.isEnabled()  # "auto" chooses for each reply
+    assert not window.bar.box.isEnabled()  # "auto" chooses for each reply
     window.send("What is the capital of Italy?")
     wait_reply(qtbot, window)
     window.send("Write a Python function that adds two numbers.")
@@ -468,9 +468,9 @@ def test_routing_and_the_response_cache_are_shown_per_message(qtbot, open_window
     assert STARTER in shown and GEMMA in shown
     # the same question again, in a new conversation without routing: from the cache
     window.bar.auto_route.setChecked(False)
-    assert window.model_box.isEnabled()
+    assert window.bar.box.isEnabled()
     window.new_conversation()
-    window.model_box.setCurrentIndex(window.model_box.findData(STARTER))
+    window.bar.box.setCurrentIndex(window.bar.box.findData(STARTER))
     for _ in range(2):
         window.send("Name a planet.")
         wait_reply(qtbot, window)

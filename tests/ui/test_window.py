@@ -48,14 +48,14 @@ def test_pages_open_beside_the_chat_and_esc_closes_them(qtbot, open_window):
     chat_width = window.chat.width()
     qtbot.keyClick(window, Qt.Key_Comma, Qt.ControlModifier)
     assert window.drawer.page == "Settings" and window.settings.isVisible()
-    assert window.bar.buttons["Settings"].isChecked()
+    assert window.sidebar.pages["Settings"].isChecked()
     qtbot.keyClick(window, Qt.Key_2, Qt.ControlModifier)
     assert window.drawer.page == "Cluster" and not window.settings.isVisible()
-    assert window.chat.isVisible() and window.chat.width() >= 420  # never squeezed
+    assert window.chat.isVisible() and window.chat.width() >= 460  # never squeezed
     qtbot.keyClick(window, Qt.Key_Escape)
     assert window.drawer.page == "" and not window.drawer.isVisible()
     assert window.chat.width() >= chat_width
-    assert not window.bar.buttons["Cluster"].isChecked()
+    assert not window.sidebar.pages["Cluster"].isChecked()
 
 
 def test_rename_in_place_delete_with_undo_and_search(qtbot, open_window):
@@ -163,3 +163,19 @@ def _inside_another_control(widget, kinds) -> bool:
             return True
         parent = parent.parent()
     return type(widget).__name__ == "QScrollBar" or widget.objectName().startswith("qt_")
+
+
+def test_make_screenshots_renders_every_state(gui_home, tmp_path):
+    """`make screenshots` (offscreen here: no popups, so no model picker)."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "shots"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    subprocess.run([sys.executable, "-m", "ui.screenshots", str(out)], env=env, check=True,
+                   timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    shots = sorted(p.name for p in out.glob("*.png"))
+    assert shots == ["1-first-run.png", "2-chat-with-code-and-table.png", "4-cluster.png",
+                     "4-memory.png", "4-settings.png", "5-dark.png", "6-narrow-1024x700.png"]
+    assert all((out / name).stat().st_size > 10_000 for name in shots)
