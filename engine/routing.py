@@ -24,7 +24,7 @@ MODES = ("rules", "cascade")
 # its answer is: on bench/routing.py's 200 prompts, SmolLM2 135M scored 0.31 on the
 # quarter it was least sure of (under 0.56) and 0.88 on the quarter it was surest of
 # (over 0.78). 0.5 escalates roughly the least sure tenth; the bench's calibration table
-# gives the best threshold for a given pair (README, "Routing").
+# gives the best threshold for a given pair (docs/routing.md).
 DEFAULT_THRESHOLD = 0.5
 
 _CODE = re.compile(

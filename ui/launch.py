@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import sys
 
+from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 from app.paths import paths
 from app.supervisor import DEFAULT_MODEL, EngineSupervisor
 
 from .main_window import MainWindow
+from .resources import icon_path
 from .theme import apply_theme
 
 
@@ -28,6 +30,9 @@ def main(serve_args: list[str] | None = None) -> int:
     app = QApplication.instance() or QApplication(sys.argv)
     app.setApplicationName("Homerack")
     app.setDesktopFileName("homerack")
+    icon = icon_path()
+    if icon.exists():  # every window and dialog, and the task bar
+        app.setWindowIcon(QIcon(str(icon)))
     window = create_window(serve_args)
     window.show()
     return app.exec()

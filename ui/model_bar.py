@@ -31,7 +31,7 @@ class ModelBar(QWidget):
         self.box.setMinimumWidth(200)
         self.box.setMaximumWidth(420)
         self.box.activated.connect(lambda _i: self.chosen.emit(self.box.currentData() or ""))
-        self.state = QLabel(objectName="muted")
+        self.state = QLabel(objectName="muted", wordWrap=True)
         self.state.setAccessibleName("Model state")
         self.auto_route = QCheckBox("Auto-route", accessibleName="Auto-route")
         self.auto_route.setToolTip("Send each reply of this conversation to the small or the "

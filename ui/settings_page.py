@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel,
+from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QLabel,
                                QPlainTextEdit, QPushButton, QSpinBox, QWidget)
 
 from app.settings import RoutingPair, Sampling, load_sampling, load_settings, save_settings
@@ -43,6 +43,7 @@ class SettingsPage(QWidget):
             widget.valueChanged.connect(self._on_sampling)
         self.speculation.currentIndexChanged.connect(self._on_sampling)
         form = QFormLayout(self)
+        form.setRowWrapPolicy(QFormLayout.WrapLongRows)  # labels above fields when narrow
         form.addRow("System prompt", self.system_prompt)
         form.addRow("Temperature", self.temperature)
         form.addRow("Top-p", self.top_p)
@@ -71,13 +72,10 @@ class SettingsPage(QWidget):
         self.route_apply = QPushButton("Apply", accessibleName="Apply the routing pair")
         self.route_apply.clicked.connect(self._choose_routing)
         self.route_state = QLabel(objectName="muted", wordWrap=True)
-        pair = QHBoxLayout()
-        for label, widget in (("Small", self.route_small), ("Large", self.route_large),
-                              ("By", self.route_mode)):
-            pair.addWidget(QLabel(label))
-            pair.addWidget(widget, 1)
-        pair.addWidget(self.route_apply)
-        form.addRow("Routing", pair)
+        form.addRow("Routing: small", self.route_small)
+        form.addRow("Routing: large", self.route_large)
+        form.addRow("Routing by", self.route_mode)
+        form.addRow("", self.route_apply)
         form.addRow("", self.route_state)
 
     # -- sampling -------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The `homerack` command line (README: "Using it"). One module per group of
+"""The `homerack` command line (docs/cli.md). One module per group of
 commands, each adding its own to the parser (`add_commands`); `main` runs one."""
 
 from __future__ import annotations

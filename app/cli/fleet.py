@@ -1,5 +1,5 @@
 """`homerack worker`, `pair` and `workers`: sharing this machine with the home's others, and
-using theirs (README: the cluster's trust model)."""
+using theirs (docs/cluster.md: the trust model)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def cmd_worker(args) -> int:
         print_code(*open_window(window, args.code))  # the owner shares it: pairing opens
         print("a paired host and this machine trust each other fully: it sends this machine "
               "model weights and activations, and this machine computes what it is sent "
-              "(README: the cluster's trust model)", flush=True)
+              "(docs/cluster.md: the trust model)", flush=True)
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:

@@ -38,7 +38,7 @@ def plan_batch(slots: list[Slot], n_batch: int,
     Why prompts go apart: llama.cpp rounds a sequence's logits alike in company and
     alone only while the batch takes the same kernels (flash attention's sequential
     pass, for fewer than 64 rows; matrix kernels that do not switch with the row
-    count). Greedy answers then match solo ones (see README, "Concurrent requests")."""
+    count). Greedy answers then match solo ones (see docs/batching.md)."""
     tokens = [Chunk(s.seq_id, len(s.tokens), (s.last,), True) for s in slots if s.decoding]
     room = min(n_batch - len(tokens), prefill_share) if tokens else n_batch
     calls = [tokens] if tokens else []

@@ -1,4 +1,4 @@
-"""Fault injection for the crash-journal tests (README, "Surviving a crash"): an engine
+"""Fault injection for the crash-journal tests (docs/planner.md, "Surviving a crash"): an engine
 process started with HOMERACK_FAULT=repacked-eval dies as llama.cpp's AMX kernels do
 (SIGSEGV on the first evaluation with repacked weights). Nothing happens without it."""
 

@@ -65,7 +65,7 @@ def test_switching_conversations_is_identical_and_cached(engine_home, model):
     finally:
         process.stop()
     # The same answers, cached or not, but for a near tie that the different rounding of
-    # a prompt evaluated whole and one evaluated in parts can turn (README, "Concurrent
+    # a prompt evaluated whole and one evaluated in parts can turn (docs/batching.md, "Concurrent
     # requests"): every answer opens the same, and nearly all are identical.
     pairs = [(w, c) for (w, _, _), (c, _, _) in zip(warm, cold)]
     assert all(w[:12] == c[:12] for w, c in pairs), pairs

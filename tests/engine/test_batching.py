@@ -230,7 +230,7 @@ def stream(client, question, times=None, **extra):
 
 # The engine's greedy pick takes the lowest id among tokens within GREEDY_TIE of the best
 # (greedy_pick in engine/llama/sampler.py). llama.cpp's CPU kernels sum a row's terms in
-# another order when the batch holds other sequences (README), which moves logits a little:
+# another order when the batch holds other sequences (docs/batching.md), which moves logits a little:
 # where a token lies close to the edge of the tie (the best logit minus GREEDY_TIE), a batched and
 # a solo answer may part. SmolLM2's answers here meet steps within 0.02 of that edge in
 # most of their 32 tokens, which is why "6 of 8 answers equal" failed on fresh clones:
@@ -287,7 +287,7 @@ def test_eight_streams_through_the_openai_client_equal_their_solo_answers(batchi
                                                                          monkeypatch):
     client = openai.OpenAI(base_url=f"{batching_server.url}/v1", api_key=batching_server.token,
                            max_retries=0)
-    fresh = {"extra_body": {"cache_prompt": False}}  # see the README's limits
+    fresh = {"extra_body": {"cache_prompt": False}}  # see docs/batching.md's limits
     solo = [stream(client, q, max_tokens=32, **fresh)[0] for q in QUESTIONS]
     results = [None] * len(QUESTIONS)
 

@@ -209,7 +209,7 @@ def test_killed_engine_is_survived_and_restarted(qtbot, open_window):
 def test_a_crash_in_the_first_evaluation_restarts_without_repacked_weights(qtbot, open_window,
                                                                           monkeypatch):
     """The engine dies on its first prompt as llama.cpp's AMX kernels do (fault injection,
-    see README); the app restarts it, the banner says it now runs without repacked
+    see docs/install.md); the app restarts it, the banner says it now runs without repacked
     weights, and the question is answered."""
     monkeypatch.setenv("HOMERACK_FAULT", "repacked-eval")
     # one sequence at a time: concurrent engines load without repacked weights anyway
