@@ -21,6 +21,16 @@ def describe_state(chosen: str | None, health: dict, loading: bool = False) -> s
     return f"Loaded · runs on {where}" + (f" · about {speed:.0f} tokens/s" if speed else "")
 
 
+def describe_plan(plan: dict) -> str:
+    """A model not loaded, by its plan: whether it fits, where, how fast."""
+    if not plan.get("fits"):
+        return "Not loaded · does not fit this machine (Memory says why)"
+    where = f"{plan['n_gpu_layers']} layers on the GPU" if plan.get("n_gpu_layers") else "CPU"
+    speed = (plan.get("forecast") or {}).get("decode_tokens_per_s")
+    return (f"Not loaded: loads when you send · would run on {where}"
+            + (f" · about {speed:.0f} tokens/s" if speed else ""))
+
+
 class ModelBar(QWidget):
     chosen = Signal(str)
     get_models = Signal()

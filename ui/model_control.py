@@ -9,7 +9,7 @@ from PySide6.QtCore import QObject
 from app.history import SavedConversation
 
 from .download_wizard import ModelWizard
-from .model_bar import describe_state
+from .model_bar import describe_plan, describe_state
 from .tasks import start_task
 
 
@@ -59,11 +59,23 @@ class ModelControl(QObject):
         w = self.w
         chosen = w.bar.box.currentData()
         w.bar.state.setText(describe_state(chosen, self.health, loading))
+        if chosen and chosen != self.loaded and not loading and w.client:
+            self._forecast(chosen)
         entry = next((m for m in self.models if m["id"] == chosen), {})
         w.settings.show_model_defaults(entry.get("sampling_defaults"))
         routed = bool(w.conversation and w.conversation.routed and w.settings.routing.on)
         w.bar.box.setEnabled(not routed)  # "auto" picks the model of each reply
         w.bar.auto_route.setEnabled(w.settings.routing.on)
+
+    def _forecast(self, model: str) -> None:
+        """For a model not loaded: where it would run and how fast, from its plan."""
+        client, state, box = self.w.client, self.w.bar.state, self.w.bar.box
+
+        def show(plan: dict) -> None:
+            if box.currentData() == model and model != self.loaded:
+                state.setText(describe_plan(plan))
+
+        start_task(lambda _t: client.plan(model), on_done=show, on_error=lambda _e: None)  # Memory says why
 
     def choose(self, model: str) -> None:
         w = self.w

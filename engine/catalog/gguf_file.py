@@ -155,22 +155,34 @@ class GGUFInspector:
         self._cache_file = cache_file
         self._lock = threading.Lock()
         self._entries: dict[str, dict] = self._load()
+        self._parsing: dict[str, threading.Event] = {}  # files being parsed, by key
 
     def inspect(self, path: str | os.PathLike) -> GGUFInfo:
         path = Path(path)
         key = self._key(path)
         with self._lock:
             cached = self._entries.get(key)
+            flight = self._parsing.get(key) if cached is None else None
+            first = cached is None and flight is None
+            if first:
+                flight = self._parsing[key] = threading.Event()
         if cached is not None:
             shape = cached.get("shape")
             if shape is not None:  # JSON gave lists where the shape holds tuples
                 shape = ModelShape(**{key: _tuples(value) for key, value in shape.items()})
             return GGUFInfo(**{**cached, "shape": shape})
-        info = _parse(path)
-        with self._lock:
-            self._entries[key] = asdict(info)
-            self._save()
-        return info
+        if not first:  # another request parses it: a 262k vocabulary takes seconds, once
+            flight.wait()
+            return self.inspect(path)
+        try:
+            info = _parse(path)
+            with self._lock:
+                self._entries[key] = asdict(info)
+                self._save()
+            return info
+        finally:
+            with self._lock:
+                self._parsing.pop(key).set()
 
     def record(self, path: str | os.PathLike) -> dict:
         """What `inspect` read of `path`, as JSON data (a bundle ships it: `remember`)."""

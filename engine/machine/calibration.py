@@ -1,17 +1,22 @@
 """What past loads measured against what was predicted, kept in a small JSON file:
 memory ratios per device kind and architecture (the planner shrinks budgets by them) and
-speed ratios per phase, device kind and model kind (they correct the forecast)."""
+speed ratios per phase, device kind and model kind (they correct the forecast).
+
+Two lanes' threads record (the main model and a routing companion) while requests' threads
+plan: one lock keeps the tables and the file's one temporary name to one writer."""
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 
 class Calibration:
     def __init__(self, path: Path | None):
         self.path = path
+        self._lock = threading.Lock()
         try:
             data = json.loads(path.read_text()) if path else {}
         except (OSError, ValueError):
@@ -23,12 +28,14 @@ class Calibration:
 
     def for_architecture(self, arch: str) -> tuple[tuple[str, float], ...]:
         prefix = f"/{arch}"
-        return tuple((key.split("/")[0], ratio) for key, ratio in sorted(self.ratios.items())
-                     if key.endswith(prefix))
+        with self._lock:
+            ratios = sorted(self.ratios.items())
+        return tuple((key.split("/")[0], ratio) for key, ratio in ratios if key.endswith(prefix))
 
     def speeds(self) -> tuple[tuple[str, float], ...]:
         """("decode/gpu/moe", measured/forecast), ... for the planner's forecast."""
-        return tuple(sorted(self.speed.items()))
+        with self._lock:
+            return tuple(sorted(self.speed.items()))
 
     def record(self, kind: str, arch: str, ratio: float) -> None:
         self._update(self.ratios, f"{kind}/{arch}", ratio)
@@ -37,8 +44,12 @@ class Calibration:
         self._update(self.speed, key, ratio)
 
     def _update(self, table: dict[str, float], key: str, ratio: float) -> None:
-        old = table.get(key)
-        table[key] = round(ratio if old is None else 0.7 * old + 0.3 * ratio, 4)
+        with self._lock:
+            old = table.get(key)
+            table[key] = round(ratio if old is None else 0.7 * old + 0.3 * ratio, 4)
+            self._write()
+
+    def _write(self) -> None:
         if self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(".tmp")

@@ -10,6 +10,8 @@ from PySide6.QtWidgets import (QAbstractButton, QAbstractSlider, QAbstractSpinBo
                                QComboBox, QFileDialog, QLineEdit, QListWidget, QMessageBox,
                                QPlainTextEdit, QTableWidget, QTextBrowser, QWidget)
 
+from support.models import GEMMA
+
 pytestmark = pytest.mark.slow
 
 
@@ -41,6 +43,29 @@ def test_first_run_welcomes_focuses_the_composer_and_answers_a_suggestion(qtbot,
     assert "Paris" in answer.content and "tokens/s" in answer.stats
     assert window.windowTitle() == "What is the capital of France? — Homerack"
     assert window.chat.stack.currentWidget() is window.view
+    window.bar.box.setCurrentIndex(window.bar.box.findData(GEMMA))  # not loaded: its plan
+    window.control.choose(GEMMA)
+    qtbot.waitUntil(lambda: "would run on CPU · about" in window.bar.state.text(), timeout=30_000)
+    assert window.drawer.page == "Memory"  # what loading it will take
+
+
+def test_streaming_follows_the_bottom_unless_the_reader_scrolled_up(qtbot, open_window):
+    from ui.markdown import Shown
+
+    window = open_window(wait=False)
+    window.chat.stack.setCurrentWidget(window.view)
+    view, bar = window.view, window.view.verticalScrollBar()
+    long = "\n\n".join(f"Paragraph {i}." for i in range(200))
+    view.show_messages([Shown("1", "user", "Tell me everything."),
+                        Shown("streaming", "assistant", long)])
+    assert bar.value() == bar.maximum() > 0
+    view.set_last(Shown("streaming", "assistant", long + "\n\nMore."))
+    qtbot.waitUntil(lambda: "More." in view.toPlainText(), timeout=2_000)
+    assert bar.value() == bar.maximum()  # followed
+    bar.setValue(100)  # the reader scrolls up to read
+    view.set_last(Shown("streaming", "assistant", long + "\n\nMore.\n\nAnd more."))
+    qtbot.waitUntil(lambda: "And more." in view.toPlainText(), timeout=2_000)
+    assert bar.value() == 100  # stays where they read
 
 
 def test_pages_open_beside_the_chat_and_esc_closes_them(qtbot, open_window):
