@@ -270,6 +270,8 @@ class Engine:
             "memory": loaded.memory if loaded else None,
             "load_notes": list(loaded.notes) if loaded else [],
             "load_error": self.host.load_error,
+            "loading": None if self.host.loading is None else {
+                "model": self.host.loading[0], "progress": round(self.host.loading[1], 3)},
             "prompt_cache": self.cache_status(),
             "queued": self.main.queued,
             "max_queue": self.settings.max_queue,

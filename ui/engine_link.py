@@ -21,6 +21,8 @@ def _wait_for_model(task: Task, client: EngineClient) -> dict:
     deadline = time.monotonic() + LOAD_WAIT_S
     while time.monotonic() < deadline and not task.cancelled.is_set():
         health = client.health()
+        if health.get("loading"):  # the weights being read: how far
+            task.report(health["loading"]["progress"])
         if health.get("model") and not health.get("busy"):
             return {"health": health, "models": client.models(), "hardware": client.hardware()}
         time.sleep(0.2)
@@ -54,6 +56,7 @@ class EngineLink(QObject):
         client = EngineClient(address)
         self.progress.emit("Loading the model…")
         start_task(_wait_for_model, client, on_done=lambda r: self._on_ready(client, r),
+                   on_progress=lambda done: self.progress.emit(f"Loading the model… {done:.0%}"),
                    on_error=self.failed.emit)
 
     def _on_ready(self, client: EngineClient, result: dict) -> None:

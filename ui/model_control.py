@@ -4,7 +4,7 @@ off the UI thread; answers come back to the window's widgets."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, QTimer
 
 from app.history import SavedConversation
 
@@ -36,6 +36,8 @@ class ModelControl(QObject):
         self.models: list[dict] = []
         self.health: dict = {}
         self.wizard: ModelWizard | None = None
+        self._watch = QTimer(self, interval=300)  # while a model loads: how far it is
+        self._watch.timeout.connect(self._show_loading)
 
     @property
     def loaded(self) -> str | None:
@@ -145,11 +147,24 @@ class ModelControl(QObject):
         w.plan_panel.load_button.setEnabled(False)
         w.statusBar().showMessage(f"Loading {model}…")
         self.show_state(loading=True)
+        self._watch.start()
         start_task(lambda _t: client.load(model, n_ctx, gpu_layers, cpu_moe_layers),
                    on_done=self._on_loaded, on_error=self._on_load_failed)
 
+    def _show_loading(self) -> None:
+        client, state = self.w.client, self.w.bar.state
+
+        def show(health: dict) -> None:
+            loading = health.get("loading")
+            if loading and self._watch.isActive():
+                state.setText(f"Loading {loading['model']}… {loading['progress']:.0%}")
+
+        if client:
+            start_task(lambda _t: client.health(), on_done=show, on_error=lambda _e: None)
+
     def _on_loaded(self, health: dict) -> None:
         w = self.w
+        self._watch.stop()
         w.progress.hide()
         w.plan_panel.load_button.setEnabled(True)
         w.statusBar().showMessage("Loaded", 3000)
@@ -159,6 +174,7 @@ class ModelControl(QObject):
 
     def _on_load_failed(self, error) -> None:
         w = self.w
+        self._watch.stop()
         w.progress.hide()
         w.plan_panel.load_button.setEnabled(True)
         w.statusBar().clearMessage()

@@ -74,13 +74,14 @@ class LlamaModel(Tokens):
 
     embed: Callable[[list[int]], np.ndarray] | None = None
 
-    def __init__(self, path: Path, settings: LoadSettings):
+    def __init__(self, path: Path, settings: LoadSettings,
+                 on_progress: Callable[[float], None] | None = None):
         ensure_backend()
         self.path = path
         self.settings = settings
         with measured_load() as log:
             try:
-                self._load(path, settings)
+                self._load(path, settings, on_progress)
             except ModelLoadFailed as exc:
                 if log.no_memory:
                     raise OutOfMemory(f"{exc.message}: out of memory on {log.no_memory[0]}",
@@ -89,10 +90,15 @@ class LlamaModel(Tokens):
         #: bytes llama.cpp allocated, by (device, kind): weights are "model"
         self.buffers: dict[tuple[str, str], int] = log.totals()
 
-    def _load(self, path: Path, settings: LoadSettings) -> None:
+    def _load(self, path: Path, settings: LoadSettings,
+              on_progress: Callable[[float], None] | None) -> None:
         mparams = llama.llama_model_default_params()
         mparams.n_gpu_layers = settings.n_gpu_layers
         mparams.use_extra_bufts = settings.repack
+        if on_progress is not None:  # llama.cpp reports 0..1 as it reads the weights
+            self._progress = llama.llama_progress_callback(
+                lambda fraction, _data: on_progress(fraction) or True)
+            mparams.progress_callback = self._progress
         if settings.devices and settings.n_gpu_layers:
             from ..machine.probe import device_array
 

@@ -154,6 +154,7 @@ class ModelHost:
         self._default: LocalModel | None = None  # the model of requests that name none
         self._overrides: dict[Path, LoadOverride] = {}  # the user's, by model file
         self.load_error: str | None = None  # the last load's failure, for /health
+        self.loading: tuple[str, float] | None = None  # (model id, fraction read) meanwhile
         self._controllers: dict[tuple, SpecController] = {}
         self._cuts = cut_draft.DraftCuts(settings.draft_folder)
         self._whole_drafts: set[Path] = set()  # drafts whose cut missed too much text
@@ -232,13 +233,17 @@ class ModelHost:
         self.unload()
         if self._hardware is None or self.cluster:
             self._hardware = self._probe()
+        self.loading = (model.id, 0.0)
         try:
             outcome = load(model.path, info, self.settings.load_settings(), self._hardware,
                            self._preferences(info, override, model), self._journal,
-                           self.cluster.place if self.cluster else plan)
+                           self.cluster.place if self.cluster else plan,
+                           lambda fraction: setattr(self, "loading", (model.id, fraction)))
         except Exception as exc:
             self.load_error = f"{model.id}: {getattr(exc, 'message', exc)}"
             raise
+        finally:
+            self.loading = None
         self.load_error = None
         llama = outcome.llama
         fmt = chat_format_for(info)

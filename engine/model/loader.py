@@ -122,10 +122,11 @@ def _used(planned: Plan | None) -> dict[str, int]:
 
 
 def load(path: Path, info: GGUFInfo, base: LoadSettings, hardware: Hardware | None,
-         prefs: Preferences, journal: LoadJournal, planner=plan) -> LoadOutcome:
+         prefs: Preferences, journal: LoadJournal, planner=plan,
+         on_progress=None) -> LoadOutcome:
     """Load `path` by the plan for `hardware` (no plan when the model's shape or the
     hardware is unknown: then only the context shrinks on failure). `planner`: the
-    cluster's placement when workers take part."""
+    cluster's placement when workers take part; `on_progress(fraction)` as it reads."""
     notes: list[str] = []
     can_plan = info.shape is not None and hardware is not None
     crashed = journal.unfinished(path)
@@ -146,7 +147,7 @@ def load(path: Path, info: GGUFInfo, base: LoadSettings, hardware: Hardware | No
         settings = _settings(base, planned)
         journal.begin(path, _used(planned))
         try:
-            llama = LlamaModel(path, settings)
+            llama = LlamaModel(path, settings, on_progress)
         except OutOfMemory as exc:
             journal.end()
             notes.append(f"{describe(settings)} ran out of memory on {exc.device}")

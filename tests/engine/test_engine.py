@@ -179,3 +179,17 @@ def test_cancel_during_a_long_prompt_stops_the_prefill(starters_dir):
     engine.close()
     assert done.finish_reason == "cancelled"
     assert time.perf_counter() - cancelled_at < 3  # the whole prompt takes ~12 s here
+
+
+def test_a_load_reports_how_far_it_read_and_health_says_so(engine, tiny_store):
+    """llama.cpp's progress callback: the app's model bar shows "Loading… 42%"."""
+    from engine.llama.runtime import LlamaModel
+
+    seen = []
+    model = LlamaModel(tiny_store.resolve("tiny").path, LoadSettings(n_ctx=256),
+                       on_progress=seen.append)
+    assert seen and seen[-1] == 1.0 and seen == sorted(seen)
+    model.close()
+    run(engine, model=tiny_store.resolve("tiny"), messages=({"role": "user", "content": "hi"},),
+        max_tokens=2, sampling=GREEDY)
+    assert engine.status()["loading"] is None and engine.status()["model"] == "tiny"
