@@ -120,9 +120,10 @@ class ChatPage(QWidget):
         self.generate()
 
     def generate(self, fresh: bool = False) -> None:
-        """Ask for the conversation's next reply; `fresh`: never the cached answer."""
+        """Ask for the conversation's next reply; `fresh`: another answer, never the
+        cached one."""
         conversation = self.conversation
-        options = {**self.window.control.request_options(conversation),
+        options = {**self.window.control.request_options(conversation, another=fresh),
                    "response_cache": "refresh" if fresh else None}
         reply = self.sessions.start(conversation.id)
         key = conversation.id

@@ -29,6 +29,9 @@ def _load_notice(health: dict) -> str:
     return "Loaded with a safer plan: " + "; ".join(notes) + "." if notes else ""
 
 
+REGENERATE_TEMPERATURE = 0.6
+
+
 class ModelControl(QObject):
     def __init__(self, window):
         super().__init__(window)
@@ -88,10 +91,18 @@ class ModelControl(QObject):
             w.drawer.open_page("Memory")
             w.plan_panel.show_model(model)
 
-    def request_options(self, conversation: SavedConversation) -> dict:
+    def request_options(self, conversation: SavedConversation, another: bool = False) -> dict:
+        """The request's model and sampling. `another`: Regenerate, which asks for a
+        different answer: where the model decodes greedily by default (the smallest do)
+        and the user chose no temperature, that one answer is sampled at 0.6."""
         routed = conversation.routed and self.w.settings.routing.on
-        return {**self.w.settings.sampling.as_request(),
-                "model": "auto" if routed else self.w.bar.box.currentData()}
+        options = {**self.w.settings.sampling.as_request(),
+                   "model": "auto" if routed else self.w.bar.box.currentData()}
+        entry = next((m for m in self.models if m["id"] == options["model"]), {})
+        greedy = (entry.get("sampling_defaults") or {}).get("temperature") == 0
+        if another and greedy and "temperature" not in options:
+            options["temperature"] = REGENERATE_TEMPERATURE
+        return options
 
     def chosen(self) -> str | None:
         return self.w.bar.box.currentData()

@@ -43,6 +43,9 @@ def test_first_run_welcomes_focuses_the_composer_and_answers_a_suggestion(qtbot,
     assert "Paris" in answer.content and "tokens/s" in answer.stats
     assert window.windowTitle() == "What is the capital of France? — Homerack"
     assert window.chat.stack.currentWidget() is window.view
+    # the model's greedy default leaves sampling out; Regenerate asks for another answer
+    assert "temperature" not in window.control.request_options(window.conversation)
+    assert window.control.request_options(window.conversation, another=True)["temperature"] > 0
     window.bar.box.setCurrentIndex(window.bar.box.findData(GEMMA))  # not loaded: its plan
     window.control.choose(GEMMA)
     qtbot.waitUntil(lambda: "would run on CPU · about" in window.bar.state.text(), timeout=30_000)
