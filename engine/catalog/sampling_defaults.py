@@ -63,11 +63,14 @@ def model_defaults(info: GGUFInfo) -> ModelDefaults:
     """The defaults for the model `info` describes (see the module's docstring)."""
     base = by_size(_n_params(info))
     from_file = _chosen(info.sampling or {}, FILE_KEYS)
+    # the authors' values replace the size rule's recipe, its penalty (for greedy) too
     if from_file:
-        return replace(base, **from_file, source="the model file's general.sampling keys")
+        return replace(base, frequency_penalty=0.0, **from_file,
+                       source="the model file's general.sampling keys")
     from_config = _from_config(sidecar_of(Path(info.path)))
     if from_config:
-        return replace(base, **from_config, source="the model's generation_config.json")
+        return replace(base, frequency_penalty=0.0, **from_config,
+                       source="the model's generation_config.json")
     return base
 
 

@@ -32,6 +32,8 @@ def test_generation_config_beside_the_file_is_next(tmp_path):
     assert (chosen.temperature, chosen.top_p, chosen.top_k, chosen.min_p) == (0.6, 0.95, 20, 0.0)
     sidecar_of(model).write_text('{"do_sample": false, "temperature": 0.9}')
     assert model_defaults(info(model)).temperature == 0.0  # the authors decode greedily
+    tiny = model_defaults(info(model, size_bytes=100 << 20))
+    assert tiny.frequency_penalty == 0.0  # the size rule's penalty goes with its greedy
 
 
 @pytest.mark.parametrize("config", ['{"temperature": 9, "top_p": -1, "top_k": true}',
