@@ -4,6 +4,7 @@ too long for the context."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,14 +25,16 @@ class AttachmentError(ValueError):
 class Attachment:
     name: str
     text: str
-    tokens: int  # as the model counts them (or estimated, where no engine answered)
+    tokens: int  # as the model's vocabulary counts them
     truncated: bool = False
 
     def as_context(self) -> str:
         """How the text goes into the message: fenced, named, so the model sees its
         edges and the answer can refer to it."""
         cut = " (the start of it)" if self.truncated else ""
-        return f"Attached file {self.name}{cut}:\n```\n{self.text}\n```"
+        longest = max((len(run) for run in re.findall(r"`+", self.text)), default=0)
+        fence = "`" * max(3, longest + 1)  # a fence inside the file cannot close this one
+        return f"Attached file {self.name}{cut}:\n{fence}\n{self.text}\n{fence}"
 
 
 def read_text(path: Path) -> str:

@@ -60,6 +60,8 @@ def test_a_file_too_long_for_the_context_offers_its_start():
     assert not whole.truncated and whole.text == "x" * 1000
     cut = fitted("a.txt", "x" * 1000, tokens=500, budget=100)
     assert cut.truncated and len(cut.text) == 200 and "(the start of it)" in cut.as_context()
+    fenced = fitted("r.md", "```py\nx\n```", tokens=5, budget=10).as_context()
+    assert fenced.startswith("Attached file r.md:\n````\n") and fenced.endswith("\n````")
 
 
 def _pdf_with(text: str) -> bytes:
