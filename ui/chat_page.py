@@ -84,7 +84,7 @@ class ChatPage(QWidget):
 
     def refresh(self) -> None:
         saved = self.history.messages(self.conversation.id) if self.conversation else []
-        last_answer = max((m.id for m in saved if m.role == "assistant"), default=None)
+        last_answer = saved[-1].id if saved and saved[-1].role == "assistant" else None
         shown = [Shown(str(m.id), m.role, m.content, m.status,
                        " · ".join(p for p in (m.model, m.detail) if p), m.stats, m.variant,
                        m.id == last_answer) for m in saved]
