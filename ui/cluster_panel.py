@@ -23,7 +23,8 @@ def _layers(stages: list[dict]) -> str:
 def machine_rows(view: dict) -> list[tuple[str, ...]]:
     """One row per machine: this one first, then each paired worker."""
     local = view.get("local_stages", [])
-    rows = [(f"{view.get('host', 'this machine')} (this machine)", _layers(local),
+    host = view.get("host")
+    rows = [(f"{host} (this machine)" if host else "This machine", _layers(local),
              f"{sum(s['bytes'] for s in local) / MiB:,.0f} MiB" if local else "–", "–", "–",
              "output layer here")]
     for w in view.get("workers", []):
@@ -61,7 +62,9 @@ class ClusterPanel(QWidget):
         pair = QPushButton("Pair")
         pair.clicked.connect(lambda: self.pair_requested.emit(self.address.text().strip(),
                                                               self.code.text().strip()))
-        self.use = QCheckBox("Use paired workers as stages (restarts the engine)")
+        self.use = QCheckBox("Use paired workers (restarts the engine)")
+        self.use.setToolTip("The paired workers run some of the model's layers as pipeline "
+                            "stages")
         self.use.toggled.connect(self.use_toggled)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
@@ -75,15 +78,13 @@ class ClusterPanel(QWidget):
                              (self.pair_again, "Pair another host"),
                              (self.use, "Use paired workers"), (self.table, "Machines")):
             widget.setAccessibleName(name)
-        layout = QVBoxLayout(self)
-        row = QHBoxLayout()
-        row.addWidget(self.share, 1)
-        row.addWidget(self.pair_again)
-        layout.addLayout(row)
+        layout = QVBoxLayout(self)  # one column: it lives in the drawer beside the chat
+        layout.addWidget(self.share)
         layout.addWidget(self.sharing)
+        layout.addWidget(self.pair_again, 0, Qt.AlignLeft)
         layout.addWidget(QLabel("Pair with another machine's worker:"))
+        layout.addWidget(self.address)
         row = QHBoxLayout()
-        row.addWidget(self.address, 2)
         row.addWidget(self.code, 1)
         row.addWidget(pair)
         layout.addLayout(row)

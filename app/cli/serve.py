@@ -8,6 +8,7 @@ import os
 import secrets
 import signal
 import sys
+import threading
 
 from ..engine_proc import EngineAddress, remove_engine_file, write_engine_file
 from ..paths import paths
@@ -87,6 +88,9 @@ def _serve(args, token: str) -> int:
         if routing:
             pair = engine.set_routing(routing)
             print(f"routing: {pair['note']}", file=sys.stderr, flush=True)
+        # every model's kind and defaults known soon (/v1/models does not wait for a parse)
+        threading.Thread(target=lambda: [store.kind_of(m) for m in store.list()],
+                         name="homerack-inspect", daemon=True).start()
 
     # uvicorn re-raises the signal it stopped on; exit through `finally` to clean up.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
