@@ -2,7 +2,6 @@
 send none by default, and neither does the app unless the user sets it) is sampled as the
 model's authors advise, else conservatively for its size."""
 
-import json
 
 import openai
 import pytest
