@@ -15,13 +15,19 @@ def gui_home(tmp_path, home, monkeypatch):
 
 
 @pytest.fixture
-def open_window(qtbot, gui_home):
+def open_window(qtbot, gui_home, monkeypatch):
+    """A window over its engine; `engine=False`: a window whose engine never starts, for
+    what needs no model (layout, keys, conversations, names): a process start saved."""
+    from ui.engine_link import EngineLink
     from ui.launch import create_window
 
     windows = []
 
-    def make(serve_args=("--model", STARTER, "--ctx", "2048"), wait=True):
-        window = create_window(list(serve_args))
+    def make(serve_args=("--model", STARTER, "--ctx", "2048"), wait=True, engine=True):
+        with monkeypatch.context() as patched:
+            if not engine:
+                patched.setattr(EngineLink, "start", lambda _link: None)
+            window = create_window(list(serve_args))
         qtbot.addWidget(window)
         window.show()
         windows.append(window)

@@ -261,7 +261,7 @@ def test_engine_that_fails_to_start_offers_retry(qtbot, open_window):
 def test_code_blocks_render_with_copy_links(qtbot, open_window):
     from ui.markdown import Shown
 
-    window = open_window(wait=False)
+    window = open_window(wait=False, engine=False)
     code = "def add(a, b):\n    return a + b\n"
     window.view.show_messages([
         Shown("1", "user", "Show me a function and a table."),

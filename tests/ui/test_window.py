@@ -55,7 +55,7 @@ def test_first_run_welcomes_focuses_the_composer_and_answers_a_suggestion(qtbot,
 def test_streaming_follows_the_bottom_unless_the_reader_scrolled_up(qtbot, open_window):
     from ui.markdown import Shown
 
-    window = open_window(wait=False)
+    window = open_window(wait=False, engine=False)
     window.chat.stack.setCurrentWidget(window.view)
     view, bar = window.view, window.view.verticalScrollBar()
     long = "\n\n".join(f"Paragraph {i}." for i in range(200))
@@ -72,7 +72,7 @@ def test_streaming_follows_the_bottom_unless_the_reader_scrolled_up(qtbot, open_
 
 
 def test_pages_open_beside_the_chat_and_esc_closes_them(qtbot, open_window):
-    window = active(qtbot, open_window(wait=False))
+    window = active(qtbot, open_window(wait=False, engine=False))
     chat_width = window.chat.width()
     qtbot.keyClick(window, Qt.Key_Comma, Qt.ControlModifier)
     assert window.drawer.page == "Settings" and window.settings.isVisible()
@@ -87,7 +87,7 @@ def test_pages_open_beside_the_chat_and_esc_closes_them(qtbot, open_window):
 
 
 def test_rename_in_place_delete_with_undo_and_search(qtbot, open_window):
-    window = open_window(wait=False)
+    window = open_window(wait=False, engine=False)
     assert "Write a message to start one" in window.sidebar.empty.text()
     first = window.history.create("Trip planning")
     window.history.add_message(first.id, "user", "Trains from Lyon to Marseille?")
@@ -108,7 +108,7 @@ def test_rename_in_place_delete_with_undo_and_search(qtbot, open_window):
 
 
 def test_export_and_import_through_the_file_menu(qtbot, open_window, tmp_path, monkeypatch):
-    window = open_window(wait=False)
+    window = open_window(wait=False, engine=False)
     chat = window.history.create("Recipe")
     window.history.add_message(chat.id, "user", "Pancakes?")
     window.history.add_message(chat.id, "assistant", "| flour | 200 g |\n|---|---|")
@@ -158,16 +158,16 @@ def test_attachments_join_the_message_and_a_long_one_offers_its_start(qtbot, ope
 
 
 def test_zoom_is_kept_for_the_next_start(qtbot, open_window):
-    window = active(qtbot, open_window(wait=False))
+    window = active(qtbot, open_window(wait=False, engine=False))
     qtbot.keyClick(window, Qt.Key_Plus, Qt.ControlModifier)
     qtbot.keyClick(window, Qt.Key_Plus, Qt.ControlModifier)
     assert window.view.zoom == 2
     window.close()
-    assert open_window(wait=False).view.zoom == 2
+    assert open_window(wait=False, engine=False).view.zoom == 2
 
 
 def test_every_control_has_a_name_for_screen_readers(qtbot, open_window):
-    window = open_window(wait=False)
+    window = open_window(wait=False, engine=False)
     kinds = (QAbstractButton, QLineEdit, QComboBox, QPlainTextEdit, QAbstractSpinBox,
              QListWidget, QTableWidget, QAbstractSlider, QTextBrowser)
     unnamed = []
