@@ -18,7 +18,11 @@ from .theme import apply_theme
 def create_window(serve_args: list[str] | None = None) -> MainWindow:
     """The window over its engine; by default (None) the engine `homerack` starts: the
     starter chat model loaded at once."""
-    apply_theme(QApplication.instance())
+    app = QApplication.instance()
+    apply_theme(app)
+    icon = icon_path()
+    if icon.exists():  # every window and dialog, and the task bar
+        app.setWindowIcon(QIcon(str(icon)))
     where = paths()
     args = ["--model", DEFAULT_MODEL] if serve_args is None else list(serve_args)
     if (where.data / "cluster" / "use-workers").exists() and "--workers" not in args:
@@ -30,9 +34,6 @@ def main(serve_args: list[str] | None = None) -> int:
     app = QApplication.instance() or QApplication(sys.argv)
     app.setApplicationName("Homerack")
     app.setDesktopFileName("homerack")
-    icon = icon_path()
-    if icon.exists():  # every window and dialog, and the task bar
-        app.setWindowIcon(QIcon(str(icon)))
     window = create_window(serve_args)
     window.show()
     return app.exec()

@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from PySide6.QtCore import QTimer
-from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import (QMainWindow, QProgressBar, QSplitter, QVBoxLayout,
                                QWidget)
 
@@ -26,7 +25,7 @@ from .engine_link import EngineLink
 from .menus import build_menus
 from .metrics import MetricsBar, describe_batching
 from .model_bar import ModelBar
-from .model_control import ModelControl, _load_notice
+from .model_control import ModelControl, load_notice
 from .plan_panel import PlanPanel
 from .settings_page import SettingsPage
 from .sidebar import Sidebar
@@ -97,9 +96,6 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.progress)
         self.watcher = DownloadWatcher(lambda: self.client, self)
         self.setWindowTitle("Homerack")
-        icon = _icon()
-        if icon:
-            self.setWindowIcon(icon)
         self.resize(1280, 800)
 
     def _wire(self) -> None:
@@ -189,7 +185,7 @@ class MainWindow(QMainWindow):
     def _on_engine_ready(self, _client: EngineClient, result: dict) -> None:
         self.progress.hide()
         self.statusBar().showMessage("Ready", 3000)
-        notices = [_load_notice(result["health"])]
+        notices = [load_notice(result["health"])]
         if self.engine.last_death:
             notices.insert(0, f"The engine was restarted ({self.engine.last_death}). "
                               "Every completed message was kept.")
@@ -290,10 +286,3 @@ class MainWindow(QMainWindow):
         self.engine.stop()
         self.history.close()
         super().closeEvent(event)
-
-
-def _icon() -> QIcon | None:
-    from .resources import icon_path
-
-    path = icon_path()
-    return QIcon(str(path)) if path.exists() else None

@@ -23,7 +23,7 @@ def _device_text(health: dict) -> str:
     return f"{health.get('offload', 'CPU')} · {used:,.0f} MiB (planned {planned:,.0f})"
 
 
-def _load_notice(health: dict) -> str:
+def load_notice(health: dict) -> str:
     """What the engine changed to load the model (memory ran out, a crash before)."""
     notes = health.get("load_notes")
     return "Loaded with a safer plan: " + "; ".join(notes) + "." if notes else ""
@@ -39,6 +39,7 @@ class ModelControl(QObject):
         self.models: list[dict] = []
         self.health: dict = {}
         self.wizard: ModelWizard | None = None
+        self._plans: dict[str, dict] = {}  # not-loaded models' plans, asked once per refresh
         self._watch = QTimer(self, interval=300)  # while a model loads: how far it is
         self._watch.timeout.connect(self._show_loading)
 
@@ -55,6 +56,7 @@ class ModelControl(QObject):
         # embedding models cannot chat; "auto" is the conversation's Auto-route box
         self.models = [m for m in models if m.get("kind") not in ("embedding", "router")]
         self.health = health
+        self._plans = {}  # models and health changed: plans may have too
         w.bar.fill(self.models, current)
         w.settings.fill_models(self.models)
         self.show_state()
@@ -73,14 +75,19 @@ class ModelControl(QObject):
         w.bar.auto_route.setEnabled(w.settings.routing.on)
 
     def _forecast(self, model: str) -> None:
-        """For a model not loaded: where it would run and how fast, from its plan."""
+        """For a model not loaded: where it would run and how fast, from its plan (asked
+        once, not on every change of the chat)."""
         client, state, box = self.w.client, self.w.bar.state, self.w.bar.box
 
         def show(plan: dict) -> None:
+            self._plans[model] = plan
             if box.currentData() == model and model != self.loaded:
                 state.setText(describe_plan(plan))
 
-        start_task(lambda _t: client.plan(model), on_done=show, on_error=lambda _e: None)  # Memory says why
+        if model in self._plans:
+            show(self._plans[model])
+        else:  # an error: the Memory page says why
+            start_task(lambda _t: client.plan(model), on_done=show, on_error=lambda _e: None)
 
     def choose(self, model: str) -> None:
         w = self.w
@@ -179,8 +186,8 @@ class ModelControl(QObject):
         w.progress.hide()
         w.plan_panel.load_button.setEnabled(True)
         w.statusBar().showMessage("Loaded", 3000)
-        if _load_notice(health):
-            w.show_notice(_load_notice(health))
+        if load_notice(health):
+            w.show_notice(load_notice(health))
         self.refresh()
 
     def _on_load_failed(self, error) -> None:

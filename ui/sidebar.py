@@ -103,16 +103,17 @@ class Sidebar(QWidget):
                            "Your conversations appear here. Write a message to start one.")
         self.empty.setVisible(not conversations)
 
-    def titles(self) -> list[str]:
-        """The conversations' titles as listed (without the date headings)."""
-        return [self.list.item(i).text() for i in range(self.list.count())
+    def _conversation_items(self) -> list[QListWidgetItem]:
+        """The list's conversations, without the date headings."""
+        return [self.list.item(i) for i in range(self.list.count())
                 if self.list.item(i).data(Qt.UserRole) is not None]
+
+    def titles(self) -> list[str]:
+        return [item.text() for item in self._conversation_items()]
 
     def select_row(self, row: int) -> None:
         """Select the `row`th conversation (headings not counted)."""
-        items = [self.list.item(i) for i in range(self.list.count())
-                 if self.list.item(i).data(Qt.UserRole) is not None]
-        self.list.setCurrentItem(items[row])
+        self.list.setCurrentItem(self._conversation_items()[row])
 
     def focus_search(self) -> None:
         self.search.setFocus()
