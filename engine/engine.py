@@ -251,7 +251,10 @@ class Engine:
             override = self._lane_for(request.model).host.override_for(request.model.path)
             n_ctx = override.n_ctx if override and override.n_ctx else self.settings.load.n_ctx
             fingerprint = self._fingerprints.of(request.model.path)
-            return request_key(request, prompt, fingerprint, n_ctx, escalate), fingerprint
+            adapters = tuple((self._fingerprints.of(use.adapter.path), use.scale)
+                             for use in request.adapters)
+            return request_key(request, prompt, fingerprint, n_ctx, escalate,
+                               adapters), fingerprint
         except OSError as exc:  # the worker reports a missing or unreadable file properly
             log.debug("response cache: no key (%s)", exc)
             return None
@@ -277,6 +280,8 @@ class Engine:
             "max_queue": self.settings.max_queue,
             "batching": batching,
             "embedding_model": self.embedder.model.id if self.embedder.model else None,
+            "adapters": {"loaded": loaded.adapters.loaded() if loaded else [],
+                         "switches": loaded.adapters.switches if loaded else 0},
             "response_cache": self.answers.status() if self.answers else None,
             "routing": None if routing is None else {
                 **routing.as_dict(), "together": companion is not None,

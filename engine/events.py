@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .errors import HomerackError
-from .catalog.models import LocalModel
+from .catalog.models import AdapterUse, LocalModel
 
 # Logit rows one evaluation keeps (llama_context_params.n_outputs_max, set by the runtime,
 # counted by the planner): one per prompt chunk, or one per verified draft position; 32
@@ -49,6 +49,13 @@ class GenerationRequest:
     measure_confidence: bool = False  # report the sampled tokens' probabilities (Usage)
     response_cache: str = "use"  # "use", "refresh" (answer afresh, keep it) or "off"
     rendered_prompt: str | None = None  # the chat in `model`'s format, rendered at submit
+    adapters: tuple[AdapterUse, ...] = ()  # LoRA adapters over `model`, checked, sorted
+
+    @property
+    def adapter_set(self) -> tuple[tuple[str, float], ...]:
+        """What a KV state computed for this request depends on beside the model: the
+        adapters' files and scales (empty: the model alone)."""
+        return tuple((str(use.adapter.path), use.scale) for use in self.adapters)
 
     @property
     def generates(self) -> bool:
@@ -67,6 +74,7 @@ class Started:
     notes: tuple[str, ...]
     response_cache: str | None = None  # "hit", "miss" or "bypass"; None: not cacheable
     route: dict | None = None  # how "auto" chose the model that answers
+    adapters: tuple[dict, ...] = ()  # the LoRA adapters that answered ({"id", "scale"})
 
 
 @dataclass(frozen=True)

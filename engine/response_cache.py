@@ -50,6 +50,7 @@ class Answer:
         raw = json.loads(data)
         started = raw["started"]
         started["notes"] = tuple(started["notes"])
+        started["adapters"] = tuple(started.get("adapters", ()))
         return cls(Started(**started), tuple(raw["pieces"]), raw["finish_reason"],
                    raw["completion_tokens"])
 
@@ -80,11 +81,12 @@ class Fingerprints:
 
 
 def request_key(request: GenerationRequest, prompt: str, fingerprint: str, n_ctx: int,
-                escalate_to: str | None = None) -> str:
+                escalate_to: str | None = None, adapters: tuple = ()) -> str:
     """The key of everything that shapes the answer. `prompt`: the rendered prompt text
     (the same text always tokenizes alike with the same model file and build); `n_ctx`:
     the context the model is loaded with (an answer without max_tokens ends where it
-    fills); `escalate_to`: the fingerprint of the cascade's large model."""
+    fills); `escalate_to`: the fingerprint of the cascade's large model; `adapters`: the
+    LoRA adapters' (fingerprint, scale)."""
     inputs = {
         "schema": SCHEMA, "build": build_id(), "model": fingerprint, "prompt": prompt,
         "n_ctx": n_ctx,
@@ -95,6 +97,8 @@ def request_key(request: GenerationRequest, prompt: str, fingerprint: str, n_ctx
         "cache_prompt": request.cache_prompt, "escalate_to": escalate_to,
         "escalate_below": request.escalate_below,
     }
+    if adapters:  # absent for the model alone: keys stored before adapters stay valid
+        inputs["adapters"] = list(adapters)
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -61,17 +61,36 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
         status = engine.status()
         loaded = (status["model"], status["embedding_model"],
                   ((status["routing"] or {}).get("companion") or {}).get("model"))
+        loaded += tuple(status["adapters"]["loaded"])
         # kind: null for a file not inspected yet (parsing one can take seconds)
-        models = [
-            {"id": m.id, "object": "model", "created": int(m.path.stat().st_mtime),
-             "owned_by": "local", **m.as_dict(), "kind": engine.store.kind_of(m, wait=False),
-             "loaded": m.id in loaded, "sampling_defaults": _defaults(m)}
-            for m in engine.store.list()]
+        models = []
+        for m in engine.store.list():
+            kind = engine.store.kind_of(m, wait=False)
+            models.append({
+                "id": m.id, "object": "model", "created": int(m.path.stat().st_mtime),
+                "owned_by": "local", **m.as_dict(), "kind": kind, "loaded": m.id in loaded,
+                **(_adapter(m) if kind == "adapter" else {"sampling_defaults": _defaults(m)})})
         if engine.routing:
             models.insert(0, {"id": "auto", "object": "model", "created": 0,
                               "owned_by": "homerack", "kind": "router",
                               "routing": engine.routing.as_dict()})
         return {"object": "list", "data": models}
+
+    def _adapter(adapter) -> dict:
+        """An adapter's facts and the local models it fits (the first: its base)."""
+        facts = engine.store.inspector.inspect(adapter.path).adapter
+        bases = [m.id for m in engine.store.bases_for(adapter)]
+        return {"base": bases[0] if bases else None, "bases": bases,
+                "use_as": f"{bases[0]}+{adapter.id}" if bases else None,
+                "adapter": {"type": "lora", "rank": facts["rank"], "alpha": facts["alpha"],
+                            "tensors": len(facts["targets"]),
+                            "declared_base": facts["base_names"]}}
+
+    @router.get("/lora-adapters")
+    async def lora_adapters():
+        """llama-server's list: an adapter's index here is its numeric id in "lora"."""
+        return [{"id": i, "name": a.id, "path": str(a.path), "scale": 0.0}
+                for i, a in enumerate(engine.store.adapters())]
 
     @router.post("/v1/plan")
     async def preview_plan(body: LoadRequest):

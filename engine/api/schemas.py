@@ -126,6 +126,14 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+class LoraChoice(BaseModel):
+    """An adapter and its scale (llama-server's field: an id is also its index in
+    GET /lora-adapters)."""
+    model_config = ConfigDict(extra="forbid")
+    id: str | int
+    scale: float = Field(1.0, allow_inf_nan=False)
+
+
 class SamplingFields(BaseModel):
     """The fields every generating request has (the chat, completion, Messages and
     Responses bodies extend it)."""
@@ -150,6 +158,7 @@ class SamplingFields(BaseModel):
     # Homerack's: "refresh" answers afresh (and keeps the new answer), "off" neither reads
     # nor writes the response cache (so do Cache-Control: no-cache / no-store)
     response_cache: Literal["use", "refresh", "off"] = "use"
+    lora: list[LoraChoice] | None = None  # LoRA adapters over the model, with their scales
 
     @field_validator("stop")
     @classmethod

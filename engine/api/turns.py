@@ -14,7 +14,7 @@ from ..agent.compose import compose
 from ..agent.conversation import Conversation, checked
 from ..agent.tool_stream import CallArgs, CallStart, Text, ToolStream
 from ..engine import Engine
-from ..errors import HomerackError, ModelNotFound
+from ..errors import HomerackError, InvalidRequest, ModelNotFound
 from ..events import Delta, Failed, Finished, GenerationRequest, Started, Usage
 from .channel import Channel
 
@@ -110,8 +110,11 @@ def request_for(engine: Engine, body, **content) -> GenerationRequest:
     and Homerack's extensions, see schemas.SamplingFields)."""
     default = engine.default_model()
     routed = body.model == "auto"
+    named, adapters = split_model_id(engine, body.model)
+    if routed and body.lora:
+        raise InvalidRequest("adapters apply to a named model, not to \"auto\"", param="lora")
     model = engine.auto_model() if routed else \
-        engine.store.resolve(body.model) if body.model or not default else default
+        engine.store.resolve(named) if named or not default else default
     draft, speculation = None, body.speculation
     if body.draft_model:
         speculation = speculation or "draft"
@@ -125,7 +128,36 @@ def request_for(engine: Engine, body, **content) -> GenerationRequest:
                              stop=body.stop_strings(),
                              ignore_eos=body.ignore_eos, speculation=speculation,
                              draft_model=draft, cache_prompt=body.cache_prompt, routed=routed,
-                             response_cache=body.response_cache, **content)
+                             response_cache=body.response_cache,
+                             adapters=engine.store.adapter_uses(model, adapters + lora_of(
+                                 engine, body.lora)), **content)
+
+
+def split_model_id(engine: Engine, name: str | None) -> tuple[str | None, list]:
+    """A model id `BASE+ADAPTER[+ADAPTER...]` (for clients that send only a model name)
+    as the base and its adapters at scale 1; any other id as it is."""
+    if not name or "+" not in name or name in {m.id for m in engine.store.list()}:
+        return name, []
+    base, *adapters = name.split("+")
+    return base, [(adapter, 1.0) for adapter in adapters]
+
+
+def lora_of(engine: Engine, choices) -> list[tuple[str, float]]:
+    """The body's `lora` as (adapter id, scale); a number is an index into
+    GET /lora-adapters, as llama-server's ids are."""
+    if not choices:
+        return []
+    listed = engine.store.adapters()
+    out = []
+    for choice in choices:
+        if isinstance(choice.id, int):
+            if not 0 <= choice.id < len(listed):
+                raise ModelNotFound(f"no adapter has index {choice.id} "
+                                    f"({len(listed)} adapters are listed)", param="lora")
+            out.append((listed[choice.id].id, choice.scale))
+        else:
+            out.append((choice.id, choice.scale))
+    return out
 
 
 def conversation_turn(engine: Engine, body, conv: Conversation, http: Request,

@@ -12,7 +12,7 @@ from ..events import Started
 def extension(started: Started, notes: list[str] = ()) -> dict:
     return {"chat_format": started.chat_format, "notes": [*started.notes, *notes],
             "n_ctx": started.n_ctx, "response_cache": started.response_cache,
-            "route": started.route}
+            "route": started.route, "adapters": list(started.adapters)}
 
 
 def error_body(message: str, kind: str, param: str | None = None) -> dict:

@@ -60,6 +60,7 @@ class Scheduler:
         self.slots: dict[int, Slot] = {}  # seq id -> slot, active or resident
         self.ledger = CellLedger(0)
         self.figures = Throughput()
+        self._last_set: tuple = ()  # the adapter set the last step advanced
 
     # -- the loaded model -------------------------------------------------------------
 
@@ -89,7 +90,9 @@ class Scheduler:
         prompt, notes = loaded.prompt_tokens(request)
         max_tokens, clamped = loaded.budget(request, len(prompt))
         spec = self.host.speculation(request, notes, self.scratch)
-        source, keep = self._best_source(prompt) if request.cache_prompt else (None, 0)
+        loaded.adapters.ready(request.adapters)  # a file llama.cpp refuses fails this job alone
+        source, keep = self._best_source(prompt, request.adapter_set) \
+            if request.cache_prompt else (None, 0)
         waiting = sum(len(s.pending()) for s in self.active)  # prompts admitted, not yet held
         if not self._make_room(len(prompt) - keep + 1 + waiting, spare=source):
             if self.active:
@@ -100,23 +103,28 @@ class Scheduler:
         sampler = Sampler(request.sampling, loaded.llama.n_vocab, request.grammar,
                           loaded.llama.vocab)
         slot = self._slot_for(source, keep)
+        slot.adapters = request.adapter_set
         if request.cache_prompt:
             self._restore_longer(slot, prompt)
         self._trim(slot, common_prefix(slot.tokens, prompt[:-1]))
         slot.begin(job, prompt, sampler, spec, Output(
             job, loaded.llama, loaded.chat_format.turn_ends, loaded.turn_end_tokens, max_tokens))
-        slot.started = Started(loaded.model.id, len(prompt), slot.n_cached, max_tokens,
-                               loaded.llama.n_ctx,
+        slot.started = Started("+".join([loaded.model.id, *(u.adapter.id for u in request.adapters)]),
+                               len(prompt), slot.n_cached, max_tokens, loaded.llama.n_ctx,
                                loaded.chat_format.describe() if request.messages else None,
-                               tuple(notes + clamped))
+                               tuple(notes + clamped),
+                               adapters=tuple(u.as_dict() for u in request.adapters))
         self.figures.totals["requests"] += 1
         return True
 
-    def _best_source(self, prompt: list[int]) -> tuple[Slot | None, int]:
-        """The sequence sharing the longest prefix with the prompt (the last prompt
-        token is always evaluated: sampling needs its logits)."""
+    def _best_source(self, prompt: list[int], adapters: tuple) -> tuple[Slot | None, int]:
+        """The sequence sharing the longest prefix with the prompt, its cells computed
+        under the same adapters (the last prompt token is always evaluated: sampling
+        needs its logits)."""
         best, keep = None, 0
         for slot in self.slots.values():
+            if slot.adapters != adapters:
+                continue
             n = min(common_prefix(slot.tokens, prompt), len(prompt) - 1)
             if n > keep:
                 best, keep = slot, n
@@ -150,8 +158,9 @@ class Scheduler:
 
     def _restore_longer(self, slot: Slot, prompt: list[int]) -> None:
         """A longer prefix from the prompt cache's tiers, restored into the slot."""
-        cache, llama = self.host.loaded.cache, self.host.loaded.llama
-        hit = cache.best(prompt) if cache else None
+        loaded = self.host.loaded
+        cache, llama = loaded.cache, loaded.llama
+        hit = cache.best(prompt, loaded.adapters.salt(slot.adapters)) if cache else None
         if hit is None or hit.length <= common_prefix(slot.tokens, prompt):
             return
         state = cache.fetch(hit)
@@ -199,9 +208,10 @@ class Scheduler:
         return slot.seq_id
 
     def save(self, slot: Slot) -> None:
-        cache = self.host.loaded.cache
-        if cache and not slot.saved and slot.tokens:
-            cache.save(slot.tokens, self.host.loaded.llama.snapshot(slot.seq_id))
+        loaded = self.host.loaded
+        if loaded.cache and not slot.saved and slot.tokens:
+            loaded.cache.save(slot.tokens, loaded.llama.snapshot(slot.seq_id),
+                              loaded.adapters.salt(slot.adapters))
             slot.saved = True
 
     def save_one(self) -> bool:
@@ -218,9 +228,10 @@ class Scheduler:
         """Advance every active sequence once: a draft round for a lone speculating one,
         else one batch of the next tokens and prompt chunks of all."""
         self._drop_cancelled()
-        active = self.active
+        active = self._turn(self.active)
         if not active:
             return
+        self.host.loaded.adapters.apply(active[0].adapters)
         lone = active[0] if len(active) == 1 and active[0].decoding else None
         if lone and lone.spec and not lone.spec.controller.wants_plain():
             self._speculate(lone)
@@ -231,6 +242,17 @@ class Scheduler:
         if lone and lone.spec:  # a plain step's time: what drafting is measured against
             lone.spec.controller.record_plain(time.perf_counter() - started)
         self.figures.totals["steps"] += 1
+
+    def _turn(self, active: list[Slot]) -> list[Slot]:
+        """The slots this step advances: those of one adapter set (an adapter applies to
+        the whole context), each set in turn, so requests under different adapters
+        alternate step by step and those under the same set batch together."""
+        sets = sorted({slot.adapters for slot in active})
+        if len(sets) > 1:
+            later = [s for s in sets if s > self._last_set]
+            self._last_set = later[0] if later else sets[0]
+            return [slot for slot in active if slot.adapters == self._last_set]
+        return active
 
     def _evaluate_batch(self, active: list[Slot]) -> bool:
         """The batch in as few llama_decode calls as n_batch allows; False when the KV

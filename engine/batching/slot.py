@@ -38,6 +38,7 @@ class Slot:
     saved: bool = False      # the prompt cache holds its state
     peers: int = 1           # most sequences in one of its steps
     started: Started | None = None  # emitted with the first token
+    adapters: tuple = ()     # the LoRA adapters its cells were computed under (adapter_set)
 
     @property
     def active(self) -> bool:

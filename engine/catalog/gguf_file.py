@@ -16,10 +16,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import InvalidModelFile
+from .adapters import adapter_facts, matrix_shapes
 from .shape import ModelShape, shape_or_none
 
 GGUF_MAGIC = b"GGUF"
-_CACHE_VERSION = 8
+_CACHE_VERSION = 9
 # Encoder architectures: their models embed text and cannot chat.
 ENCODERS = {"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3",
             "modern-bert", "neo-bert", "t5encoder"}
@@ -44,6 +45,8 @@ class GGUFInfo:
     shape: "ModelShape | None" = None  # None for architectures it cannot describe
     embedding: bool = False  # an embedding model (pooled vectors), not a chat model
     sampling: dict | None = None  # the authors' general.sampling.* keys ("temp": 0.6, ...)
+    matrices: dict | None = None  # weight shapes by tensor name (adapters.matrix_shapes)
+    adapter: dict | None = None  # a LoRA adapter's facts (adapters.adapter_facts)
 
 
 def _field(reader, key: str, default=None):
@@ -96,6 +99,8 @@ def _parse(path: Path) -> GGUFInfo:
     arch = _field(reader, "general.architecture")
     if not arch:
         raise InvalidModelFile(f"{path.name} has no general.architecture: not a model file")
+    adapter = adapter_facts(reader, path.name) if _field(reader, "general.type") == "adapter" \
+        else None
     return GGUFInfo(
         path=str(path),
         size_bytes=size,
@@ -115,6 +120,8 @@ def _parse(path: Path) -> GGUFInfo:
         shape=shape_or_none(reader, path.stem),
         embedding=_is_embedding(reader, str(arch)),
         sampling=_sampling_keys(reader),
+        matrices=None if adapter else matrix_shapes(reader),
+        adapter=adapter,
     )
 
 

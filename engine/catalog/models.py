@@ -17,7 +17,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InvalidModelFile, ModelNotFound, StarterModelMissing
+from ..errors import InvalidModelFile, InvalidRequest, ModelNotFound, StarterModelMissing
+from .adapters import declares, misfit
 from .gguf_file import GGUFInspector
 
 
@@ -83,6 +84,20 @@ class LocalModel:
     def as_dict(self) -> dict:
         return {"id": self.id, "path": str(self.path), "size_bytes": self.size_bytes,
                 "starter": self.starter}
+
+
+@dataclass(frozen=True)
+class AdapterUse:
+    """A LoRA adapter applied to a request's model, at a scale."""
+    adapter: LocalModel
+    scale: float = 1.0
+
+    def as_dict(self) -> dict:
+        return {"id": self.adapter.id, "scale": self.scale}
+
+
+MAX_ADAPTERS = 8  # per request
+SCALE_RANGE = (-4.0, 4.0)  # beyond it an adapter's update drowns the weights
 
 
 def sha256_of(path: Path) -> str:
@@ -151,9 +166,64 @@ class ModelStore:
         if not wait and not self.inspector.known(model.path):
             return None
         try:
-            return "embedding" if self.inspector.inspect(model.path).embedding else "chat"
+            info = self.inspector.inspect(model.path)
         except InvalidModelFile:
             return "unreadable"
+        return "adapter" if info.adapter else "embedding" if info.embedding else "chat"
+
+    def adapters(self, wait: bool = False) -> list[LocalModel]:
+        """The LoRA adapters in the folder (without `wait`, among the files inspected
+        so far)."""
+        return [m for m in self.list() if self.kind_of(m, wait=wait) == "adapter"]
+
+    def bases_for(self, adapter: LocalModel) -> list[LocalModel]:
+        """The local models the adapter fits (among those inspected so far), those it
+        names in its metadata first."""
+        info = self.inspector.inspect(adapter.path)
+        fitting = []
+        for model in self.list():
+            if self.kind_of(model, wait=False) == "chat":
+                base = self.inspector.inspect(model.path)
+                if misfit(info, base, model.id) is None:
+                    fitting.append((not declares(info, base, model.id), model.size_bytes, model))
+        return [model for *_, model in sorted(fitting, key=lambda t: t[:2])]
+
+    def adapter_uses(self, model: LocalModel, wanted: list[tuple[str, float]]
+                     ) -> tuple[AdapterUse, ...]:
+        """The adapters a request asks for, checked against its model before llama.cpp
+        sees them: each an adapter file in the folder, readable, fitting the model, at a
+        sane scale, named once. Scale 0 leaves the model as it is (the use is dropped)."""
+        if len(wanted) > MAX_ADAPTERS:
+            raise InvalidRequest(f"at most {MAX_ADAPTERS} adapters per request", param="lora")
+        uses, seen = [], set()
+        for name, scale in wanted:
+            adapter = self._adapter(name)
+            low, high = SCALE_RANGE
+            if not (low <= scale <= high):
+                raise InvalidRequest(f"adapter {name}: scale {scale} is outside {low:g}..{high:g}",
+                                     param="lora")
+            if adapter.path in seen:
+                raise InvalidRequest(f"adapter {name} is named twice", param="lora")
+            seen.add(adapter.path)
+            why = misfit(self.inspector.inspect(adapter.path),
+                         self.inspector.inspect(model.path), model.id)
+            if why:
+                raise InvalidRequest(f"adapter {name} does not fit model {model.id}: {why}",
+                                     param="lora")
+            if scale:
+                uses.append(AdapterUse(adapter, float(scale)))
+        return tuple(sorted(uses, key=lambda u: u.adapter.id))
+
+    def _adapter(self, name: str) -> LocalModel:
+        try:
+            adapter = self.resolve(name)
+        except ModelNotFound:
+            known = ", ".join(a.id for a in self.adapters(wait=True)) or "none"
+            raise ModelNotFound(f"adapter '{name}' not found (local adapters: {known})",
+                                param="lora") from None
+        if not self.inspector.inspect(adapter.path).adapter:  # damaged: InvalidModelFile
+            raise InvalidRequest(f"{name} is a model, not a LoRA adapter", param="lora")
+        return adapter
 
     def add(self, path: Path) -> LocalModel:
         """Register a user's .gguf file by linking it into the models folder."""

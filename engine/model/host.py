@@ -17,6 +17,7 @@ from ..events import GenerationRequest, Usage
 from ..llama.runtime import LlamaModel, LoadSettings
 from ..llama.backend import build_id
 from ..catalog.fingerprint import model_fingerprint
+from .adapters import AdapterBank
 from .loader import LoadJournal, load
 from ..catalog.models import LocalModel, ModelStore
 from ..machine.planner import Plan, Preferences, place_draft, plan
@@ -81,6 +82,7 @@ class Loaded:
     drafters: dict = field(default_factory=dict)  # draft model path or "lookup" -> drafter
     evaluated: bool = False  # its first request ran (the load journal's watch ends)
     tie_margin: float | None = None  # measured on its first greedy draft (speculation/verify.py)
+    adapters: AdapterBank | None = None  # its LoRA adapters, loaded on first use
 
     def close(self) -> None:
         if self.cache:
@@ -230,6 +232,10 @@ class ModelHost:
         if info.embedding:
             raise InvalidRequest(f"{model.id} is an embedding model: it cannot generate text "
                                  "(use it with /v1/embeddings)", param="model")
+        if info.adapter:
+            raise InvalidRequest(f"{model.id} is a LoRA adapter, not a model: ask for its base "
+                                 f"model as 'BASE+{model.id}', or name it in \"lora\"",
+                                 param="model")
         self.unload()
         if self._hardware is None or self.cluster:
             self._hardware = self._probe()
@@ -254,7 +260,8 @@ class ModelHost:
                 turn_ends.add(ids[0])
         self.loaded = Loaded(model, llama, fmt, frozenset(turn_ends), self._prompt_cache(model),
                              self._compare(outcome.plan, llama, info.architecture),
-                             plan=outcome.plan, override=override, notes=outcome.notes)
+                             plan=outcome.plan, override=override, notes=outcome.notes,
+                             adapters=AdapterBank(llama))
         return self.loaded
 
     def held(self) -> dict[str, int]:
@@ -353,6 +360,11 @@ class ModelHost:
         loaded = self.loaded
         mode = request.speculation or self.settings.speculation
         if mode == "off":
+            return None
+        if mode == "draft" and request.adapters:
+            names = ", ".join(use.adapter.id for use in request.adapters)
+            notes.append(f"draft speculation is off: the adapter {names} changes the model's "
+                         "answers and the draft has no such adapter")
             return None
         if mode == "lookup":
             key = "lookup"

@@ -53,6 +53,7 @@ class Entry:
     state: bytearray | None = None  # in RAM
     path: Path | None = None        # on disk
     pending: bool = False           # a disk write is queued
+    salt: str = ""                  # what else the state depends on (LoRA adapters)
     last_used: float = field(default_factory=time.monotonic)
 
 
@@ -86,12 +87,14 @@ class PromptCache:
 
     # -- lookup -------------------------------------------------------------------
 
-    def best(self, prompt: list[int]) -> Hit | None:
-        """The entry covering the longest prefix of the prompt, if long enough."""
+    def best(self, prompt: list[int], salt: str = "") -> Hit | None:
+        """The entry covering the longest prefix of the prompt, if long enough, among
+        those saved with the same salt (states computed under the same adapters)."""
         with self._lock:
-            hashes = prefix_hashes(prompt, self.fingerprint)
+            hashes = prefix_hashes(prompt, self.fingerprint + salt)
             for depth in range(len(hashes) - 1, -1, -1):
-                keys = self._index.get(hashes[depth])
+                keys = [k for k in self._index.get(hashes[depth], ())
+                        if self._entries[k].salt == salt]
                 if keys:
                     hits = [Hit(self._entries[k], common_prefix(self._entries[k].tokens, prompt))
                             for k in keys]
@@ -121,16 +124,16 @@ class PromptCache:
 
     # -- saving ---------------------------------------------------------------------
 
-    def save(self, tokens: list[int], state: bytearray) -> None:
+    def save(self, tokens: list[int], state: bytearray, salt: str = "") -> None:
         """Keep the state of `tokens`; entries it extends become redundant."""
         tokens = tuple(tokens)
         if len(tokens) < self.limits.min_tokens or len(state) > self.limits.ram_bytes:
             return
         with self._lock:
-            for old in self._prefixes_of(tokens):
+            for old in self._prefixes_of(tokens, salt):
                 self._remove(old)
             entry = Entry(uuid.uuid4().hex, tokens, len(state), state=state,
-                          pending=self.folder is not None)
+                          pending=self.folder is not None, salt=salt)
             self._add(entry)
             self._evict_ram()
         if self.folder:
@@ -156,23 +159,23 @@ class PromptCache:
 
     # -- bookkeeping ----------------------------------------------------------------
 
-    def _prefixes_of(self, tokens: tuple[int, ...]) -> list[Entry]:
+    def _prefixes_of(self, tokens: tuple[int, ...], salt: str) -> list[Entry]:
         candidates = set()
-        for h in prefix_hashes(tokens, self.fingerprint):
+        for h in prefix_hashes(tokens, self.fingerprint + salt):
             candidates |= self._index.get(h, set())
         return [self._entries[k] for k in candidates
-                if len(self._entries[k].tokens) <= len(tokens)
+                if len(self._entries[k].tokens) <= len(tokens) and self._entries[k].salt == salt
                 and tokens[:len(self._entries[k].tokens)] == self._entries[k].tokens]
 
     def _add(self, entry: Entry) -> None:
         self._entries[entry.key] = entry
-        for h in prefix_hashes(entry.tokens, self.fingerprint):
+        for h in prefix_hashes(entry.tokens, self.fingerprint + entry.salt):
             self._index.setdefault(h, set()).add(entry.key)
 
     def _remove(self, entry: Entry) -> None:
         if self._entries.pop(entry.key, None) is None:
             return
-        for h in prefix_hashes(entry.tokens, self.fingerprint):
+        for h in prefix_hashes(entry.tokens, self.fingerprint + entry.salt):
             keys = self._index.get(h)
             if keys:
                 keys.discard(entry.key)
@@ -234,6 +237,7 @@ class PromptCache:
                 return
         header = json.dumps({"fingerprint": self.fingerprint, "build": self.build,
                              "n_tokens": len(entry.tokens), "state_size": len(state),
+                             "salt": entry.salt,
                              "sha256": hashlib.sha256(state).hexdigest()}).encode()
         path = self.folder / f"{entry.key}.hrkv"
         tmp = path.with_suffix(".tmp")
@@ -281,7 +285,8 @@ class PromptCache:
                 self.stats["rejected_files"] += 1
                 path.unlink(missing_ok=True)
                 continue
-            self._add(Entry(path.stem, tokens, header["state_size"], path=path))
+            self._add(Entry(path.stem, tokens, header["state_size"], path=path,
+                            salt=header.get("salt", "")))
         self._evict_disk()
 
     def _read_verified(self, path: Path) -> bytearray | None:

@@ -39,6 +39,6 @@ def test_the_bench_runs_quick_and_measures_generation(bench, home):
 
 
 def test_the_benches_are_all_here():
-    helpers = {"common", "build_tools", "shapes"}
+    helpers = {"common", "build_tools", "shapes", "adapter_files"}
     on_disk = {p.stem for p in (ROOT / "bench").glob("*.py")} - helpers
     assert on_disk == set(BENCHES)

@@ -1,0 +1,48 @@
+"""The loaded model's LoRA adapters: each loaded once, on the first request that uses
+it, and kept while the model is; the set the context applies switched only when the
+next evaluation needs another (the scheduler gives each set decode steps of its own)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..catalog.fingerprint import model_fingerprint
+from ..catalog.models import AdapterUse
+from ..llama.lora import load_adapter, set_adapters
+from ..llama.runtime import LlamaModel
+
+AdapterSet = tuple[tuple[str, float], ...]  # GenerationRequest.adapter_set
+
+
+class AdapterBank:
+    def __init__(self, llama: LlamaModel):
+        self.llama = llama
+        self._handles: dict[str, object] = {}  # adapter path -> llama.cpp's adapter
+        self._fingerprints: dict[str, str] = {}
+        self.current: AdapterSet = ()
+        self.switches = 0
+
+    def ready(self, uses: tuple[AdapterUse, ...]) -> None:
+        """Load the adapters the context does not have yet."""
+        for use in uses:
+            path = str(use.adapter.path)
+            if path not in self._handles:
+                self._handles[path] = load_adapter(self.llama, Path(path))
+                self._fingerprints[path] = model_fingerprint(Path(path))
+
+    def apply(self, wanted: AdapterSet) -> None:
+        """The next evaluations run with these adapters (all ready)."""
+        if wanted == self.current:
+            return
+        set_adapters(self.llama, [self._handles[path] for path, _ in wanted],
+                     [scale for _, scale in wanted])
+        self.current = wanted
+        self.switches += 1
+
+    def salt(self, adapters: AdapterSet) -> str:
+        """The prompt cache's key part for states computed under these adapters: their
+        files' contents and scales (empty for the model alone)."""
+        return "".join(f"+{self._fingerprints[path][:16]}*{scale!r}" for path, scale in adapters)
+
+    def loaded(self) -> list[str]:
+        return sorted(Path(path).stem for path in self._handles)
