@@ -1,0 +1,127 @@
+"""LoRA adapters through the API, with the official clients, on a real engine process
+over the starter chat model: the `lora` field, `BASE+ADAPTER` model ids, the listing, and
+bad adapters refused with the right status."""
+
+from __future__ import annotations
+
+import time
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from bench.adapter_files import LoraSpec, write_lora
+from support.engines import start_engine
+from support.models import GEMMA, STARTER
+
+pytestmark = pytest.mark.slow
+ADAPTER = "smol-persona"
+QUESTION = [{"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "What is the capital of France?"}]
+FRESH = {"response_cache": "off", "cache_prompt": False}  # each answer computed afresh
+
+
+@pytest.fixture(scope="module")
+def lora_server(home, starters_dir):
+    folder = home / "lora" / "data" / "models"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in (STARTER, GEMMA):
+        if not (folder / f"{name}.gguf").exists():
+            (folder / f"{name}.gguf").symlink_to(starters_dir / f"{name}.gguf")
+    write_lora(starters_dir / f"{STARTER}.gguf", folder / f"{ADAPTER}.gguf",
+               # strong enough to change the greedy answer (measured: 0.2 over 8 layers
+               # left "The capital of France is Paris." as it was)
+               LoraSpec(targets=("attn_q", "ffn_up"), layers=tuple(range(30)), strength=0.3),
+               base_name="SmolLM2 135M Instruct")
+    write_lora(starters_dir / f"{GEMMA}.gguf", folder / "gemma-style.gguf",
+               LoraSpec(targets=("attn_q",), layers=(0,)))
+    process, address, _ = start_engine(home, "lora", ["--model", STARTER, "--ctx", "1024"])
+    yield address
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def client(lora_server):
+    return openai.OpenAI(base_url=f"{lora_server.url}/v1", api_key=lora_server.token,
+                         max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def http(lora_server):
+    with httpx.Client(base_url=lora_server.url, timeout=120,
+                      headers={"Authorization": f"Bearer {lora_server.token}"}) as session:
+        yield session
+
+
+def _ask(client, model, **extra):
+    reply = client.chat.completions.create(model=model, messages=QUESTION, max_tokens=24,
+                                           temperature=0, extra_body={**FRESH, **extra})
+    return reply
+
+
+def test_the_adapter_answers_through_the_lora_field_and_the_model_id(client):
+    base = _ask(client, STARTER)
+    by_field = _ask(client, STARTER, lora=[{"id": ADAPTER, "scale": 1.0}])
+    by_name = _ask(client, f"{STARTER}+{ADAPTER}")
+    assert by_field.model == by_name.model == f"{STARTER}+{ADAPTER}"
+    assert by_field.choices[0].message.content == by_name.choices[0].message.content
+    assert by_field.choices[0].message.content != base.choices[0].message.content
+    scaled_to_zero = _ask(client, STARTER, lora=[{"id": ADAPTER, "scale": 0.0}])
+    assert scaled_to_zero.choices[0].message.content == base.choices[0].message.content
+
+
+def test_the_anthropic_client_takes_an_adapter_by_model_id(lora_server, client):
+    claude = anthropic.Anthropic(base_url=lora_server.url, api_key=lora_server.token,
+                                 max_retries=0)
+    reply = claude.messages.create(model=f"{STARTER}+{ADAPTER}", max_tokens=24,
+                                   system=QUESTION[0]["content"], messages=QUESTION[1:],
+                                   extra_body={**FRESH, "temperature": 0})
+    expected = _ask(client, f"{STARTER}+{ADAPTER}")
+    assert reply.model == f"{STARTER}+{ADAPTER}"
+    assert reply.content[0].text == expected.choices[0].message.content
+
+
+def _models_once_read(http) -> dict:
+    """/v1/models once the engine has read every file's header (kind null meanwhile:
+    Gemma's 262k-token vocabulary takes seconds to parse at the first start)."""
+    deadline = time.monotonic() + 120
+    while True:
+        models = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
+        if all(m["kind"] for m in models.values()) or time.monotonic() > deadline:
+            return models
+        time.sleep(0.5)
+
+
+def test_models_lists_the_adapter_under_its_base(http):
+    models = _models_once_read(http)
+    entry = models[ADAPTER]
+    assert entry["kind"] == "adapter" and entry["base"] == STARTER
+    assert entry["use_as"] == f"{STARTER}+{ADAPTER}"
+    assert entry["adapter"]["rank"] == 4 and entry["adapter"]["tensors"] == 60
+    assert models["gemma-style"]["base"] == GEMMA
+    listed = http.get("/lora-adapters").json()
+    index = next(a["id"] for a in listed if a["name"] == ADAPTER)
+    body = {"model": STARTER, "messages": QUESTION, "max_tokens": 4,
+            "lora": [{"id": index, "scale": 1.0}], **FRESH}
+    answer = http.post("/v1/chat/completions", json=body).json()
+    assert answer["model"] == f"{STARTER}+{ADAPTER}"
+    assert answer["homerack"]["adapters"] == [{"id": ADAPTER, "scale": 1.0}]
+
+
+@pytest.mark.parametrize("lora, status, words", [
+    ([{"id": "nobody", "scale": 1.0}], 404, "adapter 'nobody' not found"),
+    ([{"id": "gemma-style", "scale": 1.0}], 400,
+     f"adapter gemma-style does not fit model {STARTER}: it adapts gemma3 models"),
+    ([{"id": ADAPTER, "scale": 40.0}], 400, "outside -4..4"),
+    ([{"id": ADAPTER, "scale": "NaN"}], 400, "lora.0.scale"),
+    ([{"id": 99}], 404, "no adapter has index 99"),
+])
+def test_bad_adapters_get_clear_errors_and_the_model_serves_on(http, lora, status, words):
+    body = {"model": STARTER, "messages": QUESTION, "max_tokens": 4, "lora": lora}
+    answer = http.post("/v1/chat/completions", json=body)
+    assert answer.status_code == status, answer.text
+    assert words in answer.json()["error"]["message"]
+    assert answer.json()["error"]["param"].startswith("lora")
+    ok = http.post("/v1/chat/completions", json={**body, "lora": None, **FRESH})
+    assert ok.status_code == 200
