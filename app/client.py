@@ -31,6 +31,7 @@ class StreamedReply:
     model: str | None = None  # the model that answered (with "auto": the one routed to)
     response_cache: str | None = None  # "hit": replayed from the response cache
     route: dict | None = None  # how "auto" chose the model
+    adapters: list[dict] = field(default_factory=list)  # the LoRA adapters that answered
 
     def detail(self) -> str:
         """How the answer came, in a few words, for the chat view."""
@@ -39,6 +40,9 @@ class StreamedReply:
             how = ("escalated" if self.route.get("escalated") else "kept") \
                 if self.route.get("mode") == "cascade" else self.route.get("reason", "")
             parts.append(f"auto ({self.route.get('mode')}): {how}")
+        if self.adapters:
+            parts.append("adapter " + ", ".join(
+                a["id"] + ("" if a["scale"] == 1 else f" ×{a['scale']:g}") for a in self.adapters))
         if self.response_cache == "hit":
             parts.append("from the response cache")
         return " · ".join(parts)
@@ -138,6 +142,9 @@ class EngineClient:
                 reply.model = chunk.get("model", reply.model)
                 reply.response_cache = extension.get("response_cache", reply.response_cache)
                 reply.route = extension.get("route", reply.route)
+                reply.adapters = extension.get("adapters", reply.adapters)
+                if reply.adapters and reply.model:  # "BASE+ADAPTER": detail() names them
+                    reply.model = reply.model.split("+")[0]
                 if chunk.get("usage"):
                     reply.usage = chunk["usage"]
                 for choice in chunk["choices"]:

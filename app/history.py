@@ -10,6 +10,7 @@ window can offer an undo; marked ones are purged the next time the history opens
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 import time
@@ -41,6 +42,7 @@ ADDED_COLUMNS = {
         "tip": ("INTEGER", "UPDATE conversations SET tip = (SELECT max(id) FROM messages m "
                            "WHERE m.conversation_id = conversations.id)"),
         "deleted": ("REAL", None),  # when it was deleted (kept for an undo)
+        "adapters": ("TEXT NOT NULL DEFAULT '[]'", None),  # LoRA adapters: [[id, scale]]
     },
     "messages": {
         "model": ("TEXT", None),  # who answered
@@ -74,6 +76,7 @@ class SavedConversation:
     model: str | None
     routed: bool = False  # each reply goes to model "auto" (the small or the large one)
     updated: float = 0.0  # when it last changed (the sidebar groups by it)
+    adapters: tuple[tuple[str, float], ...] = ()  # LoRA adapters over its model, by id
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,7 @@ class History:
         words = re.findall(r"\w+", search)
         query = " ".join(f'"{word}"*' for word in words)  # each word, as a prefix
         rows = self._db.execute(
-            "SELECT id, title, system_prompt, model, routed, updated FROM conversations "
+            "SELECT id, title, system_prompt, model, routed, updated, adapters FROM conversations "
             "WHERE deleted IS NULL AND (? = '' OR title LIKE ? OR (? != '' AND id IN ("
             "SELECT conversation_id FROM messages WHERE id IN ("
             "SELECT rowid FROM message_text WHERE message_text MATCH ?)))) "
@@ -140,16 +143,18 @@ class History:
         return [_conversation(row) for row in rows]
 
     def get(self, conversation_id: int) -> SavedConversation:
-        row = self._db.execute("SELECT id, title, system_prompt, model, routed, updated "
-                               "FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        row = self._db.execute("SELECT id, title, system_prompt, model, routed, updated, "
+                               "adapters FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
         if row is None:
             raise KeyError(conversation_id)
         return _conversation(row)
 
     def update(self, conversation_id: int, **fields) -> None:
-        allowed = {"title", "system_prompt", "model", "routed"}
+        allowed = {"title", "system_prompt", "model", "routed", "adapters"}
         if not fields.keys() <= allowed:
             raise ValueError(f"unknown fields: {set(fields) - allowed}")
+        if "adapters" in fields:
+            fields["adapters"] = json.dumps([[name, scale] for name, scale in fields["adapters"]])
         assignments = ", ".join(f"{name} = ?" for name in fields)
         with self._db:
             self._db.execute(f"UPDATE conversations SET {assignments}, updated = ? WHERE id = ?",
@@ -243,5 +248,6 @@ class History:
 
 
 def _conversation(row: tuple) -> SavedConversation:
-    *head, routed, updated = row
-    return SavedConversation(*head, bool(routed), updated)
+    *head, routed, updated, adapters = row
+    return SavedConversation(*head, bool(routed), updated,
+                             tuple((name, float(scale)) for name, scale in json.loads(adapters)))

@@ -105,6 +105,7 @@ class MainWindow(QMainWindow):
         self.sidebar.delete_requested.connect(self.delete_conversation)
         self.sidebar.search_changed.connect(lambda _t: self.refresh_conversations())
         self.bar.chosen.connect(self.control.choose)
+        self.bar.adapters_chosen.connect(self.control.choose_adapters)
         self.sidebar.page_toggled.connect(self.toggle_page)
         self.bar.get_models.connect(self.control.open_wizard)
         self.bar.auto_route.toggled.connect(self._on_auto_route)

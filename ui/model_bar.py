@@ -4,8 +4,11 @@ where it runs and how fast it is forecast to write; routing and getting models."
 from __future__ import annotations
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QLabel, QPushButton,
-                               QVBoxLayout, QWidget)
+from PySide6.QtGui import QActionGroup
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QLabel, QMenu, QPushButton,
+                               QToolButton, QVBoxLayout, QWidget)
+
+ADAPTER_SCALES = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)  # 0: off
 
 def describe_state(chosen: str | None, health: dict, loading: bool = False) -> str:
     """The chosen model's state in a few words."""
@@ -31,9 +34,18 @@ def describe_plan(plan: dict) -> str:
             + (f" · about {speed:.0f} tokens/s" if speed else ""))
 
 
+def describe_adapters(chosen: tuple[tuple[str, float], ...]) -> str:
+    """The adapters button's text: what the conversation's replies are adapted with."""
+    if not chosen:
+        return "No adapter"
+    return "Adapter: " + ", ".join(
+        name + ("" if scale == 1 else f" ×{scale:g}") for name, scale in chosen)
+
+
 class ModelBar(QWidget):
     chosen = Signal(str)
     get_models = Signal()
+    adapters_chosen = Signal(tuple)  # ((adapter id, scale), ...)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -46,6 +58,12 @@ class ModelBar(QWidget):
         self.auto_route = QCheckBox("Auto-route", accessibleName="Auto-route")
         self.auto_route.setToolTip("Send each reply of this conversation to the small or the "
                                    "large model of the routing pair (Settings)")
+        self.adapters = QToolButton(accessibleName="Adapters",
+                                    popupMode=QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.adapters.setToolTip("LoRA adapters over this model, for this conversation: "
+                                 "switched at once, no reload")
+        self.adapters.setMenu(QMenu(self.adapters))
+        self._chosen_adapters: tuple = ()
         self.get = QPushButton("Get models…", accessibleName="Get models")
         self.get.clicked.connect(self.get_models)
         picker = QVBoxLayout()
@@ -55,8 +73,10 @@ class ModelBar(QWidget):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(picker, 1)
+        layout.addWidget(self.adapters)
         layout.addWidget(self.auto_route)
         layout.addWidget(self.get)
+        self.fill_adapters([], ())
 
     def fill(self, models: list[dict], current: str | None) -> None:
         self.box.clear()
@@ -64,3 +84,29 @@ class ModelBar(QWidget):
             self.box.addItem(f"{model['id']}  ({model['size_bytes'] / 2**20:,.0f} MiB)",
                              model["id"])
         self.box.setCurrentIndex(max(self.box.findData(current), 0))
+
+    def fill_adapters(self, available: list[str], chosen: tuple[tuple[str, float], ...]) -> None:
+        """The adapters that fit the chosen model, each with its scales; hidden when none
+        does. `chosen`: the conversation's, among them."""
+        self._chosen_adapters = tuple((n, s) for n, s in chosen if n in available)
+        menu = self.adapters.menu()
+        menu.clear()
+        for name in available:
+            scales = menu.addMenu(name)
+            group = QActionGroup(scales)
+            current = dict(self._chosen_adapters).get(name, 0.0)
+            for scale in ADAPTER_SCALES:
+                action = scales.addAction(f"×{scale:g}" if scale else "Off")
+                action.setCheckable(True)
+                action.setChecked(scale == current)
+                group.addAction(action)
+                action.triggered.connect(lambda _c=False, n=name, s=scale: self._choose(n, s))
+        self.adapters.setText(describe_adapters(self._chosen_adapters))
+        self.adapters.setVisible(bool(available))
+
+    def _choose(self, name: str, scale: float) -> None:
+        chosen = dict(self._chosen_adapters)
+        chosen.pop(name, None)
+        if scale:
+            chosen[name] = scale
+        self.adapters_chosen.emit(tuple(sorted(chosen.items())))

@@ -13,6 +13,9 @@ from .model_bar import describe_plan, describe_state
 from .tasks import start_task
 
 
+KINDS_POLL_MS, KINDS_POLLS = 1000, 120  # a damaged file stays unread: not forever
+
+
 def _device_text(health: dict) -> str:
     """Where the model runs and what it took, against the planner's prediction."""
     devices = (health.get("memory") or {}).get("devices") or []
@@ -37,6 +40,8 @@ class ModelControl(QObject):
         super().__init__(window)
         self.w = window
         self.models: list[dict] = []
+        self.adapters: list[dict] = []  # LoRA adapters, with the models they fit
+        self._polls = 0  # refreshes while the engine reads files' headers
         self.health: dict = {}
         self.wizard: ModelWizard | None = None
         self._plans: dict[str, dict] = {}  # not-loaded models' plans, asked once per refresh
@@ -53,14 +58,23 @@ class ModelControl(QObject):
         w = self.w
         current = (w.bar.box.currentData() or (w.conversation and w.conversation.model)
                    or health.get("model"))
-        # embedding models cannot chat; "auto" is the conversation's Auto-route box
-        self.models = [m for m in models if m.get("kind") not in ("embedding", "router")]
+        # embedding models cannot chat; "auto" is the conversation's Auto-route box;
+        # adapters are chosen over their base model
+        self.models = [m for m in models if m.get("kind") not in ("embedding", "router",
+                                                                   "adapter")]
+        self.adapters = [m for m in models if m.get("kind") == "adapter"]
         self.health = health
         self._plans = {}  # models and health changed: plans may have too
         w.bar.fill(self.models, current)
         w.settings.fill_models(self.models)
         self.show_state()
         w.metrics.set("device", _device_text(health))
+        unread = any(m.get("kind") is None for m in models)
+        self._polls = self._polls + 1 if unread else 0
+        if unread and w.client and self._polls <= KINDS_POLLS:
+            # the engine is still reading some files' headers (it does at every start):
+            # their kinds (an adapter, an embedding model) decide where they are offered
+            QTimer.singleShot(KINDS_POLL_MS, self.refresh)
 
     def show_state(self, loading: bool = False) -> None:
         w = self.w
@@ -72,6 +86,8 @@ class ModelControl(QObject):
         w.settings.show_model_defaults(entry.get("sampling_defaults"))
         routed = bool(w.conversation and w.conversation.routed and w.settings.routing.on)
         w.bar.box.setEnabled(not routed)  # "auto" picks the model of each reply
+        w.bar.fill_adapters([] if routed else self.adapters_for(chosen),
+                            w.conversation.adapters if w.conversation else ())
         w.bar.auto_route.setEnabled(w.settings.routing.on)
 
     def _forecast(self, model: str) -> None:
@@ -89,6 +105,18 @@ class ModelControl(QObject):
         else:  # an error: the Memory page says why
             start_task(lambda _t: client.plan(model), on_done=show, on_error=lambda _e: None)
 
+    def adapters_for(self, model: str | None) -> list[str]:
+        """The adapters that fit `model`."""
+        return [a["id"] for a in self.adapters if model in (a.get("bases") or ())]
+
+    def choose_adapters(self, chosen: tuple) -> None:
+        """The conversation's adapters (switched at the next reply; no reload)."""
+        w = self.w
+        conversation = w.conversation or w.new_conversation()
+        w.history.update(conversation.id, adapters=chosen)
+        w.chat.conversation = w.history.get(conversation.id)
+        self.show_state()
+
     def choose(self, model: str) -> None:
         w = self.w
         if w.conversation:
@@ -105,6 +133,10 @@ class ModelControl(QObject):
         routed = conversation.routed and self.w.settings.routing.on
         options = {**self.w.settings.sampling.as_request(),
                    "model": "auto" if routed else self.w.bar.box.currentData()}
+        fitting = self.adapters_for(options["model"])
+        chosen = [{"id": n, "scale": s} for n, s in conversation.adapters if n in fitting]
+        if chosen and not routed:
+            options["lora"] = chosen
         entry = next((m for m in self.models if m["id"] == options["model"]), {})
         greedy = (entry.get("sampling_defaults") or {}).get("temperature") == 0
         if another and greedy and "temperature" not in options:

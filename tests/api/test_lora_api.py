@@ -11,34 +11,12 @@ import httpx
 import openai
 import pytest
 
-from bench.adapter_files import LoraSpec, write_lora
-from support.engines import start_engine
-from support.models import GEMMA, STARTER
+from support.models import ADAPTER, GEMMA, STARTER
 
 pytestmark = pytest.mark.slow
-ADAPTER = "smol-persona"
 QUESTION = [{"role": "system", "content": "You are a helpful assistant."},
             {"role": "user", "content": "What is the capital of France?"}]
 FRESH = {"response_cache": "off", "cache_prompt": False}  # each answer computed afresh
-
-
-@pytest.fixture(scope="module")
-def lora_server(home, starters_dir):
-    folder = home / "lora" / "data" / "models"
-    folder.mkdir(parents=True, exist_ok=True)
-    for name in (STARTER, GEMMA):
-        if not (folder / f"{name}.gguf").exists():
-            (folder / f"{name}.gguf").symlink_to(starters_dir / f"{name}.gguf")
-    write_lora(starters_dir / f"{STARTER}.gguf", folder / f"{ADAPTER}.gguf",
-               # strong enough to change the greedy answer (measured: 0.2 over 8 layers
-               # left "The capital of France is Paris." as it was)
-               LoraSpec(targets=("attn_q", "ffn_up"), layers=tuple(range(30)), strength=0.3),
-               base_name="SmolLM2 135M Instruct")
-    write_lora(starters_dir / f"{GEMMA}.gguf", folder / "gemma-style.gguf",
-               LoraSpec(targets=("attn_q",), layers=(0,)))
-    process, address, _ = start_engine(home, "lora", ["--model", STARTER, "--ctx", "1024"])
-    yield address
-    process.stop()
 
 
 @pytest.fixture(scope="module")

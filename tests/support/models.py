@@ -10,6 +10,7 @@ STARTER = "smollm2-135m-instruct-q4_1"
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
 GEMMA_REPO = "unsloth/gemma-3-270m-it-GGUF"
 GEMMA = "gemma-3-270m-q4_k_m"
+ADAPTER = "smol-persona"  # a LoRA adapter for the starter (conftest.py's lora_server)
 
 
 def with_template(source: Path, target: Path, template: str) -> Path:
