@@ -39,7 +39,8 @@ def print_reply(client, messages, args) -> str:
     for piece in client.stream_chat(messages, reply, model=args.model,
                                     max_tokens=args.max_tokens, seed=args.seed,
                                     temperature=args.temperature, draft_model=args.draft,
-                                    speculation="lookup" if args.lookup else None):
+                                    speculation="lookup" if args.lookup else None,
+                                    lora=args.lora or None):
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
@@ -63,6 +64,12 @@ def print_reply(client, messages, args) -> str:
                   f"accepted, {spec['speedup'] or '?'}x{draft}"
                   f"{'; ' + spec['note'] if spec.get('note') else ''}]", file=sys.stderr)
     return reply.text
+
+
+def _adapter(text: str) -> dict:
+    """--lora ID or ID=SCALE."""
+    name, _, scale = text.partition("=")
+    return {"id": name, "scale": float(scale) if scale else 1.0}
 
 
 def cmd_chat(args) -> int:
@@ -108,5 +115,8 @@ def add_commands(sub) -> None:
     chat.add_argument("--draft", metavar="MODEL",
                       help="speculative decoding with this draft model ('auto' picks one)")
     chat.add_argument("--lookup", action="store_true", help="prompt-lookup speculative decoding")
+    chat.add_argument("--lora", action="append", default=[], metavar="ADAPTER[=SCALE]",
+                      type=_adapter,
+                      help="a LoRA adapter over the model (repeatable; scale 1 by default)")
     chat.add_argument("-v", "--verbose", action="store_true", help="print speed figures")
     chat.set_defaults(func=cmd_chat)

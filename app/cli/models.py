@@ -37,10 +37,18 @@ def cmd_models(args) -> int:
         return 0
     if args.quiet:
         return 0
+    kinds = {model.id: store.kind_of(model) for model in store.list()}
     for model in store.list():
+        if kinds[model.id] == "adapter":
+            continue  # listed under the models they fit
         mark = "*" if model.id == DEFAULT_MODEL else " "
-        print(f"{mark} {model.id:<32} {store.kind_of(model):<10} "
+        print(f"{mark} {model.id:<32} {kinds[model.id]:<10} "
               f"{model.size_bytes / 2**20:8.1f} MiB  {model.path}")
+    for adapter in store.adapters():
+        bases = store.bases_for(adapter)
+        fits = f"adapts {bases[0].id} (use {bases[0].id}+{adapter.id})" if bases else \
+            "fits no local model"
+        print(f"  {adapter.id:<32} {'adapter':<10} {adapter.size_bytes / 2**20:8.1f} MiB  {fits}")
     return 0
 
 

@@ -106,3 +106,21 @@ def test_hardware_and_plan_commands(home, tmp_path):
     junk.write_bytes(b"not a model")
     refused = homerack("plan", str(junk), home=home)
     assert refused.returncode == 1 and "not a GGUF" in refused.stderr
+
+
+def test_models_and_chat_with_a_lora_adapter(home, lora_server):
+    from support.models import ADAPTER
+
+    listed = homerack("models", home=home / "lora")
+    assert listed.returncode == 0, listed.stderr
+    assert f"adapts {STARTER} (use {STARTER}+{ADAPTER})" in listed.stdout
+    assert "gemma-style" in listed.stdout and f"adapts {GEMMA}" in listed.stdout
+    asked = ("chat", "What is the capital of France?", "--temperature", "0", "--max-tokens", "16")
+    plain = homerack(*asked, home=home / "lora")  # the running engine serves: it has the file
+    adapted = homerack(*asked, "--lora", f"{ADAPTER}=1", home=home / "lora")
+    assert plain.returncode == adapted.returncode == 0, adapted.stderr
+    assert adapted.stdout != plain.stdout
+    wrong = homerack(*asked, "--lora", "gemma-style", home=home / "lora")
+    assert wrong.returncode == 1 and "does not fit model" in wrong.stderr
+    typo = homerack(*asked, "--lora", f"{ADAPTER}=strong", home=home / "lora")
+    assert typo.returncode == 2 and "--lora" in typo.stderr
