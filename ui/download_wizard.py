@@ -20,7 +20,8 @@ from app.client import EngineClient
 from .downloads_panel import DownloadWatcher, progress_text, size_text
 from .tasks import start_task
 
-FIT_COLORS = {"gpu": "#d4edda", "partial": "#fff3cd", "cpu": "#e2ecf8", "no": "#f8d7da"}
+FIT_COLORS = {"gpu": "#d4edda", "partial": "#fff3cd", "cpu": "#e2ecf8", "no": "#f8d7da",
+              "adapter": "#ece4f7"}
 
 
 class SearchPage(QWizardPage):
@@ -77,6 +78,8 @@ class SearchPage(QWizardPage):
             extra = " · gated (needs a token)" if repo["gated"] else ""
             if repo.get("embedding"):
                 extra += " · embedding model (for /v1/embeddings, not chat)"
+            if repo.get("adapter"):
+                extra += " · LoRA adapter (used over its base model)"
             item = QListWidgetItem(f"{repo['id']}   ·   {sizes} · {repo['downloads']:,} "
                                    f"downloads · {repo['license'] or 'no license'}{extra}")
             item.setData(Qt.UserRole, repo["id"])
@@ -144,8 +147,11 @@ class FilesPage(QWizardPage):
         if result["repo"] != self.wiz.repo:
             return
         self.quants = result["quants"]
-        self.status.setText("Green: all on the GPU · yellow: partly · blue: CPU only · "
-                            "red: will not fit. ★ is the recommended file.")
+        self.status.setText(
+            "LoRA adapters: each file with the models of yours it fits. ★ is the recommended "
+            "file." if result.get("kind") == "adapter" else
+            "Green: all on the GPU · yellow: partly · blue: CPU only · red: will not fit. "
+            "★ is the recommended file.")
         self.table.setRowCount(len(self.quants))
         for row, q in enumerate(self.quants):
             cells = [("★ " if q["recommended"] else "") + q["quant"], size_text(q["size_bytes"]),

@@ -35,12 +35,16 @@ def _token() -> str | None:
     return os.environ.get("HF_TOKEN")
 
 
-def _quants_with_verdicts(repo: str, ctx: int) -> dict:
-    base, verdicts = repo_verdicts(repo, probe(), Preferences(ctx=ctx), token=_token())
-    return {"repo": repo, "n_layers": base.n_layers, "quants": [
-        {"quant": v.quant.quant, "files": list(v.quant.files), "size_bytes": v.quant.size,
-         "fit": v.fit, "verdict": v.words, "recommended": v.recommended,
-         "n_ctx": v.plan.n_ctx, "n_gpu_layers": v.plan.n_gpu_layers} for v in verdicts]}
+def _quants_with_verdicts(store: ModelStore, repo: str, ctx: int) -> dict:
+    base, verdicts = repo_verdicts(repo, probe(), Preferences(ctx=ctx), token=_token(),
+                                   fitting=lambda arch, facts: store.fitting(arch, facts))
+    return {"repo": repo, "n_layers": base.n_layers if base else None,
+            "kind": "model" if base else "adapter", "quants": [
+                {"quant": v.quant.quant, "files": list(v.quant.files),
+                 "size_bytes": v.quant.size, "fit": v.fit, "verdict": v.words,
+                 "recommended": v.recommended,
+                 "n_ctx": v.plan.n_ctx if v.plan else None,
+                 "n_gpu_layers": v.plan.n_gpu_layers if v.plan else None} for v in verdicts]}
 
 
 def hub_routes(store: ModelStore, downloads: Downloads) -> APIRouter:
@@ -54,12 +58,13 @@ def hub_routes(store: ModelStore, downloads: Downloads) -> APIRouter:
         return {"data": [{"id": r.id, "downloads": r.downloads, "likes": r.likes,
                           "last_modified": r.last_modified, "gated": r.gated,
                           "license": r.license, "size_min": r.size_range[0],
-                          "size_max": r.size_range[1], "embedding": r.embedding}
+                          "size_max": r.size_range[1], "embedding": r.embedding,
+                          "adapter": r.adapter}
                          for r in found]}
 
     @router.get("/v1/hub/repos/{repo:path}/quants")
     async def hub_quants(repo: str, ctx: int = 4096):
-        return await asyncio.to_thread(_quants_with_verdicts, repo, ctx)
+        return await asyncio.to_thread(_quants_with_verdicts, store, repo, ctx)
 
     @router.get("/v1/hub/repos/{repo:path}/card")
     async def hub_card(repo: str):

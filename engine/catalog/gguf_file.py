@@ -151,6 +151,20 @@ def read_header(path: Path) -> tuple[ModelShape, str] | None:
         return None
 
 
+def read_adapter(path: Path) -> tuple[str, dict] | None:
+    """An adapter's architecture and facts (adapters.adapter_facts) from its header alone;
+    None when the file is no adapter or its header is incomplete."""
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(path, "r")
+    except (ValueError, KeyError, IndexError, OSError):
+        return None
+    if _field(reader, "general.type") != "adapter":
+        return None
+    return str(_field(reader, "general.architecture", "")), adapter_facts(reader, path.name)
+
+
 def _tuples(value):
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 

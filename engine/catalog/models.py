@@ -16,6 +16,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 from ..errors import InvalidModelFile, InvalidRequest, ModelNotFound, StarterModelMissing
 from .adapters import declares, misfit
@@ -179,7 +180,14 @@ class ModelStore:
     def bases_for(self, adapter: LocalModel) -> list[LocalModel]:
         """The local models the adapter fits (among those inspected so far), those it
         names in its metadata first."""
-        info = self.inspector.inspect(adapter.path)
+        return self._fitting(self.inspector.inspect(adapter.path))
+
+    def fitting(self, architecture: str, facts: dict) -> list[str]:
+        """The local models an adapter known by its header fits (the Hub's adapters)."""
+        return [m.id for m in self._fitting(SimpleNamespace(architecture=architecture,
+                                                            adapter=facts))]
+
+    def _fitting(self, info) -> list[LocalModel]:
         fitting = []
         for model in self.list():
             if self.kind_of(model, wait=False) == "chat":

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from ..catalog.drafts import MAX_DRAFT_SIZE_RATIO
 from ..errors import HomerackError, InvalidRequest
-from ..catalog.gguf_file import read_header
+from ..catalog.gguf_file import read_adapter, read_header
 from ..catalog.shape import ModelShape
 from ..machine.hardware import Hardware
 from ..catalog.models import git_blob_sha1_of, sha256_of
@@ -61,6 +61,7 @@ class RepoSummary:
     license: str
     size_range: tuple[int, int] = (0, 0)  # smallest and largest quant, in bytes
     embedding: bool = False  # an embedding model (for /v1/embeddings), not a chat model
+    adapter: bool = False  # LoRA adapters for a base model, not a model
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class Verdict:
     quant: QuantFiles
     fit: str                     # "gpu", "partial", "cpu" or "no"
     words: str                   # "fully on GPU", "partial (10 of 32 layers on GPU)", ...
-    plan: Plan
+    plan: Plan | None  # None for an adapter
     recommended: bool = False
 
 
@@ -148,7 +149,8 @@ def search(text: str, sort: str = "downloads", limit: int = 20, endpoint: str | 
     return [RepoSummary(m.id, m.downloads or 0, m.likes or 0,
                         str(m.last_modified or ""), bool(m.gated),
                         next((t.split(":", 1)[1] for t in (m.tags or ())
-                              if t.startswith("license:")), ""), sizes_, _embedding(m))
+                              if t.startswith("license:")), ""), sizes_, _embedding(m),
+                        _adapter(m))
             for m, sizes_ in zip(found, ranges)]
 
 
@@ -160,6 +162,12 @@ def _embedding(info) -> bool:
     """The Hub's own word for it: the pipeline tag or library of an embedding model."""
     tags = {info.pipeline_tag or "", *(info.tags or ())}
     return bool(tags & EMBEDDING_TAGS)
+
+
+def _adapter(info) -> bool:
+    """The Hub's word for adapters: a "lora" tag, or a base_model:adapter: relation."""
+    tags = set(info.tags or ())
+    return "lora" in tags or any(t.startswith("base_model:adapter:") for t in tags)
 
 
 def quant_of(filename: str) -> str:
@@ -204,9 +212,18 @@ def header_shape(repo: str, quant: QuantFiles, endpoint: str | None = None,
 
 def header(repo: str, quant: QuantFiles, endpoint: str | None = None,
            token: str | None = None) -> tuple[ModelShape, str]:
-    """The model's shape and vocabulary hash from the first megabytes of one file (its
-    GGUF header, re-read with 4x more until complete), written into a sparse file of the
-    full size: the weights are never downloaded."""
+    """The model's shape and vocabulary hash from one file's header."""
+    found = read_remote(repo, quant, read_header, endpoint, token)
+    if found is None:
+        raise HubError(f"cannot read the GGUF header of {quant.files[0]}")
+    return found
+
+
+def read_remote(repo: str, quant: QuantFiles, read: Callable, endpoint: str | None = None,
+                token: str | None = None):
+    """`read` of one file's first megabytes (its GGUF header, re-read with 4x more until
+    `read` answers), written into a sparse file of the full size: the weights are never
+    downloaded."""
     from huggingface_hub import hf_hub_url
 
     url = hf_hub_url(repo, quant.files[0], endpoint=_endpoint(endpoint))
@@ -219,12 +236,10 @@ def header(repo: str, quant: QuantFiles, endpoint: str | None = None,
             with path.open("wb") as handle:
                 handle.write(data)
                 handle.truncate(max(size, len(data)))
-            found = read_header(path)
+            found = read(path)
             if found is not None or len(data) < wanted:
                 break
             wanted *= 4
-    if found is None:
-        raise HubError(f"cannot read the GGUF header of {quant.files[0]}")
     return found
 
 
@@ -298,16 +313,35 @@ def judge(hardware: Hardware, base: ModelShape, quants: list[QuantFiles],
 
 
 def repo_verdicts(repo: str, hardware: Hardware, prefs: Preferences,
-                  endpoint: str | None = None, token: str | None = None
-                  ) -> tuple[ModelShape, list[Verdict]]:
+                  endpoint: str | None = None, token: str | None = None,
+                  fitting: Callable[[str, dict], list[str]] = lambda _a, _f: []
+                  ) -> tuple[ModelShape | None, list[Verdict]]:
     """A repository's quants judged for `hardware`, from one file's header (a single-file
-    quant's: a split file's first part holds only some layers)."""
+    quant's: a split file's first part holds only some layers). A repository of LoRA
+    adapters gets each file with the local models it fits (`fitting(architecture, facts)`
+    names them), and no shape."""
     quants = repo_quants(repo, endpoint, token)
     if not quants:
         raise InvalidRequest(f"{repo} has no GGUF files", param="repo")
     single = [q for q in quants if len(q.files) == 1] or quants
-    base = header_shape(repo, single[0], endpoint, token)
-    return base, judge(hardware, base, quants, prefs)
+    found = read_remote(repo, single[0], lambda path: read_adapter(path) or read_header(path),
+                        endpoint, token)
+    if found is None:
+        raise HubError(f"cannot read the GGUF header of {single[0].files[0]}")
+    if isinstance(found[1], dict):  # an adapter: (architecture, facts)
+        return None, _adapter_verdicts(quants, *found, fitting)
+    return found[0], judge(hardware, found[0], quants, prefs)
+
+
+def _adapter_verdicts(quants: list[QuantFiles], arch: str, facts: dict,
+                      fitting: Callable[[str, dict], list[str]]) -> list[Verdict]:
+    bases = fitting(arch, facts)
+    declared = ", ".join(facts["base_names"]) or f"a {arch} model of its shape"
+    words = (f"LoRA adapter (rank {facts['rank']}) for {', '.join(bases)}" if bases else
+             f"LoRA adapter (rank {facts['rank']}) for {declared}: none of your models fits "
+             "it yet; get its base model too")
+    return [Verdict(q, "adapter", words, None, i == len(quants) - 1)
+            for i, q in enumerate(quants)]
 
 
 def staging_folder(models: Path, repo: str) -> Path:

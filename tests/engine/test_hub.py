@@ -317,3 +317,34 @@ def test_search_marks_embedding_models(starters_dir, tmp_path, monkeypatch):
     finally:
         server.close()
     assert [(r.id, r.embedding) for r in found] == [(SMOL, False), (embedder, True)]
+
+
+def test_adapter_repositories_are_found_judged_against_local_models_and_downloaded(
+        hub, tmp_path, starters_dir):
+    from bench.adapter_files import LoraSpec, write_lora
+    from engine.catalog.gguf_file import GGUFInspector
+    from engine.catalog.models import ModelStore
+    from engine.hub.repos import repo_verdicts
+
+    repo = "someone/SmolLM2-Persona-LoRA-GGUF"
+    adapter = write_lora(starters_dir / f"{STARTER}.gguf", tmp_path / "persona.gguf",
+                         LoraSpec(layers=(0, 1)), base_name="SmolLM2 135M Instruct")
+    hub.repos[repo] = Repo({"SmolLM2-persona-F32.gguf": adapter},
+                           tags=("lora", f"base_model:adapter:{SMOL}"))
+    found = {r.id: r for r in search("")}
+    assert found[repo].adapter and not found[SMOL].adapter
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / f"{STARTER}.gguf").symlink_to(starters_dir / f"{STARTER}.gguf")
+    store = ModelStore(models, GGUFInspector())
+    store.kind_of(store.resolve(STARTER))  # read, as the engine does at start
+    shape, verdicts = repo_verdicts(repo, simulated((), 8), None, fitting=store.fitting)
+    assert shape is None and [v.fit for v in verdicts] == ["adapter"]
+    assert verdicts[0].words == f"LoRA adapter (rank 4) for {STARTER}" and verdicts[0].recommended
+    other = ModelStore(tmp_path / "empty", GGUFInspector())
+    _, lonely = repo_verdicts(repo, simulated((), 8), None, fitting=other.fitting)
+    assert "for SmolLM2 135M Instruct: none of your models fits it yet" in lonely[0].words
+    files = download(repo, verdicts[0].quant, models)
+    downloaded = store.resolve(files[0].stem)
+    assert store.kind_of(downloaded) == "adapter"
+    assert [m.id for m in store.bases_for(downloaded)] == [STARTER]

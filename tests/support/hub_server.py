@@ -29,6 +29,7 @@ class Repo:
     pipeline_tag: str = "text-generation"
     sha: dict[str, str] = field(default_factory=dict)
     lfs: bool = True  # False: files kept in git, their ETag the git blob id, no sha256
+    tags: tuple[str, ...] = ()  # beside "gguf" and the license
 
     def __post_init__(self):
         for name, path in self.files.items():
@@ -102,7 +103,7 @@ class HubServer:
         return {"id": name, "modelId": name, "downloads": repo.downloads, "likes": 1,
                 "lastModified": "2026-11-01T00:00:00.000Z", "gated": repo.gated,
                 "private": False, "pipeline_tag": repo.pipeline_tag,
-                "tags": ["gguf", f"license:{repo.license}"]}
+                "tags": ["gguf", f"license:{repo.license}", *repo.tags]}
 
     def info(self, request, repo_id: str) -> None:
         repo = self.repos.get(repo_id)
