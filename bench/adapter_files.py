@@ -38,38 +38,60 @@ def _field(reader, key: str, default=None):
     return default if field is None else field.contents()
 
 
-def weights(base: Path, names: list[str]) -> dict[str, np.ndarray]:
-    """The named matrices of `base` as F32 arrays of numpy shape (n_out, n_in)."""
+def weights(base: Path, names: list[str]):
+    """The named matrices of `base` as F32 arrays of numpy shape (n_out, n_in), one at a
+    time (an 8B model's would not fit in RAM together)."""
     from gguf import GGUFReader
     from gguf.quants import dequantize
 
     tensors = {t.name: t for t in GGUFReader(base, "r").tensors}
-    return {name: dequantize(tensors[name].data, tensors[name].tensor_type).astype(np.float32)
-            for name in names}
+    for name in names:
+        yield name, dequantize(tensors[name].data, tensors[name].tensor_type).astype(np.float32)
 
 
-def lora_matrices(spec: LoraSpec, base: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """A (r x n_in) and B (n_out x r) of each target, deterministic for the seed, sized so
-    that the update changes the answers without drowning the weights."""
+def base_facts(spec: LoraSpec, base: Path) -> tuple[str, dict[str, tuple[int, int, float]]]:
+    """The base's architecture, and each target's (n_in, n_out, mean |w|), the size judged
+    from a few rows (a whole 8B model would take minutes to dequantize); one read of the
+    file (a 262k-token vocabulary takes the gguf package 10 s to parse)."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    reader = GGUFReader(base, "r")
+    tensors = {t.name: t for t in reader.tensors}
+    facts = {}
+    for name in spec.names():
+        tensor = tensors[name]
+        rows = dequantize(tensor.data[:16], tensor.tensor_type)
+        facts[name] = (int(tensor.shape[0]), int(tensor.shape[1]), float(np.abs(rows).mean()))
+    return str(_field(reader, "general.architecture")), facts
+
+
+def lora_matrices(spec: LoraSpec, shapes: dict[str, tuple[int, int, float]]):
+    """(name, (A, B)) of each target: A (r x n_in) and B (n_out x r), deterministic for the
+    seed, sized so that the update changes the answers without drowning the weights."""
     rng = np.random.default_rng(spec.seed)
-    out = {}
-    for name, w in weights(base, spec.names()).items():
-        n_out, n_in = w.shape
+    for name, (n_in, n_out, size) in shapes.items():
         a = rng.standard_normal((spec.rank, n_in)) / np.sqrt(n_in)
         b = rng.standard_normal((n_out, spec.rank))
-        b *= spec.strength * float(np.abs(w).mean()) * np.sqrt(n_in) / (spec.alpha / spec.rank)
-        out[name] = (a.astype(np.float32), b.astype(np.float32))
-    return out
+        b *= spec.strength * size * np.sqrt(n_in) / (spec.alpha / spec.rank)
+        yield name, (a.astype(np.float32), b.astype(np.float32))
 
 
 def write_lora(base: Path, target: Path, spec: LoraSpec = LoraSpec(),
-               base_name: str | None = None, arch: str | None = None) -> Path:
-    """An adapter for `base` (its architecture unless `arch` says another); `base_name`
-    goes to general.base_model.0.name, as converted adapters carry it."""
-    from gguf import GGUFReader, GGUFWriter
+               base_name: str | None = None) -> Path:
+    """An adapter for `base`; `base_name` goes to general.base_model.0.name, as converted
+    adapters carry it."""
+    arch, shapes = base_facts(spec, base)
+    return write_shaped(target, arch, shapes, spec, base_name)
 
-    reader = GGUFReader(base, "r")
-    writer = GGUFWriter(str(target), arch=arch or _field(reader, "general.architecture"))
+
+def write_shaped(target: Path, arch: str, shapes: dict[str, tuple[int, int, float]],
+                 spec: LoraSpec = LoraSpec(), base_name: str | None = None) -> Path:
+    """An adapter for an `arch` model whose targets have these (n_in, n_out, mean |w|),
+    without reading the model."""
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(target), arch=arch)
     writer.add_type("adapter")
     writer.add_string("adapter.type", "lora")
     writer.add_float32("adapter.lora.alpha", spec.alpha)
@@ -77,7 +99,7 @@ def write_lora(base: Path, target: Path, spec: LoraSpec = LoraSpec(),
     if base_name:
         writer.add_uint32("general.base_model.count", 1)
         writer.add_string("general.base_model.0.name", base_name)
-    for name, (a, b) in lora_matrices(spec, base).items():
+    for name, (a, b) in lora_matrices(spec, shapes):
         writer.add_tensor(f"{name}.lora_a", a)
         writer.add_tensor(f"{name}.lora_b", b)
     _write(writer)
@@ -93,15 +115,16 @@ def _write(writer) -> None:
 
 def with_float_targets(base: Path, target: Path, names: list[str]) -> Path:
     """A copy of `base` whose named matrices are dequantized to F32."""
-    return _rewritten(base, target, weights(base, names))
+    return _rewritten(base, target, dict(weights(base, names)))
 
 
 def merged(base: Path, adapter_spec: LoraSpec, scale: float, target: Path) -> Path:
     """A copy of `base` with the adapter merged: W + scale * (alpha / r) * B A in F32."""
     factor = scale * adapter_spec.alpha / adapter_spec.rank
-    originals = weights(base, adapter_spec.names())
+    originals = dict(weights(base, adapter_spec.names()))
+    _, shapes = base_facts(adapter_spec, base)
     new = {name: originals[name] + np.float32(factor) * (b @ a)
-           for name, (a, b) in lora_matrices(adapter_spec, base).items()}
+           for name, (a, b) in lora_matrices(adapter_spec, shapes)}
     return _rewritten(base, target, new)
 
 

@@ -61,6 +61,7 @@ class Spec:
 
 
 SHAPES = {s.name: s for s in (
+    Spec("qwen3-1.7b", "qwen3", 28, 2048, 16, 8, 128, 6144, 151936, 40960, qk_norm=True),
     Spec("qwen3-8b", "qwen3", 36, 4096, 32, 8, 128, 12288, 151936, 40960, qk_norm=True,
          published_gb=5.03),
     Spec("llama-3.3-70b", "llama", 80, 8192, 64, 8, 128, 28672, 128256, 131072,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from support.engines import start_engine
-from support.models import ADAPTER, GEMMA, GEMMA_REPO, SMOL, STARTER
+from support.models import ADAPTER, GEMMA_REPO, SMOL, STARTER
 from tiny_gguf import write_tiny_model  # packaging/, shared with the build smoke test
 
 
@@ -42,7 +42,22 @@ def home(tmp_path_factory, starters_dir) -> Path:
     models.mkdir(parents=True)
     for model in starters_dir.glob("*.gguf"):
         (models / model.name).symlink_to(model)
+    _write_adapters(starters_dir, models)
     return root
+
+
+def _write_adapters(starters_dir: Path, models: Path) -> None:
+    """A LoRA adapter for the starter (ADAPTER) and one for Gemma, beside the models."""
+    from bench.adapter_files import LoraSpec, write_lora, write_shaped
+
+    write_lora(starters_dir / f"{STARTER}.gguf", models / f"{ADAPTER}.gguf",
+               # strong enough to change the greedy answer (measured: 0.2 over 8 layers
+               # left "The capital of France is Paris." as it was)
+               LoraSpec(targets=("attn_q", "ffn_up"), layers=tuple(range(30)), strength=0.3),
+               base_name="SmolLM2 135M Instruct")
+    # Gemma 3 270M's first query projection, 640 -> 1024 (its file takes 10 s to read)
+    write_shaped(models / "gemma-style.gguf", "gemma3",
+                 {"blk.0.attn_q.weight": (640, 1024, 0.02)})
 
 
 @pytest.fixture
@@ -73,29 +88,6 @@ def server(home):
     process, address, models = start_engine(
         home, "server", ["--model", STARTER, "--ctx", "2048", "--queue-size", "4"])
     yield address, process, models
-    process.stop()
-
-
-@pytest.fixture(scope="session")
-def lora_server(home, starters_dir):
-    """A real engine process on the starter chat model whose models folder also holds
-    a LoRA adapter for it (ADAPTER) and one for Gemma; its HOMERACK_HOME is home/"lora"
-    (a window started there attaches to it)."""
-    from bench.adapter_files import LoraSpec, write_lora
-
-    folder = home / "lora" / "data" / "models"
-    folder.mkdir(parents=True, exist_ok=True)
-    for name in (STARTER, GEMMA):
-        (folder / f"{name}.gguf").symlink_to(starters_dir / f"{name}.gguf")
-    write_lora(starters_dir / f"{STARTER}.gguf", folder / f"{ADAPTER}.gguf",
-               # strong enough to change the greedy answer (measured: 0.2 over 8 layers
-               # left "The capital of France is Paris." as it was)
-               LoraSpec(targets=("attn_q", "ffn_up"), layers=tuple(range(30)), strength=0.3),
-               base_name="SmolLM2 135M Instruct")
-    write_lora(starters_dir / f"{GEMMA}.gguf", folder / "gemma-style.gguf",
-               LoraSpec(targets=("attn_q",), layers=(0,)))
-    process, address, _ = start_engine(home, "lora", ["--model", STARTER, "--ctx", "1024"])
-    yield address
     process.stop()
 
 

@@ -52,6 +52,17 @@ def plan_batch(slots: list[Slot], n_batch: int,
     return calls
 
 
+def take_turn(active: list[Slot], last: tuple) -> tuple[tuple, list[Slot]]:
+    """The adapter set this step runs and its slots: an adapter applies to the whole
+    context, so each set present gets steps of its own, in turn after `last` (the set
+    the previous step ran); slots under the same set batch together."""
+    sets = sorted({slot.adapters for slot in active})
+    if not sets:
+        return last, []
+    chosen = next((s for s in sets if s > last), sets[0]) if len(sets) > 1 else sets[0]
+    return chosen, [slot for slot in active if slot.adapters == chosen]
+
+
 class Scheduler:
     """The slots of the loaded model and the step that advances them. Worker thread only."""
 
@@ -90,7 +101,9 @@ class Scheduler:
         prompt, notes = loaded.prompt_tokens(request)
         max_tokens, clamped = loaded.budget(request, len(prompt))
         spec = self.host.speculation(request, notes, self.scratch)
-        loaded.adapters.ready(request.adapters)  # a file llama.cpp refuses fails this job alone
+        # a file llama.cpp refuses fails this job alone
+        for stale in loaded.adapters.ready(request.adapters):
+            self._drop_resident(lambda slot: any(path == stale for path, _ in slot.adapters))
         source, keep = self._best_source(prompt, request.adapter_set) \
             if request.cache_prompt else (None, 0)
         waiting = sum(len(s.pending()) for s in self.active)  # prompts admitted, not yet held
@@ -109,8 +122,9 @@ class Scheduler:
         self._trim(slot, common_prefix(slot.tokens, prompt[:-1]))
         slot.begin(job, prompt, sampler, spec, Output(
             job, loaded.llama, loaded.chat_format.turn_ends, loaded.turn_end_tokens, max_tokens))
-        slot.started = Started("+".join([loaded.model.id, *(u.adapter.id for u in request.adapters)]),
-                               len(prompt), slot.n_cached, max_tokens, loaded.llama.n_ctx,
+        answering = "+".join([loaded.model.id, *(use.adapter.id for use in request.adapters)])
+        slot.started = Started(answering, len(prompt), slot.n_cached, max_tokens,
+                               loaded.llama.n_ctx,
                                loaded.chat_format.describe() if request.messages else None,
                                tuple(notes + clamped),
                                adapters=tuple(u.as_dict() for u in request.adapters))
@@ -228,10 +242,10 @@ class Scheduler:
         """Advance every active sequence once: a draft round for a lone speculating one,
         else one batch of the next tokens and prompt chunks of all."""
         self._drop_cancelled()
-        active = self._turn(self.active)
+        self._last_set, active = take_turn(self.active, self._last_set)
         if not active:
             return
-        self.host.loaded.adapters.apply(active[0].adapters)
+        self.host.loaded.adapters.apply(self._last_set)
         lone = active[0] if len(active) == 1 and active[0].decoding else None
         if lone and lone.spec and not lone.spec.controller.wants_plain():
             self._speculate(lone)
@@ -242,17 +256,6 @@ class Scheduler:
         if lone and lone.spec:  # a plain step's time: what drafting is measured against
             lone.spec.controller.record_plain(time.perf_counter() - started)
         self.figures.totals["steps"] += 1
-
-    def _turn(self, active: list[Slot]) -> list[Slot]:
-        """The slots this step advances: those of one adapter set (an adapter applies to
-        the whole context), each set in turn, so requests under different adapters
-        alternate step by step and those under the same set batch together."""
-        sets = sorted({slot.adapters for slot in active})
-        if len(sets) > 1:
-            later = [s for s in sets if s > self._last_set]
-            self._last_set = later[0] if later else sets[0]
-            return [slot for slot in active if slot.adapters == self._last_set]
-        return active
 
     def _evaluate_batch(self, active: list[Slot]) -> bool:
         """The batch in as few llama_decode calls as n_batch allows; False when the KV
@@ -363,6 +366,13 @@ class Scheduler:
             for extra in self._idle()[:-self.settings.resident or None]:
                 self._evict(extra)  # beyond --resident: to the prompt cache
         self.host.mark_evaluated()
+
+    def _drop_resident(self, which) -> None:
+        """Forget the resident conversations `which` picks, unsaved (their states were
+        computed under an adapter file since replaced)."""
+        for slot in self._idle():
+            if which(slot):
+                self._release(slot)
 
     def _release(self, slot: Slot) -> None:
         """The sequence leaves with its cells at once (cancelled, failed, or asked not

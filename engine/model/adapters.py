@@ -18,17 +18,27 @@ class AdapterBank:
     def __init__(self, llama: LlamaModel):
         self.llama = llama
         self._handles: dict[str, object] = {}  # adapter path -> llama.cpp's adapter
+        self._stamps: dict[str, tuple[int, int]] = {}  # the file's size and mtime then
         self._fingerprints: dict[str, str] = {}
-        self.current: AdapterSet = ()
+        self.current: AdapterSet | None = ()  # what the context applies (None: unknown)
         self.switches = 0
 
-    def ready(self, uses: tuple[AdapterUse, ...]) -> None:
-        """Load the adapters the context does not have yet."""
+    def ready(self, uses: tuple[AdapterUse, ...]) -> set[str]:
+        """Load the adapters the context does not have yet; returns the paths of those
+        whose file was replaced since they were loaded (states computed under them are
+        stale)."""
+        replaced = set()
         for use in uses:
             path = str(use.adapter.path)
-            if path not in self._handles:
+            stat = Path(path).stat()
+            if self._stamps.get(path) != (stat.st_size, stat.st_mtime_ns):  # new, or replaced
+                if path in self._stamps:
+                    replaced.add(path)
                 self._handles[path] = load_adapter(self.llama, Path(path))
                 self._fingerprints[path] = model_fingerprint(Path(path))
+                self._stamps[path] = (stat.st_size, stat.st_mtime_ns)
+                self.current = None  # unknown: the context may hold the replaced one
+        return replaced
 
     def apply(self, wanted: AdapterSet) -> None:
         """The next evaluations run with these adapters (all ready)."""

@@ -1,13 +1,13 @@
-"""LoRA adapters through the API, with the official clients, on a real engine process
-over the starter chat model: the `lora` field, `BASE+ADAPTER` model ids, the listing, and
-bad adapters refused with the right status."""
+"""LoRA adapters through the API, with the official clients, on the shared engine process
+over the starter chat model (its models folder holds ADAPTER, see conftest.py): the `lora`
+field, `BASE+ADAPTER` model ids, the listing, and bad adapters refused with the right
+status."""
 
 from __future__ import annotations
 
 import time
 
 import anthropic
-import httpx
 import openai
 import pytest
 
@@ -20,16 +20,13 @@ FRESH = {"response_cache": "off", "cache_prompt": False}  # each answer computed
 
 
 @pytest.fixture(scope="module")
-def client(lora_server):
-    return openai.OpenAI(base_url=f"{lora_server.url}/v1", api_key=lora_server.token,
-                         max_retries=0)
+def address(server):
+    return server[0]
 
 
 @pytest.fixture(scope="module")
-def http(lora_server):
-    with httpx.Client(base_url=lora_server.url, timeout=120,
-                      headers={"Authorization": f"Bearer {lora_server.token}"}) as session:
-        yield session
+def client(address):
+    return openai.OpenAI(base_url=f"{address.url}/v1", api_key=address.token, max_retries=0)
 
 
 def _ask(client, model, **extra):
@@ -49,9 +46,8 @@ def test_the_adapter_answers_through_the_lora_field_and_the_model_id(client):
     assert scaled_to_zero.choices[0].message.content == base.choices[0].message.content
 
 
-def test_the_anthropic_client_takes_an_adapter_by_model_id(lora_server, client):
-    claude = anthropic.Anthropic(base_url=lora_server.url, api_key=lora_server.token,
-                                 max_retries=0)
+def test_the_anthropic_client_takes_an_adapter_by_model_id(address, client):
+    claude = anthropic.Anthropic(base_url=address.url, api_key=address.token, max_retries=0)
     reply = claude.messages.create(model=f"{STARTER}+{ADAPTER}", max_tokens=24,
                                    system=QUESTION[0]["content"], messages=QUESTION[1:],
                                    extra_body={**FRESH, "temperature": 0})

@@ -108,19 +108,20 @@ def test_hardware_and_plan_commands(home, tmp_path):
     assert refused.returncode == 1 and "not a GGUF" in refused.stderr
 
 
-def test_models_and_chat_with_a_lora_adapter(home, lora_server):
+def test_models_and_chat_with_a_lora_adapter(home, server):
     from support.models import ADAPTER
 
-    listed = homerack("models", home=home / "lora")
+    served = home / "server"  # the shared engine runs there: chat uses it
+    listed = homerack("models", home=served)
     assert listed.returncode == 0, listed.stderr
     assert f"adapts {STARTER} (use {STARTER}+{ADAPTER})" in listed.stdout
     assert "gemma-style" in listed.stdout and f"adapts {GEMMA}" in listed.stdout
     asked = ("chat", "What is the capital of France?", "--temperature", "0", "--max-tokens", "16")
-    plain = homerack(*asked, home=home / "lora")  # the running engine serves: it has the file
-    adapted = homerack(*asked, "--lora", f"{ADAPTER}=1", home=home / "lora")
-    assert plain.returncode == adapted.returncode == 0, adapted.stderr
-    assert adapted.stdout != plain.stdout
-    wrong = homerack(*asked, "--lora", "gemma-style", home=home / "lora")
+    adapted = homerack(*asked, "--lora", f"{ADAPTER}=1", home=served)
+    assert adapted.returncode == 0, adapted.stderr
+    # the starter alone says "The capital of France is Paris." (test_lora_api compares)
+    assert adapted.stdout.strip() and "The capital of France is Paris." not in adapted.stdout
+    wrong = homerack(*asked, "--lora", "gemma-style", home=served)
     assert wrong.returncode == 1 and "does not fit model" in wrong.stderr
-    typo = homerack(*asked, "--lora", f"{ADAPTER}=strong", home=home / "lora")
+    typo = homerack(*asked, "--lora", f"{ADAPTER}=strong", home=served)
     assert typo.returncode == 2 and "--lora" in typo.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -56,9 +57,10 @@ def _with(store, *uses):
     return store.adapter_uses(store.resolve("tiny"), list(uses))
 
 
-def _answer(engine, store, *uses, prompt=PROMPT, tokens=16):
+def _answer(engine, store, *uses, prompt=PROMPT, tokens=16, cache_prompt=True):
     started, text, done = run(engine, model=store.resolve("tiny"), prompt=prompt,
-                              max_tokens=tokens, sampling=GREEDY, adapters=_with(store, *uses))
+                              max_tokens=tokens, sampling=GREEDY, adapters=_with(store, *uses),
+                              cache_prompt=cache_prompt)
     assert isinstance(done, Finished), done
     return started, text, done
 
@@ -100,16 +102,18 @@ def test_scale_zero_is_the_base_model(folder, store):
 
 
 def test_adapters_answer_differently_and_each_equals_its_solo_answer_in_company(engine, store):
-    solo = {name: _answer(engine, store, *uses)[1] for name, uses in
-            (("base", ()), ("a", (("style-a", 1.0),)), ("b", (("style-b", 1.0),)))}
+    """Every prompt evaluated afresh (a cached prefix rounds differently, and the tiny
+    random model's margins are small): then each set's steps are its own, computed as
+    when it runs alone."""
+    sets = (("a", (("style-a", 1.0),)), ("b", (("style-b", 1.0),)), ("base", ()))
+    solo = {name: _answer(engine, store, *uses, cache_prompt=False)[1] for name, uses in sets}
     assert len(set(solo.values())) == 3
     collectors = {}
-    for name, uses in (("a", (("style-a", 1.0),)), ("b", (("style-b", 1.0),)), ("base", ())):
+    for name, uses in sets:
         collectors[name] = Collector()
-        engine.submit(_request(store, uses, prompt=PROMPT + "again"), collectors[name])
+        engine.submit(replace(_request(store, uses), cache_prompt=False), collectors[name])
     together = {name: c.result() for name, c in collectors.items()}
-    again = {name: _answer(engine, store, *uses, prompt=PROMPT + "again")[1] for name, uses in
-             (("a", (("style-a", 1.0),)), ("b", (("style-b", 1.0),)), ("base", ()))}
+    again = solo
     for name, (started, text, done) in together.items():
         assert isinstance(done, Finished), done
         assert text == again[name], name
@@ -173,8 +177,6 @@ def test_bad_adapters_are_refused_in_words_and_the_model_serves_on(engine, store
 
 
 def test_draft_speculation_stays_off_under_an_adapter(engine, store):
-    from dataclasses import replace
-
     request = replace(_request(store, (("style-a", 1.0),)), speculation="draft",
                       draft_model=store.resolve("tiny"))
     collector = Collector()
@@ -210,3 +212,31 @@ def test_switching_adapters_from_many_threads_keeps_every_answer(engine, store):
     for thread in threads:
         thread.join(timeout=120)
     assert sorted(results) == sorted((n, expected[n]) for n, _ in results) and len(results) == 6
+
+
+def test_each_adapter_set_gets_steps_of_its_own_in_turn():
+    from engine.batching.scheduler import take_turn
+    from engine.batching.slot import Slot
+
+    a, b = (("a.gguf", 1.0),), (("b.gguf", 0.5),)
+    slots = [Slot(0, adapters=a), Slot(1, adapters=()), Slot(2, adapters=a), Slot(3, adapters=b)]
+    turns, last = [], ()
+    for _ in range(4):
+        last, chosen = take_turn(slots, last)
+        turns.append((last, [s.seq_id for s in chosen]))
+    assert turns == [(a, [0, 2]), (b, [3]), ((), [1]), (a, [0, 2])]
+    assert take_turn(slots[:2][:1], b) == (a, [slots[0]])  # one set: it runs at once
+    assert take_turn([], a) == (a, [])
+
+
+def test_a_replaced_adapter_file_is_loaded_again(folder, store, engine, tmp_path):
+    before = _answer(engine, store, ("style-a", 1.0))[1]
+    path = folder / "style-a.gguf"
+    write_lora(folder / "tiny.gguf", tmp_path / "new.gguf", SPEC_B)
+    shutil.copy(tmp_path / "new.gguf", path)  # the same name, another adapter
+    try:
+        after = _answer(engine, store, ("style-a", 1.0))[1]
+        assert after != before
+        assert after == _answer(engine, store, ("style-b", 1.0))[1]
+    finally:
+        write_lora(folder / "tiny.gguf", path, SPEC_A)

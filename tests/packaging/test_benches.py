@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 # compared within one engine's run only: no anchor to skip
 NO_ANCHOR = {"response_cache", "routing"}
-BENCHES = ["decode", "batching", "grammar", "prompt_cache", "response_cache", "routing",
+BENCHES = ["decode", "batching", "grammar", "prompt_cache", "response_cache", "routing", "lora",
            "speculative", "cluster", "portable", "moe", "moe_split"]
 
 

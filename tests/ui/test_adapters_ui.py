@@ -9,11 +9,11 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def window(qtbot, lora_server, home, monkeypatch):
-    """A window attached to the engine whose models folder holds the adapter."""
+def window(qtbot, server, home, monkeypatch):
+    """A window attached to the shared engine (its models folder holds the adapter)."""
     from ui.launch import create_window
 
-    monkeypatch.setenv("HOMERACK_HOME", str(home / "lora"))
+    monkeypatch.setenv("HOMERACK_HOME", str(home / "server"))
     window = create_window(["--model", STARTER])
     qtbot.addWidget(window)
     window.show()
