@@ -44,6 +44,14 @@ class _Status:
             metric = CounterMetricFamily(f"homerack_{name}", text)
             metric.add_metric([], batching.get(key, 0))
             yield metric
+        adapters = self.status.get("adapters") or {}
+        loaded = GaugeMetricFamily("homerack_adapters_loaded", "LoRA adapters loaded.")
+        loaded.add_metric([], len(adapters.get("loaded", ())))
+        yield loaded
+        switches = CounterMetricFamily("homerack_adapter_switches",
+                                       "Changes of the adapters the context applies.")
+        switches.add_metric([], adapters.get("switches", 0))
+        yield switches
 
 
 def prometheus_text(status: dict) -> tuple[bytes, str]:

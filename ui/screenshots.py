@@ -101,6 +101,12 @@ def _shoot_all(out: str) -> int:
         window.bar.box.showPopup()
         shoot("3-model-picker")
         window.bar.box.hidePopup()
+    if not offscreen and window.bar.adapters.isVisible():  # the user has a fitting adapter
+        from PySide6.QtCore import QTimer
+
+        menu = window.bar.adapters.menu()
+        QTimer.singleShot(300, lambda: (shoot("3-adapters"), menu.close()))
+        menu.exec(window.bar.adapters.mapToGlobal(window.bar.adapters.rect().bottomLeft()))
     for page in ("Memory", "Cluster", "Settings"):
         window.drawer.open_page(page)
         shoot(f"4-{page.lower()}")

@@ -229,7 +229,11 @@ class ModelStore:
             known = ", ".join(a.id for a in self.adapters(wait=True)) or "none"
             raise ModelNotFound(f"adapter '{name}' not found (local adapters: {known})",
                                 param="lora") from None
-        if not self.inspector.inspect(adapter.path).adapter:  # damaged: InvalidModelFile
+        try:
+            info = self.inspector.inspect(adapter.path)
+        except InvalidModelFile as exc:  # damaged or truncated: said in its words
+            raise InvalidModelFile(exc.message, param="lora") from None
+        if not info.adapter:
             raise InvalidRequest(f"{name} is a model, not a LoRA adapter", param="lora")
         return adapter
 

@@ -5,6 +5,7 @@ status."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import anthropic
@@ -81,6 +82,9 @@ def test_models_lists_the_adapter_under_its_base(http):
     answer = http.post("/v1/chat/completions", json=body).json()
     assert answer["model"] == f"{STARTER}+{ADAPTER}"
     assert answer["homerack"]["adapters"] == [{"id": ADAPTER, "scale": 1.0}]
+    metrics = http.get("/metrics").text
+    assert re.search(r"^homerack_adapters_loaded [1-9]", metrics, re.M)
+    assert re.search(r"^homerack_adapter_switches_total [1-9]", metrics, re.M)
 
 
 @pytest.mark.parametrize("lora, status, words", [
