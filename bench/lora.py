@@ -110,8 +110,11 @@ def switching(engine, model: str, adapters: list[str], repeats: int) -> dict:
         for one in lora:  # both prompts resident
             first_token_s(http, model, one)
         same = [first_token_s(http, model, lora[0]) for _ in range(repeats)]
+        before = engine.health()["adapters"]["switches"]
         switched = [first_token_s(http, model, lora[i % 2]) for i in range(1, 2 * repeats + 1)]
-        reloads = []
+        if engine.health()["adapters"]["switches"] - before < 2 * repeats:
+            raise BenchError("the engine did not switch adapters between the requests")
+        reloads = []  # each a new context: the switch count starts again
         for n_ctx in (2048, 4096) * max(1, repeats // 4):
             start = time.perf_counter()
             http.post("/v1/models/load", json={"model": model, "n_ctx": n_ctx}).raise_for_status()
@@ -152,10 +155,6 @@ def homerack(args, adapters: list[str]) -> dict:
         out |= switching(engine, args.model, adapters, 4 * args.repeats)  # 1-token answers
         out["mixed_tps"] = mixed(engine, args.model, [a, a, b, b], args.tokens)
         out["one_set_tps"] = mixed(engine, args.model, [a, a, a, a], args.tokens)
-        switches = engine.health()["adapters"]["switches"]
-        if switches < 8 * args.repeats:
-            raise BenchError(f"the engine switched adapters {switches} times: it did not "
-                             "alternate them")
         return out
     finally:
         engine.stop()

@@ -215,18 +215,22 @@ def test_switching_adapters_from_many_threads_keeps_every_answer(engine, store):
 
 
 def test_each_adapter_set_gets_steps_of_its_own_in_turn():
-    from engine.batching.scheduler import take_turn
+    from engine.batching.scheduler import ADAPTER_TURN, take_turn
     from engine.batching.slot import Slot
 
     a, b = (("a.gguf", 1.0),), (("b.gguf", 0.5),)
     slots = [Slot(0, adapters=a), Slot(1, adapters=()), Slot(2, adapters=a), Slot(3, adapters=b)]
-    turns, last = [], ()
-    for _ in range(4):
-        last, chosen = take_turn(slots, last)
+    turns, last, run = [], (), 0
+    for _ in range(3 * ADAPTER_TURN + 1):
+        last, chosen, run = take_turn(slots, last, run)
         turns.append((last, [s.seq_id for s in chosen]))
-    assert turns == [(a, [0, 2]), (b, [3]), ((), [1]), (a, [0, 2])]
-    assert take_turn(slots[:2][:1], b) == (a, [slots[0]])  # one set: it runs at once
-    assert take_turn([], a) == (a, [])
+    expected = [((), [1])] * ADAPTER_TURN + [(a, [0, 2])] * ADAPTER_TURN + \
+        [(b, [3])] * ADAPTER_TURN + [((), [1])]
+    assert turns == expected
+    alone = [slots[0]]
+    assert take_turn(alone, b, 1) == (a, alone, 1)  # the set present runs at once
+    assert take_turn(alone, a, 99) == (a, alone, 100)  # and keeps running while alone
+    assert take_turn([], a, 3) == (a, [], 0)
 
 
 def test_a_replaced_adapter_file_is_loaded_again(folder, store, engine, tmp_path):
