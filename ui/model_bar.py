@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QActionGroup
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QLabel, QMenu, QPushButton,
-                               QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QGridLayout, QLabel, QMenu, QPushButton,
+                               QToolButton, QWidget)
 
 ADAPTER_SCALES = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)  # 0: off
 
@@ -66,16 +66,18 @@ class ModelBar(QWidget):
         self._chosen_adapters: tuple = ()
         self.get = QPushButton("Get models…", accessibleName="Get models")
         self.get.clicked.connect(self.get_models)
-        picker = QVBoxLayout()
-        picker.setSpacing(2)
-        picker.addWidget(self.box)
-        picker.addWidget(self.state)
-        layout = QHBoxLayout(self)
+        # the controls in one row, the state under them all: it keeps one line in a
+        # narrow window
+        layout = QGridLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(picker, 1)
-        layout.addWidget(self.adapters)
-        layout.addWidget(self.auto_route)
-        layout.addWidget(self.get)
+        layout.setVerticalSpacing(2)
+        layout.addWidget(self.box, 0, 0)
+        layout.setColumnStretch(0, 1)  # the picker grows to 420 px; column 1 takes the rest
+        layout.setColumnStretch(1, 1)
+        layout.addWidget(self.adapters, 0, 2)
+        layout.addWidget(self.auto_route, 0, 3)
+        layout.addWidget(self.get, 0, 4)
+        layout.addWidget(self.state, 1, 0, 1, 5)
         self.fill_adapters([], ())
 
     def fill(self, models: list[dict], current: str | None) -> None:

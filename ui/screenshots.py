@@ -96,6 +96,7 @@ def _shoot_all(out: str) -> int:
     history.add_message(conversation.id, "user", "Write a mean function, with a table of examples.")
     history.add_message(conversation.id, "assistant", SAMPLE, model="(sample answer)")
     window.open_conversation(conversation.id)
+    wait(lambda: all(m.get("kind") for m in window.control.models))  # headers read
     shoot("2-chat-with-code-and-table")
     if not offscreen:
         window.bar.box.showPopup()
