@@ -17,9 +17,7 @@ import sys
 import threading
 import time
 
-import httpx
-
-from common import QUICK_NOTE, arguments, chunks, generated, ratio, start_engine
+from common import QUICK_NOTE, arguments, ratio, start_engine, stream_times
 
 from app.paths import paths  # noqa: E402
 from build_tools import build, llama_server  # noqa: E402
@@ -32,21 +30,8 @@ PROMPTS = ["The history of Rome", "def fibonacci(n):", "Once upon a time", "The 
 def one(url: str, headers: dict, prompt: str, tokens: int, model: str | None) -> list[float]:
     """One streamed completion of exactly `tokens` tokens; when each chunk arrived. From
     Homerack (`model` given) the answer's usage is checked: generated, all the tokens."""
-    body = {"prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True,
-            "ignore_eos": True, "n_predict": tokens, "cache_prompt": False}
-    if model:
-        body |= {"model": model, "stream_options": {"include_usage": True}}
-    times, usage = [], None
-    with httpx.stream("POST", f"{url}/v1/completions", json=body, headers=headers,
-                      timeout=600) as reply:
-        reply.raise_for_status()
-        for chunk in chunks(reply):
-            if chunk["choices"]:
-                times.append(time.perf_counter())
-            usage = chunk.get("usage") or usage
-    if model:
-        generated(usage, f"{model}, {prompt!r}", tokens)
-    return times
+    body = {"prompt": prompt, "cache_prompt": False, **({"model": model} if model else {})}
+    return stream_times(url, headers, body, tokens, checked=model is not None)
 
 
 def workload(url: str, headers: dict, streams: int, tokens: int, model: str | None) -> dict:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-from common import QUICK_NOTE, ROOT, arguments, chunks, generated, ratio
+from common import QUICK_NOTE, ROOT, arguments, ratio, stream_times
 
 sys.path.insert(0, str(ROOT / "packaging"))
 
@@ -55,21 +55,8 @@ def free_port() -> int:
 def token_times(url: str, headers: dict, tokens: int) -> list[float]:
     """When each token of a streamed completion of exactly `tokens` tokens arrived. From
     Homerack (`headers` given) the answer's usage is checked: generated, every token."""
-    body = {"prompt": PROMPT, "max_tokens": tokens, "n_predict": tokens, "temperature": 0,
-            "stream": True, "ignore_eos": True, "cache_prompt": False}
-    if headers:
-        body["stream_options"] = {"include_usage": True}
-    times, usage = [], None
-    with httpx.stream("POST", f"{url}/v1/completions", json=body, headers=headers,
-                      timeout=600) as reply:
-        reply.raise_for_status()
-        for chunk in chunks(reply):
-            if chunk.get("choices"):
-                times.append(time.perf_counter())
-            usage = chunk.get("usage") or usage
-    if headers:
-        generated(usage, f"{url} {PROMPT!r}", tokens)
-    return times
+    return stream_times(url, headers, {"prompt": PROMPT, "cache_prompt": False}, tokens,
+                        checked=bool(headers))
 
 
 def decode_rate(url: str, headers: dict, tokens: int, runs: int = 2) -> float:

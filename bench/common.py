@@ -111,6 +111,29 @@ def chunks(reply):
             yield json.loads(line[6:])
 
 
+def stream_times(url: str, headers: dict, body: dict, tokens: int, checked: bool) -> list[float]:
+    """When each chunk of a streamed greedy completion of exactly `tokens` tokens arrived
+    (`body`: the prompt, and the model, adapters... to add), the last (its end) included.
+    Chunks are not tokens: a special token streams no text from Homerack and an empty
+    chunk from llama-server. `checked`: Homerack's answer, its usage checked (generated,
+    every token)."""
+    body = {"max_tokens": tokens, "n_predict": tokens, "temperature": 0, "stream": True,
+            "ignore_eos": True, **body}
+    if checked:
+        body["stream_options"] = {"include_usage": True}
+    times, usage = [], None
+    with httpx.stream("POST", f"{url}/v1/completions", json=body, headers=headers,
+                      timeout=600) as reply:
+        reply.raise_for_status()
+        for chunk in chunks(reply):
+            if chunk.get("choices"):
+                times.append(time.perf_counter())
+            usage = chunk.get("usage") or usage
+    if checked:
+        generated(usage, f"{url} {body.get('model')} {body['prompt']!r}", tokens)
+    return times
+
+
 def timed_completion(http: httpx.Client, model: str, prompt: str, tokens: int, what: str):
     """A streamed greedy completion of exactly `tokens` tokens, checked as generated:
     (client-measured decode tokens/s, its usage)."""

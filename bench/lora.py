@@ -27,7 +27,8 @@ import time
 
 import httpx
 
-from common import QUICK_NOTE, BenchError, arguments, chunks, generated, ratio, start_engine
+from common import (QUICK_NOTE, BenchError, arguments, generated, ratio, start_engine,
+                    stream_times)
 
 from adapter_files import LoraSpec, base_facts, write_shaped  # noqa: E402
 from app.paths import paths  # noqa: E402
@@ -63,32 +64,11 @@ def random_model(shape: str) -> str:
     return link.stem
 
 
-def stream(url: str, headers: dict, body: dict, tokens: int, checked: bool) -> list[float]:
-    """One streamed completion of exactly `tokens` tokens: when each chunk arrived, the
-    last one (its end) included. Chunks are not tokens: a special token streams no text
-    from Homerack and an empty chunk from llama-server."""
-    body = {"prompt": PROMPT, "max_tokens": tokens, "n_predict": tokens, "temperature": 0,
-            "stream": True, "ignore_eos": True, **body}
-    if checked:
-        body["stream_options"] = {"include_usage": True}
-    times, usage = [], None
-    with httpx.stream("POST", f"{url}/v1/completions", json=body, headers=headers,
-                      timeout=600) as reply:
-        reply.raise_for_status()
-        for chunk in chunks(reply):
-            if chunk["choices"]:
-                times.append(time.perf_counter())
-            usage = chunk.get("usage") or usage
-    if checked:
-        generated(usage, f"{body.get('lora')}", tokens)
-    return times
-
-
 def decode_rate(url: str, headers: dict, body: dict, tokens: int, checked: bool,
                 repeats: int) -> float:
     rates = []
     for _ in range(repeats):
-        times = stream(url, headers, body, tokens, checked)
+        times = stream_times(url, headers, {"prompt": PROMPT, **body}, tokens, checked)
         rates.append((tokens - 1) / (times[-1] - times[0]))  # from the first token to the end
     return statistics.median(rates)
 
@@ -129,8 +109,8 @@ def mixed(engine, model: str, sets: list[list], tokens: int) -> float:
     done: list[list[float]] = [[] for _ in sets]
 
     def run(i):
-        done[i] = stream(engine.url, engine.headers, {"model": model, "lora": sets[i],
-                                                     "cache_prompt": False}, tokens, True)
+        done[i] = stream_times(engine.url, engine.headers, {
+            "prompt": PROMPT, "model": model, "lora": sets[i], "cache_prompt": False}, tokens, True)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(sets))]
     start = time.perf_counter()
@@ -146,7 +126,7 @@ def homerack(args, adapters: list[str]) -> dict:
                            "--parallel", "4"])
     try:
         body = {"model": args.model}
-        stream(engine.url, engine.headers, body, 4, True)  # warm up
+        stream_times(engine.url, engine.headers, {"prompt": PROMPT, **body}, 4, True)  # warm
         a, b = ([{"id": name, "scale": 1.0}] for name in adapters)
         out = {"plain": decode_rate(engine.url, engine.headers, body, args.tokens, True,
                                     args.repeats),
@@ -168,7 +148,7 @@ def anchor(args, bins, adapter: str) -> dict:
     for key, extra in (("plain", []), ("adapter", ["--lora", str(paths().models /
                                                                  f"{adapter}.gguf")])):
         with llama_server(bins, plain + extra) as url:
-            stream(url, {}, {}, 4, False)
+            stream_times(url, {}, {"prompt": PROMPT}, 4, False)
             out[key] = decode_rate(url, {}, {}, args.tokens, False, args.repeats)
     return out
 
