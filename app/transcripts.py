@@ -20,6 +20,7 @@ class ImportError_(ValueError):
 def as_data(history: History, conversation: SavedConversation) -> dict:
     return {"title": conversation.title, "system_prompt": conversation.system_prompt,
             "model": conversation.model, "updated": conversation.updated,
+            "adapters": [{"id": name, "scale": scale} for name, scale in conversation.adapters],
             "messages": [{"role": m.role, "content": m.content, "status": m.status,
                           "model": m.model, "detail": m.detail}
                          for m in history.messages(conversation.id)]}
@@ -45,6 +46,16 @@ def to_markdown(history: History, conversations: list[SavedConversation]) -> str
     return "\n---\n\n".join(parts)
 
 
+def _adapters(items) -> list[tuple[str, float]]:
+    """An export's adapters as (id, scale); what is not one is left out."""
+    out = []
+    for item in items if isinstance(items, list) else ():
+        if isinstance(item, dict) and isinstance(item.get("id"), str) \
+                and isinstance(item.get("scale"), (int, float)):
+            out.append((item["id"], float(item["scale"])))
+    return out
+
+
 def import_json(history: History, text: str) -> list[SavedConversation]:
     """The conversations in `text` added to `history` (new ones: nothing is replaced)."""
     try:
@@ -67,5 +78,6 @@ def import_json(history: History, text: str) -> list[SavedConversation]:
             history.add_message(conversation.id, message["role"], message["content"],
                                 str(message.get("status") or "complete"), message.get("model"),
                                 str(message.get("detail") or ""))
+        history.update(conversation.id, adapters=_adapters(item.get("adapters")))
         added.append(history.get(conversation.id))
     return added

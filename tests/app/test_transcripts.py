@@ -13,6 +13,7 @@ from app.transcripts import ImportError_, import_json, to_json, to_markdown
 def test_export_and_import_round_trip_the_shown_branch(tmp_path):
     history = History(tmp_path / "a.sqlite3")
     chat = history.create("Paris", "Be brief.", "smol")
+    history.update(chat.id, adapters=[("persona", 0.5)])
     history.add_message(chat.id, "user", "Capital of France?")
     old = history.add_message(chat.id, "assistant", "Lyon", model="smol")
     history.rewind(chat.id, old.id)
@@ -25,6 +26,7 @@ def test_export_and_import_round_trip_the_shown_branch(tmp_path):
     (imported,) = import_json(other, exported)
     assert (imported.title, imported.system_prompt, imported.model) == ("Paris", "Be brief.",
                                                                         "smol")
+    assert imported.adapters == (("persona", 0.5),)
     assert [(m.role, m.content, m.detail) for m in other.messages(imported.id)] == [
         ("user", "Capital of France?", ""), ("assistant", "Paris", "from the cache")]
     assert json.loads(to_json(other, other.conversations()))["conversations"][0]["title"] \
