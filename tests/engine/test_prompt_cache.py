@@ -66,6 +66,17 @@ def test_disk_tier_survives_a_new_cache_and_verifies(tmp_path):
     assert second.stats["hits_disk"] == 1
 
 
+def test_states_saved_under_adapters_are_found_only_under_them_in_both_tiers(tmp_path):
+    first = cache(tmp_path)
+    first.save(tokens(1, 64), state(1000, 7), salt="+persona*1.0")
+    first.save(tokens(1, 64), state(1000, 9))  # the same tokens under the model alone
+    first.flush()
+    for c in (first, cache(tmp_path)):  # RAM, then the disk tier read again
+        assert c.fetch(c.best(tokens(1, 64), "+persona*1.0")) == state(1000, 7)
+        assert c.fetch(c.best(tokens(1, 64))) == state(1000, 9)
+        assert c.best(tokens(1, 64), "+persona*0.5") is None
+
+
 def corrupt_state(path):
     data = bytearray(path.read_bytes())
     data[-10] ^= 0xFF
