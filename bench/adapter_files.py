@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.catalog.shape import field_value
+
 
 @dataclass(frozen=True)
 class LoraSpec:
@@ -31,11 +33,6 @@ class LoraSpec:
 
     def names(self) -> list[str]:
         return [f"blk.{i}.{t}.weight" for i in self.layers for t in self.targets]
-
-
-def _field(reader, key: str, default=None):
-    field = reader.fields.get(key)
-    return default if field is None else field.contents()
 
 
 def weights(base: Path, names: list[str]):
@@ -63,7 +60,7 @@ def base_facts(spec: LoraSpec, base: Path) -> tuple[str, dict[str, tuple[int, in
         tensor = tensors[name]
         rows = dequantize(tensor.data[:16], tensor.tensor_type)
         facts[name] = (int(tensor.shape[0]), int(tensor.shape[1]), float(np.abs(rows).mean()))
-    return str(_field(reader, "general.architecture")), facts
+    return str(field_value(reader, "general.architecture")), facts
 
 
 def lora_matrices(spec: LoraSpec, shapes: dict[str, tuple[int, int, float]]):
@@ -133,7 +130,7 @@ def _rewritten(base: Path, target: Path, replaced: dict[str, np.ndarray]) -> Pat
     from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
     reader = GGUFReader(base, "r")
-    writer = GGUFWriter(str(target), arch=_field(reader, "general.architecture"))
+    writer = GGUFWriter(str(target), arch=field_value(reader, "general.architecture"))
     for field in reader.fields.values():
         if field.name == "general.architecture" or field.name.startswith("GGUF."):
             continue

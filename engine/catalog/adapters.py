@@ -15,6 +15,7 @@ import re
 from collections import Counter
 
 from ..errors import InvalidModelFile
+from .shape import field_value
 
 # lora_a / lora_b types llama.cpp multiplies with (convert_lora_to_gguf.py writes these)
 ADAPTER_TYPES = {"F32", "F16", "BF16", "Q8_0"}
@@ -51,11 +52,6 @@ def shape_in(matrices: dict, name: str) -> list[int] | None:
     return matrices.get(f"blk.*.{match[2]}") if match else None
 
 
-def _contents(reader, key: str, default=None):
-    field = reader.fields.get(key)
-    return default if field is None else field.contents()
-
-
 def adapter_facts(reader, file_name: str) -> dict:
     """What an adapter GGUF holds: alpha, rank, the base tensors it adapts with their
     (n_in, n_out), and the base model names it declares. InvalidModelFile for a file
@@ -64,7 +60,7 @@ def adapter_facts(reader, file_name: str) -> dict:
         return InvalidModelFile(f"{file_name} is not a usable LoRA adapter: {why}",
                                 param="lora")
 
-    kind = _contents(reader, "adapter.type")
+    kind = field_value(reader, "adapter.type")
     if kind != "lora":
         raise damaged(f"its adapter.type is {kind!r}, and only 'lora' adapters are supported")
     pairs: dict[str, dict[str, object]] = {}
@@ -87,10 +83,10 @@ def adapter_facts(reader, file_name: str) -> dict:
             raise damaged(f"{base}: lora_a {list(a)} and lora_b {list(b)} do not share a rank")
         targets[base] = [a[0], b[1]]
         ranks[a[1]] += 1
-    count = int(_contents(reader, "general.base_model.count", 0) or 0)
-    names = [_contents(reader, f"general.base_model.{i}.{key}")
+    count = int(field_value(reader, "general.base_model.count", 0) or 0)
+    names = [field_value(reader, f"general.base_model.{i}.{key}")
              for i in range(count) for key in ("name", "repo_url")]
-    return {"alpha": float(_contents(reader, "adapter.lora.alpha", 0.0) or 0.0),
+    return {"alpha": float(field_value(reader, "adapter.lora.alpha", 0.0) or 0.0),
             "rank": ranks.most_common(1)[0][0], "targets": targets,
             "base_names": [str(n) for n in names if n]}
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import InvalidModelFile
 from .adapters import adapter_facts, matrix_shapes
-from .shape import ModelShape, shape_or_none
+from .shape import ModelShape, field_value, shape_or_none
 
 GGUF_MAGIC = b"GGUF"
 _CACHE_VERSION = 9
@@ -47,13 +47,6 @@ class GGUFInfo:
     sampling: dict | None = None  # the authors' general.sampling.* keys ("temp": 0.6, ...)
     matrices: dict | None = None  # weight shapes by tensor name (adapters.matrix_shapes)
     adapter: dict | None = None  # a LoRA adapter's facts (adapters.adapter_facts)
-
-
-def _field(reader, key: str, default=None):
-    field = reader.fields.get(key)
-    if field is None:
-        return default
-    return field.contents()
 
 
 def _token_text(reader, token_id) -> str | None:
@@ -96,24 +89,24 @@ def _parse(path: Path) -> GGUFInfo:
     except Exception as exc:  # the reader raises many kinds on damaged files
         raise InvalidModelFile(f"{path.name} is damaged or truncated: {exc}") from exc
     _check_extent(reader, path, size)
-    arch = _field(reader, "general.architecture")
+    arch = field_value(reader, "general.architecture")
     if not arch:
         raise InvalidModelFile(f"{path.name} has no general.architecture: not a model file")
-    adapter = adapter_facts(reader, path.name) if _field(reader, "general.type") == "adapter" \
+    adapter = adapter_facts(reader, path.name) if field_value(reader, "general.type") == "adapter" \
         else None
     return GGUFInfo(
         path=str(path),
         size_bytes=size,
         architecture=str(arch),
-        name=str(_field(reader, "general.name", path.stem)),
-        block_count=int(_field(reader, f"{arch}.block_count", 0)),
-        context_length=int(_field(reader, f"{arch}.context_length", 0)),
-        chat_template=_field(reader, "tokenizer.chat_template"),
-        bos_token=_token_text(reader, _field(reader, "tokenizer.ggml.bos_token_id")),
-        eos_token=_token_text(reader, _field(reader, "tokenizer.ggml.eos_token_id")),
-        add_bos_token=bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
+        name=str(field_value(reader, "general.name", path.stem)),
+        block_count=int(field_value(reader, f"{arch}.block_count", 0)),
+        context_length=int(field_value(reader, f"{arch}.context_length", 0)),
+        chat_template=field_value(reader, "tokenizer.chat_template"),
+        bos_token=_token_text(reader, field_value(reader, "tokenizer.ggml.bos_token_id")),
+        eos_token=_token_text(reader, field_value(reader, "tokenizer.ggml.eos_token_id")),
+        add_bos_token=bool(field_value(reader, "tokenizer.ggml.add_bos_token", False)),
         tensor_count=len(reader.tensors),
-        tokenizer=str(_field(reader, "tokenizer.ggml.model", "")),
+        tokenizer=str(field_value(reader, "tokenizer.ggml.model", "")),
         vocab_size=len(reader.fields["tokenizer.ggml.tokens"].data)
         if "tokenizer.ggml.tokens" in reader.fields else 0,
         vocab_hash=_vocab_hash(reader),
@@ -135,7 +128,7 @@ def _sampling_keys(reader) -> dict:
 def _is_embedding(reader, arch: str) -> bool:
     """An encoder, or a model whose metadata asks for pooled outputs (Qwen3-Embedding:
     a causal model with pooling_type "last")."""
-    return arch in ENCODERS or int(_field(reader, f"{arch}.pooling_type", 0) or 0) > 0
+    return arch in ENCODERS or int(field_value(reader, f"{arch}.pooling_type", 0) or 0) > 0
 
 
 def read_header(path: Path) -> tuple[ModelShape, str] | None:
@@ -160,9 +153,9 @@ def read_adapter(path: Path) -> tuple[str, dict] | None:
         reader = GGUFReader(path, "r")
     except (ValueError, KeyError, IndexError, OSError):
         return None
-    if _field(reader, "general.type") != "adapter":
+    if field_value(reader, "general.type") != "adapter":
         return None
-    return str(_field(reader, "general.architecture", "")), adapter_facts(reader, path.name)
+    return str(field_value(reader, "general.architecture", "")), adapter_facts(reader, path.name)
 
 
 def _tuples(value):

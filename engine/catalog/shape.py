@@ -109,7 +109,8 @@ class ModelShape:
                        expert_repack=())
 
 
-def _field(reader, key: str, default=None):
+def field_value(reader, key: str, default=None):
+    """A GGUF metadata field's value, or `default` when the file has no such key."""
     field = reader.fields.get(key)
     return default if field is None else field.contents()
 
@@ -170,23 +171,23 @@ def _sort_tensors(reader) -> tuple[_Tally, _Tally, dict]:
 
 def _attention(reader, arch: str) -> dict:
     """The widths and the attention shape (for the KV cache) from the metadata."""
-    n_embd = int(_field(reader, f"{arch}.embedding_length"))
-    n_head = int(_field(reader, f"{arch}.attention.head_count"))
-    n_head_kv = _field(reader, f"{arch}.attention.head_count_kv", n_head)
+    n_embd = int(field_value(reader, f"{arch}.embedding_length"))
+    n_head = int(field_value(reader, f"{arch}.attention.head_count"))
+    n_head_kv = field_value(reader, f"{arch}.attention.head_count_kv", n_head)
     if isinstance(n_head_kv, list):  # per-layer counts: plan for the largest
         n_head_kv = max(n_head_kv)
     head_dim = n_embd // n_head
     return {"n_embd": n_embd, "n_head_kv": int(n_head_kv),
-            "n_ff": int(_field(reader, f"{arch}.feed_forward_length", 4 * n_embd)),
-            "head_dim_k": int(_field(reader, f"{arch}.attention.key_length", head_dim)),
-            "head_dim_v": int(_field(reader, f"{arch}.attention.value_length", head_dim)),
-            "context_length": int(_field(reader, f"{arch}.context_length", 0))}
+            "n_ff": int(field_value(reader, f"{arch}.feed_forward_length", 4 * n_embd)),
+            "head_dim_k": int(field_value(reader, f"{arch}.attention.key_length", head_dim)),
+            "head_dim_v": int(field_value(reader, f"{arch}.attention.value_length", head_dim)),
+            "context_length": int(field_value(reader, f"{arch}.context_length", 0))}
 
 
 def shape_of(reader, name: str) -> ModelShape:
     """Layer sizes, attention shape and experts from a GGUF reader's tensors and metadata."""
-    arch = _field(reader, "general.architecture")
-    n = int(_field(reader, f"{arch}.block_count"))
+    arch = field_value(reader, "general.architecture")
+    n = int(field_value(reader, f"{arch}.block_count"))
     layers, experts, counts = _sort_tensors(reader)
     embd = counts["embd"]
     return ModelShape(
@@ -201,8 +202,8 @@ def shape_of(reader, name: str) -> ModelShape:
         expert_bytes=experts.per_layer(experts.bytes, n),
         expert_spans=experts.per_layer(experts.spans, n, (0, 0)),
         expert_repack=experts.per_layer(experts.repack, n),
-        n_expert=int(_field(reader, f"{arch}.expert_count", 0) or 0),
-        n_expert_used=int(_field(reader, f"{arch}.expert_used_count", 0) or 0),
+        n_expert=int(field_value(reader, f"{arch}.expert_count", 0) or 0),
+        n_expert_used=int(field_value(reader, f"{arch}.expert_used_count", 0) or 0),
         shared_expert_bytes=counts["shared"], n_params=counts["params"],
         expert_params=counts["expert_params"])
 

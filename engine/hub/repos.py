@@ -213,17 +213,14 @@ def header_shape(repo: str, quant: QuantFiles, endpoint: str | None = None,
 def header(repo: str, quant: QuantFiles, endpoint: str | None = None,
            token: str | None = None) -> tuple[ModelShape, str]:
     """The model's shape and vocabulary hash from one file's header."""
-    found = read_remote(repo, quant, read_header, endpoint, token)
-    if found is None:
-        raise HubError(f"cannot read the GGUF header of {quant.files[0]}")
-    return found
+    return read_remote(repo, quant, read_header, endpoint, token)
 
 
 def read_remote(repo: str, quant: QuantFiles, read: Callable, endpoint: str | None = None,
                 token: str | None = None):
     """`read` of one file's first megabytes (its GGUF header, re-read with 4x more until
     `read` answers), written into a sparse file of the full size: the weights are never
-    downloaded."""
+    downloaded. HubError when `read` never answers."""
     from huggingface_hub import hf_hub_url
 
     url = hf_hub_url(repo, quant.files[0], endpoint=_endpoint(endpoint))
@@ -240,6 +237,8 @@ def read_remote(repo: str, quant: QuantFiles, read: Callable, endpoint: str | No
             if found is not None or len(data) < wanted:
                 break
             wanted *= 4
+    if found is None:
+        raise HubError(f"cannot read the GGUF header of {quant.files[0]}")
     return found
 
 
@@ -326,8 +325,6 @@ def repo_verdicts(repo: str, hardware: Hardware, prefs: Preferences,
     single = [q for q in quants if len(q.files) == 1] or quants
     found = read_remote(repo, single[0], lambda path: read_adapter(path) or read_header(path),
                         endpoint, token)
-    if found is None:
-        raise HubError(f"cannot read the GGUF header of {single[0].files[0]}")
     if isinstance(found[1], dict):  # an adapter: (architecture, facts)
         return None, _adapter_verdicts(quants, *found, fitting)
     return found[0], judge(hardware, found[0], quants, prefs)

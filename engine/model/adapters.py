@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..catalog.fingerprint import model_fingerprint
 from ..catalog.models import AdapterUse
 from ..llama.lora import load_adapter, set_adapters
 from ..llama.runtime import LlamaModel
+from ..response_cache import Fingerprints
 
 AdapterSet = tuple[tuple[str, float], ...]  # GenerationRequest.adapter_set
 
@@ -18,8 +18,8 @@ class AdapterBank:
     def __init__(self, llama: LlamaModel):
         self.llama = llama
         self._handles: dict[str, object] = {}  # adapter path -> llama.cpp's adapter
-        self._stamps: dict[str, tuple[int, int]] = {}  # the file's size and mtime then
-        self._fingerprints: dict[str, str] = {}
+        self._fingerprints: dict[str, str] = {}  # adapter path -> the file it was loaded from
+        self._files = Fingerprints()  # read again only when a file's size or mtime changes
         self.current: AdapterSet | None = ()  # what the context applies (None: unknown)
         self.switches = 0
 
@@ -30,13 +30,12 @@ class AdapterBank:
         replaced = set()
         for use in uses:
             path = str(use.adapter.path)
-            stat = Path(path).stat()
-            if self._stamps.get(path) != (stat.st_size, stat.st_mtime_ns):  # new, or replaced
-                if path in self._stamps:
+            fingerprint = self._files.of(use.adapter.path)
+            if self._fingerprints.get(path) != fingerprint:  # new, or replaced
+                if path in self._fingerprints:
                     replaced.add(path)
-                self._handles[path] = load_adapter(self.llama, Path(path))
-                self._fingerprints[path] = model_fingerprint(Path(path))
-                self._stamps[path] = (stat.st_size, stat.st_mtime_ns)
+                self._handles[path] = load_adapter(self.llama, use.adapter.path)
+                self._fingerprints[path] = fingerprint
                 self.current = None  # unknown: the context may hold the replaced one
         return replaced
 
