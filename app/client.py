@@ -20,6 +20,11 @@ class EngineError(Exception):
         self.status = status
 
 
+def adapter_text(name: str, scale: float) -> str:
+    """An adapter and its scale in words: "persona", "persona ×0.5"."""
+    return name + ("" if scale == 1 else f" ×{scale:g}")
+
+
 @dataclass
 class StreamedReply:
     """Filled in as a streamed reply arrives."""
@@ -41,8 +46,8 @@ class StreamedReply:
                 if self.route.get("mode") == "cascade" else self.route.get("reason", "")
             parts.append(f"auto ({self.route.get('mode')}): {how}")
         if self.adapters:
-            parts.append("adapter " + ", ".join(
-                a["id"] + ("" if a["scale"] == 1 else f" ×{a['scale']:g}") for a in self.adapters))
+            parts.append("adapter " + ", ".join(adapter_text(a["id"], a["scale"])
+                                                for a in self.adapters))
         if self.response_cache == "hit":
             parts.append("from the response cache")
         return " · ".join(parts)

@@ -8,6 +8,8 @@ from PySide6.QtGui import QActionGroup
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QGridLayout, QLabel, QMenu, QPushButton,
                                QToolButton, QWidget)
 
+from app.client import adapter_text
+
 ADAPTER_SCALES = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)  # 0: off
 
 def describe_state(chosen: str | None, health: dict, loading: bool = False) -> str:
@@ -38,8 +40,7 @@ def describe_adapters(chosen: tuple[tuple[str, float], ...]) -> str:
     """The adapters button's text: what the conversation's replies are adapted with."""
     if not chosen:
         return "No adapter"
-    return "Adapter: " + ", ".join(
-        name + ("" if scale == 1 else f" ×{scale:g}") for name, scale in chosen)
+    return "Adapter: " + ", ".join(adapter_text(name, scale) for name, scale in chosen)
 
 
 class ModelBar(QWidget):

@@ -37,14 +37,14 @@ def cmd_models(args) -> int:
         return 0
     if args.quiet:
         return 0
-    kinds = {model.id: store.kind_of(model) for model in store.list()}
-    for model in store.list():
-        if kinds[model.id] == "adapter":
+    kinds = {model: store.kind_of(model) for model in store.list()}
+    for model, kind in kinds.items():
+        if kind == "adapter":
             continue  # listed under the models they fit
         mark = "*" if model.id == DEFAULT_MODEL else " "
-        print(f"{mark} {model.id:<32} {kinds[model.id]:<10} "
+        print(f"{mark} {model.id:<32} {kind:<10} "
               f"{model.size_bytes / 2**20:8.1f} MiB  {model.path}")
-    for adapter in store.adapters():
+    for adapter in [model for model, kind in kinds.items() if kind == "adapter"]:
         bases = store.bases_for(adapter)
         fits = f"adapts {bases[0].id} (use {bases[0].id}+{adapter.id})" if bases else \
             "fits no local model"
