@@ -37,7 +37,7 @@ def _token() -> str | None:
 
 def _quants_with_verdicts(store: ModelStore, repo: str, ctx: int) -> dict:
     base, verdicts = repo_verdicts(repo, probe(), Preferences(ctx=ctx), token=_token(),
-                                   fitting=lambda arch, facts: store.fitting(arch, facts))
+                                   fitting=store.fitting)
     return {"repo": repo, "n_layers": base.n_layers if base else None,
             "kind": "model" if base else "adapter", "quants": [
                 {"quant": v.quant.quant, "files": list(v.quant.files),
