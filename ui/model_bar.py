@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QActionGroup
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QGridLayout, QLabel, QMenu, QPushButton,
-                               QToolButton, QWidget)
+                               QSizePolicy, QToolButton, QWidget)
 
 from app.client import adapter_text
 
@@ -72,8 +72,9 @@ class ModelBar(QWidget):
         layout = QGridLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setVerticalSpacing(2)
+        self.box.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         layout.addWidget(self.box, 0, 0)
-        layout.setColumnStretch(0, 1)  # the picker grows to 420 px; column 1 takes the rest
+        layout.setColumnStretch(0, 4)  # the picker takes most of the room up to its 420 px
         layout.setColumnStretch(1, 1)
         layout.addWidget(self.adapters, 0, 2)
         layout.addWidget(self.auto_route, 0, 3)
