@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.catalog.gguf_file import open_gguf
 from engine.catalog.shape import field_value
 
 
@@ -38,10 +39,9 @@ class LoraSpec:
 def weights(base: Path, names: list[str]):
     """The named matrices of `base` as F32 arrays of numpy shape (n_out, n_in), one at a
     time (an 8B model's would not fit in RAM together)."""
-    from gguf import GGUFReader
     from gguf.quants import dequantize
 
-    tensors = {t.name: t for t in GGUFReader(base, "r").tensors}
+    tensors = {t.name: t for t in open_gguf(base).tensors}
     for name in names:
         yield name, dequantize(tensors[name].data, tensors[name].tensor_type).astype(np.float32)
 
@@ -50,10 +50,9 @@ def base_facts(spec: LoraSpec, base: Path) -> tuple[str, dict[str, tuple[int, in
     """The base's architecture, and each target's (n_in, n_out, mean |w|), the size judged
     from a few rows (a whole 8B model would take minutes to dequantize); one read of the
     file (a 262k-token vocabulary takes the gguf package 10 s to parse)."""
-    from gguf import GGUFReader
     from gguf.quants import dequantize
 
-    reader = GGUFReader(base, "r")
+    reader = open_gguf(base)
     tensors = {t.name: t for t in reader.tensors}
     facts = {}
     for name in spec.names():
@@ -127,9 +126,9 @@ def merged(base: Path, adapter_spec: LoraSpec, scale: float, target: Path) -> Pa
 
 def _rewritten(base: Path, target: Path, replaced: dict[str, np.ndarray]) -> Path:
     """A copy of `base`, metadata and all, with some tensors replaced by F32 arrays."""
-    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+    from gguf import GGUFValueType, GGUFWriter
 
-    reader = GGUFReader(base, "r")
+    reader = open_gguf(base)
     writer = GGUFWriter(str(target), arch=field_value(reader, "general.architecture"))
     for field in reader.fields.values():
         if field.name == "general.architecture" or field.name.startswith("GGUF."):

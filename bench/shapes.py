@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.catalog.gguf_file import open_gguf
+
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "shapes"
 GB = 1e9
@@ -225,9 +227,8 @@ def _tokenizer(writer, spec: Spec, donor: Path | None) -> int:
     takes the gguf package seconds). Returns the vocabulary size."""
     if donor is None:
         return spec.n_vocab
-    from gguf import GGUFReader
 
-    reader = GGUFReader(donor, "r")
+    reader = open_gguf(donor)
     for key, field in reader.fields.items():
         if key.startswith("tokenizer."):
             value = field.contents()
@@ -294,7 +295,7 @@ def fill_random(path: Path, seed: int = 0) -> Path:
     import gguf
 
     rng = np.random.default_rng(seed)
-    reader = gguf.GGUFReader(path, "r")
+    reader = open_gguf(path)
     with path.open("r+b") as handle:
         for tensor in reader.tensors:
             kind = tensor.tensor_type.name

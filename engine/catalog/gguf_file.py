@@ -8,6 +8,7 @@ seconds, so results are cached by (path, size, mtime), in memory and on disk.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -77,15 +78,38 @@ def _check_extent(reader, path: Path, size: int) -> None:
             )
 
 
+def open_gguf(path: str | os.PathLike, mode: str = "r"):
+    """The `gguf` package's GGUFReader, its memory map seen as a plain array. The reader
+    slices the map once per element of every field, and each slice of numpy's memmap
+    subclass pays bookkeeping that was two thirds of the parse: Gemma 3's 262k-token
+    vocabulary took 13 s, now 4 s. The map stays open underneath the view."""
+    return _plain_map_reader()(path, mode)
+
+
+@functools.cache
+def _plain_map_reader():
+    import numpy as np
+    from gguf import GGUFReader  # imported late: it is only needed for new files
+
+    class PlainMapReader(GGUFReader):
+        @property
+        def data(self):
+            return self._plain
+
+        @data.setter
+        def data(self, mapped):
+            self._plain = mapped.view(np.ndarray)
+
+    return PlainMapReader
+
+
 def _parse(path: Path) -> GGUFInfo:
     size = path.stat().st_size
     with path.open("rb") as handle:
         if handle.read(4) != GGUF_MAGIC:
             raise InvalidModelFile(f"{path.name} is not a GGUF model file (wrong magic bytes)")
-    from gguf import GGUFReader  # imported late: it is only needed for new files
-
     try:
-        reader = GGUFReader(path, "r")
+        reader = open_gguf(path)
     except Exception as exc:  # the reader raises many kinds on damaged files
         raise InvalidModelFile(f"{path.name} is damaged or truncated: {exc}") from exc
     _check_extent(reader, path, size)
@@ -134,28 +158,35 @@ def _is_embedding(reader, arch: str) -> bool:
 def read_header(path: Path) -> tuple[ModelShape, str] | None:
     """The shape and vocabulary hash from a file's header alone (its tensor data is not
     read): None when the header is incomplete or the architecture unknown."""
-    from gguf import GGUFReader
+    reader = _open_header(path)
+    return reader and _model_header(reader, path)
 
+
+def read_model_or_adapter(path: Path) -> tuple[ModelShape, str] | tuple[str, dict] | None:
+    """From one parse of a file's header (seconds for a large vocabulary): an adapter's
+    architecture and facts (adapters.adapter_facts), or a model's shape and vocabulary
+    hash; None when the header is incomplete or the architecture unknown."""
+    reader = _open_header(path)
+    if reader is None:
+        return None
+    if field_value(reader, "general.type") == "adapter":
+        return str(field_value(reader, "general.architecture", "")), adapter_facts(reader, path.name)
+    return _model_header(reader, path)
+
+
+def _open_header(path: Path):
     try:
-        reader = GGUFReader(path, "r")
+        return open_gguf(path)
+    except (ValueError, KeyError, IndexError, OSError):
+        return None
+
+
+def _model_header(reader, path: Path) -> tuple[ModelShape, str] | None:
+    try:
         shape = shape_or_none(reader, path.stem)
         return (shape, _vocab_hash(reader)) if shape else None
-    except (ValueError, KeyError, IndexError, OSError):
+    except (ValueError, KeyError, IndexError):
         return None
-
-
-def read_adapter(path: Path) -> tuple[str, dict] | None:
-    """An adapter's architecture and facts (adapters.adapter_facts) from its header alone;
-    None when the file is no adapter or its header is incomplete."""
-    from gguf import GGUFReader
-
-    try:
-        reader = GGUFReader(path, "r")
-    except (ValueError, KeyError, IndexError, OSError):
-        return None
-    if field_value(reader, "general.type") != "adapter":
-        return None
-    return str(field_value(reader, "general.architecture", "")), adapter_facts(reader, path.name)
 
 
 def _tuples(value):

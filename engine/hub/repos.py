@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from ..catalog.drafts import MAX_DRAFT_SIZE_RATIO
 from ..errors import HomerackError, InvalidRequest
-from ..catalog.gguf_file import read_adapter, read_header
+from ..catalog.gguf_file import read_header, read_model_or_adapter
 from ..catalog.shape import ModelShape
 from ..machine.hardware import Hardware
 from ..catalog.models import git_blob_sha1_of, sha256_of
@@ -323,8 +323,7 @@ def repo_verdicts(repo: str, hardware: Hardware, prefs: Preferences,
     if not quants:
         raise InvalidRequest(f"{repo} has no GGUF files", param="repo")
     single = [q for q in quants if len(q.files) == 1] or quants
-    found = read_remote(repo, single[0], lambda path: read_adapter(path) or read_header(path),
-                        endpoint, token)
+    found = read_remote(repo, single[0], read_model_or_adapter, endpoint, token)
     if isinstance(found[1], dict):  # an adapter: (architecture, facts)
         return None, _adapter_verdicts(quants, *found, fitting)
     return found[0], judge(hardware, found[0], quants, prefs)

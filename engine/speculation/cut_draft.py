@@ -31,6 +31,7 @@ from ..errors import HomerackError
 from ..llama.runtime import LlamaModel
 from ..llama.vocab import Vocabulary
 from ..catalog.fingerprint import model_fingerprint
+from ..catalog.gguf_file import open_gguf
 
 KEEP_TOKENS = 65536
 MAX_OUTSIDE = 0.1  # share of emitted tokens outside the kept ones that sends a draft back whole
@@ -143,7 +144,7 @@ def _write_cut(source: Path, target: Path, keep: np.ndarray) -> dict:
     table and output matrix. Returns where the full table lies in `source`."""
     import gguf
 
-    reader = gguf.GGUFReader(source)
+    reader = open_gguf(source)
     arch = reader.fields["general.architecture"].contents()
     partial = target.with_suffix(f".{os.getpid()}.{threading.get_ident()}.partial")
     writer = gguf.GGUFWriter(partial, arch)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from engine.catalog.gguf_file import open_gguf
+
 STARTER = "smollm2-135m-instruct-q4_1"
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
 GEMMA_REPO = "unsloth/gemma-3-270m-it-GGUF"
@@ -15,10 +17,10 @@ ADAPTER = "smol-persona"  # a LoRA adapter for the starter (conftest.py's lora_s
 
 def with_template(source: Path, target: Path, template: str) -> Path:
     """A copy of a GGUF model with another chat template in its metadata."""
-    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+    from gguf import GGUFValueType, GGUFWriter
     from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
 
-    reader = GGUFReader(source, "r")
+    reader = open_gguf(source)
     writer = GGUFWriter(str(target), arch=reader.fields["general.architecture"].contents())
     copy_with_new_metadata(reader, writer, {
         "tokenizer.chat_template": MetadataDetails(GGUFValueType.STRING, template)}, [])
@@ -29,9 +31,8 @@ def with_flat_output(source: Path, target: Path) -> Path:
     """A copy of a GGUF model whose output projection is all zeros: every logit is 0, so
     each next token has probability 1/n_vocab (the least confident model there is). With
     tied embeddings the token embeddings are that projection."""
-    from gguf import GGUFReader
 
-    tensors = {t.name: t for t in GGUFReader(source, "r").tensors}
+    tensors = {t.name: t for t in open_gguf(source).tensors}
     tensor = tensors.get("output.weight") or tensors["token_embd.weight"]
     shutil.copy(source, target)
     with target.open("r+b") as handle:

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from bench.shapes import SHAPES, write_header_only
-from engine.catalog.gguf_file import GGUFInspector
+from engine.catalog.gguf_file import GGUFInspector, open_gguf
 from engine.machine.forecast import forecast
 from engine.machine.hardware import simulated
 from engine.machine.memory import place
@@ -45,12 +45,11 @@ def shapes(files):
 
 @pytest.mark.parametrize("name", REAL + TINY)
 def test_the_file_knows_its_experts(files, shapes, name):
-    from gguf import GGUFReader
 
     spec, shape = SHAPES[name], shapes[name]
     assert (shape.n_expert, shape.n_expert_used) == (spec.n_expert, spec.n_expert_used)
     routed = [0] * shape.n_layers
-    for tensor in GGUFReader(files[name], "r").tensors:
+    for tensor in open_gguf(files[name]).tensors:
         parts = tensor.name.split(".")
         if parts[0] == "blk" and parts[2].endswith("_exps"):
             routed[int(parts[1])] += int(tensor.n_bytes)
