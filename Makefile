@@ -44,7 +44,7 @@ screenshots: setup
 	fi
 
 bench: setup
-	$(PY) bench/decode.py
+	$(PY) bench/suite.py
 
 # llama.cpp's own llama-bench and llama-server, from the commit llama-cpp-python vendors.
 bench-tools: setup

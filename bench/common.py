@@ -6,6 +6,10 @@
   many tokens as asked (`generated`).
 - A ratio is printed only against an anchor measured in the same run, and only when it is
   plausible for the two things compared (`ratio`): an impossible one stops the bench.
+- `--model` runs a bench on another model, or on a shape of bench/shapes.py: a real
+  model's exact layout and quantization with random weights, which decodes at that
+  model's speed (`--model qwen3-8b`). `--json FILE` keeps each figure a bench reports
+  (`report`): bench/suite.py, `make bench`, makes one table of them.
 - `--quick` (what `make test` runs, tests/packaging/test_benches.py): a few tokens, one repetition,
   no anchors; it checks the same invariants and prints no ratio against an anchor. Its
   timings are too short to judge (a 4-token run on a busy 2-core CI machine once came out
@@ -33,7 +37,11 @@ os.environ.setdefault("HOMERACK_HOME", str(ROOT / ".cache" / "bench-home"))
 from app.engine_proc import EngineProcess  # noqa: E402
 
 QUICK_NOTE = "quick mode: anchors not measured, so no ratio is printed"
-_quick = False  # set by `arguments`: a bench is one process with one command line
+DONOR = "smollm2-135m-instruct-q4_1"  # the tokenizer a shape's random weights run with
+# set by `arguments`: a bench is one process with one command line
+_quick = False
+_json: Path | None = None
+_figures: list[dict] = []
 
 
 class BenchError(SystemExit):
@@ -43,23 +51,72 @@ class BenchError(SystemExit):
         super().__init__(f"bench error: {message}")
 
 
-def arguments(doc: str | None, sizes: dict, more=lambda _parser: None) -> argparse.Namespace:
-    """The command line: --threads, --quick, and --NAME for each of `sizes` ({NAME:
-    (default, value in quick mode)}); `more(parser)` adds a bench's own."""
+def arguments(doc: str | None, sizes: dict, more=lambda _parser: None,
+              models: tuple[str, ...] = ()) -> argparse.Namespace:
+    """The command line: --threads, --quick, --json, --NAME for each of `sizes` ({NAME:
+    (default, value in quick mode)}), and --model (repeatable) when the bench runs
+    `models`, which it replaces: `args.models` are model ids, a shape's written once.
+    `more(parser)` adds a bench's own."""
     parser = argparse.ArgumentParser(description=doc,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=min(os.cpu_count() or 2, 8))
     parser.add_argument("--quick", action="store_true",
                         help="a few tokens, one repetition, no anchors (make test runs it)")
+    parser.add_argument("--json", type=Path, help="write the figures reported here to FILE")
+    if models:
+        parser.add_argument("--model", action="append", default=[], help=(
+            "a model of the models folder, or a shape of bench/shapes.py (random weights "
+            f"of a real model's layout: {', '.join(RUNNABLE)}); repeatable; default: "
+            + ", ".join(models)))
     for name, (default, _in_quick) in sizes.items():
         parser.add_argument(f"--{name}", type=type(default), default=default)
     more(parser)
-    global _quick
+    global _quick, _json
     args = parser.parse_args()
-    _quick = args.quick
+    _quick, _json = args.quick, args.json
+    if models:
+        args.models = [model_id(m) for m in args.model] or list(models)
     for name, (_default, quick) in sizes.items() if args.quick else ():
         setattr(args, name.replace("-", "_"), quick)
     return args
+
+
+RUNNABLE = ("qwen3-1.7b", "llama-3.2-3b", "qwen3-8b", "qwen3-30b-a3b-8l")
+
+
+def model_id(name: str) -> str:
+    """A model id of the models folder: `name` itself, or for a shape of bench/shapes.py
+    its random-weight file (written once, with the starter's tokenizer) linked there."""
+    from app.paths import paths
+    from shapes import SHAPES, cached
+
+    if name not in SHAPES:
+        return name
+    donor = paths().models / f"{DONOR}.gguf"
+    if not donor.exists():
+        raise BenchError(f"{donor} is missing (its tokenizer runs the shape): run "
+                         "`homerack models` first")
+    path = cached(SHAPES[name], donor=donor)
+    link = paths().models / f"{name}-random.gguf"
+    if link.is_symlink() and link.resolve() != path.resolve():
+        link.unlink()  # the writer's layout changed since
+    if not link.exists():
+        link.symlink_to(path)
+    return link.stem
+
+
+def report(model: str, figure: str, value: float, unit: str, anchor: float | None = None,
+           anchor_name: str = "", target: str = "") -> None:
+    """One figure of this run, kept in --json's file (rewritten at each, so a bench that
+    stops half-way keeps what it measured). `anchor`: the same figure measured in this
+    run by `anchor_name`; `target`: the goal for value / anchor, in words."""
+    _figures.append({"bench": Path(sys.argv[0]).stem, "model": model, "figure": figure,
+                     "value": value, "unit": unit, "anchor": anchor,
+                     "anchor_name": anchor_name, "target": target, "quick": _quick,
+                     "ratio": value / anchor if anchor else None})
+    if _json:
+        _json.parent.mkdir(parents=True, exist_ok=True)
+        _json.write_text(json.dumps(_figures, indent=1))
 
 
 @dataclass

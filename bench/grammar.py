@@ -8,7 +8,7 @@ agent/json_schema.py), so both runs decode the full --tokens (a grammar that com
 early would end the answer sooner). Each ratio is the median of ratios between
 neighbouring runs: the machine's speed drifts.
 
-    python bench/grammar.py [--threads 2] [--tokens 128] [--reps 5] [--quick]
+    python bench/grammar.py [--model ID] [--threads 2] [--tokens 128] [--reps 5] [--quick]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 
 import httpx
 
-from common import BenchError, QUICK_NOTE, arguments, generated, ratio, start_engine
+from common import BenchError, QUICK_NOTE, arguments, generated, ratio, report, start_engine
 
 from app.paths import paths  # noqa: E402
 from build_tools import build, llama_server  # noqa: E402
@@ -66,10 +66,10 @@ def measure(url: str, headers: dict, tokens: int, reps: int) -> dict:
 
 
 def main() -> int:
-    args = arguments(__doc__, {"tokens": (128, 8), "reps": (5, 1)})
+    args = arguments(__doc__, {"tokens": (128, 8), "reps": (5, 1)}, models=MODELS)
     bins = None if args.quick else build()
     rows = []
-    for model in MODELS:
+    for model in args.models:
         engine = start_engine(["--threads", str(args.threads), "--ctx", "4096", "--model", model,
                                "--parallel", "1", "--no-prompt-cache"])
         try:
@@ -83,6 +83,11 @@ def main() -> int:
                        "-t", str(args.threads), "--jinja"]
         with llama_server(bins, server_args) as anchor_url:
             rows.append((model, "llama-server", measure(anchor_url, {}, args.tokens, args.reps)))
+    theirs = {model: r["ratio"] for model, server, r in rows if server == "llama-server"}
+    for model, server, r in rows:
+        if server == "homerack":
+            report(model, "JSON-schema decode ÷ free decode", r["ratio"], "x",
+                   theirs.get(model), "the same in llama-server", ">= 1")
     print(f"\ndecode tokens/s, {args.tokens} tokens, temperature 0.8, {args.threads} threads, "
           f"median of {args.reps}")
     print(f"{'model':<30}{'server':<14}{'free':>8}{'json schema':>13}{'ratio':>8}")

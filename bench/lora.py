@@ -27,8 +27,8 @@ import time
 
 import httpx
 
-from common import (QUICK_NOTE, BenchError, arguments, generated, ratio, start_engine,
-                    stream_times)
+from common import (DONOR, QUICK_NOTE, BenchError, arguments, generated, ratio, report,
+                    start_engine, stream_times)
 
 from adapter_files import LoraSpec, base_facts, write_shaped  # noqa: E402
 from app.paths import paths  # noqa: E402
@@ -51,17 +51,6 @@ def adapters_for(model: str, n_layers: int) -> list[str]:
             write_shaped(path, *facts, spec)
         names.append(name)
     return names
-
-
-def random_model(shape: str) -> str:
-    """A random-weight model of `shape` in the models folder (written once)."""
-    from shapes import SHAPES, cached
-
-    path = cached(SHAPES[shape], donor=paths().models / "smollm2-135m-instruct-q4_1.gguf")
-    link = paths().models / f"{shape}-random.gguf"
-    if not link.exists():
-        link.symlink_to(path)
-    return link.stem
 
 
 def decode_rate(url: str, headers: dict, body: dict, tokens: int, checked: bool,
@@ -154,17 +143,10 @@ def anchor(args, bins, adapter: str) -> dict:
 
 
 def main() -> int:
-    def more(parser):
-        parser.add_argument("--model", default="smollm2-135m-instruct-q4_1")
-        parser.add_argument("--shape", help="a shape of bench/shapes.py instead (random "
-                            "weights, the starter's tokenizer), e.g. qwen3-1.7b")
-
-    args = arguments(__doc__, {"tokens": (64, 4), "repeats": (5, 1)}, more)
+    args = arguments(__doc__, {"tokens": (64, 4), "repeats": (5, 1)}, models=(DONOR,))
     from engine.catalog.gguf_file import GGUFInspector
 
-    if args.shape:
-        args.model = random_model(args.shape)
-
+    args.model = args.models[0]  # one model a run
     info = GGUFInspector().inspect(paths().models / f"{args.model}.gguf")
     adapters = adapters_for(args.model, info.block_count)
     ours = homerack(args, adapters)
@@ -179,9 +161,16 @@ def main() -> int:
           f" reloading the model {ours['reload_s']:.2f} s")
     print(f"4 streams: one adapter {ours['one_set_tps']:.1f} tok/s, two adapters (2 + 2) "
           f"{ours['mixed_tps']:.1f} tok/s ({ours['mixed_tps'] / ours['one_set_tps']:.2f}x)")
+    report(args.model, "4 streams under 2 adapters ÷ under 1", ours["mixed_tps"] /
+           ours["one_set_tps"], "x")
     if args.quick:
+        report(args.model, "decode with an adapter", ours["adapter"], "tok/s")
         print(f"\n{QUICK_NOTE} (llama-server with --lora)")
         return 0
+    report(args.model, "decode with an adapter", ours["adapter"], "tok/s", theirs["adapter"],
+           "llama-server --lora", ">= 1")
+    report(args.model, "adapter switch (ms) vs a reload", 1000 * ours["switch_s"], "ms",
+           1000 * ours["reload_s"], "reloading the model", "<= 0.01")
     their_cost = ratio(theirs["adapter"], theirs["plain"], "llama-server's adapter cost", 0.2, 1.2)
     print(f"llama-server: without {theirs['plain']:.1f}, with the adapter "
           f"{theirs['adapter']:.1f} tok/s ({their_cost:.2f}x); Homerack's decode with the "

@@ -12,7 +12,7 @@
 On a machine without a GPU every tensor is on the CPU and the expert override changes
 nothing; it is passed all the same, and the plan says so.
 
-    python bench/moe.py [--threads 2] [--tokens 128] [--prompt 256] [--reps 3] [--quick]
+    python bench/moe.py [--model qwen3-30b-a3b-8l] [--threads 2] [--tokens 128] [--prompt 256] [--reps 3] [--quick]
 """
 
 from __future__ import annotations
@@ -26,25 +26,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import QUICK_NOTE, BenchError, arguments, ratio, start_engine, timed_completion
+from common import QUICK_NOTE, BenchError, arguments, ratio, report, start_engine, timed_completion
 
+from app.paths import paths  # noqa: E402
 from bench.shapes import RUNNABLE_MOE, SHAPES, cached  # noqa: E402
-from engine.catalog.models import STARTERS  # noqa: E402
 
 REAL = ("gpt-oss-120b", "qwen3-30b-a3b", "qwen3-235b-a22b", "glm-4.5-air", "llama-3.3-70b",
         "qwen3-8b")
 EXPERTS_OVERRIDE = r"\.ffn_(up|down|gate_up|gate)_(ch|)exps=CPU"
-
-
-def donor() -> Path:
-    """A starter's tokenizer for the random model (the starters are downloaded by setup)."""
-    from app.paths import paths
-
-    starter = next(s for s in STARTERS if s.id.startswith("smollm2"))
-    path = paths().models / f"{starter.id}.gguf"
-    if not path.exists():
-        raise BenchError(f"{path} is missing: run `homerack models` first")
-    return path
 
 
 def anchor(bins: Path, model: Path, threads: int, tokens: int, prompt: int, reps: int):
@@ -111,8 +100,11 @@ def error(forecast: float, measured: float) -> str:
 
 def main() -> int:
     # quick: just enough for the engine to record rates (engine/model/host.py: not a load's first)
-    args = arguments(__doc__, {"tokens": (128, 16), "prompt": (256, 128), "reps": (4, 2)})
-    model = cached(RUNNABLE_MOE, donor=donor())
+    args = arguments(__doc__, {"tokens": (128, 16), "prompt": (256, 128), "reps": (4, 2)},
+                     models=(RUNNABLE_MOE.name,))
+    name = args.models[0].removesuffix("-random")  # one model a run
+    spec = SHAPES.get(name)
+    model = (paths().models / f"{args.models[0]}.gguf").resolve()
     with tempfile.TemporaryDirectory(prefix="homerack-moe-") as home:
         first = engine_run(Path(home), model, args, 1)
         second = engine_run(Path(home), model, args, 2)
@@ -123,8 +115,8 @@ def main() -> int:
         bins = build()
     where = (f"experts of {first['cpu_moe_layers']} layers in RAM" if first["cpu_moe_layers"]
              else "no GPU here: every tensor on the CPU")
-    print(f"\n{model.name}: {RUNNABLE_MOE.n_expert} experts, top-{RUNNABLE_MOE.n_expert_used}, "
-          f"{args.threads} threads; plan: {where}")
+    experts = f"{spec.n_expert} experts, top-{spec.n_expert_used}, " if spec else ""
+    print(f"\n{model.name}: {experts}{args.threads} threads; plan: {where}")
     for phase, key in (("decode", "decode_tokens_per_s"), ("prompt", "prompt_tokens_per_s")):
         before = first["forecast"][f"uncalibrated_{key}"]
         after = second["forecast"][key]
@@ -132,6 +124,8 @@ def main() -> int:
             raise BenchError("the second engine's forecast was not calibrated by the first")
         print(f"forecast {phase:6} before calibration {error(before, first[phase])}, "
               f"after {error(after, second[phase])}")
+        report(name, f"{phase} forecast after calibration ÷ measured", after / second[phase],
+               "x", target="within 15%")
     for name, ms in decision_times(3 if args.quick else 20).items():
         print(f"planner {name:<16} {ms:6.2f} ms")
     if args.quick:
@@ -145,6 +139,10 @@ def main() -> int:
           f"{decode_x:.2f}x (target >= 0.95)")
     print(f"api prompt {second['prompt']:.1f} t/s vs llama-bench pp{args.prompt} {pp:.1f}: "
           f"{prompt_x:.2f}x")
+    report(name, "decode, one stream through the API", second["decode"], "tok/s", tg,
+           "llama-bench tg", ">= 0.97")
+    report(name, f"prompt ({args.prompt} tokens)", second["prompt"], "tok/s", pp,
+           "llama-bench pp", ">= 0.95")
     return 0
 
 

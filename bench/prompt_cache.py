@@ -1,5 +1,5 @@
 """Time to first token of follow-up questions in two long conversations that alternate,
-on the starter model, in one run:
+on the starter model (or --model), in one run:
 
   cold      Homerack, no resident conversations and no prompt cache (each switch
             recomputes the history)
@@ -16,7 +16,7 @@ Every timed answer is checked: generated (not replayed), and its prompt evaluate
 (cold: at most a tenth from the cache) or taken from the cache (the others: at least
 nine tenths).
 
-    python bench/prompt_cache.py [--threads 2] [--quick]
+    python bench/prompt_cache.py [--model ID] [--threads 2] [--quick]
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from pathlib import Path
 
 import httpx
 
-from common import BenchError, QUICK_NOTE, arguments, chunks, generated, ratio, start_engine
+from common import (BenchError, QUICK_NOTE, arguments, chunks, generated, ratio, report,
+                    start_engine)
 
 from build_tools import build, llama_server  # noqa: E402
 from app.paths import paths  # noqa: E402
@@ -102,9 +103,8 @@ def alternate(url, token, model, rounds: int, turns: int, warm: bool | None = No
     return {"first": first, "back": {k: statistics.median(v) for k, v in back.items() if v}}
 
 
-def homerack(threads: int, *extra: str):
-    engine = start_engine(["--threads", str(threads), "--ctx", "4096",
-                           "--model", DEFAULT_MODEL, *extra])
+def homerack(model: str, threads: int, *extra: str):
+    engine = start_engine(["--threads", str(threads), "--ctx", "4096", "--model", model, *extra])
     return engine, engine
 
 
@@ -115,19 +115,20 @@ def anchor(bins: Path, model: Path, threads: int, rounds: int) -> dict:
 
 
 def main() -> int:
-    args = arguments(__doc__, {"rounds": (3, 1)})
+    args = arguments(__doc__, {"rounds": (3, 1)}, models=(DEFAULT_MODEL,))
+    model = args.models[0]  # one model a run
     turns = 2 if args.quick else 9
     bins = None if args.quick else build()
     # Its own home: the disk-tier run empties the prompt cache folder.
-    model_path = paths().models / f"{DEFAULT_MODEL}.gguf"
+    model_path = paths().models / f"{model}.gguf"
 
     runs = {}
     for name, flags, warm in (("cold", ("--no-prompt-cache", "--resident", "0"), False),
                               ("resident", ("--no-prompt-cache",), True),
                               ("ram", ("--cache-disk-mib", "0", "--resident", "0"), True)):
-        engine, address = homerack(args.threads, *flags)
+        engine, address = homerack(model, args.threads, *flags)
         try:
-            runs[name] = alternate(address.url, address.token, DEFAULT_MODEL, args.rounds,
+            runs[name] = alternate(address.url, address.token, model, args.rounds,
                                    turns, warm)
         finally:
             engine.stop()
@@ -135,16 +136,16 @@ def main() -> int:
 
     kv = paths().cache / "kv"
     shutil.rmtree(kv, ignore_errors=True)
-    engine, address = homerack(args.threads)
+    engine, address = homerack(model, args.threads)
     try:
-        alternate(address.url, address.token, DEFAULT_MODEL, 0, turns)  # writes both to disk
+        alternate(address.url, address.token, model, 0, turns)  # writes both to disk
         time.sleep(2)  # the background writer
     finally:
         engine.stop()
-    engine, address = homerack(args.threads)
+    engine, address = homerack(model, args.threads)
     try:  # a new process: everything comes from the disk tier
         disk = {name: ttft(address.url, address.token, follow_up(history(name, turns), 99),
-                           DEFAULT_MODEL, cached=True)[0] for name in TOPICS}
+                           model, cached=True)[0] for name in TOPICS}
     finally:
         engine.stop()
     if args.quick:
@@ -152,12 +153,13 @@ def main() -> int:
             print(f"{name}: cold {runs['cold']['back'][name]:.3f} s, resident "
                   f"{runs['resident']['back'][name]:.3f} s, ram {runs['ram']['back'][name]:.3f} s, "
                   f"disk {disk[name]:.3f} s")
+            report(model, "back to a resident conversation", runs["resident"]["back"][name], "s")
         print(QUICK_NOTE)
         return 0
 
     llama_server = anchor(bins, model_path, args.threads, args.rounds)
 
-    print(f"\ntime to first token of a follow-up, {DEFAULT_MODEL}, {args.threads} threads")
+    print(f"\ntime to first token of a follow-up, {model}, {args.threads} threads")
     print(f"{'conv':<5}{'tokens':>7}{'cold':>9}{'resident':>10}{'x':>7}{'ram':>9}{'x':>7}"
           f"{'disk':>9}{'x':>7}{'anchor cold':>13}{'anchor back':>13}{'x':>7}")
     worst = {"resident": 1e9, "ram": 1e9, "disk": 1e9, "anchor": 1e9}
@@ -175,6 +177,10 @@ def main() -> int:
               f"{ab:>12.3f}s{speedups['anchor']:>6.0f}x")
         for key, value in speedups.items():
             worst[key] = min(worst[key], value)
+        report(model, f"first token of a {tokens:,}-token prompt, cold",
+               cold["first"][name][0], "s", ac, "llama-server", "<= 1.05")
+        report(model, f"back to a resident {tokens:,}-token conversation", h, "s", ab,
+               "llama-server's host cache", "<= 1")
     print(f"\nworst speedups: resident {worst['resident']:.0f}x (target >= 50x and >= anchor "
           f"{worst['anchor']:.0f}x), ram tier {worst['ram']:.0f}x, disk after restart "
           f"{worst['disk']:.0f}x (target >= 20x; the anchor loses its cache on restart: 1x)")

@@ -2,7 +2,7 @@
 one run of one engine (greedy requests through the API; each cold prompt is new, so it
 is generated, then asked again, so it is replayed).
 
-    python bench/response_cache.py [--requests 20] [--tokens 64] [--quick]
+    python bench/response_cache.py [--model ID] [--requests 20] [--tokens 64] [--quick]
 
 Reported: client round trip per cold request and per hit (p50/p95), their ratio, and a
 streamed hit's time to its last chunk; then the engine's side alone, in-process: from
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from common import BenchError, arguments, generated, ratio, start_engine
+from common import BenchError, arguments, generated, ratio, report, start_engine
 
 from app.paths import paths  # noqa: E402
 
@@ -47,14 +47,15 @@ def pct(values: list[float], q: float) -> float:
 
 
 def main() -> int:
-    args = arguments(__doc__, {"requests": (20, 2), "tokens": (64, 8)})
-    engine = start_engine(["--threads", str(args.threads), "--model", MODEL, "--ctx", "2048"],
+    args = arguments(__doc__, {"requests": (20, 2), "tokens": (64, 8)}, models=(MODEL,))
+    model = args.models[0]  # one model a run
+    engine = start_engine(["--threads", str(args.threads), "--model", model, "--ctx", "2048"],
                           response_cache=True)
     cold, hits, streams = [], [], []
     try:
         with engine.client() as http:
             for i in range(args.requests + 1):
-                body = {"model": MODEL, "temperature": 0, "max_tokens": args.tokens,
+                body = {"model": model, "temperature": 0, "max_tokens": args.tokens,
                         "ignore_eos": True, "messages": [{"role": "user", "content":
                         f"Tell me a story about the number {uuid.uuid4().int % 10**6}."}]}
                 seconds, first = timed(http, body)
@@ -70,7 +71,7 @@ def main() -> int:
             status = http.get("/health").json()["response_cache"]
     finally:
         engine.stop()
-    print(f"\n{args.requests} greedy requests of {args.tokens} tokens, {MODEL}, "
+    print(f"\n{args.requests} greedy requests of {args.tokens} tokens, {model}, "
           f"{args.threads} threads (client round trips on loopback)")
     print(f"cold      p50 {statistics.median(cold) * 1000:8.1f} ms   p95 {pct(cold, .95) * 1000:8.1f} ms")
     print(f"hit       p50 {statistics.median(hits) * 1000:8.2f} ms   p95 {pct(hits, .95) * 1000:8.2f} ms")
@@ -79,11 +80,13 @@ def main() -> int:
     print(f"a hit takes {share:.4f}x the time of a cold request ({1 / share:.0f}x faster); "
           "target: under 10 ms p95")
     print(f"cache: {status['entries']} entries, {status['bytes']} bytes, hits {status['hits']}")
-    engine_side(args)
+    report(model, "response cache hit (client round trip)", 1000 * statistics.median(hits),
+           "ms", 1000 * statistics.median(cold), "the cold request", "< 10 ms p95")
+    engine_side(args, model)
     return 0
 
 
-def engine_side(args) -> None:
+def engine_side(args, model: str) -> None:
     """Submit to last event of a hit, in-process (no HTTP), against the cold request."""
     import tempfile
     import threading
@@ -109,7 +112,7 @@ def engine_side(args) -> None:
             cold, hits = [], []
             for i in range(args.requests):
                 request = GenerationRequest(
-                    store.resolve(MODEL), messages=({"role": "user", "content":
+                    store.resolve(model), messages=({"role": "user", "content":
                                                      f"Tell me a story about the number {i}."},),
                     sampling=SamplingParams(temperature=0), max_tokens=args.tokens,
                     ignore_eos=True)

@@ -30,6 +30,8 @@ from engine.catalog.gguf_file import open_gguf
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "shapes"
 GB = 1e9
+LAYOUT = 3  # the writer's version, in each cached file's name: a new layout, new files
+NORMAL_TOKEN = 1  # llama.cpp's LLAMA_TOKEN_TYPE_NORMAL
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class Spec:
     mla: bool = False        # DeepSeek's latent attention
     nextn: int = 0           # trailing multi-token-prediction layers (GLM 4.5)
     mix: str = "Q4_K_M"      # or "MXFP4" (gpt-oss), "Q8_0"
+    tied: bool = False       # the token embeddings are the output matrix (no output.weight)
     published_gb: float = 0  # the file's size on the Hub, for the check
 
     def is_moe_layer(self, i: int) -> bool:
@@ -63,13 +66,19 @@ class Spec:
 
 
 SHAPES = {s.name: s for s in (
-    Spec("qwen3-1.7b", "qwen3", 28, 2048, 16, 8, 128, 6144, 151936, 40960, qk_norm=True),
+    Spec("qwen3-1.7b", "qwen3", 28, 2048, 16, 8, 128, 6144, 151936, 40960, qk_norm=True,
+         tied=True, published_gb=1.11),
+    Spec("llama-3.2-3b", "llama", 28, 3072, 24, 8, 128, 8192, 128256, 131072, tied=True,
+         published_gb=2.02),
     Spec("qwen3-8b", "qwen3", 36, 4096, 32, 8, 128, 12288, 151936, 40960, qk_norm=True,
          published_gb=5.03),
     Spec("llama-3.3-70b", "llama", 80, 8192, 64, 8, 128, 28672, 128256, 131072,
          published_gb=42.5),
     Spec("qwen3-30b-a3b", "qwen3moe", 48, 2048, 32, 4, 128, 6144, 151936, 40960,
          n_expert=128, n_expert_used=8, n_ff_exp=768, qk_norm=True, published_gb=18.6),
+    # Qwen3-30B-A3B's layers (128 experts, top 8) but 8 of its 48: runs in this machine's RAM
+    Spec("qwen3-30b-a3b-8l", "qwen3moe", 8, 2048, 32, 4, 128, 6144, 151936, 40960,
+         n_expert=128, n_expert_used=8, n_ff_exp=768, qk_norm=True),
     Spec("qwen3-235b-a22b", "qwen3moe", 94, 4096, 64, 4, 128, 12288, 151936, 40960,
          n_expert=128, n_expert_used=8, n_ff_exp=1536, qk_norm=True, published_gb=142.7),
     Spec("glm-4.5-air", "glm4moe", 46, 4096, 96, 8, 128, 10944, 151552, 131072,
@@ -102,6 +111,7 @@ SHAPES = {s.name: s for s in (
 # valid Q4_K/Q6_K blocks; small enough for a 2-core machine, experts most of its bytes.
 RUNNABLE_MOE = Spec("qwen3moe-16x", "qwen3moe", 8, 512, 8, 2, 64, 1536, 0, 4096,
                     n_expert=16, n_expert_used=4, n_ff_exp=512, qk_norm=True)
+SHAPES[RUNNABLE_MOE.name] = RUNNABLE_MOE
 
 
 def _use_more_bits(i: int, n: int) -> bool:
@@ -180,7 +190,8 @@ def _ffn(spec: Spec, p: str, i: int) -> list:
 
 def tensors(spec: Spec, n_vocab: int) -> list[tuple[str, tuple[int, ...], str]]:
     """(name, ggml dims, ggml type) of every tensor, in llama.cpp's conversion order."""
-    rows = [("token_embd.weight", (spec.n_embd, n_vocab), "embd", 0)]
+    # tied: llama.cpp quantizes the shared matrix as the output (Q6_K in Q4_K_M)
+    rows = [("token_embd.weight", (spec.n_embd, n_vocab), "output" if spec.tied else "embd", 0)]
     for i in range(spec.n_layers + spec.nextn):
         p = f"blk.{i}"
         layer = [(f"{p}.attn_norm.weight", (spec.n_embd,), "norm"), *_attention(spec, p),
@@ -192,8 +203,9 @@ def tensors(spec: Spec, n_vocab: int) -> list[tuple[str, tuple[int, ...], str]]:
                       (f"{p}.nextn.hnorm.weight", (spec.n_embd,), "norm"),
                       (f"{p}.nextn.shared_head_norm.weight", (spec.n_embd,), "norm")]
         rows += [(name, dims, role, i) for name, dims, role in layer]
-    rows += [("output_norm.weight", (spec.n_embd,), "norm", 0),
-             ("output.weight", (spec.n_embd, n_vocab), "output", 0)]
+    rows.append(("output_norm.weight", (spec.n_embd,), "norm", 0))
+    if not spec.tied:
+        rows.append(("output.weight", (spec.n_embd, n_vocab), "output", 0))
     return [(name, dims, _quant(spec, role, i, dims[0])) for name, dims, role, i in rows]
 
 
@@ -222,19 +234,27 @@ def _metadata(writer, spec: Spec) -> None:
 
 
 def _tokenizer(writer, spec: Spec, donor: Path | None) -> int:
-    """The donor's tokenizer (a runnable file); none in a header-only file (the planner
-    reads the vocabulary size from the token embeddings, and reading 150k token strings
-    takes the gguf package seconds). Returns the vocabulary size."""
+    """The donor's tokenizer (a runnable file), padded with tokens no text tokenizes to
+    (ordinary ones: random weights generate them, and they must stream as text) up to the
+    shape's vocabulary, so that the embedding and output matrices, which every token
+    reads, have the real model's size; none in a header-only file (the planner reads the vocabulary
+    size from the token embeddings). Returns the vocabulary size."""
     if donor is None:
         return spec.n_vocab
 
     reader = open_gguf(donor)
+    n_own = len(reader.fields["tokenizer.ggml.tokens"].data)
+    pad = max(spec.n_vocab - n_own, 0)
+    padding = {"tokenizer.ggml.tokens": [f"<pad{i}>" for i in range(pad)],
+               "tokenizer.ggml.token_type": [NORMAL_TOKEN] * pad,
+               "tokenizer.ggml.scores": [0.0] * pad}
     for key, field in reader.fields.items():
         if key.startswith("tokenizer."):
             value = field.contents()
+            value = value + padding[key] if key in padding else value
             sub = field.types[-1] if len(field.types) > 1 else None
             writer.add_key_value(key, value, field.types[0], sub)
-    return len(reader.fields["tokenizer.ggml.tokens"].data)
+    return n_own + pad
 
 
 def write_header_only(spec: Spec, path: Path, donor: Path | None = None) -> Path:
@@ -320,7 +340,7 @@ def cached(spec: Spec, donor: Path | None = None) -> Path:
     """The shape's file under .cache/shapes, written once: header-only without a donor,
     runnable (random weights, the donor's tokenizer) with one."""
     kind = "random" if donor else "header"
-    path = CACHE / f"{spec.name}-{spec.mix}-{kind}.gguf"
+    path = CACHE / f"{spec.name}-{spec.mix}-{kind}-v{LAYOUT}.gguf"
     if not path.exists():
         tmp = path.with_suffix(".tmp")
         (write_random(spec, tmp, donor) if donor else write_header_only(spec, tmp))

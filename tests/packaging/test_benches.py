@@ -4,18 +4,21 @@ no change breaks one unnoticed: each must finish, time only answers the engine g
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
 import pytest
 
+from bench import suite
 from support import ROOT
 
 pytestmark = pytest.mark.slow
 
 # compared within one engine's run only: no anchor to skip
 NO_ANCHOR = {"response_cache", "routing"}
+SUITE = {bench for bench, _models, _options in suite.SUITE}  # they report figures for its table
 BENCHES = ["decode", "batching", "grammar", "prompt_cache", "response_cache", "routing", "lora",
            "speculative", "cluster", "portable", "moe", "moe_split"]
 
@@ -28,17 +31,23 @@ def test_the_bench_runs_quick_and_measures_generation(bench, home):
     for starter in (home / "data" / "models").glob("*.gguf"):
         if not (models / starter.name).exists():
             (models / starter.name).symlink_to(starter.resolve())
+    figures = home / f"bench-{bench}.json"
     done = subprocess.run([sys.executable, str(ROOT / "bench" / f"{bench}.py"), "--quick",
-                           "--threads", "2"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=900)
+                           "--threads", "2", "--json", str(figures)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     assert "bench error" not in done.stderr
     if bench not in NO_ANCHOR:
         assert "quick mode: anchors not measured" in done.stdout, done.stdout[-2000:]
     assert "tok/s" in done.stdout or " s" in done.stdout or "t/s" in done.stdout
+    if bench in SUITE:  # its figures, for the suite's table, measured (not anchored) here
+        reported = json.loads(figures.read_text())
+        assert reported and all(f["quick"] and f["value"] > 0 and
+                                (f["anchor"] is None or bench in NO_ANCHOR)
+                                for f in reported), reported
 
 
 def test_the_benches_are_all_here():
-    helpers = {"common", "build_tools", "shapes", "adapter_files"}
+    helpers = {"common", "build_tools", "shapes", "adapter_files", "suite"}
     on_disk = {p.stem for p in (ROOT / "bench").glob("*.py")} - helpers
     assert on_disk == set(BENCHES)
