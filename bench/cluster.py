@@ -11,13 +11,14 @@ Targets: stages cost no more than llama.cpp's own RPC (within 5%), the gateway <
 against raw RPC, a cached reload >= 3x faster than a cold one, a lost worker detected in
 <= 2 s and serving resumed in <= 30 s.
 
-    python bench/cluster.py [--tokens 96] [--threads 1]     (root, for the LAN part)
+    python bench/cluster.py [--model ID] [--tokens 96] [--threads 1]   (root, for the LAN part)
     python bench/cluster.py --quick    (one worker, Homerack's side only, no anchors)
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import httpx
 
-from common import QUICK_NOTE, ROOT, arguments, ratio, stream_times
+from common import QUICK_NOTE, ROOT, arguments, ratio, report, stream_times
 
 sys.path.insert(0, str(ROOT / "packaging"))
 
@@ -41,7 +42,7 @@ from app.engine_proc import EngineProcess  # noqa: E402
 from app.paths import paths  # noqa: E402
 from build_tools import build, llama_server  # noqa: E402
 
-MODELS = {"gemma-3-270m-q4_k_m": 18, "smollm2-135m-instruct-q4_1": 30}
+MODELS = ("gemma-3-270m-q4_k_m", "smollm2-135m-instruct-q4_1")
 PROMPT = "The history of Rome"
 NICE = ["nice", "-n", "5"]
 
@@ -67,6 +68,13 @@ def decode_rate(url: str, headers: dict, tokens: int, runs: int = 2) -> float:
         times = token_times(url, headers, tokens)
         rates.append((len(times) - 2) / (times[-1] - times[1]))
     return statistics.median(rates)
+
+
+@functools.cache
+def layer_count(model: str) -> int:
+    from engine.catalog.gguf_file import GGUFInspector
+
+    return GGUFInspector().inspect(paths().models / f"{model}.gguf").block_count
 
 
 class Homes:
@@ -159,7 +167,8 @@ def llama_rpc_args(model_path: Path, endpoints: list[str], layers: int, threads:
 
 def decode_table(homes, bins, workers, args) -> dict:
     results = {}
-    for model, layers in MODELS.items():
+    for model in args.models:
+        layers = layer_count(model)
         path = paths().models / f"{model}.gguf"
         for stages in (0, 1, 2):
             serve_args = ["--model", model, "--ctx", "1024", "--parallel", "1",
@@ -176,12 +185,14 @@ def decode_table(homes, bins, workers, args) -> dict:
             print(f"{model:<28} {stages} stages: Homerack {ours:6.1f} tok/s, llama.cpp RPC "
                   f"{theirs:6.1f} tok/s ({against:.2f}x)", flush=True)
     print("stage cost (tok/s with stages / without, Homerack against llama.cpp):")
-    for model in MODELS:
+    for model in args.models:
         for stages in (1, 2):
             ours = results[(model, stages)][0] / results[(model, 0)][0]
             theirs = results[(model, stages)][1] / results[(model, 0)][1]
             print(f"  {model:<28} {stages} stages: {ours:.3f} vs {theirs:.3f} "
                   f"-> {ours / theirs:.3f} (target >= 0.95)")
+            report(model, f"decode with {stages} RPC stages ÷ without", ours, "x", theirs,
+                   "the same in llama.cpp RPC", ">= 0.95")
     return results
 
 
@@ -220,7 +231,7 @@ def inner_decode(args) -> None:
     store = ModelStore(paths().models, GGUFInspector())
     engine = Engine(store, EngineSettings(load=LoadSettings(n_ctx=1024, n_threads=args.host_threads),
                                           parallel=1, resident=0), cluster)
-    model = store.resolve(args.model)
+    model = store.resolve(args.models[0])
     rates = []
     for tokens in (8, args.tokens, args.tokens, args.tokens):
         events = Collector()
@@ -278,7 +289,8 @@ def gateway_cost(homes, bins, args, stages: int) -> None:
     """Homerack's engine on the same split either way: through its forwarders and the TLS
     gateways to the workers' RPC servers, or straight to llama.cpp rpc-servers."""
     pairings = homes.root / "host" / "data" / "cluster" / "pairings.json"
-    for model, layers in MODELS.items():
+    for model in args.models:
+        layers = layer_count(model)
         split = ",".join([str(layers // 3)] * stages)
         gated, raw = alternate(
             lambda: run_inner(homes, args, "gated", model, split, pairings=pairings,
@@ -288,6 +300,8 @@ def gateway_cost(homes, bins, args, stages: int) -> None:
               f"turn): through the TLS "
               f"gateways {gated:.1f} tok/s, straight to rpc-servers {raw:.1f} tok/s -> cost "
               f"{(1 - gated / raw) * 100:+.1f}% (target <= 3%)", flush=True)
+        report(model, f"decode through the gateways, {stages} stages, loopback", gated, "tok/s",
+               raw, "raw RPC, same engine", ">= 0.97")
 
 
 def load_times(homes: Homes, worker_name: str, label: str, wide: Path) -> None:
@@ -383,8 +397,8 @@ def lan(homes: Homes, bins: Path, wide: Path, args) -> None:
             name = pair(homes, DelayProxy((host, int(gw_port)), 0.00025).address)
             raw_address = DelayProxy((address, port), 0.00025).address
             pairings = homes.root / "host" / "data" / "cluster" / "pairings.json"
-            for model, layers in MODELS.items():
-                split = str(layers // 3)
+            for model in args.models:
+                split = str(layer_count(model) // 3)
                 gated, direct = alternate(
                     lambda: run_inner(homes, args, "gated", model, split, pairings=pairings,
                                       workers=name),
@@ -393,6 +407,8 @@ def lan(homes: Homes, bins: Path, wide: Path, args) -> None:
                       f"machine: through the gateway {gated:.1f} tok/s, raw RPC {direct:.1f} "
                       f"tok/s -> gateway cost {(1 - gated / direct) * 100:+.1f}% (target <= 3%)",
                       flush=True)
+                report(model, "decode through the gateway, 1 stage, shaped LAN", gated, "tok/s",
+                       direct, "raw RPC, same engine", ">= 0.97")
             load_times(homes, name, "over the simulated LAN", wide)
     finally:
         raw.kill()
@@ -426,8 +442,9 @@ def failure(homes: Homes, workers: list, names: list[str], args) -> None:
 
 
 def quick(homes: Homes, args) -> None:
-    """SmolLM2 with 0 and 1 stage on one worker, through Homerack only."""
-    model, layers = "smollm2-135m-instruct-q4_1", MODELS["smollm2-135m-instruct-q4_1"]
+    """SmolLM2 (or the last --model) with 0 and 1 stage on one worker, through Homerack only."""
+    model = args.models[-1]
+    layers = layer_count(model)
     with homerack_worker(homes, "w1", args.threads) as (_, address):
         names = [pair(homes, address)]
         for stages in (0, 1):
@@ -436,6 +453,7 @@ def quick(homes: Homes, args) -> None:
             with homerack_serve(homes, serve_args) as (engine, headers):
                 rate = decode_rate(engine.url, headers, args.tokens, runs=1)
             print(f"{model:<28} {stages} stages: Homerack {rate:6.1f} tok/s", flush=True)
+            report(model, f"decode with {stages} RPC stages", rate, "tok/s")
     print(QUICK_NOTE)
 
 
@@ -444,9 +462,9 @@ def main() -> None:
         parser.set_defaults(threads=1)  # of each worker
         parser.add_argument("--host-threads", type=int, default=2)
         parser.add_argument("--inner", choices=["gated", "raw"], help=argparse.SUPPRESS)
-        for hidden in ("--model", "--split", "--pairings", "--endpoints", "--workers"):
+        for hidden in ("--split", "--pairings", "--endpoints", "--workers"):
             parser.add_argument(hidden, help=argparse.SUPPRESS)
-    args = arguments(__doc__, {"tokens": (96, 8)}, more)
+    args = arguments(__doc__, {"tokens": (96, 8)}, more, models=MODELS)
     if args.inner:
         return inner_decode(args)
     if args.quick:

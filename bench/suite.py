@@ -30,6 +30,7 @@ SUITE = (
     ("response_cache", ("qwen3-1.7b",), ()),
     ("lora", ("qwen3-1.7b",), ()),
     ("moe", ("qwen3-30b-a3b-8l",), ()),
+    ("cluster", ("qwen3-1.7b",), ()),  # as root, for its shaped LAN
 )
 
 
