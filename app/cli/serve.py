@@ -112,6 +112,7 @@ def _settings(args):
     return EngineSettings(
         load=LoadSettings(n_ctx=args.ctx, n_threads=args.threads or _default_threads()),
         max_queue=args.queue_size, parallel=args.parallel, resident=args.resident,
+        batch_invariant=args.batch_invariant,
         ram_budget=int(args.ram * 2**30) if args.ram else None,
         cache=_cache_limits(args), speculation=args.speculation,
         calibration_file=where.cache / "memory-calibration.json",
@@ -177,6 +178,9 @@ def add_commands(sub) -> None:
                        help="requests that may wait for a slot; more get 503 + Retry-After")
     serve.add_argument("--parallel", type=int, default=4,
                        help="requests generating at once, batched together (1: one at a time)")
+    serve.add_argument("--batch-invariant", action="store_true",
+                       help="batched greedy answers equal solo ones bit for bit: loads "
+                            "without the CPU's repacked 4-bit weights (slower decode)")
     serve.add_argument("--ram", type=float, metavar="GIB",
                        help="plan within this much RAM (default: what is available)")
     serve.add_argument("--resident", type=int, default=4,

@@ -376,3 +376,13 @@ def test_the_pool_comes_from_the_plan_within_a_memory_budget(starters_dir):
     failed = [e for e in ends if isinstance(e, Failed)]
     assert failed and all(isinstance(e.error, MemoryFull) for e in failed)
     assert sum(isinstance(e, Finished) and e.finish_reason == "length" for e in ends) >= 2
+
+
+def test_repacked_weights_are_given_up_only_for_batch_invariance():
+    """Repacked 4-bit weights are llama.cpp's fast CPU kernels; only --batch-invariant
+    gives them up, and only where there is a batch to be invariant to."""
+    assert EngineSettings(parallel=4).load_settings().repack
+    assert not EngineSettings(parallel=4, batch_invariant=True).load_settings().repack
+    assert EngineSettings(parallel=1, batch_invariant=True).load_settings().repack
+    unsafe = EngineSettings(load=LoadSettings(repack=False), parallel=4)  # the crash journal's
+    assert not unsafe.load_settings().repack
