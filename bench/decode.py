@@ -69,7 +69,7 @@ def report_bound(model: str, path: Path, api: float, anchor: float, bandwidth: f
     print(f"{model}: bandwidth bound {bound:.1f} tok/s ({bandwidth / 1e9:.1f} GB/s); "
           f"api {api / bound:.0%} of it, llama-bench {anchor / bound:.0%}")
     report(model, "decode ÷ the memory-bandwidth bound", api / bound, "share", anchor / bound,
-           "llama-bench's share", ">= 0.75 each")
+           "llama-bench", ">= 0.75 each")
 
 
 def measure(bins: Path | None, model_id: str, path: Path, threads: int, tokens: int,

@@ -70,6 +70,8 @@ def machine(threads: int) -> dict:
 def number(value: float | None, unit: str = "") -> str:
     if value is None:
         return "—"
+    if unit == "share":
+        return f"{value:.0%}"
     text = f"{value:.3g}" if abs(value) < 100 else f"{value:,.0f}"
     return f"{text} {unit}".strip()
 
