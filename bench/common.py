@@ -75,7 +75,7 @@ def arguments(doc: str | None, sizes: dict, more=lambda _parser: None,
     args = parser.parse_args()
     _quick, _json = args.quick, args.json
     if models:
-        args.models = [model_id(m) for m in args.model] or list(models)
+        args.models = [model_id(m) for m in args.model or models]
     for name, (_default, quick) in sizes.items() if args.quick else ():
         setattr(args, name.replace("-", "_"), quick)
     return args
@@ -92,17 +92,24 @@ def model_id(name: str) -> str:
 
     if name not in SHAPES:
         return name
-    donor = paths().models / f"{DONOR}.gguf"
-    if not donor.exists():
-        raise BenchError(f"{donor} is missing (its tokenizer runs the shape): run "
-                         "`homerack models` first")
-    path = cached(SHAPES[name], donor=donor)
+    path = cached(SHAPES[name], donor=donor())
     link = paths().models / f"{name}-random.gguf"
     if link.is_symlink() and link.resolve() != path.resolve():
         link.unlink()  # the writer's layout changed since
     if not link.exists():
         link.symlink_to(path)
     return link.stem
+
+
+def donor() -> Path:
+    """The starter whose tokenizer runs a shape's random weights."""
+    from app.paths import paths
+
+    path = paths().models / f"{DONOR}.gguf"
+    if not path.exists():
+        raise BenchError(f"{path} is missing (its tokenizer runs the shape): run "
+                         "`homerack models` first")
+    return path
 
 
 def report(model: str, figure: str, value: float, unit: str, anchor: float | None = None,

@@ -20,10 +20,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import QUICK_NOTE, BenchError, arguments, ratio
+from common import QUICK_NOTE, BenchError, arguments, donor, ratio
 
 from bench.shapes import RUNNABLE_MOE, SHAPES, cached  # noqa: E402
-from moe import donor  # noqa: E402
 
 GiB = 1 << 30
 QUICK_VRAM = 0.08  # GiB: the small MoE's attention and part of its experts fit
