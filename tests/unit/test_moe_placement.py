@@ -16,7 +16,7 @@ from engine.machine.planner import Preferences, plan
 
 GiB = 1 << 30
 REAL = ["gpt-oss-120b", "qwen3-30b-a3b", "qwen3-235b-a22b", "glm-4.5-air", "llama-3.3-70b",
-        "qwen3-8b"]
+        "qwen3-8b", "qwen3-1.7b", "llama-3.2-3b"]
 TINY = [name for name in SHAPES if name.endswith("-tiny")]
 MACHINES = {
     "24G GPU + 64G": simulated((24,), 64, cores=8, gpu_bandwidth_gbs=936, ram_bandwidth_gbs=60,
