@@ -401,13 +401,16 @@ def test_layers_on_two_workers_give_the_same_greedy_text(home, workers, model, c
     for _, address in workers:
         assert pair(home, host, address).returncode == 0
     prompt = "What is the capital of France?" if chat else "The three primary colours are"
-    solo, solo_address, _ = start_engine(home, f"{host}-solo", ["--model", model, "--ctx", "1024"])
+    # The same kernels here and on the workers: llama.cpp's RPC devices never repack
+    # 4-bit weights (Gemma's Q4_K), so the solo engine must not either.
+    same_kernels = ["--model", model, "--ctx", "1024", "--batch-invariant"]
+    solo, solo_address, _ = start_engine(home, f"{host}-solo", same_kernels)
     try:
         expected = ask(solo_address, model, prompt, chat=chat)
     finally:
         solo.stop()
-    process, address, _ = start_engine(home, host, ["--model", model, "--ctx", "1024",
-                                                    "--workers", "w1,w2", "--split", "6,6"])
+    process, address, _ = start_engine(home, host, [*same_kernels, "--workers", "w1,w2",
+                                                    "--split", "6,6"])
     try:
         assert ask(address, model, prompt, chat=chat) == expected
         view = cluster(address)
