@@ -430,10 +430,16 @@ def test_cluster_panel_shares_pairs_uses_workers_and_shows_the_machines(qtbot, o
     assert "Paris" in messages(window)[-1].content
     qtbot.waitUntil(lambda: panel.table.rowCount() == 2
                     and panel.table.item(1, 0).text().startswith("attic"), timeout=10_000)
-    # one machine holds this model and the worker is as fast: it is left out, with why
+    # The worker is this same machine, so it is left out, with why, unless its bandwidth
+    # probe came out over 15% faster than this engine's (the noise margin; a loaded CI
+    # machine can do that): then the plan uses it and the table shows its layers.
     assert "linked" in panel.table.item(1, 5).text()
-    assert "left out" in panel.speed.text()
-    assert "slow" in panel.speed.text() or "gains under" in panel.speed.text()
+    if "left out" in panel.speed.text():
+        assert "slow" in panel.speed.text() or "gains under" in panel.speed.text()
+        assert panel.table.item(1, 1).text() == "–"
+    else:
+        assert "expected by the plan" in panel.speed.text()
+        assert any(ch.isdigit() for ch in panel.table.item(1, 1).text())
     path = tmp_path_factory.getbasetemp() / "homerack-cluster-panel.png"
     assert window.grab().save(str(path))
     print(f"\nscreenshot: {path}")
