@@ -114,11 +114,9 @@ def cold_in_turn(bins: Path, model: str, threads: int, rounds: int) -> tuple[flo
     than the gap between them within minutes. Each round starts with a new system line,
     so neither has any of its prompt cached."""
     engine, _ = homerack(model, threads, "--no-prompt-cache", "--resident", "0")
-    args = ["-m", str(paths().models / f"{model}.gguf"), "-c", "4096", "-np", "1", "-t",
-            str(threads), "--jinja"]
     ours, theirs = [], []
     try:
-        with llama_server(bins, args) as url:
+        with llama_server(bins, server_args(paths().models / f"{model}.gguf", threads)) as url:
             for n in range(rounds):
                 conv = history("A")
                 conv[0] = {"role": "system", "content": f"Session {n}. {conv[0]['content']}"}
@@ -129,9 +127,13 @@ def cold_in_turn(bins: Path, model: str, threads: int, rounds: int) -> tuple[flo
     return statistics.median(ours), statistics.median(theirs)
 
 
+def server_args(model: Path, threads: int) -> list[str]:
+    """llama-server with one slot, its prompt cache and its host-memory cache on."""
+    return ["-m", str(model), "-c", "4096", "-np", "1", "-t", str(threads), "--jinja"]
+
+
 def anchor(bins: Path, model: Path, threads: int, rounds: int) -> dict:
-    args = ["-m", str(model), "-c", "4096", "-np", "1", "-t", str(threads), "--jinja"]
-    with llama_server(bins, args) as url:
+    with llama_server(bins, server_args(model, threads)) as url:
         return alternate(url, None, None, rounds, 9)
 
 
