@@ -24,7 +24,7 @@ import httpx
 from common import QUICK_NOTE, arguments, ratio, report, start_engine, timed_completion
 
 from app.paths import paths  # noqa: E402
-from engine.catalog.gguf_file import open_gguf  # noqa: E402
+from engine.catalog.gguf_file import GGUFInspector  # noqa: E402
 from engine.catalog.models import EMBEDDING_MODEL, STARTERS  # noqa: E402
 from engine.machine.bandwidth import memory_bandwidth  # noqa: E402
 
@@ -54,12 +54,15 @@ def api_once(http: httpx.Client, model_id: str, tokens: int, rep: int) -> tuple[
     return rate, usage["timings"]["decode_tokens_per_s"]
 
 
-def bytes_per_token(path: Path) -> int:
-    """The weight bytes one token reads: all but the token embeddings, of which it reads
-    a row (unless they are the output matrix too)."""
-    sizes = {t.name: int(t.n_bytes) for t in open_gguf(path).tensors}
-    rows_only = sizes.get("token_embd.weight", 0) if "output.weight" in sizes else 0
-    return sum(sizes.values()) - rows_only
+def bytes_per_token(path: Path) -> float:
+    """The weight bytes one token reads, by the speed forecast's rule
+    (engine/machine/forecast.py): every layer's, its routed experts at the share the
+    router picks, and the output matrix (the token embeddings when tied); of the token
+    embeddings otherwise, only a row. From the inspector's cached shape."""
+    shape = GGUFInspector().inspect(path).shape
+    layers = sum(size - shape.experts(i) * (1 - shape.active_fraction)
+                 for i, size in enumerate(shape.layer_bytes))
+    return layers + (shape.output_bytes or shape.embd_bytes)
 
 
 def report_bound(model: str, path: Path, api: float, anchor: float, bandwidth: float) -> None:
