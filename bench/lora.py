@@ -73,24 +73,31 @@ def first_token_s(http: httpx.Client, model: str, lora: list) -> float:
 
 
 def switching(engine, model: str, adapters: list[str], repeats: int) -> dict:
-    """Median first-token time alternating between adapters, and repeating one."""
+    """A switch's cost: in each of `repeats` pairs, a first token under the adapter the
+    last request used, then one under the other (both prompts resident, so only the
+    switch differs); the median of the pairs' differences (the machine's drift, which
+    moves a one-token request by more than a switch costs, cancels within a pair)."""
     lora = [[{"id": name, "scale": 1.0}] for name in adapters]
     with engine.client() as http:
         for one in lora:  # both prompts resident
             first_token_s(http, model, one)
-        same = [first_token_s(http, model, lora[0]) for _ in range(repeats)]
         before = engine.health()["adapters"]["switches"]
-        switched = [first_token_s(http, model, lora[i % 2]) for i in range(1, 2 * repeats + 1)]
-        if engine.health()["adapters"]["switches"] - before < 2 * repeats:
+        pairs, current = [], 1
+        for _ in range(repeats):
+            same = first_token_s(http, model, lora[current])
+            current ^= 1
+            pairs.append((same, first_token_s(http, model, lora[current])))
+        if engine.health()["adapters"]["switches"] - before < repeats:
             raise BenchError("the engine did not switch adapters between the requests")
         reloads = []  # each a new context: the switch count starts again
-        for n_ctx in (2048, 4096) * max(1, repeats // 4):
+        for n_ctx in (2048, 4096) * max(1, repeats // 8):
             start = time.perf_counter()
             http.post("/v1/models/load", json={"model": model, "n_ctx": n_ctx}).raise_for_status()
             reloads.append(time.perf_counter() - start)
-    same_s, switched_s = statistics.median(same), statistics.median(switched)
-    return {"same_s": same_s, "switched_s": switched_s,
-            "switch_s": max(switched_s - same_s, 0.0), "reload_s": statistics.median(reloads)}
+    return {"same_s": statistics.median(same for same, _ in pairs),
+            "switched_s": statistics.median(switched for _, switched in pairs),
+            "switch_s": max(statistics.median(b - a for a, b in pairs), 0.0),
+            "reload_s": statistics.median(reloads)}
 
 
 def mixed(engine, model: str, sets: list[list], tokens: int) -> float:
@@ -121,7 +128,7 @@ def homerack(args, adapters: list[str]) -> dict:
                                     args.repeats),
                "adapter": decode_rate(engine.url, engine.headers, {**body, "lora": a},
                                       args.tokens, True, args.repeats)}
-        out |= switching(engine, args.model, adapters, 4 * args.repeats)  # 1-token answers
+        out |= switching(engine, args.model, adapters, 8 * args.repeats)  # 1-token answers
         out["mixed_tps"] = mixed(engine, args.model, [a, a, b, b], args.tokens)
         out["one_set_tps"] = mixed(engine, args.model, [a, a, a, a], args.tokens)
         return out

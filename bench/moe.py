@@ -33,14 +33,22 @@ from bench.shapes import RUNNABLE_MOE, SHAPES, cached  # noqa: E402
 
 REAL = ("gpt-oss-120b", "qwen3-30b-a3b", "qwen3-235b-a22b", "glm-4.5-air", "llama-3.3-70b",
         "qwen3-8b")
-EXPERTS_OVERRIDE = r"\.ffn_(up|down|gate_up|gate)_(ch|)exps=CPU"
+def experts_override(layers: int) -> list[str]:
+    """llama-bench's -ot for the routed experts of the first `layers` layers in RAM (none:
+    no override, which on a machine without a GPU also keeps the repacked CPU weights
+    that an override to the plain CPU buffer would give up)."""
+    if not layers:
+        return []
+    blocks = "|".join(str(i) for i in range(layers))
+    return ["-ot", rf"blk\.({blocks})\.ffn_(up|down|gate_up|gate)_(ch|)exps=CPU"]
 
 
-def anchor(bins: Path, model: Path, threads: int, tokens: int, prompt: int, reps: int):
-    """llama-bench's (pp tok/s, tg tok/s), experts overridden to the CPU as the plan does."""
+def anchor(bins: Path, model: Path, threads: int, tokens: int, prompt: int, reps: int,
+           experts_in_ram: int):
+    """llama-bench's (pp tok/s, tg tok/s), experts placed as the plan placed them."""
     done = subprocess.run(
         [str(bins / "llama-bench"), "-m", str(model), "-t", str(threads), "-p", str(prompt),
-         "-n", str(tokens), "-r", str(reps), "-ot", EXPERTS_OVERRIDE, "-o", "json"],
+         "-n", str(tokens), "-r", str(reps), *experts_override(experts_in_ram), "-o", "json"],
         capture_output=True, text=True, check=True)
     rows = json.loads(done.stdout)
     return (next(r["avg_ts"] for r in rows if r["n_prompt"]),
@@ -132,7 +140,8 @@ def main() -> int:
         print(f"api decode {second['decode']:.1f} t/s, prompt {second['prompt']:.1f} t/s")
         print(QUICK_NOTE)
         return 0
-    pp, tg = anchor(bins, model, args.threads, args.tokens, args.prompt, args.reps)
+    pp, tg = anchor(bins, model, args.threads, args.tokens, args.prompt, args.reps,
+                    second["cpu_moe_layers"])
     decode_x = ratio(second["decode"], tg, "api decode", 0.3, 1.3)
     prompt_x = ratio(second["prompt"], pp, "api prompt", 0.3, 1.5)
     print(f"api decode {second['decode']:.1f} t/s vs llama-bench tg{args.tokens} {tg:.1f}: "
