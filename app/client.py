@@ -84,6 +84,21 @@ class EngineClient:
         body = _load_body(model, n_ctx, gpu_layers, cpu_moe_layers)
         return self._checked(self._http.post("/v1/models/load", json=body)).json()
 
+    def loaded(self) -> list[dict]:
+        """The chat models the engine holds (GET /v1/models/loaded)."""
+        return self._checked(self._http.get("/v1/models/loaded", timeout=5)).json()["data"]
+
+    def unload(self, model: str) -> list[dict]:
+        """Unload `model` now; what stays loaded."""
+        reply = self._http.post("/v1/models/unload", json={"model": model}, timeout=60)
+        return self._checked(reply).json()["loaded"]
+
+    def keep(self, model: str, pinned: bool, ttl_s: float | None) -> dict:
+        """How long `model` stays loaded, kept in its preset."""
+        reply = self._http.put("/v1/models/preset",
+                               json={"model": model, "pinned": pinned, "ttl_s": ttl_s})
+        return self._checked(reply).json()
+
     # -- the Hub and downloads (run in the engine) ------------------------------------
 
     def hub_search(self, text: str, sort: str = "downloads") -> list[dict]:

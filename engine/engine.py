@@ -1,6 +1,6 @@
 """The engine the API calls. Requests go to a lane (batching/lane.py: a loaded model, its
-queue and the worker thread that batches its requests); there is one lane, and a second
-when routing keeps a small model loaded beside the large one (routing.py).
+queue and the worker thread that batches its requests); the fleet (fleet.py) holds a lane
+per loaded model, loads the models requests name on demand and unloads idle ones.
 
 `submit` takes a request through its steps before a lane: the model id "auto" resolved
 to the small or the large model of the routing pair, the chat rendered, an identical
@@ -18,14 +18,15 @@ from typing import Callable
 
 from .catalog.chat_format import ChatFormat, chat_format_for
 from .catalog.sampling_defaults import model_defaults
-from .batching.lane import Lane
 from .cascade import Cascade
 from .catalog.models import LocalModel, ModelStore
 from .errors import HomerackError, InvalidRequest
 from .events import LOADED, Event, GenerationRequest, Job, SamplingParams
+from .fleet import Fleet
 from .llama.vocab import Vocabulary
 from .model.embeddings import Embedder
-from .model.host import EngineSettings, LoadOverride, prompt_tokens, render_chat
+from .model.host import EngineSettings, prompt_tokens, render_chat
+from .model.presets import Keep, LoadOverride, Presets
 from .response_cache import (Fingerprints, Recording, ResponseCache, deterministic, replay,
                              request_key)
 from .routing import Decision, Routing, decide
@@ -39,8 +40,9 @@ class Engine:
         self.store = store
         self.settings = settings
         self.embedder = Embedder(store, settings.load)
-        self.main = Lane("engine", store, settings, cluster, reserved=lambda: self._taken(self.main))
-        self.companion: Lane | None = None  # the small model of the routing pair
+        self.presets = Presets(settings.presets_file)
+        self.fleet = Fleet(store, settings, cluster, self.presets,
+                           lambda: {"CPU": self.embedder.bytes})
         self.routing: Routing | None = None
         self.answers = (ResponseCache(settings.response_cache, settings.response_cache_bytes)
                         if settings.response_cache else None)
@@ -51,8 +53,21 @@ class Engine:
         self._routing_lock = threading.Lock()
 
     @property
+    def main(self):
+        return self.fleet.main
+
+    @property
     def host(self):
-        return self.main.host
+        return self.fleet.main.host
+
+    @property
+    def companion(self):
+        """The lane holding the small model of the routing pair beside the large one."""
+        routing = self.routing
+        if routing is None:
+            return None
+        small, large = self.fleet.holding(routing.small), self.fleet.holding(routing.large)
+        return small if small is not large else None
 
     @property
     def scheduler(self):
@@ -103,20 +118,28 @@ class Engine:
         return replace(request, rendered_prompt=text)
 
     def _put(self, job: Job) -> None:
-        self._lane_for(job.request.model).put(job)
+        self.fleet.put(job)
 
-    def preload(self, model: LocalModel, emit: Callable[[Event], None] = lambda _e: None) -> Job:
+    def preload(self, model: LocalModel, emit: Callable[[Event], None] = lambda _e: None,
+                default: bool = True) -> Job:
         """Load a model ahead of the first request (a request with nothing to generate).
-        It is also the model of requests that name none."""
-        self.host.make_default(model)
+        As `default`, it is the model of requests that name none and replaces the main
+        lane's; otherwise it loads beside the others, as a request naming it would."""
+        if default:
+            self.fleet.promote(model)
         return self.submit(GenerationRequest(model=model), emit)
 
     def load(self, model: LocalModel, override: LoadOverride | None,
-             emit: Callable[[Event], None] = lambda _e: None) -> Job:
-        """Load `model` with the user's override (None: as planned), replacing what is
-        loaded; it becomes the default model."""
-        self.host.set_override(model.path, override)
-        return self.preload(model, emit)
+             emit: Callable[[Event], None] = lambda _e: None, default: bool = True,
+             keep: Keep | None = None) -> Job:
+        """Load `model` with the user's override (None: as planned) and how long it
+        stays (None: the engine's default), kept as its preset (see preload)."""
+        self.presets.set(model.id, load=override, **({} if keep is None else {"keep": keep}))
+        return self.preload(model, emit, default)
+
+    def unload(self, model_id: str) -> bool:
+        """Unload a model now (its requests end with an error); False when not loaded."""
+        return self.fleet.unload(model_id, "unloaded by hand")
 
     def default_model(self) -> LocalModel | None:
         """The model a request without one gets: the loaded one, or the preloaded one."""
@@ -187,29 +210,26 @@ class Engine:
                 "large": large_plan.as_dict() if large_plan else None}
 
     def set_routing(self, routing: Routing | None) -> dict | None:
-        """Turn routing on with a pair (loading both when they fit together), or off."""
+        """Turn routing on with a pair (both loaded and pinned when they fit together),
+        or off (the small model is unloaded unless it is the default one)."""
         with self._routing_lock:
-            self.routing = routing
-            old, self.companion = self.companion, None
-            if old:
-                old.close()
+            old, self.routing = self.routing, routing
+            self.fleet.pinned = frozenset()
+            if old is not None and self.fleet.holding(old.small) not in (None, self.main):
+                self.fleet.unload(old.small.id, "the routing pair changed")
             if routing is None:
                 return None
             pair = self.plan_pair(routing.small, routing.large)
             if pair["together"]:
-                companion = Lane("companion", self.store, self.settings,
-                                 reserved=lambda: self._taken(companion))
-                companion.host.make_default(routing.small)
-                self.main.put(Job(next(self._ids), GenerationRequest(model=routing.large),
-                                  lambda event: self._then_load_small(event, companion)))
-                self.companion = companion
+                self.fleet.pinned = frozenset((routing.small.id, routing.large.id))
+                self.submit(GenerationRequest(model=routing.large),
+                            lambda event: self._then_load_small(event, routing.small))
             return pair
 
-    def _then_load_small(self, event: Event, companion: Lane) -> None:
+    def _then_load_small(self, event: Event, small: LocalModel) -> None:
         """The large model is in: the small one plans beside it."""
         if event is LOADED:
-            companion.put(Job(next(self._ids), GenerationRequest(model=companion.host.default),
-                              lambda _e: None))
+            self.submit(GenerationRequest(model=small), lambda _e: None)
 
     def _routing(self) -> Routing:
         routing = self.routing  # read once: another thread may turn it off meanwhile
@@ -220,19 +240,6 @@ class Engine:
                 "PUT /v1/routing {\"small\": ..., \"large\": ...} (or choose the pair in the "
                 "app's Routing settings)", param="model")
         return routing
-
-    def _lane_for(self, model: LocalModel) -> Lane:
-        companion = self.companion
-        return companion if companion and companion.serves(model.path) else self.main
-
-    def _taken(self, lane: Lane) -> dict[str, int]:
-        """Bytes per device held by models other than `lane`'s."""
-        taken = {"CPU": self.embedder.bytes}
-        for other in (self.main, self.companion):
-            if other is not None and other is not lane:
-                for device, size in other.host.held().items():
-                    taken[device] = taken.get(device, 0) + size
-        return taken
 
     # -- the response cache -------------------------------------------------------------
 
@@ -248,7 +255,7 @@ class Engine:
             return None
         try:
             escalate = request.escalate_to and self._fingerprints.of(request.escalate_to.path)
-            override = self._lane_for(request.model).host.override_for(request.model.path)
+            override = self.presets.get(request.model.id).load
             n_ctx = override.n_ctx if override and override.n_ctx else self.settings.load.n_ctx
             fingerprint = self._fingerprints.of(request.model.path)
             adapters = tuple((self._fingerprints.of(use.adapter.path), use.scale)
@@ -280,6 +287,7 @@ class Engine:
             "max_queue": self.settings.max_queue,
             "batching": batching,
             "embedding_model": self.embedder.model.id if self.embedder.model else None,
+            "models": self.fleet.loaded(),
             "adapters": {"loaded": loaded.adapters.loaded() if loaded else [],
                          "switches": loaded.adapters.switches if loaded else 0},
             "response_cache": self.answers.status() if self.answers else None,
@@ -327,9 +335,7 @@ class Engine:
                 "disk_bytes": cache.disk_bytes(), **cache.stats}
 
     def close(self) -> None:
-        if self.companion:
-            self.companion.close()
-        self.main.close()
+        self.fleet.close()
         if self.answers:
             self.answers.flush()
         self.embedder.close()

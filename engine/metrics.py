@@ -52,6 +52,31 @@ class _Status:
                                        "Changes of the adapters the context applies.")
         switches.add_metric([], adapters.get("switches", 0))
         yield switches
+        yield from _per_model(self.status.get("models") or ())
+
+
+PER_MODEL = {  # status["models"] entry key -> (metric, help)
+    "running": ("model_requests_processing", "Requests generating now, per loaded model."),
+    "queued": ("model_requests_deferred", "Requests waiting, per loaded model."),
+    "idle_s": ("model_idle_seconds", "Seconds since the model's last request, per loaded model."),
+    "generated_tokens_per_s": ("model_predicted_tokens_seconds",
+                               "Tokens generated per second, last 10 s, per loaded model."),
+}
+
+
+def _per_model(models):
+    """The models held at once (fleet.py), each a series labelled with its id."""
+    held = GaugeMetricFamily("homerack_model_memory_bytes", "Bytes a loaded model holds, per "
+                             "device.", labels=["model", "device"])
+    for entry in models:
+        for device, size in entry["memory"].items():
+            held.add_metric([entry["id"], device], size)
+    yield held
+    for key, (name, text) in PER_MODEL.items():
+        metric = GaugeMetricFamily(f"homerack_{name}", text, labels=["model"])
+        for entry in models:
+            metric.add_metric([entry["id"]], entry.get(key) or 0)
+        yield metric
 
 
 def prometheus_text(status: dict) -> tuple[bytes, str]:

@@ -113,6 +113,7 @@ class MainWindow(QMainWindow):
         self.chat.error.connect(self.show_error)
         self.chat.changed.connect(self._on_chat_changed)
         self.chat.finished.connect(lambda done: self.metrics.show_usage(done.usage, done.n_ctx))
+        self.chat.finished.connect(lambda done: self.control.after_reply(done.model))
         self.chat.copied.connect(lambda what: self.statusBar().showMessage(what, 2000))
         self.settings.system_prompt_changed.connect(self._on_system_prompt)
         self.settings.routing_chosen.connect(lambda _pair: self.control.apply_routing())

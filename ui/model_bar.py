@@ -18,12 +18,25 @@ def describe_state(chosen: str | None, health: dict, loading: bool = False) -> s
         return "Loading…"
     if not chosen:
         return "No model: get one with “Get models…”"
+    beside = next((m for m in health.get("models") or () if m["id"] == chosen), None)
+    if health.get("model") != chosen and beside is not None:
+        return describe_beside(beside)
     if health.get("model") != chosen:
         return "Not loaded: it loads when you send (Memory shows the plan)"
     plan = (health.get("memory") or {}).get("plan") or {}
     speed = (plan.get("forecast") or {}).get("decode_tokens_per_s")
     where = health.get("offload") or "CPU"
     return f"Loaded · runs on {where}" + (f" · about {speed:.0f} tokens/s" if speed else "")
+
+
+def describe_beside(entry: dict) -> str:
+    """A model loaded beside the default one (engine/fleet.py): how long it stays."""
+    if entry["state"] == "loading":
+        return "Loading beside the default model…"
+    keep = ("pinned: stays loaded" if entry["pinned"] else "stays loaded"
+            if entry["ttl_s"] is None else f"unloads after {entry['ttl_s'] / 60:g} min idle")
+    gib = sum(entry["memory"].values()) / 2**30
+    return f"Loaded beside the default model · {gib:.1f} GiB · {keep}"
 
 
 def describe_plan(plan: dict) -> str:
@@ -85,7 +98,8 @@ class ModelBar(QWidget):
     def fill(self, models: list[dict], current: str | None) -> None:
         self.box.clear()
         for model in models:
-            self.box.addItem(f"{model['id']}  ({model['size_bytes'] / 2**20:,.0f} MiB)",
+            loaded = " · loaded" if model.get("loaded") else ""
+            self.box.addItem(f"{model['id']}  ({model['size_bytes'] / 2**20:,.0f} MiB){loaded}",
                              model["id"])
         self.box.setCurrentIndex(max(self.box.findData(current), 0))
 

@@ -48,9 +48,9 @@ class ModelControl(QObject):
         self._watch = QTimer(self, interval=300)  # while a model loads: how far it is
         self._watch.timeout.connect(self._show_loading)
 
-    @property
-    def loaded(self) -> str | None:
-        return self.health.get("model")
+    def is_loaded(self, model: str | None) -> bool:
+        """The model is held, as the default one or beside it."""
+        return any(m["id"] == model for m in self.health.get("models") or ())
 
     def fill(self, models: list[dict], health: dict) -> None:
         # A refresh keeps what the box shows: two refreshes can finish in either order
@@ -80,7 +80,7 @@ class ModelControl(QObject):
         w = self.w
         chosen = w.bar.box.currentData()
         w.bar.state.setText(describe_state(chosen, self.health, loading))
-        if chosen and chosen != self.loaded and not loading and w.client:
+        if chosen and not self.is_loaded(chosen) and not loading and w.client:
             self._forecast(chosen)
         entry = next((m for m in self.models if m["id"] == chosen), {})
         w.settings.show_model_defaults(entry.get("sampling_defaults"))
@@ -97,7 +97,7 @@ class ModelControl(QObject):
 
         def show(plan: dict) -> None:
             self._plans[model] = plan
-            if box.currentData() == model and model != self.loaded:
+            if box.currentData() == model and not self.is_loaded(model):
                 state.setText(describe_plan(plan))
 
         if model in self._plans:
@@ -122,7 +122,7 @@ class ModelControl(QObject):
         if w.conversation:
             w.history.update(w.conversation.id, model=model)
         self.show_state()
-        if model and model != self.loaded:  # show what loading it will take
+        if model and not self.is_loaded(model):  # show what loading it will take
             w.drawer.open_page("Memory")
             w.plan_panel.show_model(model)
 
@@ -148,6 +148,12 @@ class ModelControl(QObject):
 
     def context_size(self) -> int:
         return int(self.health.get("n_ctx") or 4096)
+
+    def after_reply(self, model: str | None) -> None:
+        """A reply came from `model`: when it was not loaded, the engine loaded it (as
+        the default, or beside it), so the list and the state change."""
+        if model and not self.is_loaded(model) and self.w.client:
+            self.refresh()
 
     def refresh(self, select: str | None = None) -> None:
         client, box = self.w.client, self.w.bar.box

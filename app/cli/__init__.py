@@ -28,8 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     make_private(paths())
     if args.command is None:
         return desktop.launch_desktop(lambda: chat.cmd_chat(build_parser().parse_args(["chat"])))
-    if args.command == "models" and args.action == "add" and not args.path:
-        build_parser().error("models add needs a path")
+    if args.command == "models" and args.action not in ("list", "loaded") and not args.target:
+        build_parser().error(f"models {args.action} needs a "
+                             f"{'path' if args.action == 'add' else 'model id'}")
     from engine.errors import HomerackError
 
     try:

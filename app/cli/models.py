@@ -26,10 +26,12 @@ def cmd_models(args) -> int:
     from engine.errors import HomerackError
     from engine.catalog.models import DEFAULT_MODEL
 
+    if args.action in ("loaded", "unload", "keep"):
+        return _in_the_engine(args)
     store = open_store(quiet=args.quiet)
     if args.action == "add":
         try:
-            model = store.add(Path(args.path))
+            model = store.add(Path(args.target))
         except HomerackError as exc:
             print(f"error: {exc.message}", file=sys.stderr)
             return 1
@@ -38,17 +40,78 @@ def cmd_models(args) -> int:
     if args.quiet:
         return 0
     kinds = {model: store.kind_of(model) for model in store.list()}
+    held = {entry["id"]: entry for entry in _loaded()}
     for model, kind in kinds.items():
         if kind == "adapter":
             continue  # listed under the models they fit
         mark = "*" if model.id == DEFAULT_MODEL else " "
+        where = f"  [{held_text(held[model.id])}]" if model.id in held else ""
         print(f"{mark} {model.id:<32} {kind:<10} "
-              f"{model.size_bytes / 2**20:8.1f} MiB  {model.path}")
+              f"{model.size_bytes / 2**20:8.1f} MiB  {model.path}{where}")
     for adapter in [model for model, kind in kinds.items() if kind == "adapter"]:
         bases = store.bases_for(adapter)
         fits = f"adapts {bases[0].id} (use {bases[0].id}+{adapter.id})" if bases else \
             "fits no local model"
         print(f"  {adapter.id:<32} {'adapter':<10} {adapter.size_bytes / 2**20:8.1f} MiB  {fits}")
+    return 0
+
+
+def _loaded() -> list[dict]:
+    """What this user's running engine holds; nothing when none runs."""
+    from ..client import EngineClient, EngineError
+    from ..engine_proc import find_running
+
+    address = find_running(paths().engine_file)
+    if address is None:
+        return []
+    client = EngineClient(address)
+    try:
+        return client.loaded()
+    except (EngineError, OSError):
+        return []
+    finally:
+        client.close()
+
+
+def held_text(entry: dict) -> str:
+    """A loaded model in words: "loaded, 1.1 GiB, idle 3 min, unloads after 15 min idle"."""
+    size = sum(entry["memory"].values()) / 2**30
+    keep = "pinned" if entry["pinned"] else "stays loaded" if entry["ttl_s"] is None else \
+        f"unloads after {entry['ttl_s'] / 60:g} min idle"
+    busy = f"{entry['running']} running, {entry['queued']} queued" \
+        if entry["running"] or entry["queued"] else f"idle {entry['idle_s'] / 60:.0f} min"
+    default = ", the default" if entry["default"] else ""
+    return f"{entry['state']}{default}, {size:.1f} GiB, {busy}, {keep}"
+
+
+def _in_the_engine(args) -> int:
+    """`models loaded`, `unload ID`, `keep ID`: asked of this user's running engine."""
+    from ..client import EngineClient, EngineError
+    from ..engine_proc import find_running
+
+    address = find_running(paths().engine_file)
+    if address is None:
+        print("no engine is running (start one with `homerack serve` or the app)",
+              file=sys.stderr)
+        return 1
+    client = EngineClient(address)
+    try:
+        if args.action == "unload":
+            client.unload(args.target)
+            print(f"unloaded {args.target}")
+        elif args.action == "keep":
+            ttl = None if not args.ttl else args.ttl * 60
+            preset = client.keep(args.target, args.pin, ttl)["keep"]
+            print(f"{args.target}: " + ("pinned" if preset["pinned"] else "never unloaded for "
+                  "idleness" if preset["ttl_s"] is None else
+                  f"unloaded after {preset['ttl_s'] / 60:g} min idle"))
+        for entry in client.loaded():
+            print(f"{entry['id']:<32} {held_text(entry)}")
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        client.close()
     return 0
 
 
@@ -87,9 +150,16 @@ def cmd_pull(args) -> int:
 
 def add_commands(sub) -> None:
     """Adds `models`, `pull` to the parser."""
-    models = sub.add_parser("models", help="list local models, or add one")
-    models.add_argument("action", nargs="?", choices=["list", "add"], default="list")
-    models.add_argument("path", nargs="?", help="a .gguf file (with add)")
+    models = sub.add_parser("models", help="list local models, add one, or see and control "
+                                           "those a running engine holds")
+    models.add_argument("action", nargs="?", default="list",
+                        choices=["list", "add", "loaded", "unload", "keep"])
+    models.add_argument("target", nargs="?",
+                        help="add: a .gguf file; unload, keep: a model id")
+    models.add_argument("--pin", action="store_true",
+                        help="keep: never unload it to make room or for idleness")
+    models.add_argument("--ttl", type=float, metavar="MIN",
+                        help="keep: unload it after this many idle minutes (0: never)")
     models.add_argument("--quiet", action="store_true", help="only install the starters")
     models.set_defaults(func=cmd_models)
 

@@ -122,7 +122,9 @@ def _settings(args):
         draft_folder=None if args.whole_drafts else where.cache / "drafts",
         response_cache=where.cache / "responses.sqlite" if args.response_cache_mib else None,
         response_cache_bytes=max(args.response_cache_mib, 1) << 20,
-        cpu_moe_layers=args.cpu_moe_layers)
+        cpu_moe_layers=args.cpu_moe_layers, max_models=args.max_models,
+        jit_ttl_s=args.model_ttl * 60 if args.model_ttl else None,
+        presets_file=where.data / "presets.json")
 
 
 def _routing(store, args):
@@ -174,6 +176,13 @@ def add_commands(sub) -> None:
     serve.add_argument("--cpu-moe-layers", type=int, metavar="N",
                        help="mixture-of-experts models: keep the routed experts of the first N "
                             "layers in RAM (default: the planner's choice by forecast speed)")
+    serve.add_argument("--max-models", type=int, default=3, metavar="N",
+                       help="chat models loaded at once, memory allowing: a request naming "
+                            "another loads it beside them, or unloads the least recently "
+                            "used idle one that is not pinned (1: one model, swapped)")
+    serve.add_argument("--model-ttl", type=float, default=15, metavar="MIN",
+                       help="a model loaded on demand is unloaded after this many idle "
+                            "minutes (0: never); per model: PUT /v1/models/preset")
     serve.add_argument("--queue-size", type=int, default=16,
                        help="requests that may wait for a slot; more get 503 + Retry-After")
     serve.add_argument("--parallel", type=int, default=4,

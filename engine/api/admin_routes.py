@@ -1,7 +1,8 @@
 """The engine's own routes: its status for machines and dashboards (/metrics,
 /v1/cluster, /v1/hardware), the models and loading them by a plan the user may change
-(/v1/models, /v1/plan, /v1/models/load), and the routing pair behind model "auto"
-(/v1/routing). /health, which answers without the token, is the factory's."""
+(/v1/models, /v1/plan, /v1/models/load), those loaded and unloading them
+(/v1/models/loaded, /v1/models/unload), the user's presets per model (/v1/models/preset),
+and the routing pair behind model "auto" (/v1/routing). /health, which answers without the token, is the factory's."""
 
 from __future__ import annotations
 
@@ -12,13 +13,12 @@ from fastapi.responses import Response
 
 from ..engine import Engine
 from ..catalog.sampling_defaults import model_defaults
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, ModelNotFound
 from ..events import Failed
 from ..metrics import prometheus_text
-from ..model.host import LoadOverride
 from ..routing import pair
 from .channel import Channel
-from .schemas import LoadRequest, RoutingRequest, TokenizeRequest
+from .schemas import LoadRequest, PresetRequest, RoutingRequest, TokenizeRequest, UnloadRequest
 
 
 def router(engine: Engine) -> APIRouter:
@@ -59,9 +59,8 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
     @router.get("/v1/models")
     async def list_models():
         status = engine.status()
-        loaded = (status["model"], status["embedding_model"],
-                  ((status["routing"] or {}).get("companion") or {}).get("model"))
-        loaded += tuple(status["adapters"]["loaded"])
+        loaded = (status["embedding_model"], *(m["id"] for m in status["models"]),
+                  *status["adapters"]["loaded"])
         # kind: null for a file not inspected yet (parsing one can take seconds)
         models = []
         for m in engine.store.list():
@@ -96,7 +95,7 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
     async def preview_plan(body: LoadRequest):
         """What loading the model with these choices would use on this machine."""
         model = engine.store.resolve(body.model)
-        planned = await asyncio.to_thread(engine.plan_for, model, _override(body))
+        planned = await asyncio.to_thread(engine.plan_for, model, body.override())
         if planned is None:
             raise InvalidRequest(f"{model.id}: the planner cannot read this model's shape",
                                  param="model")
@@ -112,14 +111,45 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
 
     @router.post("/v1/models/load")
     async def load_model(body: LoadRequest, http: Request):
-        """Load (or reload) the model with these choices; answers when it is loaded."""
+        """Load (or reload) the model with these choices, kept as its preset; answers
+        when it is loaded."""
         model = engine.store.resolve(body.model)
         channel = Channel()
-        job = engine.load(model, _override(body), channel.emit)
+        job = await asyncio.to_thread(engine.load, model, body.override(), channel.emit,
+                                      body.default, body.keep())
         event = await channel.next(job, http)
         if isinstance(event, Failed):
             raise event.error
         return engine.status()
+
+    @router.get("/v1/models/loaded")
+    async def loaded_models():
+        """The chat models held in memory: where, how much, idle since, time to live."""
+        return {"object": "list", "data": engine.fleet.loaded()}
+
+    @router.post("/v1/models/unload")
+    async def unload_model(body: UnloadRequest):
+        """Unload a model now: its running requests end with an error saying so."""
+        if not await asyncio.to_thread(engine.unload, body.model):
+            raise ModelNotFound(f"model '{body.model}' is not loaded", param="model")
+        return {"unloaded": body.model, "loaded": engine.fleet.loaded()}
+
+    @router.put("/v1/models/preset")
+    async def put_preset(body: PresetRequest):
+        """The model's preset: how it loads, whoever loads it, and how long it stays (a
+        field left out keeps its value; loading settings apply at its next load)."""
+        model = engine.store.resolve(body.model)
+        changes = {}
+        if {"n_ctx", "gpu_layers", "cpu_moe_layers"} & body.model_fields_set:
+            changes["load"] = body.override()
+        if body.keep() is not None:
+            changes["keep"] = body.keep()
+        return {"model": model.id, **engine.presets.set(model.id, **changes).as_dict()}
+
+    @router.get("/v1/models/preset")
+    async def get_preset(model: str):
+        found = engine.store.resolve(model)
+        return {"model": found.id, **engine.presets.get(found.id).as_dict()}
 
 
 def _routing_routes(router: APIRouter, engine: Engine) -> None:
@@ -146,8 +176,3 @@ def _routing_routes(router: APIRouter, engine: Engine) -> None:
         await asyncio.to_thread(engine.set_routing, None)
         return {"routing": None}
 
-
-def _override(body: LoadRequest) -> LoadOverride | None:
-    if body.n_ctx is None and body.gpu_layers is None and body.cpu_moe_layers is None:
-        return None
-    return LoadOverride(body.n_ctx, body.gpu_layers, body.cpu_moe_layers)

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..agent.conversation import Choice, Message, ToolCall
 from ..errors import InvalidRequest
 from ..events import SamplingParams
+from ..model.presets import Keep, LoadOverride
 from ..routing import DEFAULT_THRESHOLD
 
 
@@ -235,10 +236,36 @@ class TokenizeRequest(BaseModel):
     content: str = Field(max_length=64 << 20)
 
 
-class LoadRequest(BaseModel):
-    """A model to plan or load, with the user's choices over the planner's."""
+class PresetRequest(BaseModel):
+    """A model and the user's choices for it (model/presets.py): over the planner's, and
+    how long it stays loaded."""
     model_config = ConfigDict(extra="forbid")
-    model: str
+    model: str = Field(max_length=1024)
     n_ctx: int | None = Field(None, ge=256)
     gpu_layers: int | None = Field(None, ge=0)
     cpu_moe_layers: int | None = Field(None, ge=0, le=1024)  # experts of N layers in RAM
+    pinned: bool | None = None
+    ttl_s: float | None = Field(None, ge=0)  # null: never unloaded for idleness
+
+    def override(self) -> LoadOverride | None:
+        if self.n_ctx is None and self.gpu_layers is None and self.cpu_moe_layers is None:
+            return None
+        return LoadOverride(self.n_ctx, self.gpu_layers, self.cpu_moe_layers)
+
+    def keep(self) -> Keep | None:
+        """The Keep asked for; None when neither field was sent (the engine's default:
+        never unloaded for idleness as the default model, after a while beside it)."""
+        if not {"pinned", "ttl_s"} & self.model_fields_set:
+            return None
+        return Keep(pinned=bool(self.pinned), ttl_s=self.ttl_s)
+
+
+class LoadRequest(PresetRequest):
+    """A model to plan or load: as the model of requests that name none (replacing the
+    main one), or one more beside it."""
+    default: bool = True
+
+
+class UnloadRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(max_length=1024)

@@ -4,8 +4,8 @@ requests whenever a slot and KV memory are free and stepping all active ones tog
 
 A request for another model than the loaded one waits at the head of the line until the
 running requests end, then the model is swapped. Results go back through each job's
-`emit` callback as small frozen events (events.py). The engine has one lane, and a
-second when routing keeps a small model loaded beside the large one (engine.py).
+`emit` callback as small frozen events (events.py). The engine holds a lane per loaded
+model (fleet.py).
 """
 
 from __future__ import annotations
@@ -32,9 +32,14 @@ WORKER_STACK_BYTES = 16 << 20
 
 class Lane:
     def __init__(self, name: str, store: ModelStore, settings: EngineSettings, cluster=None,
-                 reserved: Callable[[], dict[str, int]] = dict):
+                 reserved: Callable[[], dict[str, int]] = dict, presets=None, calibration=None,
+                 after: tuple["Lane", ...] = ()):
         self.settings = settings
-        self.host = ModelHost(store, settings, cluster, reserved=reserved)
+        self.host = ModelHost(store, settings, cluster, reserved=reserved, presets=presets,
+                              calibration=calibration)
+        self.last_used = time.monotonic()  # its last request's put or end
+        self._after = after  # lanes unloading to make room: their memory is freed first
+        self._drain = False  # stopping: finish what was put first
         self.scheduler = Scheduler(self.host, settings)
         self.published: dict = {}  # the scheduler's figures, for other threads
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=settings.max_queue)
@@ -54,6 +59,7 @@ class Lane:
     def put(self, job: Job) -> None:
         if self._closed:
             raise ModelUnloaded("the model was unloaded (the routing pair changed, or the engine is stopping); retry")
+        self.last_used = time.monotonic()
         try:
             self._queue.put_nowait(job)
         except queue.Full:
@@ -69,8 +75,26 @@ class Lane:
             (self.host.default is not None and self.host.default.path == path)
 
     @property
+    def model(self):
+        """The model it holds, or is about to hold (None: none yet)."""
+        loaded = self.host.loaded
+        return loaded.model if loaded is not None else self.host.default
+
+    @property
     def queued(self) -> int:
         return self._queue.qsize() + (self._pending is not None)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.scheduler.active) or self.queued > 0 or self.host.loading is not None
+
+    def idle_s(self) -> float:
+        return 0.0 if self.busy else time.monotonic() - self.last_used
+
+    def retire(self) -> None:
+        """Unload when what was put so far has ended (nothing more is taken)."""
+        self._drain = self._closed = True
+        self._queue.put(None)
 
     def abandon(self, error: HomerackError) -> None:
         """Every request running or waiting gets `error` (see Engine.abandon)."""
@@ -86,21 +110,29 @@ class Lane:
             if job is not None:
                 job.emit(Failed(error))
 
-    def close(self) -> None:
+    def close(self, why: str = "the engine is stopping") -> None:
+        """Stop now: requests running or waiting end with an error saying `why`."""
         self._closed = True
         self._queue.put(None)
         self._thread.join(timeout=30)
-        self.abandon(ModelUnloaded("the model was unloaded (the routing pair changed, or the engine is stopping); retry"))
+        self.abandon(ModelUnloaded(f"the model was unloaded ({why}); retry"))
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
     # -- the worker thread ----------------------------------------------------
 
     def _work(self) -> None:
-        while not self._stopping:
+        while not self._ended():
             self._admit()
             if active := len(self.scheduler.active):
                 self._guarded(self.scheduler.step)
                 if len(self.scheduler.active) != active:
                     self._publish(force=True)
+                    self.last_used = time.monotonic()
             elif not self._stopping:
                 self._wait()
             self._publish()
@@ -111,9 +143,13 @@ class Lane:
             self.scheduler.save_all()
         self.host.close()
 
+    def _ended(self) -> bool:
+        """Told to stop, and (when retiring) nothing left to finish."""
+        return self._stopping and not (self._drain and (self.scheduler.active or self._pending))
+
     def _admit(self) -> None:
         """Start queued requests while there is a free slot and memory for them."""
-        while self.scheduler.has_room() and not self._stopping:
+        while self.scheduler.has_room() and not (self._stopping and not self._drain):
             job = self._pending or self._take()
             self._pending = None
             if job is None:
@@ -158,6 +194,8 @@ class Lane:
                     return False  # the swap waits for the running requests
                 if self.host.loaded:
                     self.scheduler.save_all()
+                for lane in self._after:
+                    lane.join()
                 self.host.ensure_loaded(model)
                 self.scheduler.attach()
                 if self.host.cluster:

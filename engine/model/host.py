@@ -22,6 +22,7 @@ from .loader import LoadJournal, load
 from ..catalog.models import LocalModel, ModelStore
 from ..machine.planner import Plan, Preferences, place_draft, plan
 from ..machine.probe import probe
+from .presets import LoadOverride, Presets
 from .prompt_cache import CacheLimits, PromptCache
 from ..speculation.controller import TIE_MARGIN, SpecController, Speculation, SpecStats
 from ..speculation.drafters import LookupDrafter, ModelDrafter
@@ -47,6 +48,9 @@ class EngineSettings:
     response_cache_bytes: int = 256 << 20
     cpu_moe_layers: int | None = None  # experts of this many layers in RAM; None: planned
     batch_invariant: bool = False     # batched greedy equal to solo, at repacking's cost
+    max_models: int = 3               # chat models loaded at once (fleet.py), memory allowing
+    jit_ttl_s: float | None = 900.0   # a model loaded on demand is unloaded this long idle
+    presets_file: Path | None = None  # the user's per-model choices (presets.py)
 
     @property
     def sequences(self) -> int:
@@ -60,14 +64,6 @@ class EngineSettings:
         invariant = self.batch_invariant and self.parallel > 1
         return replace(self.load, n_seq_max=self.sequences,
                        repack=self.load.repack and not invariant)
-
-
-@dataclass(frozen=True)
-class LoadOverride:
-    """The user's choice for a model, over the planner's: None keeps the planner's."""
-    n_ctx: int | None = None
-    gpu_layers: int | None = None
-    cpu_moe_layers: int | None = None  # leading layers whose routed experts stay in RAM
 
 
 @dataclass
@@ -149,21 +145,23 @@ class ModelHost:
     """Loads models by plan and holds the loaded one, its drafts and their controllers."""
 
     def __init__(self, store: ModelStore, settings: EngineSettings, cluster=None,
-                 reserved=dict):
+                 reserved=dict, presets: Presets | None = None,
+                 calibration: Calibration | None = None):
         self.store = store
         self.reserved = reserved  # bytes per device other models hold ("CPU": RAM)
         self.settings = settings
         self.cluster = cluster  # cluster.host.Cluster when workers take part
         self.loaded: Loaded | None = None
         self._default: LocalModel | None = None  # the model of requests that name none
-        self._overrides: dict[Path, LoadOverride] = {}  # the user's, by model file
+        self.presets = presets or Presets()  # the user's choices, by model (shared by lanes)
         self.load_error: str | None = None  # the last load's failure, for /health
         self.loading: tuple[str, float] | None = None  # (model id, fraction read) meanwhile
+        self.loads = 0  # models loaded so far
         self._controllers: dict[tuple, SpecController] = {}
         self._cuts = cut_draft.DraftCuts(settings.draft_folder)
         self._whole_drafts: set[Path] = set()  # drafts whose cut missed too much text
         self._hardware = None  # probed on the first load, in the worker
-        self._calibration = Calibration(settings.calibration_file)
+        self._calibration = calibration or Calibration(settings.calibration_file)
         self._journal = LoadJournal(settings.load_journal, settings.no_repack_file)
 
     @property
@@ -174,15 +172,8 @@ class ModelHost:
     def make_default(self, model: LocalModel) -> None:
         self._default = model
 
-    def set_override(self, path: Path, override: LoadOverride | None) -> None:
-        """How the user wants the model at `path` loaded (None: as planned)."""
-        if override is None:
-            self._overrides.pop(path, None)
-        else:
-            self._overrides[path] = override
-
-    def override_for(self, path: Path) -> LoadOverride | None:
-        return self._overrides.get(path)
+    def override_for(self, model: LocalModel) -> LoadOverride | None:
+        return self.presets.get(model.id).load
 
     def end_load_watch(self) -> None:
         """The loaded model stops for a reason other than a crash of its load (a worker
@@ -224,12 +215,12 @@ class ModelHost:
 
     def is_loaded(self, model: LocalModel) -> bool:
         return (self.loaded is not None and self.loaded.model.path == model.path
-                and self.loaded.override == self._overrides.get(model.path))
+                and self.loaded.override == self.override_for(model))
 
     def ensure_loaded(self, model: LocalModel) -> Loaded:
         if self.is_loaded(model):
             return self.loaded
-        override = self._overrides.get(model.path)
+        override = self.override_for(model)
         info = self.store.inspector.inspect(model.path)  # before llama.cpp ever opens it
         if info.embedding:
             raise InvalidRequest(f"{model.id} is an embedding model: it cannot generate text "
@@ -253,6 +244,7 @@ class ModelHost:
         finally:
             self.loading = None
         self.load_error = None
+        self.loads += 1
         llama = outcome.llama
         fmt = chat_format_for(info)
         turn_ends = set()

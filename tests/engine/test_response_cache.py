@@ -80,7 +80,7 @@ def test_a_request_that_differs_anywhere_misses(make_engine, tiny_store, change)
 
 
 def test_another_context_size_misses(make_engine, tiny_store):
-    from engine.model.host import LoadOverride
+    from engine.model.presets import LoadOverride
 
     engine, model = make_engine(), tiny_store.resolve("tiny")
     ask(engine, model)

@@ -50,6 +50,12 @@ def test_first_run_welcomes_focuses_the_composer_and_answers_a_suggestion(qtbot,
     window.control.choose(GEMMA)
     qtbot.waitUntil(lambda: "would run on CPU · about" in window.bar.state.text(), timeout=30_000)
     assert window.drawer.page == "Memory"  # what loading it will take
+    window.send("Name a colour.")
+    wait_reply(qtbot, window)  # Gemma loads on demand beside the starter, which stays
+    qtbot.waitUntil(lambda: "Loaded beside the default model" in window.bar.state.text(),
+                    timeout=10_000)
+    assert "unloads after 15 min idle" in window.bar.state.text()
+    assert window.bar.box.currentText().endswith("· loaded")
 
 
 def test_streaming_follows_the_bottom_unless_the_reader_scrolled_up(qtbot, open_window):
