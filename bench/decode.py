@@ -56,13 +56,8 @@ def api_once(http: httpx.Client, model_id: str, tokens: int, rep: int) -> tuple[
 
 def bytes_per_token(path: Path) -> float:
     """The weight bytes one token reads, by the speed forecast's rule
-    (engine/machine/forecast.py): every layer's, its routed experts at the share the
-    router picks, and the output matrix (the token embeddings when tied); of the token
-    embeddings otherwise, only a row. From the inspector's cached shape."""
-    shape = GGUFInspector().inspect(path).shape
-    layers = sum(size - shape.experts(i) * (1 - shape.active_fraction)
-                 for i, size in enumerate(shape.layer_bytes))
-    return layers + (shape.output_bytes or shape.embd_bytes)
+    (ModelShape.weights_read_per_token), from the inspector's cached shape."""
+    return GGUFInspector().inspect(path).shape.weights_read_per_token()
 
 
 def report_bound(model: str, path: Path, api: float, anchor: float, bandwidth: float) -> None:

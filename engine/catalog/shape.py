@@ -73,6 +73,18 @@ class ModelShape:
     def experts(self, layer: int) -> int:
         return self.expert_bytes[layer] if self.expert_bytes else 0
 
+    def read_per_token(self, layer: int) -> tuple[int, float]:
+        """The weight bytes one generated token reads in `layer`: (all but its routed
+        experts, its routed experts at the share the router picks)."""
+        experts = self.experts(layer)
+        return self.layer_bytes[layer] - experts, experts * self.active_fraction
+
+    def weights_read_per_token(self) -> float:
+        """Every layer's bytes by read_per_token, and the output matrix (the token
+        embeddings when tied); of the token embeddings otherwise only a row, nothing."""
+        layers = sum(sum(self.read_per_token(i)) for i in range(len(self.layer_bytes)))
+        return layers + (self.output_bytes or self.embd_bytes)
+
     def mapped_bytes(self, cpu_layers: int, output_on_cpu: bool, cpu_moe: int = 0) -> int | None:
         """What llama.cpp's CPU_Mapped buffer covers with the first `cpu_layers` layers on
         the CPU and the routed experts of the first `cpu_moe` there too; None when the

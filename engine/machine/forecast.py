@@ -91,10 +91,10 @@ def _decode_seconds(shape: ModelShape, layout: Layout, speeds: Speeds, n_ctx: in
     reads: dict[str, float] = {}
     path = ["CPU"]  # the token embedding is looked up on the CPU
     for i, device in enumerate(layout.layer_devices):
-        experts = shape.experts(i)
-        reads[device] = reads.get(device, 0.0) + shape.layer_bytes[i] - experts + kv
+        rest, experts = shape.read_per_token(i)
+        reads[device] = reads.get(device, 0.0) + rest + kv
         expert_device = layout.expert_device(i)
-        reads[expert_device] = reads.get(expert_device, 0.0) + experts * shape.active_fraction
+        reads[expert_device] = reads.get(expert_device, 0.0) + experts
         path += [device, expert_device] if experts else [device]
     output = shape.output_bytes or shape.embd_bytes
     reads[layout.output_device] = reads.get(layout.output_device, 0.0) + output
