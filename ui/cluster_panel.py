@@ -1,7 +1,8 @@
 """The cluster dashboard: this machine shared as a worker (its address and pairing code),
 pairing with another machine's worker, using the paired workers as pipeline stages, and
 the machines at work — their layer ranges, memory, link round trip, bytes per token on
-each link and the tokens/s while generating.
+each link, the models this machine holds with their requests, and the tokens/s while
+generating.
 
 The panel only shows and asks (signals); the main window runs the work off the UI
 thread and hands the answers back (`show_cluster`, `show_sharing`)."""
@@ -13,24 +14,36 @@ from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QLineEdit, QPushB
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 MiB = 1 << 20
-COLUMNS = ("Machine", "Layers", "Memory", "Round trip", "Bytes / token", "State")
+COLUMNS = ("Machine", "Models", "Layers", "Memory", "Round trip", "Bytes / token", "State")
 
 
 def _layers(stages: list[dict]) -> str:
     return ", ".join(f"{s['first_layer']}–{s['last_layer']}" for s in stages) or "–"
 
 
+def models_text(models: list[dict]) -> str:
+    """The models a machine holds, each with what it is doing."""
+    def one(m: dict) -> str:
+        doing = f"{m['running']} running" + (f", {m['queued']} queued" if m["queued"] else "") \
+            if m["running"] or m["queued"] else "loading" if m["state"] == "loading" else "idle"
+        speed = f", {m['generated_tokens_per_s']:.1f} tok/s" \
+            if m.get("generated_tokens_per_s") else ""
+        return f"{m['id']} ({doing}{speed})"
+    return "; ".join(one(m) for m in models) or "–"
+
+
 def machine_rows(view: dict) -> list[tuple[str, ...]]:
     """One row per machine: this one first, then each paired worker."""
     local = view.get("local_stages", [])
     host = view.get("host")
-    rows = [(f"{host} (this machine)" if host else "This machine", _layers(local),
+    rows = [(f"{host} (this machine)" if host else "This machine",
+             models_text(view.get("models", [])), _layers(local),
              f"{sum(s['bytes'] for s in local) / MiB:,.0f} MiB" if local else "–", "–", "–",
              "output layer here")]
     for w in view.get("workers", []):
         stages = w.get("stages", [])
         per_token = f"{w['bytes_per_token']:,.0f} B" if w.get("bytes_per_token") else "–"
-        rows.append((f"{w['name']} ({w['address']})", _layers(stages),
+        rows.append((f"{w['name']} ({w['address']})", "–", _layers(stages),
                      f"{sum(s['bytes'] for s in stages) / MiB:,.0f} MiB" if stages else "–",
                      f"{w['rtt_ms']:.2f} ms" if w.get("rtt_ms") else "–", per_token,
                      w["state"] + (f": {w['why']}" if w.get("why") else "")))

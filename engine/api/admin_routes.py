@@ -37,8 +37,9 @@ def _status_routes(router: APIRouter, engine: Engine) -> None:
 
     @router.get("/v1/cluster")
     async def cluster():
-        """The machines, their stages, links and figures (the app's dashboard)."""
-        return engine.cluster_status() or {"workers": []}
+        """The machines, their stages, links and figures, and the models this machine
+        holds (the app's dashboard)."""
+        return {**(engine.cluster_status() or {"workers": []}), "models": engine.fleet.loaded()}
 
     @router.get("/v1/hardware")
     async def hardware():

@@ -433,13 +433,14 @@ def test_cluster_panel_shares_pairs_uses_workers_and_shows_the_machines(qtbot, o
     # The worker is this same machine, so it is left out, with why, unless its bandwidth
     # probe came out over 15% faster than this engine's (the noise margin; a loaded CI
     # machine can do that): then the plan uses it and the table shows its layers.
-    assert "linked" in panel.table.item(1, 5).text()
+    assert "linked" in panel.table.item(1, 6).text()
+    assert panel.table.item(0, 1).text().startswith(STARTER)  # the models this machine holds
     if "left out" in panel.speed.text():
         assert "slow" in panel.speed.text() or "gains under" in panel.speed.text()
-        assert panel.table.item(1, 1).text() == "–"
+        assert panel.table.item(1, 2).text() == "–"
     else:
         assert "expected by the plan" in panel.speed.text()
-        assert any(ch.isdigit() for ch in panel.table.item(1, 1).text())
+        assert any(ch.isdigit() for ch in panel.table.item(1, 2).text())
     path = tmp_path_factory.getbasetemp() / "homerack-cluster-panel.png"
     assert window.grab().save(str(path))
     print(f"\nscreenshot: {path}")
