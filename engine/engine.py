@@ -36,9 +36,10 @@ log = logging.getLogger("homerack.engine")
 
 class Engine:
     def __init__(self, store: ModelStore, settings: EngineSettings = EngineSettings(),
-                 cluster=None):
+                 cluster=None, replicas=None):
         self.store = store
         self.settings = settings
+        self.replicas = replicas  # cluster.replicas.Replicas: machines serving whole models
         self.embedder = Embedder(store, settings.load)
         self.presets = Presets(settings.presets_file)
         self.fleet = Fleet(store, settings, cluster, self.presets,
@@ -335,6 +336,8 @@ class Engine:
                 "disk_bytes": cache.disk_bytes(), **cache.stats}
 
     def close(self) -> None:
+        if self.replicas:
+            self.replicas.close()
         self.fleet.close()
         if self.answers:
             self.answers.flush()

@@ -132,7 +132,8 @@ class Fleet:
                 "running": len(lane.scheduler.active), "queued": lane.queued,
                 "idle_s": round(lane.idle_s(), 1), "pinned": keep.pinned, "ttl_s": keep.ttl_s,
                 "loads": lane.host.loads,
-                "generated_tokens_per_s": lane.published.get("generated_tokens_per_s")})
+                "generated_tokens_per_s": lane.published.get("generated_tokens_per_s"),
+                "decode_tokens_per_s": _measured_decode(loaded)})
         return out
 
     def close(self) -> None:
@@ -221,3 +222,9 @@ class Fleet:
             return lane is not self.main and idle >= REAP_S
         keep = self.keep_of(lane)
         return not keep.pinned and keep.ttl_s is not None and idle >= keep.ttl_s
+
+
+def _measured_decode(loaded) -> float | None:
+    """The loaded model's decode rate as its first lone request measured it."""
+    speed = ((loaded.memory or {}).get("speed") or {}) if loaded else {}
+    return (speed.get("decode") or {}).get("measured")

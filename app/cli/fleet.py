@@ -36,7 +36,8 @@ def cmd_worker(args) -> int:
                           host=args.host, port=args.port,
                           threads=args.threads or os.cpu_count() or 2,
                           ram_bytes=int(args.ram * 2**30) if args.ram else None,
-                          advertise=not args.no_advertise)
+                          advertise=not args.no_advertise,
+                          replica=_replica_options(args) if args.replica else None)
     worker = Worker(config)
 
     def ready(address: str) -> None:
@@ -53,6 +54,12 @@ def cmd_worker(args) -> int:
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _replica_options(args) -> tuple[str, ...]:
+    """`homerack serve` options of the worker's replica engine."""
+    options = ("--threads", str(args.threads)) if args.threads else ()
+    return options + (("--ram", str(args.ram)) if args.ram else ())
 
 
 def print_code(code: str, expires: float) -> None:
@@ -123,6 +130,9 @@ def add_commands(sub) -> None:
     worker.add_argument("--threads", type=int, default=0)
     worker.add_argument("--ram", type=float, metavar="GIB", help="offer at most this much memory")
     worker.add_argument("--no-advertise", action="store_true", help="no mDNS announcement")
+    worker.add_argument("--replica", action="store_true",
+                        help="also serve whole models to paired hosts (their `serve "
+                             "--replicas`): an engine of this machine's own, on its models")
     worker.add_argument("--no-cache", action="store_true", help="no local tensor cache")
     worker.add_argument("--hosts", action="store_true", help="list the hosts paired with this machine")
     worker.add_argument("--revoke-host", metavar="HOST", help="unpair a host (takes effect at once)")

@@ -25,7 +25,7 @@ def cmd_serve(args) -> int:
               flush=True)
     if args.workers and args.fd is None:  # the API's socket here, the engine in a child
         return _supervise(args, token)
-    if args.fd is not None:
+    if args.fd is not None or args.no_engine_file:  # a supervised engine, or a replica's
         _become_child()
     return _serve(args, token)
 
@@ -73,14 +73,21 @@ def _serve(args, token: str) -> int:
         from ..cluster import lost_handler, make_cluster
 
         cluster = make_cluster(args, lost_handler(holder))
-    engine = holder["engine"] = Engine(store, _settings(args), cluster)
+    replicas = None
+    if args.replicas:
+        from engine.cluster.replicas import Replicas
+
+        from ..cluster import resolve_workers
+
+        replicas = Replicas(resolve_workers(args.replicas))
+    engine = holder["engine"] = Engine(store, _settings(args), cluster, replicas)
     downloads = Downloads(store.folder, paths().data / "downloads.json",
                           token=os.environ.get("HF_TOKEN"),
                           on_done=lambda files: store.kind_of(store.resolve(str(files[0]))))
     engine_file = paths().engine_file
 
     def ready(url: str) -> None:
-        if args.fd is None:  # a supervised child's parent has announced the address
+        if args.fd is None and not args.no_engine_file:  # (a supervisor announced it)
             write_engine_file(engine_file, EngineAddress(url, token, os.getpid()))
             print(f"listening on {url}", flush=True)
         if args.model:
@@ -207,6 +214,13 @@ def add_commands(sub) -> None:
     serve.add_argument("--workers", metavar="auto|WORKER,...",
                        help="use paired workers as pipeline stages: 'auto' takes those "
                             "announced on the LAN, or name them (names or host:port)")
+    serve.add_argument("--replicas", metavar="auto|WORKER,...",
+                       help="send requests to paired workers started with --replica too, "
+                            "each serving whole models: by queue, speed and conversation "
+                            "('auto': every paired worker)")
+    serve.add_argument("--no-engine-file", action="store_true",
+                       help="do not record this engine for `homerack chat` (a worker's "
+                            "replica engine)")
     serve.add_argument("--split", metavar="N,...",
                        help="layers on each worker, in --workers order (default: planned)")
     serve.add_argument("--response-cache-mib", type=int, default=256,

@@ -39,7 +39,8 @@ def _status_routes(router: APIRouter, engine: Engine) -> None:
     async def cluster():
         """The machines, their stages, links and figures, and the models this machine
         holds (the app's dashboard)."""
-        return {**(engine.cluster_status() or {"workers": []}), "models": engine.fleet.loaded()}
+        return {**(engine.cluster_status() or {"workers": []}), "models": engine.fleet.loaded(),
+                "replicas": engine.replicas.status() if engine.replicas else []}
 
     @router.get("/v1/hardware")
     async def hardware():

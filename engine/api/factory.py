@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 from ..engine import Engine
 from ..errors import HomerackError, QueueFull, Unauthorized
 from . import admin_routes, anthropic_routes, embeddings_routes, openai_routes, responses_routes
+from .front_door import FrontDoor
 from .guard import BodyTooLarge, RequestGuard
 from .wire import error_body
 
@@ -60,14 +61,21 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
 
     docs = {} if api_docs else {"openapi_url": None, "docs_url": None, "redoc_url": None}
     app = FastAPI(title="Homerack engine", version="0.1.0", lifespan=lifespan, **docs)
-    app.add_middleware(RequestGuard, names=host_names, error_body=lambda path, status, message:
-                       _body_for(path, status, message, "invalid_request_error", None))
     expected = token.encode()
 
     def token_given(request: Request) -> bool:
-        bearer = request.headers.get("authorization", "")
-        given = bearer[7:] if bearer.startswith("Bearer ") else request.headers.get("x-api-key", "")
+        return token_in(request.headers)
+
+    def token_in(headers) -> bool:
+        bearer = headers.get("authorization", "")
+        given = bearer[7:] if bearer.startswith("Bearer ") else headers.get("x-api-key", "")
         return secrets.compare_digest(given.encode(), expected)
+
+    if engine.replicas is not None:  # inside the guard: bodies capped, Host checked first
+        app.add_middleware(FrontDoor, engine=engine, replicas=engine.replicas,
+                           token_given=token_in)
+    app.add_middleware(RequestGuard, names=host_names, error_body=lambda path, status, message:
+                       _body_for(path, status, message, "invalid_request_error", None))
 
     def require_token(request: Request) -> None:
         if not token_given(request):

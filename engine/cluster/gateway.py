@@ -1,5 +1,6 @@
 """The worker's LAN port: TLS, then one hello line, then — for a paired host asking for
-`rpc` — a byte pipe to llama.cpp's RPC server on 127.0.0.1. An unpaired peer, a wrong
+`rpc` — a byte pipe to llama.cpp's RPC server on 127.0.0.1, or for `api` one to the
+worker's replica engine (its own Homerack engine, with whole models: cluster/replicas.py). An unpaired peer, a wrong
 code, pairing while it is closed, a foreign version or a second host while one is served
 is answered and closed before a connection to the RPC server is even opened; and bytes
 are relayed only to a server that is the worker's own child (`rpc_owner`)."""
@@ -36,13 +37,15 @@ class Gateway:
     def __init__(self, name: str, grants: Grants, window: PairingWindow, fingerprint: str,
                  rpc_endpoint: Callable[[], str], rpc_owner: Callable[[int], bool],
                  info: Callable[[], dict],
-                 on_paired: Callable[[str, str], None] = lambda _h, _c: None):
+                 on_paired: Callable[[str, str], None] = lambda _h, _c: None,
+                 replica=None):
         self.name = name
         self.grants, self.window = grants, window
         self.fingerprint = fingerprint
         self.rpc_endpoint, self.rpc_owner = rpc_endpoint, rpc_owner
         self.info = info
         self.on_paired = on_paired
+        self.replica = replica  # worker.ReplicaEngine, when this machine serves whole models
         self.stats = GatewayStats()
         self._session = asyncio.Lock()  # llama.cpp's RPC server serves one client at a time
         self._pairing = asyncio.Lock()  # one exchange at a time: each guess is counted
@@ -88,6 +91,8 @@ class Gateway:
             return await self._control(reader, writer)
         if mode == "rpc":
             return await self._rpc(host, reader, writer)
+        if mode == "api":
+            return await self._api(writer)
         raise Refused(f"unknown mode {mode!r}")
 
     async def _pair(self, hello: dict, reader, writer) -> None:
@@ -153,6 +158,27 @@ class Gateway:
         finally:
             self.stats.serving = None
             server.transport.close()
+
+    async def _api(self, writer) -> None:
+        """A connection to the replica engine (many at once: it queues requests itself);
+        the ok carries the engine's token, which only paired hosts learn."""
+        replica = self.replica
+        port = replica.port if replica else None
+        if port is None or not await asyncio.to_thread(replica.owns, port):
+            raise Refused(f"worker {self.name} serves no models (start it with --replica)")
+        try:
+            _, engine = await asyncio.get_running_loop().create_connection(
+                Half, "127.0.0.1", port)
+        except OSError:
+            raise Refused(f"worker {self.name}: its replica engine is not running") from None
+        try:
+            await write_line(writer, {"ok": True, "name": self.name,
+                                      "engine_token": replica.token})
+            client = Half().adopt(writer.transport)
+            join(client, engine)
+            await first_closed(client, engine)
+        finally:
+            engine.transport.close()
 
     def _count(self, counter: str):
         return lambda n: setattr(self.stats, counter, getattr(self.stats, counter) + n)

@@ -1,7 +1,9 @@
 """A machine shared as a pipeline stage: llama.cpp's RPC server in a supervised child
 process on 127.0.0.1 (restarted if it dies, on a new random port each time), the TLS
 gateway on the LAN port in front of it, and the mDNS announcement. `homerack worker` and
-the app's Share switch run this.
+the app's Share switch run this. With `--replica` the machine also serves whole models:
+a Homerack engine of its own in another supervised child (ReplicaEngine), which paired
+hosts reach through the gateway (mode "api") and send requests to (cluster/replicas.py).
 
 llama.cpp's RPC server authenticates nobody (its own security policy calls it unsafe
 beyond a trusted network), so other local users must not reach it: the gateway relays
@@ -40,12 +42,62 @@ class WorkerConfig:
     threads: int = 2
     ram_bytes: int | None = None  # the most memory this machine offers
     advertise: bool = True     # on the gateway's address (every LAN address for 0.0.0.0)
+    replica: tuple[str, ...] | None = None  # `homerack serve` options of a replica engine
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def listens(process: subprocess.Popen | None, port: int) -> bool:
+    """Whether `process` (a child of ours, running) listens on `port` (False when unknown)."""
+    if process is None or process.poll() is not None:
+        return False
+    try:
+        return any(c.status == psutil.CONN_LISTEN and c.laddr.port == port
+                   for c in psutil.Process(process.pid).net_connections("tcp"))
+    except psutil.Error:
+        return False
+
+
+class ReplicaEngine:
+    """This machine's own engine for paired hosts (`homerack serve` on 127.0.0.1, with a
+    token of its own and no engine file: the user's `homerack chat` keeps finding the
+    user's engine), restarted if it dies."""
+
+    def __init__(self, options: tuple[str, ...]):
+        import secrets
+
+        self.options = options
+        self.token = secrets.token_urlsafe(32)
+        self.port: int | None = None
+        self.process: subprocess.Popen | None = None
+
+    def owns(self, port: int) -> bool:
+        return listens(self.process, port)
+
+    def _start(self) -> subprocess.Popen:
+        import os
+
+        self.port = free_port()
+        args = module_command("app", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+                              "--no-engine-file", *self.options)
+        return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env=dict(os.environ, HOMERACK_TOKEN=self.token),
+                                cwd=Path(__file__).resolve().parents[2])
+
+    async def supervise(self, log: Callable[[str], None]) -> None:
+        try:
+            while True:
+                self.process = self._start()
+                code = await asyncio.to_thread(self.process.wait)
+                log(f"the replica engine exited ({code}); restarting it")
+                await asyncio.sleep(RESTART_DELAY_S)
+        finally:
+            if self.process and self.process.poll() is None:
+                self.process.terminate()
 
 
 class Worker:
@@ -67,8 +119,10 @@ class Worker:
         self._free, self._free_at = 0, 0.0
         self.rpc_process: subprocess.Popen | None = None
         self.rpc_restarts = 0
+        self.replica = ReplicaEngine(config.replica) if config.replica is not None else None
         self.gateway = Gateway(config.name, self.grants, self.window, self.fingerprint,
-                               lambda: self.rpc_endpoint, self.rpc_owner, self.info)
+                               lambda: self.rpc_endpoint, self.rpc_owner, self.info,
+                               replica=self.replica)
 
     def free_bytes(self) -> int:
         free = psutil.virtual_memory().available
@@ -83,18 +137,11 @@ class Worker:
         return {"devices": self.devices, "free_bytes": self._free,
                 "bandwidth": self.bandwidth, "serving": self.gateway.stats.serving,
                 "rpc_running": self.rpc_process is not None and self.rpc_process.poll() is None,
-                "rpc_restarts": self.rpc_restarts}
+                "rpc_restarts": self.rpc_restarts, "replica": self.replica is not None}
 
     def rpc_owner(self, port: int) -> bool:
         """Whether the worker's own RPC server listens on `port` (False when unknown)."""
-        process = self.rpc_process
-        if process is None or process.poll() is not None:
-            return False
-        try:
-            return any(c.status == psutil.CONN_LISTEN and c.laddr.port == port
-                       for c in psutil.Process(process.pid).net_connections("tcp"))
-        except psutil.Error:
-            return False
+        return listens(self.rpc_process, port)
 
     def _start_rpc(self) -> subprocess.Popen:
         self.rpc_endpoint = f"127.0.0.1:{free_port()}"  # a new one at each (re)start
@@ -119,6 +166,7 @@ class Worker:
         self.gateway.on_paired = lambda host, comparison: log(
             f"paired with host {host}; confirmation {comparison} (the host shows the same)")
         supervisor = asyncio.create_task(self._supervise_rpc(log))
+        replica = asyncio.create_task(self.replica.supervise(log)) if self.replica else None
         server = await self.gateway.serve(self.config.host, self.config.port, self.context)
         port = server.sockets[0].getsockname()[1]
         advertiser = await asyncio.to_thread(self._advertise, port) if self.config.advertise else None
@@ -132,6 +180,8 @@ class Worker:
                                             self.free_bytes())
         finally:
             supervisor.cancel()
+            if replica:
+                replica.cancel()
             server.close()
             if self.rpc_process and self.rpc_process.poll() is None:
                 self.rpc_process.kill()
