@@ -69,13 +69,16 @@ def choose(machines: list[MachineLoad], model: str, sticky: str | None = None) -
 
 
 def opening_key(body: dict) -> str | None:
-    """A conversation's identity across its turns: its system prompt and first message
-    (chat, Anthropic messages, Responses input), or a raw prompt's start."""
+    """A conversation's identity across its turns: its system prompt and its messages up
+    to the first question (chat, Anthropic messages, Responses input), or a raw prompt's
+    start."""
     first = None
     for field in ("messages", "input"):
         items = body.get(field)
         if isinstance(items, list) and items:
-            first = items[0]
+            asked = next((i for i, m in enumerate(items)
+                          if isinstance(m, dict) and m.get("role") == "user"), 0)
+            first = items[:asked + 1]
         elif isinstance(items, str):
             first = items[:512]
     if first is None and isinstance(body.get("prompt"), str):
