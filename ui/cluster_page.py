@@ -1,5 +1,5 @@
-"""The Cluster page's work: sharing this machine, pairing, using the paired workers, and
-the dashboard polled while the page is open. The panel (cluster_panel.py) shows; this
+"""The Cluster page's work: sharing this machine, pairing, using the paired workers (as
+pipeline stages, as replicas), and the dashboard polled while the page is open. The panel (cluster_panel.py) shows; this
 runs the work off the UI thread and says what happened in signals."""
 
 from __future__ import annotations
@@ -27,10 +27,12 @@ class ClusterPage(ClusterPanel):
         self.share_args: list[str] = []  # more `homerack worker` options (tests: loopback)
         self._polling = False
         self.use.setChecked("--workers" in supervisor.serve_args)
+        self.replicas.setChecked("--replicas" in supervisor.serve_args)
         self.share_toggled.connect(self._share)
         self.pair_requested.connect(self._pair)
         self.pair_again_requested.connect(self._pair_again)
-        self.use_toggled.connect(self._use_workers)
+        self.use_toggled.connect(lambda on: self._use("--workers", "use-workers", on))
+        self.replicas_toggled.connect(lambda on: self._use("--replicas", "use-replicas", on))
         self.timer = QTimer(self, interval=1000)
         self.timer.timeout.connect(self._poll)
         self.timer.start()
@@ -46,7 +48,8 @@ class ClusterPage(ClusterPanel):
                 start_task(lambda _t: shared.stop())
             return
         self.show_sharing("Starting…")
-        start_task(lambda _t: SharedMachine(self.share_args).wait_ready(),
+        args = self.share_args + (["--replica"] if self.serve_models.isChecked() else [])
+        start_task(lambda _t: SharedMachine(args).wait_ready(),
                    on_done=self._on_shared, on_error=self._on_share_failed)
 
     def _on_shared(self, shared) -> None:
@@ -85,12 +88,17 @@ class ClusterPage(ClusterPanel):
                        "“Use paired workers” to give it layers."),
                    on_error=lambda e: self.error.emit(f"Pairing failed: {e}"))
 
-    def _use_workers(self, on: bool) -> None:
-        args = [a for a in self.supervisor.serve_args if a not in ("--workers", "auto")]
-        self.supervisor.serve_args = args + (["--workers", "auto"] if on else [])
-        flag = self.data / "cluster" / "use-workers"
+    def _use(self, option: str, flag_name: str, on: bool) -> None:
+        """Restart the engine with `option auto` (paired workers as stages, or as
+        replicas), or without; a flag file keeps the choice for the next start."""
+        args = self.supervisor.serve_args
+        if option in args:
+            at = args.index(option)
+            args = args[:at] + args[at + 2:]
+        self.supervisor.serve_args = args + ([option, "auto"] if on else [])
+        flag = self.data / "cluster" / flag_name
         flag.parent.mkdir(parents=True, exist_ok=True)
-        flag.touch() if on else flag.unlink(missing_ok=True)  # the next start keeps it
+        flag.touch() if on else flag.unlink(missing_ok=True)
         if not self.supervisor.owned:
             self.notice.emit("The engine was started outside the app: the change applies "
                              "the next time the app starts it.")

@@ -1,5 +1,6 @@
-"""The cluster dashboard: this machine shared as a worker (its address and pairing code),
-pairing with another machine's worker, using the paired workers as pipeline stages, and
+"""The cluster dashboard: this machine shared as a worker (its address and pairing code;
+as a pipeline stage, and serving whole models when asked), pairing with another
+machine's worker, using the paired workers as pipeline stages or as replicas, and
 the machines at work — their layer ranges, memory, link round trip, bytes per token on
 each link, the models this machine holds with their requests, and the tokens/s while
 generating.
@@ -47,6 +48,12 @@ def machine_rows(view: dict) -> list[tuple[str, ...]]:
                      f"{sum(s['bytes'] for s in stages) / MiB:,.0f} MiB" if stages else "–",
                      f"{w['rtt_ms']:.2f} ms" if w.get("rtt_ms") else "–", per_token,
                      w["state"] + (f": {w['why']}" if w.get("why") else "")))
+    for r in view.get("replicas", []):
+        loaded = ", ".join(r.get("loaded", [])) or "no model loaded"
+        state = f"replica, {r['requests_sent']} requests sent" if r["state"] == "serving" \
+            else f"replica left out: {r.get('why', '')}"
+        rows.append((f"{r['name']} (replica)", loaded if r["state"] == "serving" else "–",
+                     "whole models", "–", "–", "–", state))
     return rows
 
 
@@ -54,6 +61,7 @@ class ClusterPanel(QWidget):
     share_toggled = Signal(bool)
     pair_again_requested = Signal()
     use_toggled = Signal(bool)
+    replicas_toggled = Signal(bool)
     pair_requested = Signal(str, str)  # address, code
 
     def __init__(self, parent=None):
@@ -62,6 +70,10 @@ class ClusterPanel(QWidget):
         self.share.setToolTip("Other Homerack hosts on this network can use this machine as a "
                               "pipeline stage once paired with the code shown here")
         self.share.toggled.connect(self.share_toggled)
+        self.serve_models = QCheckBox("Also serve whole models to paired hosts")
+        self.serve_models.setToolTip("Hosts that use replicas send some of their requests "
+                                     "here; this machine answers with an engine of its own "
+                                     "(applies the next time it is shared)")
         self.pair_again = QPushButton("Pair another host")
         self.pair_again.setToolTip("A new code for one more host, for 5 minutes")
         self.pair_again.setEnabled(False)  # while shared
@@ -79,6 +91,11 @@ class ClusterPanel(QWidget):
         self.use.setToolTip("The paired workers run some of the model's layers as pipeline "
                             "stages")
         self.use.toggled.connect(self.use_toggled)
+        self.replicas = QCheckBox("Send requests to paired replicas (restarts the engine)")
+        self.replicas.setToolTip("Paired workers that serve whole models answer some requests: "
+                                 "the least busy machine, or the one that holds the "
+                                 "conversation")
+        self.replicas.toggled.connect(self.replicas_toggled)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.horizontalHeader().setStretchLastSection(True)
@@ -89,10 +106,13 @@ class ClusterPanel(QWidget):
         for widget, name in ((self.share, "Share this machine"), (self.address, "Worker address"),
                              (self.code, "Pairing code"), (pair, "Pair"),
                              (self.pair_again, "Pair another host"),
-                             (self.use, "Use paired workers"), (self.table, "Machines")):
+                             (self.use, "Use paired workers"), (self.table, "Machines"),
+                             (self.serve_models, "Also serve whole models"),
+                             (self.replicas, "Send requests to paired replicas")):
             widget.setAccessibleName(name)
         layout = QVBoxLayout(self)  # one column: it lives in the drawer beside the chat
         layout.addWidget(self.share)
+        layout.addWidget(self.serve_models)
         layout.addWidget(self.sharing)
         layout.addWidget(self.pair_again, 0, Qt.AlignLeft)
         layout.addWidget(QLabel("Pair with another machine's worker:"))
@@ -102,6 +122,7 @@ class ClusterPanel(QWidget):
         row.addWidget(pair)
         layout.addLayout(row)
         layout.addWidget(self.use)
+        layout.addWidget(self.replicas)
         layout.addWidget(self.table)
         layout.addWidget(self.speed)
         layout.addStretch(1)

@@ -25,8 +25,9 @@ def create_window(serve_args: list[str] | None = None) -> MainWindow:
         app.setWindowIcon(QIcon(str(icon)))
     where = paths()
     args = ["--model", DEFAULT_MODEL] if serve_args is None else list(serve_args)
-    if (where.data / "cluster" / "use-workers").exists() and "--workers" not in args:
-        args += ["--workers", "auto"]  # the Cluster panel's choice, kept
+    for flag, option in (("use-workers", "--workers"), ("use-replicas", "--replicas")):
+        if (where.data / "cluster" / flag).exists() and option not in args:
+            args += [option, "auto"]  # the Cluster panel's choices, kept
     return MainWindow(where, EngineSupervisor(where.engine_file, args))
 
 
