@@ -289,6 +289,7 @@ class Engine:
             "batching": batching,
             "embedding_model": self.embedder.model.id if self.embedder.model else None,
             "models": self.fleet.loaded(),
+            "replicas": self.replicas.status() if self.replicas else [],
             "adapters": {"loaded": loaded.adapters.loaded() if loaded else [],
                          "switches": loaded.adapters.switches if loaded else 0},
             "response_cache": self.answers.status() if self.answers else None,

@@ -53,6 +53,7 @@ class _Status:
         switches.add_metric([], adapters.get("switches", 0))
         yield switches
         yield from _per_model(self.status.get("models") or ())
+        yield from _per_replica(self.status.get("replicas") or ())
 
 
 PER_MODEL = {  # status["models"] entry key -> (metric, help)
@@ -83,3 +84,18 @@ def prometheus_text(status: dict) -> tuple[bytes, str]:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Status(status))
     return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def _per_replica(replicas):
+    """The machines serving whole models behind this front door (cluster/replicas.py)."""
+    up = GaugeMetricFamily("homerack_replica_up", "1 while a replica answers its polls.",
+                           labels=["machine"])
+    busy = GaugeMetricFamily("homerack_replica_busy", "A replica's requests running and "
+                             "queued, per slot.", labels=["machine"])
+    sent = CounterMetricFamily("homerack_replica_requests", "Requests sent to a replica.",
+                               labels=["machine"])
+    for replica in replicas:
+        up.add_metric([replica["name"]], replica["state"] == "serving")
+        busy.add_metric([replica["name"]], replica.get("busy", 0))
+        sent.add_metric([replica["name"]], replica["requests_sent"])
+    yield from (up, busy, sent)

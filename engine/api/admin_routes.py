@@ -39,8 +39,9 @@ def _status_routes(router: APIRouter, engine: Engine) -> None:
     async def cluster():
         """The machines, their stages, links and figures, and the models this machine
         holds (the app's dashboard)."""
-        return {**(engine.cluster_status() or {"workers": []}), "models": engine.fleet.loaded(),
-                "replicas": engine.replicas.status() if engine.replicas else []}
+        status = engine.status()
+        return {**(engine.cluster_status() or {"workers": []}), "models": status["models"],
+                "replicas": status["replicas"]}
 
     @router.get("/v1/hardware")
     async def hardware():

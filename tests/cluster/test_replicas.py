@@ -100,6 +100,8 @@ def test_a_request_may_name_its_machine_and_the_answer_comes_back_unchanged(fron
     assert lines[-1] == "data: [DONE]" and json.loads(lines[0][6:])["choices"][0]["text"] != \
         None  # noqa: E711
     assert serving(front)["r1"]["requests_sent"] >= 3
+    metrics = httpx.get(f"{front.url}/metrics", headers={"Authorization": f"Bearer {front.token}"})
+    assert 'homerack_replica_up{machine="r1"} 1.0' in metrics.text
 
 
 def test_a_conversation_goes_back_to_the_machine_that_holds_it(front):
