@@ -5,9 +5,10 @@ models, queues and speeds and the conversation's last machine. A request may nam
 machine (`X-Homerack-Machine`). The chosen replica's answer comes back byte for byte,
 streamed or not; every answer names its machine in `X-Homerack-Machine`.
 
-A replica that cannot be reached before its answer starts is left out and the request
-goes to the next choice: nothing is lost. One that goes during a stream ends it with an
-error event naming the machine (the app's history keeps what arrived).
+A replica that cannot be reached, or is lost (its heartbeats stop: replicas.py), before
+its answer starts is left out and the request goes to the next choice: nothing is lost.
+One that goes during a stream ends it with an error event naming the machine (the app's
+history keeps what arrived).
 
 A pure ASGI middleware inside the guard (a body's size is capped before it is read
 here); the token is checked before anything is forwarded, so an unauthenticated request
@@ -15,6 +16,7 @@ never reaches a replica with this host's credentials."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from typing import Callable
@@ -30,6 +32,11 @@ HEADER = "x-homerack-machine"
 HOP_HEADERS = {"host", "authorization", "x-api-key", "content-length", "connection",
                "transfer-encoding", "keep-alive"}
 CONNECT_TIMEOUT_S = 5.0
+WATCH_S = 0.2  # how often a wait on a replica checks that it is still there
+
+
+class ReplicaLost(Exception):
+    pass
 
 
 class FrontDoor:
@@ -50,11 +57,19 @@ class FrontDoor:
             return await self.app(scope, _replay(body, receive), send)  # the routes answer
         key = opening_key(request)
         for name in self._replicas_to_try(request["model"], key, headers.get(HEADER)):
-            if await self._forward(name, scope, headers, body, send):
-                self.replicas.remember(key, name)
-                return
+            self.replicas.begin(name)
+            try:
+                if await self._forward(name, scope, headers, body, send):
+                    self.replicas.remember(key, name)
+                    return
+            finally:
+                self.replicas.end(name)
         self.replicas.remember(key, self.here)
-        await self.app(scope, _replay(body, receive), _naming(send, self.here))
+        self.replicas.begin(self.here)
+        try:
+            await self.app(scope, _replay(body, receive), _naming(send, self.here))
+        finally:
+            self.replicas.end(self.here)
 
     def _replicas_to_try(self, model: str, key: str | None, wanted: str | None):
         """The replicas to send the request to in turn (each one that cannot be reached
@@ -78,7 +93,7 @@ class FrontDoor:
         return MachineLoad(self.here, models, frozenset(m["id"] for m in held),
                            sum(m["running"] + m["queued"] for m in held) / slots,
                            {m["id"]: m["decode_tokens_per_s"] for m in held
-                            if m.get("decode_tokens_per_s")}, local=True)
+                            if m.get("decode_tokens_per_s")}, local=True, slots=slots)
 
     async def _forward(self, name: str, scope, headers: dict, body: bytes, send) -> bool:
         """The request answered by replica `name`; False when it could not be reached
@@ -91,20 +106,25 @@ class FrontDoor:
         timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
         client = httpx.AsyncClient(base_url=tunnel.url, timeout=timeout)
         try:
-            reply = await client.send(client.build_request("POST", scope["path"], content=body,
-                                                           headers=ahead), stream=True)
-        except httpx.HTTPError as exc:
+            reply = await self._watched(name, client.send(client.build_request(
+                "POST", scope["path"], content=body, headers=ahead), stream=True))
+        except (httpx.HTTPError, ReplicaLost) as exc:
             await client.aclose()
-            self.replicas.lose(name, f"replica {name} could not be reached: {exc!r}")
+            self.replicas.lose(name, str(exc) if isinstance(exc, ReplicaLost) else
+                               f"replica {name} could not be reached: {exc!r}")
             return False
         try:
             await send({"type": "http.response.start", "status": reply.status_code,
                         "headers": _answer_headers(reply, name)})
+            chunks = reply.aiter_raw()
             try:
-                async for chunk in reply.aiter_raw():
+                while True:
+                    chunk = await self._watched(name, anext(chunks, None))
+                    if chunk is None:
+                        break
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            except httpx.HTTPError as exc:
-                why = f"machine {name} was lost while answering: {exc!r}"
+            except (httpx.HTTPError, ReplicaLost) as exc:
+                why = f"machine {name} was lost while answering: {exc}"
                 self.replicas.lose(name, why)
                 await send({"type": "http.response.body", "more_body": True,
                             "body": _stream_error(scope["path"], reply, why)})
@@ -113,6 +133,17 @@ class FrontDoor:
             await reply.aclose()
             await client.aclose()
         return True
+
+    async def _watched(self, name: str, step):
+        """`step`'s result, unless the replica is lost first (ReplicaLost, step cancelled)."""
+        task = asyncio.ensure_future(step)
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=WATCH_S)
+            if done:
+                return task.result()
+            if why := self.replicas.lost(name):
+                task.cancel()
+                raise ReplicaLost(why)
 
 
 def _answer_headers(reply: httpx.Response, name: str) -> list[tuple[bytes, bytes]]:

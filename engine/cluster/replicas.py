@@ -9,7 +9,10 @@ requests running and queued, its measured decode speed. `choose` is a pure funct
 those figures; a conversation's next turn goes back to the machine that holds its KV
 (sticky by its opening) unless that machine is busier by more than a slot.
 
-A replica that stops answering is left out, with why, until a poll reaches it again.
+Each replica's gateway is also pinged as a pipeline stage's is (link.WorkerLink: a
+heartbeat every 0.3 s, lost after 1.8 s of silence), so a frozen machine is noticed within
+2 s, in the middle of a stream too. A replica that stops answering is left out, with why,
+until a poll reaches it again.
 """
 
 from __future__ import annotations
@@ -19,11 +22,11 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import httpx
 
-from .link import LinkLoop, open_link
+from .link import LinkLoop, WorkerLink, open_link
 from .pairing import Pairing
 from .protocol import Refused
 from .relay import Half, first_closed, from_this_process, join
@@ -43,6 +46,7 @@ class MachineLoad:
     busy: float                     # requests running and queued, per slot
     speed: dict                     # model id -> measured decode tokens/s (when known)
     local: bool = False
+    slots: int = 1                  # requests it generates at once
 
 
 def choose(machines: list[MachineLoad], model: str, sticky: str | None = None) -> MachineLoad | None:
@@ -144,9 +148,11 @@ class Replicas:
     def __init__(self, pairings: list[Pairing]):
         self.pairings = pairings
         self.tunnels: dict[str, Tunnel] = {}
+        self.links: dict[str, WorkerLink] = {}     # heartbeats: a frozen machine is noticed
         self.loads: dict[str, MachineLoad] = {}   # the replicas answering now
         self.left_out: dict[str, str] = {}        # replica -> why it is not used
         self.served: dict[str, int] = {}          # requests sent to each
+        self.inflight: dict[str, int] = {}        # requests sent to each, not answered yet
         self._sticky: OrderedDict[str, str] = OrderedDict()  # opening -> machine name
         self._lock = threading.Lock()
         self._loop = LinkLoop()
@@ -156,10 +162,22 @@ class Replicas:
         self._poller.start()
 
     def choose(self, model: str, key: str | None, local: MachineLoad) -> MachineLoad | None:
+        """`choose` over this machine and the replicas serving now, each as busy as its
+        engine says or as the requests sent to it and not answered yet make it, whichever
+        is more (a burst arrives faster than polls and queues report it)."""
         with self._lock:
-            machines = [local, *self.loads.values()]
+            machines = [replace(m, busy=max(m.busy, self.inflight.get(m.name, 0) / m.slots))
+                        for m in (local, *self.loads.values())]
             sticky = self._sticky.get(key) if key else None
         return choose(machines, model, sticky)
+
+    def begin(self, name: str) -> None:
+        with self._lock:
+            self.inflight[name] = self.inflight.get(name, 0) + 1
+
+    def end(self, name: str) -> None:
+        with self._lock:
+            self.inflight[name] -= 1
 
     def tunnel(self, name: str) -> Tunnel | None:
         return self.tunnels.get(name)
@@ -175,10 +193,16 @@ class Replicas:
                     self._sticky.popitem(last=False)
 
     def lose(self, name: str, why: str) -> None:
-        """A request could not reach it: leave it out until a poll reaches it again."""
+        """A request could not reach it, or its heartbeats stopped: leave it out until a
+        poll reaches it again."""
         with self._lock:
             self.loads.pop(name, None)
             self.left_out[name] = why
+
+    def lost(self, name: str) -> str | None:
+        """Why the replica is left out now (None: it serves)."""
+        with self._lock:
+            return None if name in self.loads else self.left_out.get(name, "not reached yet")
 
     def status(self) -> list[dict]:
         with self._lock:
@@ -194,6 +218,8 @@ class Replicas:
         self._stop.set()
         for tunnel in self.tunnels.values():
             self._loop.run(tunnel.stop(), timeout=5)
+        for link in self.links.values():
+            self._loop.run(link.stop(), timeout=5)
         self._loop.close()
 
     # -- the poller thread ------------------------------------------------------------
@@ -208,6 +234,7 @@ class Replicas:
         name = pairing.name
         try:
             tunnel = self.tunnels.get(name) or self._open(pairing)
+            self._heartbeat(pairing)
             load = _read_load(name, tunnel)
         except (Refused, ConnectionError, OSError, TimeoutError, httpx.HTTPError,
                 KeyError, ValueError) as exc:
@@ -218,6 +245,17 @@ class Replicas:
         with self._lock:
             self.loads[name] = load
             self.left_out.pop(name, None)
+
+    def _heartbeat(self, pairing: Pairing) -> None:
+        """A live heartbeat link to the replica's gateway (a new one after a loss)."""
+        link = self.links.get(pairing.name)
+        if link is not None and link.lost is None:
+            return
+        if link is not None:
+            self._loop.run(link.stop(), timeout=5)
+        link = WorkerLink(pairing, lambda lost, why: self.lose(lost.name, why))
+        self._loop.run(link.start(), timeout=10)
+        self.links[pairing.name] = link
 
     def _open(self, pairing: Pairing) -> Tunnel:
         tunnel = Tunnel(pairing)
@@ -237,4 +275,5 @@ def _read_load(name: str, tunnel: Tunnel) -> MachineLoad:
         name, frozenset(m["id"] for m in models if m.get("kind") in ("chat", None)),
         frozenset(m["id"] for m in held),
         sum(m["running"] + m["queued"] for m in held) / slots,
-        {m["id"]: m["decode_tokens_per_s"] for m in held if m.get("decode_tokens_per_s")})
+        {m["id"]: m["decode_tokens_per_s"] for m in held if m.get("decode_tokens_per_s")},
+        slots=slots)

@@ -1,10 +1,11 @@
 """Replicas: a real worker started with --replica (an engine of its own on the shared
 models), paired with a real host engine started with --replicas, on loopback. The host's
 API is the one front door: a request may name its machine; a conversation's next turn
-goes back to the machine that holds it; a busy machine's next request goes to the idle
-one; the answers come back unchanged through the official clients, each naming its
-machine; nothing unauthenticated is forwarded; a replica killed mid-stream ends the
-stream with an error naming it, and the next request is answered here."""
+goes back to the machine that holds it (its prompt cached there); a busy machine's next
+request goes to the idle one, and a burst of sixteen streams is served by both; the
+answers come back unchanged through the official clients, each naming its machine;
+nothing unauthenticated is forwarded; a replica frozen mid-stream ends that stream with an
+error naming it, a request waiting for it is answered here instead, and so is the next."""
 
 import json
 import os
@@ -73,13 +74,18 @@ def serving(address) -> dict:
     return {r["name"]: r for r in cluster(address)["replicas"] if r["state"] == "serving"}
 
 
-def chat(address, question, machine=None, system="Answer in one short sentence."):
+def chat(address, question, machine=None, system="Answer in one short sentence.",
+         earlier=(), full=False):
     client = openai.OpenAI(base_url=f"{address.url}/v1", api_key=address.token, max_retries=0)
     reply = client.chat.completions.with_raw_response.create(
         model=STARTER, max_tokens=8, temperature=0,
-        messages=[{"role": "system", "content": system}, {"role": "user", "content": question}],
+        messages=[{"role": "system", "content": system}, *earlier,
+                  {"role": "user", "content": question}],
         extra_headers={"X-Homerack-Machine": machine} if machine else None)
-    return reply.headers["x-homerack-machine"], reply.parse().choices[0].message.content
+    answer = reply.parse()
+    if full:
+        return reply.headers["x-homerack-machine"], answer
+    return reply.headers["x-homerack-machine"], answer.choices[0].message.content
 
 
 def test_a_request_may_name_its_machine_and_the_answer_comes_back_unchanged(front):
@@ -105,9 +111,14 @@ def test_a_request_may_name_its_machine_and_the_answer_comes_back_unchanged(fron
 
 
 def test_a_conversation_goes_back_to_the_machine_that_holds_it(front):
-    system = "You are a patient tutor of geography."
-    assert chat(front, "Where is Lyon?", machine="r1", system=system)[0] == "r1"
-    assert chat(front, "Where is Lyon?", system=system)[0] == "r1"  # its next turn
+    system = "You are a patient tutor of geography. " * 20  # a prompt worth caching
+    first, answer = chat(front, "Where is Lyon?", machine="r1", system=system, full=True)
+    assert first == "r1"
+    turn = [{"role": "user", "content": "Where is Lyon?"},
+            {"role": "assistant", "content": answer.choices[0].message.content}]
+    machine, again = chat(front, "And Nice?", system=system, earlier=turn, full=True)
+    assert machine == "r1"  # its next turn, where its KV is
+    assert again.usage.prompt_tokens_details.cached_tokens >= answer.usage.prompt_tokens // 2
     # another conversation on idle machines: this one (a tie is answered here)
     assert chat(front, "Where is Oslo?", system="Be brief about cities.")[0] == HERE
 
@@ -132,6 +143,26 @@ def test_a_busy_machine_sends_the_next_request_to_the_idle_one(front):
     runner.join(120)
 
 
+def test_a_burst_of_streams_is_served_by_both_machines(front):
+    machines = []
+
+    def one(i):
+        body = {"model": STARTER, "max_tokens": 8, "temperature": 0, "stream": True,
+                "messages": [{"role": "user", "content": f"Count to {i + 3}."}]}
+        with httpx.stream("POST", f"{front.url}/v1/chat/completions", json=body, timeout=300,
+                          headers={"Authorization": f"Bearer {front.token}"}) as stream:
+            lines = [line for line in stream.iter_lines() if line.startswith("data: ")]
+            assert lines[-1] == "data: [DONE]"
+            machines.append(stream.headers["x-homerack-machine"])
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert len(machines) == 16 and set(machines) == {HERE, "r1"}, machines
+
+
 @pytest.mark.parametrize("headers, body, status", [
     ({}, {"model": STARTER, "prompt": "hi", "max_tokens": 2}, 401),
     ({"Authorization": "Bearer wrong", "X-Homerack-Machine": "r1"},
@@ -148,22 +179,37 @@ def test_nothing_unauthenticated_or_malformed_is_forwarded(front, headers, body,
     assert serving(front)["r1"]["requests_sent"] == before
 
 
-def test_a_replica_lost_mid_stream_is_named_and_the_next_request_answered_here(front, replica):
+def test_a_replica_frozen_mid_stream_is_named_and_what_waited_is_answered_here(front, replica):
     body = {"model": STARTER, "max_tokens": 2000, "temperature": 0, "stream": True,
             "ignore_eos": True,
             "messages": [{"role": "user", "content": "Write a long story about a dragon."}]}
-    events = []
-    with httpx.stream("POST", f"{front.url}/v1/chat/completions", json=body, timeout=60,
-                      headers={"Authorization": f"Bearer {front.token}",
-                               "X-Homerack-Machine": "r1"}) as stream:
-        for line in stream.iter_lines():
-            if line.startswith("data: {"):
-                events.append(json.loads(line[6:]))
-                if len(events) == 5:
-                    replica[0].send_signal(signal.SIGKILL)
-    error = events[-1].get("error")
-    assert error and "r1" in error["message"] and "lost" in error["message"], events[-1]
-    machine, text = chat(front, "What is the capital of Spain?", machine="r1")
-    assert machine == HERE and text  # the named machine is gone: answered here
-    left = {r["name"]: r for r in cluster(front)["replicas"]}
-    assert left["r1"]["state"] == "left out" and "r1" in left["r1"]["why"]
+    events, waiting, frozen_at = [], {}, None
+
+    def waits_for_r1():  # sent to the frozen machine before anyone knows it is frozen
+        waiting["answer"] = chat(front, "What is the capital of Italy?", machine="r1")
+
+    try:
+        with httpx.stream("POST", f"{front.url}/v1/chat/completions", json=body, timeout=60,
+                          headers={"Authorization": f"Bearer {front.token}",
+                                   "X-Homerack-Machine": "r1"}) as stream:
+            for line in stream.iter_lines():
+                if line.startswith("data: {"):
+                    events.append(json.loads(line[6:]))
+                    if len(events) == 5:
+                        replica[0].send_signal(signal.SIGSTOP)  # silent: heartbeats tell
+                        frozen_at = time.monotonic()
+                        waiter = threading.Thread(target=waits_for_r1)
+                        waiter.start()
+        noticed = time.monotonic() - frozen_at
+        error = events[-1].get("error")
+        assert error and "r1" in error["message"] and "lost" in error["message"], events[-1]
+        print(f"\nthe frozen replica's stream ended {noticed:.2f} s after")
+        assert noticed < 15  # heartbeats (1.8 s), not a TCP timeout (minutes)
+        waiter.join(60)
+        assert waiting["answer"][0] == HERE and waiting["answer"][1]
+        machine, text = chat(front, "What is the capital of Spain?", machine="r1")
+        assert machine == HERE and text  # the named machine is gone: answered here
+        left = {r["name"]: r for r in cluster(front)["replicas"]}
+        assert left["r1"]["state"] == "left out" and "r1" in left["r1"]["why"]
+    finally:
+        replica[0].send_signal(signal.SIGCONT)
