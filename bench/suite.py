@@ -31,6 +31,7 @@ SUITE = (
     ("lora", ("qwen3-1.7b",), ()),
     ("moe", ("qwen3-30b-a3b-8l",), ()),
     ("cluster", ("qwen3-1.7b",), ()),  # as root, for its shaped LAN
+    ("fleet", ("smollm2-135m-instruct-q4_1",), ()),  # replicas share this machine's cores
 )
 
 

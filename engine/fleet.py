@@ -2,10 +2,11 @@
 
 The main lane holds the model the app or `serve --model` chose (requests that name none
 get it). A request naming a model no lane holds loads it just in time, in a lane of its
-own, when the planner finds room for it beside what is held; when it does not, the least
-recently used lanes that are idle and not pinned are unloaded first (their resident
-conversations go to the prompt cache, whose disk tier keeps returning to them fast); when
-that is not enough, the main lane swaps its model, as a one-model engine does. With
+own, when the planner finds room for it beside what is held; when it does not, lanes
+beside the main one that are not pinned are unloaded first, idle before busy and least
+recently used first (a busy one finishes its requests; resident conversations go to the
+prompt cache, whose disk tier keeps returning to them fast); when that is not enough, the
+main lane swaps its model, as a one-model engine does. With
 workers (a cluster) the main lane is the only one: it places one model across machines.
 
 Jobs are put under one lock: requests for a model being loaded all wait in its one lane

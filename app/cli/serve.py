@@ -79,7 +79,7 @@ def _serve(args, token: str) -> int:
 
         from ..cluster import resolve_workers
 
-        replicas = Replicas(resolve_workers(args.replicas))
+        replicas = Replicas(resolve_workers(args.replicas), args.replica_policy)
     engine = holder["engine"] = Engine(store, _settings(args), cluster, replicas)
     downloads = Downloads(store.folder, paths().data / "downloads.json",
                           token=os.environ.get("HF_TOKEN"),
@@ -218,6 +218,10 @@ def add_commands(sub) -> None:
                        help="send requests to paired workers started with --replica too, "
                             "each serving whole models: by queue, speed and conversation "
                             "('auto': every paired worker)")
+    serve.add_argument("--replica-policy", choices=["cache-aware", "round-robin"],
+                       default="cache-aware",
+                       help="how requests are spread over replicas: by queue, speed and "
+                            "conversation, or in turn (to compare)")
     serve.add_argument("--no-engine-file", action="store_true",
                        help="do not record this engine for `homerack chat` (a worker's "
                             "replica engine)")

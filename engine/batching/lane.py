@@ -58,7 +58,8 @@ class Lane:
 
     def put(self, job: Job) -> None:
         if self._closed:
-            raise ModelUnloaded("the model was unloaded (the routing pair changed, or the engine is stopping); retry")
+            raise ModelUnloaded("the model was unloaded (to make room, the routing pair changed, "
+                                "or the engine is stopping); retry")
         self.last_used = time.monotonic()
         try:
             self._queue.put_nowait(job)

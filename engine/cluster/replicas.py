@@ -145,8 +145,12 @@ class Tunnel:
 
 
 class Replicas:
-    def __init__(self, pairings: list[Pairing]):
-        self.pairings = pairings
+    """`policy`: "cache-aware" (choose), or "round-robin" (in turn, as LocalAI's
+    federation spreads requests: bench/fleet.py compares them)."""
+
+    def __init__(self, pairings: list[Pairing], policy: str = "cache-aware"):
+        self.pairings, self.policy = pairings, policy
+        self._turn = 0  # round-robin's next
         self.tunnels: dict[str, Tunnel] = {}
         self.links: dict[str, WorkerLink] = {}     # heartbeats: a frozen machine is noticed
         self.loads: dict[str, MachineLoad] = {}   # the replicas answering now
@@ -169,6 +173,10 @@ class Replicas:
             machines = [replace(m, busy=max(m.busy, self.inflight.get(m.name, 0) / m.slots))
                         for m in (local, *self.loads.values())]
             sticky = self._sticky.get(key) if key else None
+            if self.policy == "round-robin":
+                having = [m for m in machines if model in m.models]
+                self._turn += 1
+                return having[self._turn % len(having)] if having else None
         return choose(machines, model, sticky)
 
     def begin(self, name: str) -> None:
@@ -238,9 +246,9 @@ class Replicas:
             load = _read_load(name, tunnel)
         except (Refused, ConnectionError, OSError, TimeoutError, httpx.HTTPError,
                 KeyError, ValueError) as exc:
-            with self._lock:
-                self.loads.pop(name, None)
-                self.left_out[name] = f"replica {name} ({pairing.address}): {exc}"
+            self.lose(name, f"replica {name} ({pairing.address}): {exc}")
+            if isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code == 401:
+                self._loop.run(self.tunnels.pop(name).stop(), timeout=5)  # a new engine
             return
         with self._lock:
             self.loads[name] = load

@@ -74,7 +74,7 @@ def test_requests_for_a_model_being_loaded_share_its_one_load(tiny_store, models
     engine = engine_with(tiny_store)
     try:
         ask(engine, tiny)
-        collectors = [Collector() for _ in range(6)]
+        collectors = [Collector() for _ in range(8)]
         threads = [threading.Thread(target=engine.submit, args=(GenerationRequest(
             model=second, prompt=f"request {i}", max_tokens=3, sampling=GREEDY), c))
             for i, c in enumerate(collectors)]
@@ -108,17 +108,41 @@ def test_the_least_recently_used_idle_model_makes_room_and_its_conversation_retu
         engine.close()
 
 
+def one_model_bytes(store, model) -> int:
+    probe = engine_with(store)
+    try:
+        return probe.plan_for(model).uses[0].total
+    finally:
+        probe.close()
+
+
 def test_memory_decides_what_loads_beside_what(tiny_store, models):
     tiny, second, third = models
-    probe = engine_with(tiny_store)
-    one = probe.plan_for(tiny).uses[0].total
-    probe.close()
-    engine = engine_with(tiny_store, ram_budget=int(one * 2.6))  # room for two
+    engine = engine_with(tiny_store, ram_budget=int(one_model_bytes(tiny_store, tiny) * 2.6))
     try:
         ask(engine, tiny)
         ask(engine, second)
+        assert set(held(engine)) == {"tiny", "second"}  # room for two
         ask(engine, third)
         wait_for(lambda: set(held(engine)) == {"tiny", "third"})
+    finally:
+        engine.close()
+
+
+def test_with_room_for_one_the_model_swaps_and_its_conversation_returns_from_disk(
+        tiny_store, models, tmp_path):
+    tiny, second, _ = models
+    engine = engine_with(tiny_store, ram_budget=int(one_model_bytes(tiny_store, tiny) * 1.6),
+                         cache=CacheLimits(64 << 20, 64 << 20), cache_folder=tmp_path / "kv")
+    prompt = "a conversation worth keeping " * 8
+    try:
+        ask(engine, tiny, prompt)
+        ask(engine, second)
+        assert set(held(engine)) == {"second"}  # swapped: no room beside
+        back = ask(engine, tiny, prompt + "and more")
+        assert set(held(engine)) == {"tiny"}
+        assert back.usage.cached_tokens >= 32, back.usage  # restored from the disk tier
+        assert engine.cache_status()["hits_disk"] >= 1
     finally:
         engine.close()
 

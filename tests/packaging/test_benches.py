@@ -17,10 +17,10 @@ from support import ROOT
 pytestmark = pytest.mark.slow
 
 # compared within one engine's run only: no anchor to skip
-NO_ANCHOR = {"response_cache", "routing"}
+NO_ANCHOR = {"response_cache", "routing", "fleet"}
 SUITE = {bench for bench, _models, _options in suite.SUITE}  # they report figures for its table
 BENCHES = ["decode", "batching", "grammar", "prompt_cache", "response_cache", "routing", "lora",
-           "speculative", "cluster", "portable", "moe", "moe_split"]
+           "speculative", "cluster", "portable", "moe", "moe_split", "fleet"]
 
 
 @pytest.mark.parametrize("bench", BENCHES)
