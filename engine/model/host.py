@@ -267,6 +267,7 @@ class ModelHost:
         if self.loaded:
             self.loaded.close()
             self.loaded = None
+            self._journal.end()  # unloaded before its first request: no crash either
 
     def close(self) -> None:
         if self.loaded:

@@ -14,6 +14,7 @@ build and loads it with `use_extra_bufts` off from then on.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -36,35 +37,48 @@ class LoadOutcome:
 
 
 class LoadJournal:
-    """The load in progress and its first evaluations, kept in a file (`path`) while
-    llama.cpp allocates and first computes; models whose repacked weights killed an
-    engine, kept for good in another (`no_repack_path`)."""
+    """The load in progress and its first evaluations, kept in a file per model (beside
+    `path`: an engine loads several models at once, in lanes of their own) while llama.cpp
+    allocates and first computes; models whose repacked weights killed an engine, kept
+    for good in another (`no_repack_path`)."""
 
     def __init__(self, path: Path | None, no_repack_path: Path | None = None):
         self.path = path
         self.no_repack_path = no_repack_path
+        self._current: Path | None = None  # the file of the load being watched
+
+    def file_for(self, model: Path) -> Path | None:
+        if self.path is None:
+            return None
+        digest = hashlib.sha256(str(model).encode()).hexdigest()[:12]
+        return self.path.with_name(f"{self.path.stem}-{digest}{self.path.suffix}")
 
     def begin(self, model: Path, used: dict[str, int]) -> None:
-        self._write({"model": str(model), "used": used, "stage": "loading"})
+        self._write(model, {"model": str(model), "used": used, "stage": "loading"})
 
     def evaluating(self, model: Path, used: dict[str, int], repack: bool) -> None:
-        self._write({"model": str(model), "used": used, "stage": "evaluating",
-                     "repack": repack})
+        self._write(model, {"model": str(model), "used": used, "stage": "evaluating",
+                            "repack": repack})
 
-    def _write(self, entry: dict) -> None:
-        if self.path:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text(json.dumps(entry))
+    def _write(self, model: Path, entry: dict) -> None:
+        self._current = self.file_for(model)
+        if self._current:
+            self._current.parent.mkdir(parents=True, exist_ok=True)
+            self._current.write_text(json.dumps(entry))
 
     def end(self) -> None:
-        if self.path:
-            self.path.unlink(missing_ok=True)
+        """The watched load ended without a crash: it ran, it failed cleanly, it was
+        unloaded, or the engine stopped."""
+        if self._current:
+            self._current.unlink(missing_ok=True)
+            self._current = None
 
     def unfinished(self, model: Path) -> dict | None:
         """The entry of a load or first evaluation of `model` that never finished (the
         process died): "stage", "used" (bytes per device) and "repack"."""
+        file = self.file_for(model)
         try:
-            entry = json.loads(self.path.read_text()) if self.path else None
+            entry = json.loads(file.read_text()) if file else None
         except (OSError, ValueError):
             return None
         return entry if entry and entry.get("model") == str(model) else None

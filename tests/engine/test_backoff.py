@@ -81,12 +81,14 @@ def test_a_load_that_runs_out_of_memory_backs_off_and_answers(capped_server):
 def test_an_engine_that_died_loading_leaves_a_safer_start(home, tmp_path):
     from engine.catalog.gguf_file import GGUFInspector
     from engine.catalog.models import ModelStore
+    from engine.model.loader import LoadJournal
 
     store = ModelStore(home / "data" / "models", GGUFInspector())
     model = store.resolve(STARTER)
     journal = tmp_path / "loading.json"
+    entry = LoadJournal(journal).file_for(model.path)  # one file per model
     # What the dead engine had begun: 300 MiB on the CPU for this model.
-    journal.write_text(json.dumps({"model": str(model.path), "used": {"CPU": 300 * MiB}}))
+    entry.write_text(json.dumps({"model": str(model.path), "used": {"CPU": 300 * MiB}}))
     engine = Engine(store, EngineSettings(LoadSettings(n_ctx=8192), load_journal=journal))
     try:
         done = []
@@ -100,7 +102,7 @@ def test_an_engine_that_died_loading_leaves_a_safer_start(home, tmp_path):
     assert "stopped while loading this model last time" in status["load_notes"][0]
     assert sum(d["total"] for d in plan["devices"]) <= 225 * MiB
     assert plan["n_ctx"] < 8192 or plan["kv_type"] == "q8_0"
-    assert not journal.exists()  # this load finished
+    assert not entry.exists()  # this load finished
 
 
 @pytest.mark.slow

@@ -233,3 +233,24 @@ def test_a_model_that_fails_to_load_beside_leaves_no_lane_behind(tiny_store, mod
         ask(engine, tiny)
     finally:
         engine.close()
+
+
+def test_a_reload_before_any_request_is_no_crash(tiny_store, models, tmp_path):
+    """A model loaded, then loaded again with another context before a request ran (the
+    app's Memory page, a bench): the first load's watch ended when it was unloaded, so the
+    second is not mistaken for a start after a crash (which loads without repacked
+    weights, slower, for good)."""
+    tiny, _, _ = models
+    settings = EngineSettings(LOAD, load_journal=tmp_path / "run" / "loading.json",
+                              no_repack_file=tmp_path / "no-repack.json")
+    engine = Engine(tiny_store, settings)
+    try:
+        for n_ctx in (256, 512, 256):
+            done = Collector()
+            engine.load(tiny, LoadOverride(n_ctx=n_ctx), done)
+            assert isinstance(done.result()[2], Finished)
+        assert engine.status()["load_notes"] == []
+        assert not settings.no_repack_file.exists()
+    finally:
+        engine.close()
+    assert not list((tmp_path / "run").glob("loading*.json"))  # a clean stop is no crash
