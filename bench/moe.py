@@ -134,8 +134,8 @@ def main() -> int:
               f"after {error(after, second[phase])}")
         report(name, f"{phase} forecast after calibration ÷ measured", after / second[phase],
                "x", target="within 15%")
-    for name, ms in decision_times(3 if args.quick else 20).items():
-        print(f"planner {name:<16} {ms:6.2f} ms")
+    for shape_name, ms in decision_times(3 if args.quick else 20).items():
+        print(f"planner {shape_name:<16} {ms:6.2f} ms")
     if args.quick:
         print(f"api decode {second['decode']:.1f} t/s, prompt {second['prompt']:.1f} t/s")
         print(QUICK_NOTE)
