@@ -40,6 +40,7 @@ class Lane:
         self.last_used = time.monotonic()  # its last request's put or end
         self._after = after  # lanes unloading to make room: their memory is freed first
         self._drain = False  # stopping: finish what was put first
+        self._why: str | None = None  # why it was closed, for the requests running then
         self.scheduler = Scheduler(self.host, settings)
         self.published: dict = {}  # the scheduler's figures, for other threads
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=settings.max_queue)
@@ -111,12 +112,15 @@ class Lane:
             if job is not None:
                 job.emit(Failed(error))
 
-    def close(self, why: str = "the engine is stopping") -> None:
-        """Stop now: requests running or waiting end with an error saying `why`."""
+    def close(self, why: str | None = None) -> None:
+        """Stop now. Requests waiting end with an error saying `why`; running ones too
+        when there is a why (unloaded by hand), else as cancelled (the engine stops)."""
         self._closed = True
+        self._why = why
         self._queue.put(None)
         self._thread.join(timeout=30)
-        self.abandon(ModelUnloaded(f"the model was unloaded ({why}); retry"))
+        self.abandon(ModelUnloaded(f"the model was unloaded ({why or 'the engine is stopping'})"
+                                   "; retry"))
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
@@ -138,7 +142,8 @@ class Lane:
                 self._wait()
             self._publish()
         for slot in self.scheduler.active:  # requests still running when told to stop
-            slot.job.emit(CANCELLED)
+            slot.job.emit(Failed(ModelUnloaded(f"the model was unloaded ({self._why})"))
+                          if self._why else CANCELLED)
             slot.end()
         if self.host.loaded:
             self.scheduler.save_all()

@@ -13,7 +13,7 @@ import pytest
 from support.engines import GREEDY, Collector, run
 from engine.engine import Engine, EngineSettings
 from engine.errors import InvalidModelFile, ModelUnloaded
-from engine.events import Failed, Finished, GenerationRequest
+from engine.events import Delta, Failed, Finished, GenerationRequest
 from engine.llama.runtime import LoadSettings
 from engine.model.presets import Keep, LoadOverride, Presets
 from engine.model.prompt_cache import CacheLimits
@@ -174,21 +174,36 @@ def test_an_idle_model_is_unloaded_after_its_time_to_live(tiny_store, models):
         engine.close()
 
 
+class HeldAtFirstToken(Collector):
+    """Holds the lane's thread at the request's first token until released: the request
+    is surely running when the test acts."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.release = threading.Event(), threading.Event()
+
+    def __call__(self, event):
+        super().__call__(event)
+        if isinstance(event, Delta) and not self.first.is_set():
+            self.first.set()
+            self.release.wait(10)
+
+
 def test_unloading_by_hand_ends_its_requests_with_an_error(tiny_store, models):
     tiny, second, _ = models
     engine = engine_with(tiny_store)
     try:
         ask(engine, tiny)
         ask(engine, second)
-        collector = Collector()
-        engine.submit(GenerationRequest(model=second, prompt="go on", max_tokens=5000,
-                                        ignore_eos=True, sampling=GREEDY), collector)
-        wait_for(lambda: held(engine)["second"]["running"] == 1)
+        running = HeldAtFirstToken()
+        engine.submit(GenerationRequest(model=second, prompt="go on", max_tokens=100,
+                                        ignore_eos=True, sampling=GREEDY), running)
+        assert running.first.wait(10)
+        threading.Timer(0.3, running.release.set).start()  # while the unload waits for it
         assert engine.unload("second")
-        end = collector.result()[2]
-        assert isinstance(end, (Failed, Finished))
-        if isinstance(end, Failed):
-            assert isinstance(end.error, ModelUnloaded) and "by hand" in end.error.message
+        end = running.result()[2]
+        assert isinstance(end, Failed) and isinstance(end.error, ModelUnloaded), end
+        assert "unloaded by hand" in end.error.message
         assert set(held(engine)) == {"tiny"} and not engine.unload("second")
     finally:
         engine.close()
