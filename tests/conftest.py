@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from support.engines import start_engine
+from support.engines import api_client, start_engine
 from support.models import ADAPTER, GEMMA_REPO, SMOL, STARTER
 from tiny_gguf import write_tiny_model  # packaging/, shared with the build smoke test
 
@@ -94,11 +94,7 @@ def server(home):
 @pytest.fixture(scope="module")
 def http(server):
     """Raw HTTP to the shared engine, with its token."""
-    import httpx
-
-    address, _, _ = server
-    with httpx.Client(base_url=address.url, timeout=120,
-                      headers={"Authorization": f"Bearer {address.token}"}) as session:
+    with api_client(server[0]) as session:
         yield session
 
 

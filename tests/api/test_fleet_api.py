@@ -11,7 +11,7 @@ import threading
 import openai
 import pytest
 
-from support.engines import start_engine
+from support.engines import api_client, start_engine
 from support.models import GEMMA, STARTER
 
 pytestmark = pytest.mark.slow
@@ -27,11 +27,7 @@ def fleet(home):
 
 @pytest.fixture(scope="module")
 def http(fleet):
-    import httpx
-
-    address, _ = fleet
-    with httpx.Client(base_url=address.url, timeout=120,
-                      headers={"Authorization": f"Bearer {address.token}"}) as session:
+    with api_client(fleet[0]) as session:
         yield session
 
 

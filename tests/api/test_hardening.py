@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from support import ROOT
-from support.engines import start_engine
+from support.engines import api_client, start_engine
 from engine.agent.json_schema import MAX_REPEAT, Branch, check, grammar
 from engine.api.guard import host_allowed
 from engine.errors import InvalidRequest
@@ -146,9 +146,7 @@ def fuzz_engine(home, tiny_model, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def raw(fuzz_engine):
-    _, address = fuzz_engine
-    with httpx.Client(base_url=address.url, timeout=120,
-                      headers={"Authorization": f"Bearer {address.token}"}) as client:
+    with api_client(fuzz_engine[1]) as client:
         yield client
 
 

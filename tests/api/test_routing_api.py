@@ -9,7 +9,7 @@ import anthropic
 import openai
 import pytest
 
-from support.engines import start_engine
+from support.engines import api_client, start_engine
 from support.models import GEMMA, STARTER
 
 pytestmark = pytest.mark.slow
@@ -31,10 +31,7 @@ def client(cached):
 
 @pytest.fixture(scope="module")
 def http(cached):
-    import httpx
-
-    with httpx.Client(base_url=cached.url, timeout=120,
-                      headers={"Authorization": f"Bearer {cached.token}"}) as session:
+    with api_client(cached) as session:
         yield session
 
 

@@ -61,3 +61,11 @@ def start_engine(home: Path, name: str, args: list[str]):
         models.symlink_to(home / "data" / "models")
     process = EngineProcess(args, env=env)
     return process, process.wait_ready(), models
+
+
+def api_client(address, timeout: float = 120):
+    """An httpx client of a serving engine's API, with its token."""
+    import httpx
+
+    return httpx.Client(base_url=address.url, timeout=timeout,
+                        headers={"Authorization": f"Bearer {address.token}"})
