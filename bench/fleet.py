@@ -171,18 +171,20 @@ def aggregate(engine, model: str, tokens: int) -> tuple[float, set[str]]:
     return 8 * tokens / (time.perf_counter() - start), {r[0] for r in results}
 
 
-def conversation(i: int, words: int) -> list[dict]:
-    """A long first turn (about `words` * 1.3 tokens) of conversation `i`."""
-    text = " ".join(f"note{i}-{w} about the river crossing" for w in range(words // 5))
-    return [{"role": "system", "content": f"You keep conversation {i}'s notes."},
+def conversation(name: str, words: int) -> list[dict]:
+    """A long first turn (about `words` * 1.3 tokens) of conversation `name` (a new name
+    for each run: the replicas' engines outlive the host's, with their caches)."""
+    text = " ".join(f"note {name}-{w} about the river crossing" for w in range(words // 5))
+    return [{"role": "system", "content": f"You keep conversation {name}'s notes."},
             {"role": "user", "content": text}]
 
 
-def follow_ups(engine, model: str, words: int, n_machines: int) -> tuple[list[float], float]:
-    """Seconds to the first token of the second turns of one conversation more than there
-    are machines (so that round-robin moves every one), their first turns answered
-    before; and the share of their prompts found cached."""
-    turns = [conversation(i, words) for i in range(n_machines + 1)]
+def follow_ups(engine, model: str, words: int, n_machines: int,
+               run: str) -> tuple[list[float], float]:
+    """Seconds to the first token of the second turns of 2n + 1 conversations (n the
+    machines: round-robin then moves every one), their first turns answered before; and
+    the share of their prompts found cached."""
+    turns = [conversation(f"{run}{i}", words) for i in range(2 * n_machines + 1)]
     for messages in turns:
         _, _, _, usage = stream(engine, {"model": model, "max_tokens": 4, "messages": messages})
         messages.append({"role": "assistant", "content": "Noted."})
@@ -209,11 +211,11 @@ def replicas(args) -> None:
         for policy in ("cache-aware", "round-robin"):
             engine = machines.host(args, ["--replicas", ",".join(machines.names),
                                           "--replica-policy", policy])
-            try:
+            try:  # the follow-ups first: the 8 streams' conversations would crowd them
+                figures[policy] = follow_ups(engine, args.model, args.words,
+                                             args.replicas + 1, policy)
                 if policy == "cache-aware":
                     figures["tps"], figures["answered"] = aggregate(engine, args.model, args.tokens)
-                figures[policy] = follow_ups(engine, args.model, args.words, n_machines=
-                                             args.replicas + 1)
             finally:
                 engine.stop()
     finally:
