@@ -5,10 +5,13 @@ goes back to the machine that holds it (its prompt cached there); a busy machine
 request goes to the idle one, and a burst of sixteen streams is served by both; the
 answers come back unchanged through the official clients, each naming its machine;
 nothing unauthenticated is forwarded; a replica frozen mid-stream ends that stream with an
-error naming it, a request waiting for it is answered here instead, and so is the next."""
+error naming it, a request waiting for it is answered here instead, and so is the next; a
+replica in another network namespace, over a shaped link, serves and keeps its
+conversations."""
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -213,3 +216,75 @@ def test_a_replica_frozen_mid_stream_is_named_and_what_waited_is_answered_here(f
         assert left["r1"]["state"] == "left out" and "r1" in left["r1"]["why"]
     finally:
         replica[0].send_signal(signal.SIGCONT)
+
+
+# -- across a network namespace ---------------------------------------------------------
+
+@pytest.fixture
+def other_machine():
+    """A network namespace joined to this one by a veth pair, with a 1 Gbit/s link and
+    0.5 ms each way (a home LAN): (its name, its address)."""
+    if shutil.which("ip") is None or os.geteuid() != 0:
+        pytest.skip("network namespaces need the ip command and root")
+    name, here, there = f"hrr{os.getpid()}", f"hrh{os.getpid() % 100000}", \
+        f"hrt{os.getpid() % 100000}"
+    commands = [["ip", "netns", "add", name],
+                ["ip", "link", "add", here, "type", "veth", "peer", "name", there,
+                 "netns", name],
+                ["ip", "addr", "add", "10.78.0.2/24", "dev", here],
+                ["ip", "-n", name, "addr", "add", "10.78.0.1/24", "dev", there],
+                ["ip", "link", "set", here, "up"], ["ip", "-n", name, "link", "set", there, "up"],
+                ["ip", "-n", name, "link", "set", "lo", "up"]]
+    try:
+        for command in commands:
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode:
+                pytest.skip(f"network namespaces unavailable: {done.stderr.strip()}")
+        for device, netns in ((here, []), (there, ["-n", name])):
+            subprocess.run(["tc", *netns, "qdisc", "add", "dev", device, "root", "netem",
+                            "delay", "0.5ms", "rate", "1gbit"], capture_output=True)
+        yield name, "10.78.0.1"
+    finally:
+        subprocess.run(["ip", "link", "del", here], capture_output=True)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def test_a_replica_on_another_network_serves_and_keeps_its_conversations(home, other_machine):
+    netns, address = other_machine
+    (home / "far" / "data").mkdir(parents=True, exist_ok=True)
+    if not (home / "far" / "data" / "models").exists():
+        (home / "far" / "data" / "models").symlink_to(home / "data" / "models")
+    worker = subprocess.Popen(
+        ["ip", "netns", "exec", netns, sys.executable, "-m", "app", "worker", "--host", address,
+         "--port", "0", "--name", "far", "--code", CODE, "--no-advertise", "--threads", "1",
+         "--replica"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+        env=dict(os.environ, HOMERACK_HOME=str(home / "far")))
+    process = None
+    try:
+        line = worker.stdout.readline()
+        assert "listening on" in line, line
+        paired = subprocess.run(
+            [sys.executable, "-m", "app", "pair", line.split("listening on ")[1].strip(),
+             "--code", CODE], capture_output=True, text=True, cwd=ROOT,
+            env=dict(os.environ, HOMERACK_HOME=str(home / "near")))
+        assert paired.returncode == 0, paired.stdout + paired.stderr
+        process, front, _ = start_engine(home, "near", [
+            "--model", STARTER, "--ctx", "1024", "--replicas", "far"])
+        deadline = time.monotonic() + 90
+        while "far" not in serving(front):
+            assert time.monotonic() < deadline, cluster(front)
+            time.sleep(0.5)
+        system = "You remember the notes of a long conversation about rivers. " * 20
+        first, answer = chat(front, "Where is the Rhone?", machine="far", system=system,
+                             full=True)
+        assert first == "far"
+        turn = [{"role": "user", "content": "Where is the Rhone?"},
+                {"role": "assistant", "content": answer.choices[0].message.content}]
+        machine, again = chat(front, "And the Loire?", system=system, earlier=turn, full=True)
+        assert machine == "far"
+        assert again.usage.prompt_tokens_details.cached_tokens >= answer.usage.prompt_tokens // 2
+    finally:
+        if process:
+            process.stop()
+        worker.terminate()
+        worker.wait(10)
