@@ -144,7 +144,8 @@ def stream(engine, body: dict) -> tuple[str, float, float, dict]:
     start, first, usage = time.perf_counter(), None, None
     with httpx.stream("POST", f"{engine.url}/v1/chat/completions", json=body,
                       headers=engine.headers, timeout=900) as reply:
-        reply.raise_for_status()
+        if reply.status_code != 200:
+            raise BenchError(f"a stream was refused: {reply.status_code} {reply.read()[:300]}")
         machine = reply.headers.get("x-homerack-machine", "?")
         for chunk in chunks(reply):
             if first is None and chunk.get("choices"):
@@ -184,7 +185,7 @@ def follow_ups(engine, model: str, words: int, n_machines: int,
     """Seconds to the first token of the second turns of 2n + 1 conversations (n the
     machines: round-robin then moves every one), their first turns answered before; and
     the share of their prompts found cached."""
-    turns = [conversation(f"{run}{i}", words) for i in range(2 * n_machines + 1)]
+    turns = [conversation(f"{run[0]}{i}", words) for i in range(2 * n_machines + 1)]
     for messages in turns:
         _, _, _, usage = stream(engine, {"model": model, "max_tokens": 4, "messages": messages})
         messages.append({"role": "assistant", "content": "Noted."})
