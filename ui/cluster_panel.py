@@ -70,7 +70,7 @@ class ClusterPanel(QWidget):
         self.share.setToolTip("Other Homerack hosts on this network can use this machine as a "
                               "pipeline stage once paired with the code shown here")
         self.share.toggled.connect(self.share_toggled)
-        self.serve_models = QCheckBox("Also serve whole models to paired hosts")
+        self.serve_models = QCheckBox("Also serve whole models")
         self.serve_models.setToolTip("Hosts that use replicas send some of their requests "
                                      "here; this machine answers with an engine of its own "
                                      "(applies the next time it is shared)")
@@ -91,7 +91,7 @@ class ClusterPanel(QWidget):
         self.use.setToolTip("The paired workers run some of the model's layers as pipeline "
                             "stages")
         self.use.toggled.connect(self.use_toggled)
-        self.replicas = QCheckBox("Send requests to paired replicas (restarts the engine)")
+        self.replicas = QCheckBox("Use paired replicas (restarts the engine)")
         self.replicas.setToolTip("Paired workers that serve whole models answer some requests: "
                                  "the least busy machine, or the one that holds the "
                                  "conversation")
@@ -108,7 +108,7 @@ class ClusterPanel(QWidget):
                              (self.pair_again, "Pair another host"),
                              (self.use, "Use paired workers"), (self.table, "Machines"),
                              (self.serve_models, "Also serve whole models"),
-                             (self.replicas, "Send requests to paired replicas")):
+                             (self.replicas, "Use paired replicas")):
             widget.setAccessibleName(name)
         layout = QVBoxLayout(self)  # one column: it lives in the drawer beside the chat
         layout.addWidget(self.share)

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QGridLayout, QLabel, QMenu,
 from app.client import adapter_text
 
 ADAPTER_SCALES = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)  # 0: off
+LOADED_MARK = "● "  # before a model held in memory
 
 def describe_state(chosen: str | None, health: dict, loading: bool = False) -> str:
     """The chosen model's state in a few words."""
@@ -97,9 +98,9 @@ class ModelBar(QWidget):
 
     def fill(self, models: list[dict], current: str | None) -> None:
         self.box.clear()
-        for model in models:
-            loaded = " · loaded" if model.get("loaded") else ""
-            self.box.addItem(f"{model['id']}  ({model['size_bytes'] / 2**20:,.0f} MiB){loaded}",
+        for model in models:  # a loaded model marked first: a long id is cut at the end
+            loaded = LOADED_MARK if model.get("loaded") else ""
+            self.box.addItem(f"{loaded}{model['id']}  ({model['size_bytes'] / 2**20:,.0f} MiB)",
                              model["id"])
         self.box.setCurrentIndex(max(self.box.findData(current), 0))
 
