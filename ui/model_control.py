@@ -49,8 +49,10 @@ class ModelControl(QObject):
         self._watch.timeout.connect(self._show_loading)
 
     def is_loaded(self, model: str | None) -> bool:
-        """The model is held, as the default one or beside it."""
-        return any(m["id"] == model for m in self.health.get("models") or ())
+        """The model is held and ready, as the default one or beside it (one still
+        loading when the health was read is not: the next refresh says more)."""
+        return any(m["id"] == model and m["state"] == "ready"
+                   for m in self.health.get("models") or ())
 
     def fill(self, models: list[dict], health: dict) -> None:
         # A refresh keeps what the box shows: two refreshes can finish in either order

@@ -245,7 +245,7 @@ class PresetRequest(BaseModel):
     gpu_layers: int | None = Field(None, ge=0)
     cpu_moe_layers: int | None = Field(None, ge=0, le=1024)  # experts of N layers in RAM
     pinned: bool | None = None
-    ttl_s: float | None = Field(None, ge=0)  # null: never unloaded for idleness
+    ttl_s: float | None = Field(None, ge=0, le=366 * 86400, allow_inf_nan=False)  # null: never
 
     def override(self) -> LoadOverride | None:
         if self.n_ctx is None and self.gpu_layers is None and self.cpu_moe_layers is None:

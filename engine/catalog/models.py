@@ -153,7 +153,10 @@ class ModelStore:
         for model in self.list():
             if model.id == name:
                 return model
-        candidate = Path(name).expanduser()
+        try:
+            candidate = Path(name).expanduser()
+        except RuntimeError:  # "~someone" with no such user: no file of ours either
+            candidate = Path(name)
         if candidate.suffix == ".gguf" and candidate.is_file():
             return LocalModel(candidate.stem, candidate.resolve(), candidate.stat().st_size, False)
         known = ", ".join(m.id for m in self.list()) or "none"

@@ -101,6 +101,8 @@ def test_a_preset_pins_and_unloading_frees_the_model(fleet, http):
     ("/v1/models/unload", {"model": 3}),
     ("/v1/models/preset", {"model": GEMMA, "ttl_s": -1}),
     ("/v1/models/preset", {"model": "no-such-model", "pinned": True}),
+    ("/v1/models/preset", {"model": "~nosuchuser0/model.gguf", "pinned": True}),
+    ("/v1/models/preset", {"model": GEMMA, "ttl_s": 1e12}),
     ("/v1/models/load", {"model": GEMMA, "default": "perhaps"}),
 ])
 def test_bad_fleet_requests_are_refused_with_a_clear_error(http, route, body):

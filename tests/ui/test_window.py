@@ -53,7 +53,7 @@ def test_first_run_welcomes_focuses_the_composer_and_answers_a_suggestion(qtbot,
     window.send("Name a colour.")
     wait_reply(qtbot, window)  # Gemma loads on demand beside the starter, which stays
     qtbot.waitUntil(lambda: "Loaded beside the default model" in window.bar.state.text(),
-                    timeout=10_000)
+                    timeout=30_000)
     assert "unloads after 15 min idle" in window.bar.state.text()
     assert window.bar.box.currentText().startswith("● ")  # marked loaded
 
