@@ -153,12 +153,9 @@ class ModelStore:
         for model in self.list():
             if model.id == name:
                 return model
-        try:
-            candidate = Path(name).expanduser()
-        except RuntimeError:  # "~someone" with no such user: no file of ours either
-            candidate = Path(name)
-        if candidate.suffix == ".gguf" and candidate.is_file():
-            return LocalModel(candidate.stem, candidate.resolve(), candidate.stat().st_size, False)
+        candidate = _local_file(Path(name))
+        if candidate is not None and candidate.suffix == ".gguf":
+            return LocalModel(candidate.stem, candidate, candidate.stat().st_size, False)
         known = ", ".join(m.id for m in self.list()) or "none"
         raise ModelNotFound(f"model '{name}' not found (local models: {known})")
 
@@ -242,9 +239,10 @@ class ModelStore:
 
     def add(self, path: Path) -> LocalModel:
         """Register a user's .gguf file by linking it into the models folder."""
-        path = path.expanduser().resolve()
-        if not path.is_file():
+        found = _local_file(path)
+        if found is None:
             raise InvalidModelFile(f"{path} is not a file", param="path")
+        path = found
         self.inspector.inspect(path)  # refuses non-GGUF and truncated files
         target = self.folder / (path.stem + ".gguf")
         if target.exists() or target.is_symlink():
@@ -303,3 +301,13 @@ class ModelStore:
                 self.inspector.inspect(target)  # checked, and its kind known at once
         finally:
             tmp.unlink(missing_ok=True)
+
+
+def _local_file(path: Path) -> Path | None:
+    """`path` (with ~ expanded) resolved, when it names a file; None for anything else,
+    a name no file system takes among them ("~nosuchuser/", an embedded NUL byte)."""
+    try:
+        found = path.expanduser().resolve()
+        return found if found.is_file() else None
+    except (RuntimeError, ValueError, OSError):
+        return None
