@@ -45,6 +45,7 @@ class FrontDoor:
         self.app, self.engine, self.replicas = app, engine, replicas
         self.token_given = token_given
         self.here = socket.gethostname()
+        self._clients: dict[str, httpx.AsyncClient] = {}  # per tunnel: its connections kept
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in ROUTES:
@@ -103,13 +104,12 @@ class FrontDoor:
             return False
         ahead = {k: v for k, v in headers.items() if k not in HOP_HEADERS | {HEADER}}
         ahead["authorization"] = f"Bearer {tunnel.token}"
-        timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
-        client = httpx.AsyncClient(base_url=tunnel.url, timeout=timeout)
+        client = self._client(tunnel.url)
         try:
             reply = await self._watched(name, client.send(client.build_request(
                 "POST", scope["path"], content=body, headers=ahead), stream=True))
         except (httpx.HTTPError, ReplicaLost) as exc:
-            await client.aclose()
+            await self._drop_client(tunnel.url)
             self.replicas.lose(name, str(exc) if isinstance(exc, ReplicaLost) else
                                f"replica {name} could not be reached: {exc!r}")
             return False
@@ -126,13 +126,27 @@ class FrontDoor:
             except (httpx.HTTPError, ReplicaLost) as exc:
                 why = f"machine {name} was lost while answering: {exc}"
                 self.replicas.lose(name, why)
+                await self._drop_client(tunnel.url)
                 await send({"type": "http.response.body", "more_body": True,
                             "body": _stream_error(scope["path"], reply, why)})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await reply.aclose()
-            await client.aclose()
         return True
+
+    def _client(self, url: str) -> httpx.AsyncClient:
+        """The tunnel's client (its connections reused: each new one is a TLS link to
+        the worker's gateway)."""
+        if url not in self._clients:
+            self._clients[url] = httpx.AsyncClient(
+                base_url=url, timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S))
+        return self._clients[url]
+
+    async def _drop_client(self, url: str) -> None:
+        """After a failure: its pooled connections may lead to a machine that is gone."""
+        client = self._clients.pop(url, None)
+        if client is not None:
+            await client.aclose()
 
     async def _watched(self, name: str, step):
         """`step`'s result, unless the replica is lost first (ReplicaLost, step cancelled)."""
