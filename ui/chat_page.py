@@ -131,7 +131,7 @@ class ChatPage(QWidget):
                                 self.sessions.request(conversation), options,
                                 on_progress=lambda piece: self._on_piece(key, piece),
                                 on_done=lambda done: self._on_reply(key, done),
-                                on_error=lambda error: self._on_failed(key, error))
+                                on_error=lambda error: self._on_failed(key, error), owner=self)
         self.refresh()
 
     def _on_piece(self, conversation_id: int, piece: str) -> None:
@@ -214,7 +214,8 @@ class ChatPage(QWidget):
         budget = int(self.window.control.context_size() * CONTEXT_SHARE)
         start_task(_read_attachments, client, paths, self.window.control.chosen(), budget,
                    on_done=self._on_read, on_error=lambda e: self.error.emit(
-                       str(e) if isinstance(e, AttachmentError) else f"Attaching failed: {e}"))
+                       str(e) if isinstance(e, AttachmentError) else f"Attaching failed: {e}"),
+                   owner=self)
 
     def _on_read(self, read: list[tuple[Attachment, int]]) -> None:
         kept = []

@@ -50,7 +50,7 @@ class ClusterPage(ClusterPanel):
         self.show_sharing("Starting…")
         args = self.share_args + (["--replica"] if self.serve_models.isChecked() else [])
         start_task(lambda _t: SharedMachine(args).wait_ready(),
-                   on_done=self._on_shared, on_error=self._on_share_failed)
+                   on_done=self._on_shared, on_error=self._on_share_failed, owner=self)
 
     def _on_shared(self, shared) -> None:
         self.shared = shared
@@ -69,7 +69,7 @@ class ClusterPage(ClusterPanel):
             start_task(lambda _t: shared.pair_again(),
                        on_done=lambda opened: self._show_code(
                            opened[0], "until " + time.strftime("%H:%M", time.localtime(opened[1]))),
-                       on_error=lambda e: self.error.emit(str(e)))
+                       on_error=lambda e: self.error.emit(str(e)), owner=self)
 
     def _on_share_failed(self, error) -> None:
         self.share.setChecked(False)
@@ -86,7 +86,7 @@ class ClusterPage(ClusterPanel):
                        f"Paired with worker {paired[0].name} at {paired[0].address}; "
                        f"confirmation {paired[1]}: the worker shows the same digits. Turn on "
                        "“Use paired workers” to give it layers."),
-                   on_error=lambda e: self.error.emit(f"Pairing failed: {e}"))
+                   on_error=lambda e: self.error.emit(f"Pairing failed: {e}"), owner=self)
 
     def _use(self, option: str, flag_name: str, on: bool) -> None:
         """Restart the engine with `option auto` (paired workers as stages, or as
@@ -117,7 +117,7 @@ class ClusterPage(ClusterPanel):
             self.show_cluster(view)
 
         start_task(lambda _t: client.cluster(), on_done=done,
-                   on_error=lambda _e: setattr(self, "_polling", False))
+                   on_error=lambda _e: setattr(self, "_polling", False), owner=self)
 
     def close_down(self) -> None:
         self.timer.stop()

@@ -65,7 +65,7 @@ class SearchPage(QWizardPage):
         self.results.clear()
         client, sort = self.wiz.client, self.sort.currentData()
         start_task(lambda _t: client.hub_search(text, sort), on_done=self.show_results,
-                   on_error=lambda e: self.status.setText(str(e)))
+                   on_error=lambda e: self.status.setText(str(e)), owner=self)
 
     def show_results(self, repos: list[dict]) -> None:
         self.status.setText(
@@ -137,11 +137,11 @@ class FilesPage(QWizardPage):
         self.drafts.setText("")
         self.status.setText("Judging every file for this machine…")
         start_task(lambda _t: client.hub_quants(repo), on_done=self.show_quants,
-                   on_error=lambda e: self.status.setText(str(e)))
+                   on_error=lambda e: self.status.setText(str(e)), owner=self)
         start_task(lambda _t: client.hub_card(repo), on_done=self.card.setMarkdown,
-                   on_error=lambda e: self.card.setPlainText(f"No model card: {e}"))
+                   on_error=lambda e: self.card.setPlainText(f"No model card: {e}"), owner=self)
         start_task(lambda _t: client.hub_drafts(repo), on_done=self.show_drafts,
-                   on_error=lambda _e: None)
+                   on_error=lambda _e: None, owner=self)
 
     def show_quants(self, result: dict) -> None:
         if result["repo"] != self.wiz.repo:
@@ -266,7 +266,7 @@ class ModelWizard(QWizard):
 
     def start_download(self) -> None:
         start_task(lambda _t: self.client.start_download(self.repo, self.quant),
-                   on_done=self._on_started, on_error=self._on_error)
+                   on_done=self._on_started, on_error=self._on_error, owner=self)
 
     def _on_started(self, state: dict) -> None:
         self.download_id = state["id"]
@@ -279,7 +279,7 @@ class ModelWizard(QWizard):
     def control(self, action: str) -> None:
         if self.download_id is not None:
             start_task(lambda _t: self.client.control_download(self.download_id, action),
-                       on_done=self._on_controlled, on_error=self._on_error)
+                       on_done=self._on_controlled, on_error=self._on_error, owner=self)
 
     def _on_controlled(self, state: dict) -> None:
         self.download_page.show_state(state)
@@ -295,7 +295,7 @@ class ModelWizard(QWizard):
 
     def import_path(self, path: str) -> None:
         start_task(lambda _t: self.client.import_model(path), on_done=self._on_imported,
-                   on_error=lambda e: self.search_page.status.setText(str(e)))
+                   on_error=lambda e: self.search_page.status.setText(str(e)), owner=self)
 
     def _on_imported(self, model: dict) -> None:
         self.model_id = model["id"]

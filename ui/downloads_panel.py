@@ -61,7 +61,7 @@ class DownloadWatcher(QObject):
             return
         self._polling = True
         start_task(lambda _t: client.downloads(), on_done=self._on_list,
-                   on_error=self._on_error)
+                   on_error=self._on_error, owner=self)
 
     def _on_list(self, downloads: list[dict]) -> None:
         self._polling = False

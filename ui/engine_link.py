@@ -50,14 +50,14 @@ class EngineLink(QObject):
         self.watchdog.stop()
         self.progress.emit("Starting the engine…")
         start_task(lambda _task: self.supervisor.start(), on_done=self._on_started,
-                   on_error=self.failed.emit)
+                   on_error=self.failed.emit, owner=self)
 
     def _on_started(self, address) -> None:
         client = EngineClient(address)
         self.progress.emit("Loading the model…")
         start_task(_wait_for_model, client, on_done=lambda r: self._on_ready(client, r),
                    on_progress=lambda done: self.progress.emit(f"Loading the model… {done:.0%}"),
-                   on_error=self.failed.emit)
+                   on_error=self.failed.emit, owner=self)
 
     def _on_ready(self, client: EngineClient, result: dict) -> None:
         self.client = client
@@ -76,7 +76,7 @@ class EngineLink(QObject):
             return death, (client.health().get("batching") if client and not death else None)
 
         start_task(check, on_done=self._on_checked,
-                   on_error=lambda _e: setattr(self, "_checking", False))
+                   on_error=lambda _e: setattr(self, "_checking", False), owner=self)
 
     def _on_checked(self, result: tuple[str | None, dict | None]) -> None:
         self._checking = False

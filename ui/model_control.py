@@ -105,7 +105,8 @@ class ModelControl(QObject):
         if model in self._plans:
             show(self._plans[model])
         else:  # an error: the Memory page says why
-            start_task(lambda _t: client.plan(model), on_done=show, on_error=lambda _e: None)
+            start_task(lambda _t: client.plan(model), on_done=show, on_error=lambda _e: None,
+                       owner=self.w)
 
     def adapters_for(self, model: str | None) -> list[str]:
         """The adapters that fit `model`."""
@@ -167,7 +168,7 @@ class ModelControl(QObject):
                 self.choose(select)
 
         start_task(lambda _t: {"health": client.health(), "models": client.models()},
-                   on_done=done, on_error=self.w.show_error)
+                   on_done=done, on_error=self.w.show_error, owner=self.w)
 
     # -- the routing pair ----------------------------------------------------------------
 
@@ -181,7 +182,7 @@ class ModelControl(QObject):
         start_task(lambda _t: client.set_routing(pair.small, pair.large, pair.mode),
                    on_done=lambda answer: settings.route_state.setText(
                        answer["plan"]["note"] if answer.get("plan") else "Routing is off."),
-                   on_error=self._on_routing_failed)
+                   on_error=self._on_routing_failed, owner=self.w)
 
     def _on_routing_failed(self, error) -> None:
         self.w.settings.routing_failed()
@@ -195,7 +196,8 @@ class ModelControl(QObject):
         if client and model:
             start_task(lambda _t: {**client.plan(model, n_ctx, gpu_layers, cpu_moe_layers),
                                    "asked": (model, n_ctx, gpu_layers, cpu_moe_layers)},
-                       on_done=self.w.plan_panel.show_plan, on_error=self.w.show_error)
+                       on_done=self.w.plan_panel.show_plan, on_error=self.w.show_error,
+                       owner=self.w)
 
     def load(self, model: str, n_ctx, gpu_layers, cpu_moe_layers) -> None:
         client, w = self.w.client, self.w
@@ -207,7 +209,7 @@ class ModelControl(QObject):
         self.show_state(loading=True)
         self._watch.start()
         start_task(lambda _t: client.load(model, n_ctx, gpu_layers, cpu_moe_layers),
-                   on_done=self._on_loaded, on_error=self._on_load_failed)
+                   on_done=self._on_loaded, on_error=self._on_load_failed, owner=self.w)
 
     def _show_loading(self) -> None:
         client, state = self.w.client, self.w.bar.state
@@ -218,7 +220,8 @@ class ModelControl(QObject):
                 state.setText(f"Loading {loading['model']}… {loading['progress']:.0%}")
 
         if client:
-            start_task(lambda _t: client.health(), on_done=show, on_error=lambda _e: None)
+            start_task(lambda _t: client.health(), on_done=show, on_error=lambda _e: None,
+                       owner=self.w)
 
     def _on_loaded(self, health: dict) -> None:
         w = self.w
@@ -257,7 +260,8 @@ class ModelControl(QObject):
         client = self.w.client
         if client:
             start_task(lambda _t: client.control_download(download_id, action),
-                       on_done=lambda _s: self.w.watcher.start(), on_error=self.w.show_error)
+                       on_done=lambda _s: self.w.watcher.start(), on_error=self.w.show_error,
+                       owner=self.w)
 
     def on_download_finished(self, download: dict) -> None:
         self.w.statusBar().showMessage(f"Downloaded {download['repo']} {download['quant']}", 5000)

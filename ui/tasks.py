@@ -10,6 +10,7 @@ import threading
 from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+from shiboken6 import isValid
 
 
 class TaskSignals(QObject):
@@ -52,17 +53,27 @@ MAX_TASKS = 32
 
 
 def start_task(fn: Callable[..., Any], *args, on_done=None, on_progress=None,
-               on_error=None, pool: QThreadPool | None = None) -> Task:
+               on_error=None, owner: QObject | None = None,
+               pool: QThreadPool | None = None) -> Task:
+    """Run `fn` off the UI thread. The callbacks reach `owner` only while it lives: a
+    task can outlast the window that started it (closed while a request was out), and a
+    closure over its deleted widgets would raise in Qt's event loop."""
     task = Task(fn, *args)
-    if on_done:
-        task.signals.done.connect(on_done)
-    if on_progress:
-        task.signals.progress.connect(on_progress)
-    if on_error:
-        task.signals.failed.connect(on_error)
+    for signal, callback in ((task.signals.done, on_done),
+                             (task.signals.progress, on_progress),
+                             (task.signals.failed, on_error)):
+        if callback:
+            signal.connect(callback if owner is None else _while_alive(owner, callback))
     Task._running.add(task)
     if pool is None:
         pool = QThreadPool.globalInstance()
         pool.setMaxThreadCount(max(pool.maxThreadCount(), MAX_TASKS))
     pool.start(task)
     return task
+
+
+def _while_alive(owner: QObject, callback: Callable[[Any], Any]) -> Callable[[Any], None]:
+    def deliver(value) -> None:
+        if isValid(owner):
+            callback(value)
+    return deliver

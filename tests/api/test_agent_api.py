@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from support.agent_templates import HERMES
-from support.models import STARTER, with_template
+from support.models import PARIS_QUESTION, STARTER, with_template
 
 pytestmark = pytest.mark.slow
 
@@ -186,7 +186,7 @@ def test_responses_api_streams_a_function_call(client):
 
 
 def test_responses_text_and_json_format(client):
-    reply = client.responses.create(model=STARTER, input="What is the capital of France?",
+    reply = client.responses.create(model=STARTER, input=PARIS_QUESTION,
                                     instructions="You are a helpful assistant.", max_output_tokens=30,
                                     temperature=0)
     assert reply.output_text and reply.usage.input_tokens > 5 and reply.status in (
@@ -201,7 +201,7 @@ def test_anthropic_streamed_message(claude):
     with claude.messages.stream(model=STARTER, max_tokens=30, system="You are a helpful assistant.",
                                 extra_body={"temperature": 0},
                                 messages=[{"role": "user",
-                                           "content": "What is the capital of France?"}]) as stream:
+                                           "content": PARIS_QUESTION}]) as stream:
         events = list(stream)
         final = stream.get_final_message()
     kinds = [event.type for event in events]

@@ -9,12 +9,12 @@ import httpx
 import openai
 import pytest
 
-from support.models import STARTER
+from support.models import PARIS_QUESTION, STARTER
 
 pytestmark = pytest.mark.slow
 
 PARIS = [{"role": "system", "content": "You are a helpful assistant."},
-         {"role": "user", "content": "What is the capital of France?"}]
+         {"role": "user", "content": PARIS_QUESTION}]
 
 
 @pytest.fixture(scope="module")

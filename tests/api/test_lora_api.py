@@ -12,11 +12,11 @@ import anthropic
 import openai
 import pytest
 
-from support.models import ADAPTER, GEMMA, STARTER
+from support.models import ADAPTER, GEMMA, PARIS_QUESTION, STARTER
 
 pytestmark = pytest.mark.slow
 QUESTION = [{"role": "system", "content": "You are a helpful assistant."},
-            {"role": "user", "content": "What is the capital of France?"}]
+            {"role": "user", "content": PARIS_QUESTION}]
 FRESH = {"response_cache": "off", "cache_prompt": False}  # each answer computed afresh
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from app.history import DEFAULT_SYSTEM_PROMPT
 from app.settings import Sampling
-from support.models import STARTER
+from support.models import PARIS_QUESTION, STARTER
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def test_starter_answers_paris_with_the_apps_defaults_in_nine_of_ten_seeds(clien
             model=STARTER, seed=seed, max_tokens=24,
             extra_body={"response_cache": "off"},
             messages=[{"role": "system", "content": DEFAULT_SYSTEM_PROMPT},
-                      {"role": "user", "content": "What is the capital of France?"}])
+                      {"role": "user", "content": PARIS_QUESTION}])
         answers.append(reply.choices[0].message.content)
     right = [a for a in answers if "Paris" in a]
     assert len(right) >= 9, answers

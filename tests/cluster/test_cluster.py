@@ -22,7 +22,7 @@ import pytest
 
 from support import ROOT
 from support.engines import start_engine
-from support.models import GEMMA, STARTER
+from support.models import GEMMA, PARIS_QUESTION, STARTER
 from engine.cluster import link, protocol
 from engine.cluster.gateway import Gateway
 from engine.cluster.identity import certificate_fingerprint, ensure_identity, server_context
@@ -400,7 +400,7 @@ def test_layers_on_two_workers_give_the_same_greedy_text(home, workers, model, c
     host = f"host-{model}"
     for _, address in workers:
         assert pair(home, host, address).returncode == 0
-    prompt = "What is the capital of France?" if chat else "The three primary colours are"
+    prompt = PARIS_QUESTION if chat else "The three primary colours are"
     # The same kernels here and on the workers: llama.cpp's RPC devices never repack
     # 4-bit weights (Gemma's Q4_K), so the solo engine must not either.
     same_kernels = ["--model", model, "--ctx", "1024", "--batch-invariant"]
@@ -448,7 +448,7 @@ def test_a_worker_killed_mid_reply_is_named_and_the_next_prompt_is_answered(home
         assert error and error["type"] == "worker_lost" and "w2" in error["message"], events[-1]
         assert noticed < protocol.LOST_AFTER_S + 0.7  # heartbeats, then the error's way out
         started = time.monotonic()
-        answer = ask(address, STARTER, "What is the capital of France?", max_tokens=12)
+        answer = ask(address, STARTER, PARIS_QUESTION, max_tokens=12)
         assert answer and time.monotonic() - started < 30
         view = cluster(address)
         states = {w["name"]: (w["state"], w["why"]) for w in view["workers"]}
@@ -466,10 +466,10 @@ def test_an_engine_that_dies_is_started_again_on_the_same_address(home, workers)
     process, address, _ = start_engine(home, "host-crash", [
         "--model", STARTER, "--ctx", "1024", "--workers", "w1", "--split", "6"])
     try:
-        first = ask(address, STARTER, "What is the capital of France?")
+        first = ask(address, STARTER, PARIS_QUESTION)
         (engine,) = psutil.Process(process.process.pid).children()
         engine.kill()
-        assert ask(address, STARTER, "What is the capital of France?") == first
+        assert ask(address, STARTER, PARIS_QUESTION) == first
         assert any("engine was killed" in line for line in process.output), process.output
     finally:
         process.stop()

@@ -26,7 +26,7 @@ import openai
 import pytest
 
 from support.engines import start_engine
-from support.models import STARTER
+from support.models import PARIS_QUESTION, STARTER
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,7 +92,7 @@ def chat(address, question, machine=None, system="Answer in one short sentence."
 
 
 def test_a_request_may_name_its_machine_and_the_answer_comes_back_unchanged(front):
-    machine, text = chat(front, "What is the capital of France?", machine="r1")
+    machine, text = chat(front, PARIS_QUESTION, machine="r1")
     assert machine == "r1" and text
     client = anthropic.Anthropic(base_url=front.url, api_key=front.token, max_retries=0)
     reply = client.messages.with_raw_response.create(

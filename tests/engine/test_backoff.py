@@ -7,11 +7,12 @@ mid-load leaves a journal, and the next one starts that model from a safer plan.
 import json
 import os
 import resource
+import time
 
 import httpx
 import pytest
 
-from support.models import STARTER
+from support.models import PARIS_QUESTION, STARTER
 from engine.engine import Engine, EngineSettings, LoadOverride
 from engine.llama.runtime import LoadSettings
 
@@ -42,7 +43,7 @@ def capped_server(home):
     process.stop()
 
 
-def chat(http, text="What is the capital of France?"):
+def chat(http, text=PARIS_QUESTION):
     response = http.post("/v1/chat/completions", json={
         "model": STARTER, "max_tokens": 12, "temperature": 0,
         "messages": [{"role": "system", "content": "You are a helpful assistant."},
@@ -51,8 +52,18 @@ def chat(http, text="What is the capital of France?"):
     return response.json()["choices"][0]["message"]["content"]
 
 
+def _wait_headers_read(http, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while any(m.get("kind") is None for m in http.get("/v1/models").json()["data"]):
+        assert time.monotonic() < deadline, "the engine never read its models' headers"
+        time.sleep(0.2)
+
+
 def test_a_load_that_runs_out_of_memory_backs_off_and_answers(capped_server):
     http, pid = capped_server
+    # The engine reads its models' headers in the background after it starts: done
+    # first, or the memory it frees after the cap is set makes room for the big load.
+    _wait_headers_read(http)
     # A small load and one answer first: threads and buffers the engine always has.
     small = http.post("/v1/models/load", json={"model": STARTER, "n_ctx": 512})
     assert small.status_code == 200, small.text

@@ -12,6 +12,11 @@ STARTER = "smollm2-135m-instruct-q4_1"
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
 GEMMA_REPO = "unsloth/gemma-3-270m-it-GGUF"
 GEMMA = "gemma-3-270m-q4_k_m"
+# A question the starter answers "The capital of France is Paris." at every greedy step
+# clear of the runner-up by 0.95 logits or more (measured with and without the default
+# system prompt). The bare "What is the capital of France?" opens at a near tie ("The"
+# 23.90, "La" 23.77, "Le" 23.75): on a CI machine a cached prompt's rounding made it French.
+PARIS_QUESTION = "What is the capital of France? Answer in one sentence."
 ADAPTER = "smol-persona"  # a LoRA adapter for the starter (conftest.py's lora_server)
 
 

@@ -3,7 +3,7 @@ conversation, sent with each reply, and named on the message that used them."""
 
 import pytest
 
-from support.models import ADAPTER, GEMMA, STARTER
+from support.models import ADAPTER, GEMMA, PARIS_QUESTION, STARTER
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def test_a_conversations_adapter_answers_and_is_named_on_the_message(qtbot, wind
     assert window.bar.adapters.text() == f"Adapter: {ADAPTER} ×0.5"
     assert window.control.request_options(conversation)["lora"] == [
         {"id": ADAPTER, "scale": 0.5}]
-    window.chat.send("What is the capital of France?")
+    window.chat.send(PARIS_QUESTION)
     qtbot.waitUntil(lambda: not window.sessions.running(), timeout=90_000)
     answer = window.history.messages(conversation.id)[-1]
     assert answer.role == "assistant" and answer.status == "complete", answer

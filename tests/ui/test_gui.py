@@ -9,11 +9,11 @@ import pytest
 from PySide6.QtCore import QElapsedTimer, Qt, QTimer, QUrl
 from PySide6.QtGui import QGuiApplication
 
-from support.models import STARTER
+from support.models import PARIS_QUESTION, STARTER
 
 pytestmark = pytest.mark.slow
 
-PARIS = "What is the capital of France?"
+PARIS = PARIS_QUESTION
 LONG = "Write a very long story about a dragon who learns to bake bread."
 
 
