@@ -32,7 +32,7 @@ def cmd_plan(args) -> int:
 
     from engine.errors import HomerackError
     from engine.machine.probe import probe
-    from engine.machine.planner import Preferences, plan
+    from engine.machine.planner import Preferences, auto_context, plan
 
     store = open_store(quiet=True)
     try:  # validates the file, and reads its shape once (cached with its metadata)
@@ -48,7 +48,9 @@ def cmd_plan(args) -> int:
         hardware = _simulated(args, hardware)
     if args.workers:
         return _plan_cluster(args, shape)
-    result = plan(hardware, shape, Preferences(ctx=args.ctx, cpu_moe_layers=args.cpu_moe_layers))
+    chosen = {"cpu_moe_layers": args.cpu_moe_layers}
+    result = plan(hardware, shape, auto_context(**chosen) if args.ctx is None
+                  else Preferences(ctx=args.ctx, **chosen))
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
         return 0 if result.fits else 2
@@ -72,7 +74,7 @@ def _plan_cluster(args, shape) -> int:
     """The preview `serve --workers` would load by: stages, bytes, expected speed."""
     import json
 
-    from engine.machine.planner import Preferences
+    from engine.machine.planner import AUTO_FLOOR, Preferences
     from engine.machine.probe import probe
 
     from ..cluster import make_cluster
@@ -80,7 +82,7 @@ def _plan_cluster(args, shape) -> int:
     cluster = make_cluster(args, on_lost=lambda *_: None)
     try:
         cluster.connect()
-        preview = cluster.preview(probe(), shape, Preferences(ctx=args.ctx))
+        preview = cluster.preview(probe(), shape, Preferences(ctx=args.ctx or AUTO_FLOOR))
     finally:
         cluster.close()
     if args.json:
@@ -122,7 +124,8 @@ def add_commands(sub) -> None:
 
     plan = sub.add_parser("plan", help="how a model would run on this machine")
     plan.add_argument("model", help="a model id or a .gguf path")
-    plan.add_argument("--ctx", type=int, default=4096, help="wanted context")
+    plan.add_argument("--ctx", type=int, help="wanted context (default: the largest up "
+                      "to 32k that costs little, as serve chooses)")
     plan.add_argument("--json", action="store_true")
     plan.add_argument("--vram", type=float, nargs="*", metavar="GIB",
                       help="simulate GPUs with this much memory each")

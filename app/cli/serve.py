@@ -117,7 +117,9 @@ def _settings(args):
 
     where = paths()
     return EngineSettings(
-        load=LoadSettings(n_ctx=args.ctx, n_threads=args.threads or _default_threads()),
+        load=LoadSettings(n_ctx=args.ctx or LoadSettings.n_ctx,
+                          n_threads=args.threads or _default_threads()),
+        auto_ctx=args.ctx is None,
         max_queue=args.queue_size, parallel=args.parallel, resident=args.resident,
         batch_invariant=args.batch_invariant,
         ram_budget=int(args.ram * 2**30) if args.ram else None,
@@ -178,7 +180,8 @@ def add_commands(sub) -> None:
                        help="serve the API's OpenAPI schema (/openapi.json) and /docs")
     serve.add_argument("--model", help="load this model at start")
     serve.add_argument("--token", help="API token (default: $HOMERACK_TOKEN or a new one)")
-    serve.add_argument("--ctx", type=int, default=4096, help="context size in tokens")
+    serve.add_argument("--ctx", type=int, help="context size in tokens (default: the "
+                       "largest up to 32k that costs little speed and memory, as planned)")
     serve.add_argument("--threads", type=int, default=0)
     serve.add_argument("--cpu-moe-layers", type=int, metavar="N",
                        help="mixture-of-experts models: keep the routed experts of the first N "

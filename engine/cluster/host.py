@@ -6,10 +6,11 @@ left out with the reason; one that answers again is taken at the next start."""
 from __future__ import annotations
 
 import socket
+from dataclasses import replace
 from typing import Callable
 
 from ..machine.hardware import Hardware
-from ..machine.planner import Plan, Preferences
+from ..machine.planner import AUTO_FLOOR, Plan, Preferences
 from ..machine.rpc import add_worker
 from ..catalog.shape import ModelShape
 from .link import LinkLoop, WorkerLink
@@ -73,7 +74,11 @@ class Cluster:
         return machines
 
     def preview(self, hw: Hardware, shape: ModelShape, prefs: Preferences) -> ClusterPlan:
-        """The plan over this machine and the workers, as it would be now."""
+        """The plan over this machine and the workers, as it would be now (at 4k of
+        context when none was asked: the stages' placement does not weigh a context's
+        cost in speed, so it does not choose one)."""
+        if prefs.auto_ctx:
+            prefs = replace(prefs, ctx=AUTO_FLOOR, auto_ctx=False)
         if self._bandwidth is None:
             self._bandwidth = memory_bandwidth()
         here = local_machine(hw, prefs, self._bandwidth)

@@ -51,6 +51,9 @@ class Layout:
 class Preferences:
     ctx: int = 4096
     min_ctx: int = 2048
+    # ctx is a cap, not a wish (no context was asked): the planner takes the largest
+    # context up to it that costs little speed and memory (planner.AUTO_* below)
+    auto_ctx: bool = False
     margin: float = 0.08            # of each device's free memory, left unused
     allow_quantized_kv: bool = True
     draft: ModelShape | None = None  # counted on the CPU with its own KV

@@ -54,6 +54,21 @@ def _contexts(prefs: Preferences, shape: ModelShape) -> list[int]:
 
 F16_PREFERENCE = 1.05  # a q8_0 KV cache must be forecast this much faster to be chosen
 
+# Context when none is asked: agents (Claude Code, Codex) send 20-30k tokens of tools and
+# files, so up to 32k where the model takes it (Ollama's choice at 24-48 GiB), never
+# below 4k unless only less fits. Taken only while it costs little: the forecast at
+# least AUTO_SPEED_SHARE of the fastest context's (layers or experts pushed off the GPU
+# for KV cost more), and its KV cache at most AUTO_KV_SHARE of the usable memory.
+AUTO_CTX = 32768
+AUTO_FLOOR = 4096
+AUTO_SPEED_SHARE = 0.9
+AUTO_KV_SHARE = 0.25
+
+
+def auto_context(**preferences) -> Preferences:
+    """Preferences that let the planner choose the context."""
+    return Preferences(ctx=AUTO_CTX, min_ctx=2048, auto_ctx=True, **preferences)
+
 
 @dataclass(frozen=True)
 class _Choice:
@@ -69,27 +84,57 @@ def plan(hw: Hardware, shape: ModelShape, prefs: Preferences = Preferences()) ->
     the placement forecast to decode fastest among those predicted to fit under each
     device's budget (_candidates). An f16 KV cache unless q8_0 makes the context fit or
     is forecast over 5% faster (it keeps more on the GPU)."""
-    kv_types = ["f16", "q8_0"] if prefs.allow_quantized_kv else ["f16"]
-    best = None
-    for n_ctx in _contexts(prefs, shape):
-        for kv_type in kv_types:
-            for placement in _candidates(shape, hw, n_ctx, kv_type, prefs):
-                if not placement.fits():
-                    continue
-                speed = forecast(shape, placement.layout, hw, n_ctx, prefs.speed_calibration)
-                preference = F16_PREFERENCE if kv_type == "f16" else 1.0
-                rank = (speed.decode_tps * preference, placement.n_gpu_layers)
-                if best is None or rank > best.rank:
-                    best = _Choice(rank, n_ctx, kv_type, placement, speed)
-        if best is not None:  # a smaller context is never preferred
-            break
+    if prefs.auto_ctx:
+        best, traded = _auto_choice(shape, hw, prefs)
+    else:  # the largest context that fits: a smaller one is never preferred
+        best = next(filter(None, (_best_at(shape, hw, prefs, n_ctx)
+                                  for n_ctx in _contexts(prefs, shape))), None)
+        traded = None
     if best is None:
         return _no_fit(hw, shape, prefs)
     placement = best.placement
     return Plan(shape.name, placement.n_gpu_layers, placement.gpus, placement.split,
                 best.n_ctx, best.kv_type, best.kv_type != "f16", placement.uses, True,
-                _reasons(shape, hw, prefs, best), placement.cpu_moe, best.forecast,
+                _reasons(shape, hw, prefs, best, traded), placement.cpu_moe, best.forecast,
                 shape.n_layers, shape.is_moe)
+
+
+def _best_at(shape: ModelShape, hw: Hardware, prefs: Preferences, n_ctx: int) -> _Choice | None:
+    """At this context, the placement and KV type forecast fastest among those that fit."""
+    best = None
+    for kv_type in ["f16", "q8_0"] if prefs.allow_quantized_kv else ["f16"]:
+        for placement in _candidates(shape, hw, n_ctx, kv_type, prefs):
+            if not placement.fits():
+                continue
+            speed = forecast(shape, placement.layout, hw, n_ctx, prefs.speed_calibration)
+            preference = F16_PREFERENCE if kv_type == "f16" else 1.0
+            rank = (speed.decode_tps * preference, placement.n_gpu_layers)
+            if best is None or rank > best.rank:
+                best = _Choice(rank, n_ctx, kv_type, placement, speed)
+    return best
+
+
+def _auto_choice(shape: ModelShape, hw: Hardware,
+                 prefs: Preferences) -> tuple[_Choice | None, _Choice | None]:
+    """The largest context that costs little (see AUTO_CTX), and the larger one it
+    declined, if any (the plan says what that would have cost)."""
+    sizes = _contexts(prefs, shape)
+    fitting = [c for c in (_best_at(shape, hw, prefs, n) for n in sizes) if c]
+    if not fitting:
+        return None, None
+    fastest = max(c.forecast.decode_tps for c in fitting)
+    usable = sum(u.budget for u in fitting[0].placement.uses)
+
+    def cheap(choice: _Choice) -> bool:
+        kv = sum(u.kv for u in choice.placement.uses)
+        return choice.n_ctx <= AUTO_FLOOR or (
+            choice.forecast.decode_tps >= AUTO_SPEED_SHARE * fastest
+            and kv <= AUTO_KV_SHARE * usable)
+
+    chosen = next((c for c in fitting if cheap(c)), fitting[-1])
+    at = sizes.index(chosen.n_ctx)
+    larger = [c for c in fitting if at and c.n_ctx == sizes[at - 1]]  # the next size up
+    return chosen, larger[0] if larger else None
 
 
 def _candidates(shape: ModelShape, hw: Hardware, n_ctx: int, kv_type: str,
@@ -154,7 +199,30 @@ def _experts_text(shape: ModelShape, placement: Placement, n_ctx: int,
             f"and the {n_ctx // 1024}k KV cache on the GPU ({_gib(on_gpu)})")
 
 
-def _reasons(shape: ModelShape, hw: Hardware, prefs: Preferences, best: _Choice) -> tuple[str, ...]:
+def _context_text(shape: ModelShape, prefs: Preferences, best: _Choice,
+                  declined: _Choice | None) -> str | None:
+    """Why this context, in words (None: the one asked, unchanged)."""
+    wanted = min(prefs.ctx, shape.context_length or prefs.ctx)
+    if not prefs.auto_ctx:
+        return (f"context reduced from {wanted} to {best.n_ctx} tokens to fit"
+                if best.n_ctx < wanted else None)
+    if best.n_ctx == wanted:
+        most = "the most this model takes" if wanted < AUTO_CTX else "the default for agents"
+        return f"context {best.n_ctx:,} tokens ({most}; --ctx asks for another)"
+    if declined is None:
+        sizes = _contexts(prefs, shape)
+        return f"context {best.n_ctx:,} tokens: {sizes[sizes.index(best.n_ctx) - 1]:,} does not fit"
+    if declined.forecast.decode_tps < AUTO_SPEED_SHARE * best.forecast.decode_tps:
+        cost = (f"{declined.n_ctx:,} would run at about {declined.forecast.decode_tps:.1f} "
+                f"tok/s instead of {best.forecast.decode_tps:.1f}")
+    else:
+        kv = sum(u.kv for u in declined.placement.uses)
+        cost = f"{declined.n_ctx:,} would hold {_gib(kv)} of KV cache"
+    return f"context {best.n_ctx:,} tokens: {cost} (--ctx asks for it anyway)"
+
+
+def _reasons(shape: ModelShape, hw: Hardware, prefs: Preferences, best: _Choice,
+             declined: _Choice | None = None) -> tuple[str, ...]:
     placement, n_ctx = best.placement, best.n_ctx
     reasons = ["no GPU: every layer runs on the CPU" if not hw.gpus
                else _layers_text(shape, placement, prefs)]
@@ -168,9 +236,8 @@ def _reasons(shape: ModelShape, hw: Hardware, prefs: Preferences, best: _Choice)
     reasons.append(f"forecast: about {fc.decode_tps:.1f} tok/s generating, "
                    f"{fc.prompt_tps:,.0f} tok/s reading the prompt"
                    + (" (calibrated by past loads here)" if fc.calibrated else ""))
-    wanted = min(prefs.ctx, shape.context_length or prefs.ctx)
-    if n_ctx < wanted:
-        reasons.append(f"context reduced from {wanted} to {n_ctx} tokens to fit")
+    if context := _context_text(shape, prefs, best, declined):
+        reasons.append(context)
     if best.kv_type != "f16":
         f16 = place(shape, hw, n_ctx, "f16", prefs, placement.cpu_moe)
         why = "it keeps more on the GPU" if f16.fits() else "to keep the context"

@@ -20,7 +20,7 @@ from ..catalog.fingerprint import model_fingerprint
 from .adapters import AdapterBank
 from .loader import LoadJournal, load
 from ..catalog.models import LocalModel, ModelStore
-from ..machine.planner import Plan, Preferences, place_draft, plan
+from ..machine.planner import Plan, Preferences, auto_context, place_draft, plan
 from ..machine.probe import probe
 from .presets import LoadOverride, Presets
 from .prompt_cache import CacheLimits, PromptCache
@@ -51,6 +51,7 @@ class EngineSettings:
     max_models: int = 3               # chat models loaded at once (fleet.py), memory allowing
     jit_ttl_s: float | None = 900.0   # a model loaded on demand is unloaded this long idle
     presets_file: Path | None = None  # the user's per-model choices (presets.py)
+    auto_ctx: bool = False            # load.n_ctx not asked: the planner chooses (up to 32k)
 
     @property
     def sequences(self) -> int:
@@ -283,17 +284,18 @@ class ModelHost:
         if self.settings.speculation == "draft":
             picked = pick_draft(model, self.store.list(), self.store.inspector)
             draft = self.store.inspector.inspect(picked.path).shape if picked else None
-        wanted = self.settings.load.n_ctx
-        n_ctx = min(override.n_ctx if override and override.n_ctx else wanted,
-                    info.context_length or wanted)
         cpu_moe = self.settings.cpu_moe_layers
         if override and override.cpu_moe_layers is not None:
             cpu_moe = override.cpu_moe_layers
-        return Preferences(
-            ctx=n_ctx, min_ctx=n_ctx if override and override.n_ctx else min(2048, n_ctx),
-            gpu_layers=override.gpu_layers if override else None, draft=draft,
-            calibration=self._calibration.for_architecture(info.architecture),
-            cpu_moe_layers=cpu_moe, speed_calibration=self._calibration.speeds())
+        chosen = dict(gpu_layers=override.gpu_layers if override else None, draft=draft,
+                      calibration=self._calibration.for_architecture(info.architecture),
+                      cpu_moe_layers=cpu_moe, speed_calibration=self._calibration.speeds())
+        asked = override.n_ctx if override and override.n_ctx else None
+        if asked is None and self.settings.auto_ctx:
+            return auto_context(**chosen)
+        wanted = asked or self.settings.load.n_ctx
+        n_ctx = min(wanted, info.context_length or wanted)
+        return Preferences(ctx=n_ctx, min_ctx=n_ctx if asked else min(2048, n_ctx), **chosen)
 
     def plan_for(self, model: LocalModel, override: LoadOverride | None = None,
                  taken: dict[str, int] | None = None):

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from support import ROOT
-from support.models import GEMMA, STARTER
+from support.models import GEMMA, PARIS_QUESTION, STARTER
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +60,7 @@ def test_chat_uses_the_running_engine(home, tmp_path):
         assert server.stdout.readline().startswith("listening on http://127.0.0.1:")
         engine_file = serve_home / "run" / "engine.json"
         assert stat.S_IMODE(engine_file.stat().st_mode) == 0o600
-        reply = homerack("chat", "What is the capital of France?", "--system",
+        reply = homerack("chat", PARIS_QUESTION, "--system",
                          "You are a helpful assistant.", "--temperature", "0", home=serve_home)
         assert reply.returncode == 0, reply.stderr
         assert "Paris" in reply.stdout
@@ -98,7 +98,11 @@ def test_hardware_and_plan_commands(home, tmp_path):
     assert hardware["ram_total_bytes"] > 0 and hardware["cpu_cores"] >= 1
     planned = homerack("plan", STARTER, "--json", "--vram", "8", "--ram", "16", home=home)
     result = json.loads(planned.stdout)
-    assert result["fits"] and result["n_gpu_layers"] == 31 and result["n_ctx"] == 4096
+    # no --ctx: all the 8k SmolLM2 takes, which costs nothing on an 8 GB GPU
+    assert result["fits"] and result["n_gpu_layers"] == 31 and result["n_ctx"] == 8192
+    assert any("the most this model takes" in r for r in result["reasons"])
+    asked = json.loads(homerack("plan", STARTER, "--json", "--ctx", "4096", home=home).stdout)
+    assert asked["n_ctx"] == 4096
     assert [d["device"] for d in result["devices"]] == ["GPU0", "CPU"]
     table = homerack("plan", STARTER, "--ram", "0.05", home=home)
     assert table.returncode == 2 and "DOES NOT FIT" in table.stdout
@@ -116,7 +120,7 @@ def test_models_and_chat_with_a_lora_adapter(home, server):
     assert listed.returncode == 0, listed.stderr
     assert f"adapts {STARTER} (use {STARTER}+{ADAPTER})" in listed.stdout
     assert "gemma-style" in listed.stdout and f"adapts {GEMMA}" in listed.stdout
-    asked = ("chat", "What is the capital of France?", "--temperature", "0", "--max-tokens", "16")
+    asked = ("chat", PARIS_QUESTION, "--temperature", "0", "--max-tokens", "16")
     adapted = homerack(*asked, "--lora", f"{ADAPTER}=1", home=served)
     assert adapted.returncode == 0, adapted.stderr
     # the starter alone says "The capital of France is Paris." (test_lora_api compares)

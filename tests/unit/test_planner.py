@@ -9,7 +9,8 @@ from support.models import GEMMA, STARTER
 from engine.catalog.gguf_file import GGUFInspector
 from engine.catalog.shape import ModelShape
 from engine.machine.hardware import simulated
-from engine.machine.planner import Preferences, choose_quant, plan
+from engine.machine.planner import (AUTO_KV_SHARE, AUTO_SPEED_SHARE, Preferences,
+                                     auto_context, choose_quant, plan)
 
 GiB, MiB = 1 << 30, 1 << 20
 
@@ -256,3 +257,50 @@ def test_the_draft_goes_on_the_gpu_when_the_main_model_left_room(real_shapes):
     alone = plan(simulated((5,), 64), LLAMA_7B, Preferences(ctx=8192))
     cpu = lambda p: p.uses[-1].total
     assert cpu(tight) - cpu(alone) >= draft.weights_bytes
+
+
+# -- the context when none is asked ------------------------------------------------------
+
+def _at(hardware, shape, n_ctx):
+    return plan(hardware, shape, Preferences(ctx=n_ctx, min_ctx=n_ctx))
+
+
+def test_without_a_context_asked_the_plan_takes_up_to_32k_where_it_costs_nothing(real_shapes):
+    starter = plan(MACHINES["cpu laptop 8G"], real_shapes[STARTER], auto_context())
+    assert starter.n_ctx == 8192  # all SmolLM2 takes
+    assert any("the most this model takes" in r for r in starter.reasons), starter.reasons
+    roomy = plan(simulated((), 64), LLAMA_7B, auto_context())
+    assert roomy.n_ctx == 32768 and roomy.kv_type == "f16"
+    assert any("the default for agents" in r for r in roomy.reasons), roomy.reasons
+
+
+def test_a_context_that_would_push_layers_off_the_gpu_is_declined_and_its_cost_named():
+    # a 6 GiB GPU: the 7B with a 16k q8_0 KV cache keeps every layer there; 32k would not
+    hardware = simulated((6,), 16, gpu_bandwidth_gbs=900, ram_bandwidth_gbs=60)
+    chosen = plan(hardware, LLAMA_7B, auto_context())
+    fixed = {n: _at(hardware, LLAMA_7B, n) for n in (4096, 8192, 16384, 32768)}
+    fastest = max(p.forecast.decode_tps for p in fixed.values() if p.fits)
+    assert chosen.n_ctx == 16384 and chosen.n_gpu_layers == LLAMA_7B.n_layers + 1
+    assert chosen.forecast.decode_tps >= AUTO_SPEED_SHARE * fastest
+    bigger = fixed[32768]
+    assert bigger.fits and bigger.forecast.decode_tps < AUTO_SPEED_SHARE * fastest
+    assert any("32,768 would run at about" in r for r in chosen.reasons), chosen.reasons
+
+
+def test_a_context_whose_kv_cache_would_take_over_a_quarter_of_memory_is_declined():
+    # 12 GiB of RAM: the 7B (4.6 GiB) at 32k holds 4 GiB of f16 KV, over a quarter of it
+    chosen = plan(simulated((), 12), LLAMA_7B, auto_context())
+    assert chosen.fits and chosen.n_ctx < 32768
+    kv = sum(u.kv for u in chosen.uses)
+    assert kv <= AUTO_KV_SHARE * sum(u.budget for u in chosen.uses)
+    assert any("of KV cache" in r for r in chosen.reasons), chosen.reasons
+
+
+def test_below_4k_only_when_nothing_larger_fits():
+    # the smallest RAM (in 50 MiB steps) the 7B fits in at all: there the plan takes
+    # the largest context that fits, below 4k
+    ram = next(g / 20 for g in range(100, 140)
+               if plan(simulated((), g / 20), LLAMA_7B, auto_context()).fits)
+    chosen = plan(simulated((), ram), LLAMA_7B, auto_context())
+    assert chosen.n_ctx < 4096 and not _at(simulated((), ram), LLAMA_7B, 4096).fits
+    assert any("does not fit" in r for r in chosen.reasons), chosen.reasons
