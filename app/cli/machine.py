@@ -105,7 +105,8 @@ def _print_plan(result) -> None:
     print(f"{result.model}: {'fits' if result.fits else 'DOES NOT FIT'} — "
           f"n_gpu_layers {result.n_gpu_layers}, n_ctx {result.n_ctx}, KV {result.kv_type}"
           + (f", experts of {result.cpu_moe_layers} layers in RAM" if result.cpu_moe_layers else "")
-          + (f", split {list(result.tensor_split)}" if result.tensor_split else ""))
+          + (f", {result.split_mode} split {list(result.tensor_split)}"
+             if result.tensor_split else ""))
     print(f"{'device':<8}{'weights':>10}{'KV':>10}{'compute':>10}{'output':>9}{'total':>10}"
           f"{'budget':>11}  (MiB)")
     for use in result.uses:

@@ -21,7 +21,7 @@ from .adapters import adapter_facts, matrix_shapes
 from .shape import ModelShape, field_value, shape_or_none
 
 GGUF_MAGIC = b"GGUF"
-_CACHE_VERSION = 9
+_CACHE_VERSION = 10  # 10: the shape's architecture
 # Encoder architectures: their models embed text and cannot chat.
 ENCODERS = {"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3",
             "modern-bert", "neo-bert", "t5encoder"}

@@ -55,6 +55,7 @@ class ModelShape:
     # Weights' element counts (for prompt FLOPs): all of them, and the routed experts'.
     n_params: int = 0
     expert_params: int = 0
+    architecture: str = ""  # general.architecture: some placements depend on it
 
     @property
     def is_moe(self) -> bool:
@@ -217,7 +218,7 @@ def shape_of(reader, name: str) -> ModelShape:
         n_expert=int(field_value(reader, f"{arch}.expert_count", 0) or 0),
         n_expert_used=int(field_value(reader, f"{arch}.expert_used_count", 0) or 0),
         shared_expert_bytes=counts["shared"], n_params=counts["params"],
-        expert_params=counts["expert_params"])
+        expert_params=counts["expert_params"], architecture=arch)
 
 
 def _vocabulary_size(reader) -> int:

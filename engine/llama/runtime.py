@@ -56,6 +56,7 @@ class LoadSettings:
     repack: bool = True
     embeddings: bool = False  # pooled embeddings out instead of logits (embedding models)
     cpu_moe_layers: int = 0  # leading layers whose routed experts stay in RAM
+    split_mode: str = "layer"  # or "tensor": every layer split across `devices`
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,8 @@ class LlamaModel(Tokens):
         if settings.tensor_split:
             self._split = (ctypes.c_float * llama.LLAMA_MAX_DEVICES)(*settings.tensor_split)
             mparams.tensor_split = self._split
+        if settings.split_mode == "tensor":
+            mparams.split_mode = llama.LLAMA_SPLIT_MODE_TENSOR
         self.model = llama.llama_model_load_from_file(str(path).encode(), mparams)
         if not self.model:
             raise ModelLoadFailed(f"llama.cpp could not load {path.name}")
@@ -159,7 +162,8 @@ class LlamaModel(Tokens):
             cparams.n_outputs_max = cparams.n_ubatch  # pooling reads every position
         if settings.kv_type == "q8_0":
             cparams.type_k = cparams.type_v = llama.GGML_TYPE_Q8_0
-            cparams.flash_attn_type = 1  # a quantized V cache requires it
+        if settings.kv_type == "q8_0" or settings.split_mode == "tensor":
+            cparams.flash_attn_type = 1  # a quantized V cache and tensor splits require it
         return cparams
 
     # -- vocabulary -------------------------------------------------------------

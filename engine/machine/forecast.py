@@ -28,6 +28,9 @@ HOP_S = 30e-6               # one activation row between devices, each way
 # A GPU's kernel launches per layer and token: what keeps a 3 GB-a-token MoE on an RTX
 # 3090 near the reported 110-140 tok/s instead of the 300 its bandwidth alone gives.
 GPU_LAYER_S = 70e-6
+# Tensor parallelism's two reductions a layer between GPUs over PCIe (a guess from
+# published 2-GPU figures, +50-70% decode over whole layers per GPU; unmeasured here).
+TENSOR_REDUCE_S = 40e-6
 # What llama.cpp's decode reaches of a device's bandwidth (CPU: measured on the random
 # Qwen3-MoE here; GPU: llama-bench tg on published cards against their bandwidth).
 EFFICIENCY = {"cpu": 0.5, "gpu": 0.7}
@@ -85,9 +88,19 @@ def _main_kind(layout: Layout, speeds: Speeds) -> str:
     return "gpu" if any(_speed(speeds, d)[0] == "gpu" for d in used) else "cpu"
 
 
+def _tensor_parallel_seconds(shape: ModelShape, layout: Layout, speeds: Speeds,
+                             kv: float) -> float:
+    """Every GPU reads its share of every layer at once, then they reduce."""
+    reads = shape.weights_read_per_token() + kv * shape.n_layers
+    slowest = max(share * reads / _speed(speeds, gpu)[1] for gpu, share in layout.tensor_shares)
+    return slowest + 2 * HOP_S + shape.n_layers * (GPU_LAYER_S + TENSOR_REDUCE_S)
+
+
 def _decode_seconds(shape: ModelShape, layout: Layout, speeds: Speeds, n_ctx: int) -> float:
     # A quantized KV cache saves memory, not time: dequantizing it costs what it saves.
     kv = shape.kv_bytes_per_token("f16") * min(n_ctx, FILL_TOKENS)
+    if layout.tensor_shares:
+        return _tensor_parallel_seconds(shape, layout, speeds, kv)
     reads: dict[str, float] = {}
     path = ["CPU"]  # the token embedding is looked up on the CPU
     for i, device in enumerate(layout.layer_devices):

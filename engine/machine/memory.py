@@ -38,10 +38,13 @@ MiB = 1 << 20
 @dataclass(frozen=True)
 class Layout:
     """Where a placement put each piece: the device of every layer, of the output
-    matrix, and how many leading layers keep their routed experts in RAM."""
+    matrix, and how many leading layers keep their routed experts in RAM; with tensor
+    parallelism, the GPUs' shares of every layer (the first GPU stands as each layer's
+    device)."""
     layer_devices: tuple[str, ...]
     output_device: str
     cpu_moe: int = 0
+    tensor_shares: tuple[tuple[str, float], ...] = ()
 
     def expert_device(self, layer: int) -> str:
         return "CPU" if layer < self.cpu_moe else self.layer_devices[layer]
@@ -64,6 +67,7 @@ class Preferences:
     # user's choice; None: the planner picks by forecast speed.
     cpu_moe_layers: int | None = None
     speed_calibration: tuple[tuple[str, float], ...] = ()  # (phase/device/model, ratio)
+    tensor_parallel: bool = True    # may split every layer across GPUs (off after it failed)
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,11 @@ class Placement:
     @property
     def cpu_moe(self) -> int:
         return self.layout.cpu_moe
+
+    @property
+    def split_mode(self) -> str:
+        """llama.cpp's: whole layers per GPU, or every layer split across them."""
+        return "tensor" if self.layout.tensor_shares else "layer"
 
     def fits(self) -> bool:
         return all(u.total <= u.budget for u in self.uses)
@@ -238,3 +247,43 @@ def _cpu_use(shape: ModelShape, hw: Hardware, budget: int, kv_layer: int, n_ctx:
     # With nothing else here, the CPU still looks up the token embeddings of a ubatch.
     compute = compute_bytes(shape, n_ctx, not placed) if computes else UBATCH * 16 * shape.n_embd
     return DeviceUse("CPU", budget, weights, kv, compute, shape.n_vocab * 4, gaps)
+
+
+# llama.cpp's tensor parallelism (split mode "tensor", experimental there): every layer's
+# weights and KV cache split across the GPUs by share, reduced between them twice a
+# layer. CUDA and ROCm only (a simulated card stands for them), flash attention and an
+# f16 KV cache required, and refused for these architectures (llama.cpp's multi-GPU
+# guide: MLA caches and recurrent states do not shard).
+TENSOR_BACKENDS = ("CUDA", "ROCm", "GPU")
+NO_TENSOR_PARALLEL = frozenset({
+    "grok", "mpt", "olmoe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa", "nemotron_h",
+    "nemotron_h_moe", "granitehybrid", "lfm2moe", "minimax-m2", "mistral4", "kimi-linear",
+    "jamba", "falcon-h1", "mamba", "mamba2", "rwkv6", "rwkv7", "plamo2", "minicpm3",
+    "gemma3n", "olmo2", "bitnet", "t5"})
+
+
+def can_split_tensors(shape: ModelShape, hw: Hardware, kv_type: str, prefs: Preferences) -> bool:
+    return (len(hw.gpus) >= 2 and kv_type == "f16" and prefs.gpu_layers is None
+            and prefs.tensor_parallel and shape.architecture not in NO_TENSOR_PARALLEL
+            and all(g.name.startswith(TENSOR_BACKENDS) for g in hw.gpus))
+
+
+def place_tensor_parallel(shape: ModelShape, hw: Hardware, n_ctx: int,
+                          prefs: Preferences) -> Placement:
+    """Every layer and the output split across all GPUs, each GPU's share of the weights
+    and of the KV cache in proportion to the room its compute buffer leaves it."""
+    gpu_budgets, cpu_budget = budgets(hw, prefs)
+    compute = compute_bytes(shape, n_ctx, holds_output=True)
+    rooms = [max(budget - compute, 1) for _, budget in gpu_budgets]
+    shares = tuple(round(room / sum(rooms), 4) for room in rooms)
+    weights = sum(shape.layer_bytes) + (shape.output_bytes or shape.embd_bytes)
+    kv = int(shape.kv_bytes_per_token("f16") * n_ctx) * shape.n_layers
+    uses = [DeviceUse(name, budget, int(weights * share), int(kv * share), compute)
+            for (name, budget), share in zip(gpu_budgets, shares)]
+    cpu = _cpu_use(shape, hw, cpu_budget, 0, n_ctx, "f16", shape.n_layers + 1, prefs)
+    first = gpu_budgets[0][0]
+    layout = Layout((first,) * shape.n_layers, first,
+                    tensor_shares=tuple((name, share) for (name, _), share
+                                        in zip(gpu_budgets, shares)))
+    return Placement(shape.n_layers + 1, tuple(name for name, _ in gpu_budgets), shares,
+                     (*uses, cpu), layout)

@@ -10,7 +10,8 @@ from dataclasses import dataclass, replace
 from ..catalog.shape import ModelShape
 from .forecast import Forecast, forecast
 from .hardware import Hardware
-from .memory import MiB, DeviceUse, Placement, Preferences, compute_bytes, place
+from .memory import (MiB, DeviceUse, Placement, Preferences, can_split_tensors, compute_bytes,
+                     place, place_tensor_parallel)
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Plan:
     forecast: Forecast | None = None
     n_layers: int = 0              # the model's, and whether it has routed experts
     moe: bool = False
+    split_mode: str = "layer"      # or "tensor": every layer split across the GPUs
 
     def as_dict(self) -> dict:
         return {"model": self.model, "n_gpu_layers": self.n_gpu_layers, "gpus": list(self.gpus),
@@ -40,7 +42,7 @@ class Plan:
                              "total": u.total} for u in self.uses],
                 "reasons": list(self.reasons), "cpu_moe_layers": self.cpu_moe_layers,
                 "forecast": self.forecast.as_dict() if self.forecast else None,
-                "n_layers": self.n_layers, "moe": self.moe}
+                "n_layers": self.n_layers, "moe": self.moe, "split_mode": self.split_mode}
 
 def _contexts(prefs: Preferences, shape: ModelShape) -> list[int]:
     wanted = min(prefs.ctx, shape.context_length or prefs.ctx)
@@ -96,7 +98,7 @@ def plan(hw: Hardware, shape: ModelShape, prefs: Preferences = Preferences()) ->
     return Plan(shape.name, placement.n_gpu_layers, placement.gpus, placement.split,
                 best.n_ctx, best.kv_type, best.kv_type != "f16", placement.uses, True,
                 _reasons(shape, hw, prefs, best, traded), placement.cpu_moe, best.forecast,
-                shape.n_layers, shape.is_moe)
+                shape.n_layers, shape.is_moe, placement.split_mode)
 
 
 def _best_at(shape: ModelShape, hw: Hardware, prefs: Preferences, n_ctx: int) -> _Choice | None:
@@ -148,6 +150,8 @@ def _candidates(shape: ModelShape, hw: Hardware, n_ctx: int, kv_type: str,
         yield place(shape, hw, n_ctx, kv_type, prefs, chosen)
         return
     yield place(shape, hw, n_ctx, kv_type, prefs)
+    if can_split_tensors(shape, hw, kv_type, prefs):
+        yield place_tensor_parallel(shape, hw, n_ctx, prefs)
     if shape.is_moe and hw.gpus and prefs.gpu_layers is None:
         yield place(shape, hw, n_ctx, kv_type, prefs, _fewest_cpu_moe(shape, hw, n_ctx, kv_type,
                                                                        prefs))
@@ -174,6 +178,9 @@ def _gib(size: float) -> str:
 
 
 def _layers_text(shape: ModelShape, placement: Placement, prefs: Preferences) -> str:
+    if placement.split_mode == "tensor":
+        return (f"every layer split across {' and '.join(placement.gpus)} "
+                "(llama.cpp's tensor parallelism, experimental there; unmeasured here)")
     n_gpu = max(placement.n_gpu_layers - 1, 0)  # repeating layers
     gpus = "GPUs" if len(placement.gpus) > 1 else "GPU"
     if prefs.gpu_layers is not None:
@@ -226,12 +233,14 @@ def _reasons(shape: ModelShape, hw: Hardware, prefs: Preferences, best: _Choice,
     placement, n_ctx = best.placement, best.n_ctx
     reasons = ["no GPU: every layer runs on the CPU" if not hw.gpus
                else _layers_text(shape, placement, prefs)]
-    if placement.cpu_moe:
-        reasons.append(_experts_text(shape, placement, n_ctx, prefs))
+    if placement.cpu_moe or placement.split_mode == "tensor":
+        if placement.cpu_moe:
+            reasons.append(_experts_text(shape, placement, n_ctx, prefs))
         layers = place(shape, hw, n_ctx, best.kv_type, prefs)
         if layers.fits():
             speed = forecast(shape, layers.layout, hw, n_ctx, prefs.speed_calibration)
-            reasons.append(f"whole layers on the GPU instead: about {speed.decode_tps:.1f} tok/s")
+            gpus = "GPUs" if len(hw.gpus) > 1 else "GPU"
+            reasons.append(f"whole layers on the {gpus} instead: about {speed.decode_tps:.1f} tok/s")
     fc = best.forecast
     reasons.append(f"forecast: about {fc.decode_tps:.1f} tok/s generating, "
                    f"{fc.prompt_tps:,.0f} tok/s reading the prompt"

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import OutOfMemory
+from ..errors import ModelLoadFailed, OutOfMemory
 from ..catalog.gguf_file import GGUFInfo
 from ..machine.hardware import Hardware
 from ..llama.runtime import LlamaModel, LoadSettings
@@ -120,7 +120,9 @@ def describe(settings: LoadSettings) -> str:
     layers = f", {settings.n_gpu_layers} layers on GPU" if settings.n_gpu_layers else ""
     experts = f", experts of {settings.cpu_moe_layers} layers in RAM" \
         if settings.cpu_moe_layers and settings.n_gpu_layers else ""
-    return f"{settings.n_ctx} tokens of context, {settings.kv_type} KV cache{layers}{experts}"
+    split = ", every layer split across the GPUs" if settings.split_mode == "tensor" else ""
+    return (f"{settings.n_ctx} tokens of context, {settings.kv_type} KV cache"
+            f"{layers}{experts}{split}")
 
 
 def _settings(base: LoadSettings, planned: Plan | None) -> LoadSettings:
@@ -128,7 +130,8 @@ def _settings(base: LoadSettings, planned: Plan | None) -> LoadSettings:
         return base
     return replace(base, n_ctx=planned.n_ctx, n_gpu_layers=planned.n_gpu_layers,
                    kv_type=planned.kv_type, devices=planned.gpus,
-                   tensor_split=planned.tensor_split, cpu_moe_layers=planned.cpu_moe_layers)
+                   tensor_split=planned.tensor_split, cpu_moe_layers=planned.cpu_moe_layers,
+                   split_mode=planned.split_mode)
 
 
 def _used(planned: Plan | None) -> dict[str, int]:
@@ -171,6 +174,14 @@ def load(path: Path, info: GGUFInfo, base: LoadSettings, hardware: Hardware | No
                 base = replace(base, n_ctx=settings.n_ctx // 2)
             else:
                 prefs = back_off(prefs, _used(planned), exc.device)
+            continue
+        except ModelLoadFailed as exc:
+            journal.end()
+            if settings.split_mode != "tensor":
+                raise
+            # llama.cpp refuses tensor splits for some architectures and backends
+            notes.append(f"splitting every layer across the GPUs failed ({exc.message})")
+            prefs = replace(prefs, tensor_parallel=False)
             continue
         except BaseException:
             journal.end()

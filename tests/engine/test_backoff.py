@@ -161,3 +161,35 @@ def test_an_engine_that_died_evaluating_restarts_without_repacked_weights(home, 
         finally:
             http.close()
             process.stop()
+
+
+def test_a_tensor_split_llama_cpp_refuses_is_retried_with_whole_layers(home):
+    """llama.cpp refuses to split every layer across GPUs for some architectures and
+    backends (and here, where there is no GPU): the load goes on with whole layers."""
+    from dataclasses import replace
+
+    from engine.catalog.gguf_file import GGUFInspector
+    from engine.catalog.models import ModelStore
+    from engine.machine.planner import Preferences, plan
+    from engine.machine.probe import probe
+    from engine.model.loader import LoadJournal, load
+
+    store = ModelStore(home / "data" / "models", GGUFInspector())
+    model = store.resolve(STARTER)
+    asked = []
+
+    def planner(hardware, shape, prefs):  # as a plan for two GPUs would say
+        asked.append(prefs.tensor_parallel)
+        planned = plan(hardware, shape, prefs)
+        return replace(planned, split_mode="tensor") if prefs.tensor_parallel else planned
+
+    outcome = load(model.path, store.inspector.inspect(model.path), LoadSettings(n_ctx=1024),
+                   probe(), Preferences(ctx=1024, min_ctx=1024), LoadJournal(None),
+                   planner=planner)
+    try:
+        assert asked == [True, False]
+        assert outcome.plan.split_mode == "layer" and outcome.llama.settings.split_mode == "layer"
+        assert "splitting every layer across the GPUs failed" in outcome.notes[0]
+        assert outcome.notes[-1].startswith("loaded with")
+    finally:
+        outcome.llama.close()

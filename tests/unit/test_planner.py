@@ -304,3 +304,45 @@ def test_below_4k_only_when_nothing_larger_fits():
     chosen = plan(simulated((), ram), LLAMA_7B, auto_context())
     assert chosen.n_ctx < 4096 and not _at(simulated((), ram), LLAMA_7B, 4096).fits
     assert any("does not fit" in r for r in chosen.reasons), chosen.reasons
+
+
+# -- tensor parallelism across GPUs (simulated: no machine here has two) ------------------
+
+TWO_CARDS = simulated((24, 24), 128, gpu_bandwidth_gbs=936, ram_bandwidth_gbs=60)
+LLAMA_70B_ARCH = replace(LLAMA_70B, architecture="llama")
+
+
+def test_two_gpus_split_every_layer_when_it_is_forecast_faster():
+    chosen = plan(TWO_CARDS, LLAMA_70B_ARCH, Preferences(ctx=8192))
+    layers = plan(TWO_CARDS, LLAMA_70B_ARCH, Preferences(ctx=8192, tensor_parallel=False))
+    assert chosen.split_mode == "tensor" and layers.split_mode == "layer"
+    assert chosen.forecast.decode_tps > layers.forecast.decode_tps
+    assert chosen.kv_type == "f16" and chosen.n_gpu_layers == LLAMA_70B.n_layers + 1
+    # each card holds its share of every layer's weights and of the KV cache
+    weights = sum(LLAMA_70B.layer_bytes) + LLAMA_70B.output_bytes
+    for use, share in zip(chosen.uses[:2], chosen.tensor_split):
+        assert abs(use.weights - weights * share) <= 1 and use.total <= use.budget
+    assert abs(sum(chosen.tensor_split) - 1) < 1e-3
+    assert any("tensor parallelism" in r for r in chosen.reasons), chosen.reasons
+    assert any(f"about {layers.forecast.decode_tps:.1f} tok/s" in r for r in chosen.reasons)
+
+
+@pytest.mark.parametrize("why, hardware, shape, prefs", [
+    ("one GPU", simulated((48,), 128, gpu_bandwidth_gbs=936), LLAMA_70B_ARCH, Preferences()),
+    ("an architecture llama.cpp refuses", TWO_CARDS, replace(LLAMA_70B, architecture="deepseek2"),
+     Preferences()),
+    ("a quantized KV cache", simulated((22, 22), 128, gpu_bandwidth_gbs=936), LLAMA_70B_ARCH,
+     Preferences(ctx=32768, min_ctx=32768)),
+    ("the user's layer count", TWO_CARDS, LLAMA_70B_ARCH, Preferences(gpu_layers=60)),
+])
+def test_no_tensor_split_where_llama_cpp_cannot_or_the_user_chose_layers(why, hardware, shape,
+                                                                        prefs):
+    chosen = plan(hardware, shape, prefs)
+    assert chosen.fits and chosen.split_mode == "layer", (why, chosen.reasons)
+    assert chosen.kv_type == ("q8_0" if "quantized" in why else "f16")
+
+
+def test_no_tensor_split_on_backends_without_it():
+    vulkan = replace(TWO_CARDS, devices=tuple(
+        replace(d, name=d.name.replace("GPU", "Vulkan")) for d in TWO_CARDS.devices))
+    assert plan(vulkan, LLAMA_70B_ARCH, Preferences(ctx=8192)).split_mode == "layer"
