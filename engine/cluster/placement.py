@@ -31,6 +31,10 @@ MAX_SUBSETS = 64
 # processes on one loaded machine differ by up to about 15% run to run, and a plan that
 # leans on that noise gains nothing and adds a machine that can fail.
 MIN_GAIN = 1.15
+# With routed experts on a worker, llama.cpp's RPC sends each layer's graph and activations
+# there and back every token: 23 KB out and 2 KB back a layer, one round trip (measured,
+# tests/engine/test_moe_offload.py).
+EXPERT_SPLIT_BYTES = 25_000
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,9 @@ def place_cluster(shape: ModelShape, hw: Hardware, here: Machine, workers: list[
             found = [c for s in subsets for balanced in (False, True)
                      if (c := _candidate(shape, hw, here, s, n_ctx, kv_type, prefs, split,
                                          balanced))]
+            if not split:
+                found += [c for w in workers
+                          if (c := experts_on_worker(shape, hw, here, w, n_ctx, kv_type, prefs))]
             if found:
                 best = max(found, key=_worth)
                 return replace(best, left_out=_left_out(best, found, workers))
@@ -234,3 +241,64 @@ def _as_plan(shape, devices, counts, n_ctx, kv_type, prefs) -> ClusterPlan | Non
                    n_ctx, kv_type, kv_type != "f16", tuple(uses), True, reasons)
     seconds = _seconds(shape, [(m, kind, c) for (m, _n, kind, _b), c in used])
     return ClusterPlan(planned, tuple(stages), 1 / seconds, ())
+
+
+def experts_on_worker(shape: ModelShape, hw: Hardware, here: Machine, worker: Machine,
+                      n_ctx: int, kv_type: str, prefs: Preferences) -> ClusterPlan | None:
+    """A mixture-of-experts model too big for this machine: the routed experts of the
+    fewest leading layers on a worker with the RAM for them (it computes them; llama.cpp's
+    tensor override to its RPC buffer), everything else here. None for a dense model, or
+    when the worker cannot hold them or the rest does not fit here even so."""
+    if not shape.is_moe or not worker.devices:
+        return None
+    device, kind, budget = max(worker.devices, key=lambda d: d[2])
+    local = _without_remote(hw)
+    fixed = replace(prefs, ctx=n_ctx, min_ctx=n_ctx, allow_quantized_kv=kv_type != "f16")
+
+    def rest_here(n: int) -> Plan:
+        return plan(local, _without_experts(shape, n), replace(fixed, cpu_moe_layers=0))
+
+    if plan(local, shape, fixed).fits or not rest_here(shape.n_layers).fits:
+        return None  # needs no help, or more than experts can give
+    low, high = 1, shape.n_layers  # the fewest layers whose experts leave: bisection
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if rest_here(middle).fits else (middle + 1, high)
+    there = sum(shape.experts(i) for i in range(low))
+    use = DeviceUse(device, budget, there, 0, compute_bytes(shape, n_ctx, False))
+    if use.total > budget:
+        return None
+    return _experts_plan(shape, rest_here(low), here, worker, use, low)
+
+
+def _without_experts(shape: ModelShape, n: int) -> ModelShape:
+    """The model as this machine holds it when the routed experts of layers 0..n-1 live
+    elsewhere."""
+    return replace(shape, layer_bytes=tuple(b - (shape.experts(i) if i < n else 0)
+                                            for i, b in enumerate(shape.layer_bytes)),
+                   expert_bytes=tuple(0 if i < n else b for i, b in enumerate(shape.expert_bytes)),
+                   expert_repack=tuple(0 if i < n else b
+                                       for i, b in enumerate(shape.expert_repack)))
+
+
+def _experts_plan(shape: ModelShape, rest: Plan, here: Machine, worker: Machine,
+                  use: DeviceUse, n: int) -> ClusterPlan:
+    host_kind = "gpu" if rest.n_gpu_layers else "cpu"
+    active = sum(shape.experts(i) for i in range(n)) * shape.active_fraction
+    seconds = (_without_experts(shape, n).weights_read_per_token() / here.speed(host_kind)
+               + active / worker.speed("cpu")
+               + n * (worker.rtt_s + EXPERT_SPLIT_BYTES / LINK_BYTES_PER_S))
+    which = "all layers" if n == shape.n_layers else f"layers 0–{n - 1}"
+    reasons = (f"routed experts of {which} on {worker.name} ({use.weights / 2**30:.1f} GiB), "
+               "which computes them; everything else on this machine",
+               f"each token makes {n} round trips to {worker.name} (one a layer)",
+               *rest.reasons)
+    planned = replace(rest, model=shape.name, uses=(*rest.uses, use), reasons=reasons,
+                      cpu_moe_layers=n, expert_device=use.device, moe=True)
+    if rest.n_gpu_layers:  # the worker is one of the model's devices, with no layers of
+        # its own (else llama.cpp aborts: its buffer would have no backend to run on)
+        planned = replace(planned, gpus=(*rest.gpus, use.device),
+                          tensor_split=(*(rest.tensor_split or (1.0,)), 0.0))
+    stages = (Stage(THIS_MACHINE, "CPU", 0, shape.n_layers, sum(u.total for u in rest.uses)),
+              Stage(worker.name, use.device, 0, n - 1, use.total))
+    return ClusterPlan(planned, stages, 1 / seconds, ())

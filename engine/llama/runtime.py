@@ -55,7 +55,8 @@ class LoadSettings:
     # tiles on CPUs that have them). Off after such an evaluation killed an engine.
     repack: bool = True
     embeddings: bool = False  # pooled embeddings out instead of logits (embedding models)
-    cpu_moe_layers: int = 0  # leading layers whose routed experts stay in RAM
+    cpu_moe_layers: int = 0  # leading layers whose routed experts go to expert_device
+    expert_device: str = "CPU"  # this process's RAM, or a worker's device (RPC0)
     split_mode: str = "layer"  # or "tensor": every layer split across `devices`
 
 
@@ -105,10 +106,15 @@ class LlamaModel(Tokens):
 
             self._devices = device_array(settings.devices)
             mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
-        if settings.cpu_moe_layers and settings.n_gpu_layers:
-            from ..machine.probe import experts_in_ram
+        remote = settings.expert_device != "CPU"
+        if remote and settings.n_gpu_layers and settings.expert_device not in settings.devices:
+            # llama.cpp aborts the process on weights in a buffer no backend of its runs
+            raise ModelLoadFailed(f"the experts' device {settings.expert_device} is not one "
+                                  "of the model's devices")
+        if settings.cpu_moe_layers and (settings.n_gpu_layers or remote):
+            from ..machine.probe import experts_on
 
-            self._overrides = experts_in_ram(settings.cpu_moe_layers)
+            self._overrides = experts_on(settings.expert_device, settings.cpu_moe_layers)
             mparams.tensor_buft_overrides = ctypes.cast(self._overrides, ctypes.c_void_p)
         if settings.tensor_split:
             self._split = (ctypes.c_float * llama.LLAMA_MAX_DEVICES)(*settings.tensor_split)

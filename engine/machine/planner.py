@@ -31,6 +31,7 @@ class Plan:
     n_layers: int = 0              # the model's, and whether it has routed experts
     moe: bool = False
     split_mode: str = "layer"      # or "tensor": every layer split across the GPUs
+    expert_device: str = "CPU"     # where those routed experts are: RAM, or a worker's
 
     def as_dict(self) -> dict:
         return {"model": self.model, "n_gpu_layers": self.n_gpu_layers, "gpus": list(self.gpus),
@@ -42,7 +43,8 @@ class Plan:
                              "total": u.total} for u in self.uses],
                 "reasons": list(self.reasons), "cpu_moe_layers": self.cpu_moe_layers,
                 "forecast": self.forecast.as_dict() if self.forecast else None,
-                "n_layers": self.n_layers, "moe": self.moe, "split_mode": self.split_mode}
+                "n_layers": self.n_layers, "moe": self.moe, "split_mode": self.split_mode,
+                "expert_device": self.expert_device}
 
 def _contexts(prefs: Preferences, shape: ModelShape) -> list[int]:
     wanted = min(prefs.ctx, shape.context_length or prefs.ctx)

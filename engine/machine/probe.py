@@ -83,11 +83,15 @@ class BufferOverride(ctypes.Structure):
     _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
 
 
-def experts_in_ram(layers: int):
-    """The NULL-terminated override array that keeps the routed experts of layers
-    0..layers-1 in the CPU's buffer (llama.cpp's --n-cpu-moe), whichever device holds the
-    rest of each layer."""
+def experts_on(device: str, layers: int):
+    """The NULL-terminated override array that puts the routed experts of layers
+    0..layers-1 in `device`'s buffer, whichever device holds the rest of each layer: the
+    CPU (llama.cpp's --n-cpu-moe), or a worker's (RPC0: `-ot exps=RPC0`), which then
+    computes them."""
     lib = registry_lib()
-    cpu = lib.ggml_backend_dev_buffer_type(lib.ggml_backend_dev_by_type(KINDS.index("cpu")))
+    handles = dict(device_handles(lib))
+    if device not in handles:
+        raise LookupError(f"no such device: {device}")
+    buffer = lib.ggml_backend_dev_buffer_type(handles[device])
     pattern = rf"^blk\.({'|'.join(map(str, range(layers)))})\.{EXPERT_TENSORS}".encode()
-    return (BufferOverride * 2)(BufferOverride(pattern, cpu), BufferOverride(None, None))
+    return (BufferOverride * 2)(BufferOverride(pattern, buffer), BufferOverride(None, None))

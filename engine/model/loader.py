@@ -131,7 +131,7 @@ def _settings(base: LoadSettings, planned: Plan | None) -> LoadSettings:
     return replace(base, n_ctx=planned.n_ctx, n_gpu_layers=planned.n_gpu_layers,
                    kv_type=planned.kv_type, devices=planned.gpus,
                    tensor_split=planned.tensor_split, cpu_moe_layers=planned.cpu_moe_layers,
-                   split_mode=planned.split_mode)
+                   split_mode=planned.split_mode, expert_device=planned.expert_device)
 
 
 def _used(planned: Plan | None) -> dict[str, int]:

@@ -42,3 +42,27 @@ def test_experts_in_ram_and_the_rest_on_another_device(random_moe, cpu_moe):
         assert abs(device["measured"] / device["predicted"] - 1) <= 0.05, device
     assert result["max_logit_difference"] < LOGIT_TOLERANCE
     assert result["tokens"] == result["local_tokens"]
+
+
+@pytest.mark.parametrize("mode", ["remote-experts", "remote-experts-gpu"])
+def test_routed_experts_on_a_worker_with_ram_to_spare(random_moe, mode):
+    """The reverse split for a host short of memory: every layer here (on its CPU, or on
+    its GPU: a second worker stands in), the routed experts on a worker (llama.cpp's tensor
+    override to the worker's RPC buffer), which computes them. The weights cross the link
+    once, at load; a generated token sends only activations and llama.cpp's graph, one
+    round trip a layer."""
+    script = ROOT / "tests" / "support" / "rpc_offload_check.py"
+    done = subprocess.run([sys.executable, str(script), str(random_moe), mode,
+                           str(RUNNABLE_MOE.n_layers)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    per_token = result["per_token"]
+    print(f"\nexperts on the worker: holds {result['held']}, per token {per_token}")
+    experts = result["expert_bytes"]
+    assert result["held"][result["device"]] >= experts  # its compute buffer besides
+    assert abs(result["weights_sent_at_load"] / experts - 1) < 0.01
+    assert per_token["round_trips"] == RUNNABLE_MOE.n_layers
+    assert per_token["sent"] + per_token["received"] < experts / 100  # no weights per token
+    assert result["max_logit_difference"] < LOGIT_TOLERANCE
+    assert result["tokens"] == result["local_tokens"]

@@ -177,3 +177,47 @@ def test_the_wizard_verdicts_name_the_experts_in_ram_and_a_speed(shapes):
     assert speeds == sorted(speeds)  # fewer bytes to read, faster
     # the best quality that keeps at least MOE_SPEED_SHARE of the fastest speed
     assert [v.quant.quant for v in verdicts.values() if v.recommended] == ["Q4_K_M"]
+
+
+HOSTS_SHORT_OF_MEMORY = {  # for Qwen3-30B-A3B at Q4_K_M (18.6 GB)
+    "CPU only 12G": simulated((), 12, cores=8, ram_bandwidth_gbs=60),
+    "4G GPU + 12G": simulated((4,), 12, cores=8, gpu_bandwidth_gbs=224, ram_bandwidth_gbs=60,
+                              gpu_tflops=10),
+}
+
+
+@pytest.mark.parametrize("host", HOSTS_SHORT_OF_MEMORY)
+def test_routed_experts_go_to_a_worker_with_ram_to_spare(shapes, host):
+    from engine.cluster.placement import Machine, _without_experts, experts_on_worker, local_machine
+
+    shape, hardware, prefs = shapes["qwen3-30b-a3b"], HOSTS_SHORT_OF_MEMORY[host], \
+        Preferences(ctx=4096, min_ctx=4096)
+    assert not plan(hardware, shape, prefs).fits  # alone it cannot
+    here = local_machine(hardware, prefs, 60e9)
+    desktop = Machine("desktop", (("RPC0", "cpu", 60 * GiB),), 60e9, rtt_s=0.5e-3)
+    chosen = experts_on_worker(shape, hardware, here, desktop, 4096, "f16", prefs)
+    assert chosen is not None and chosen.plan.fits and chosen.plan.expert_device == "RPC0"
+    n = chosen.plan.cpu_moe_layers
+    on_worker = next(u for u in chosen.plan.uses if u.device == "RPC0")
+    assert on_worker.weights == sum(shape.experts(i) for i in range(n))
+    assert all(u.total <= u.budget for u in chosen.plan.uses)
+    # the fewest: one layer's experts fewer and the rest no longer fits here
+    rest = plan(hardware, _without_experts(shape, n - 1), Preferences(
+        ctx=4096, min_ctx=4096, cpu_moe_layers=0, allow_quantized_kv=False))
+    assert not rest.fits
+    if hardware.gpus:  # the worker is a device of the model, with no layers of its own
+        assert chosen.plan.gpus[-1] == "RPC0" and chosen.plan.tensor_split[-1] == 0.0
+    assert any(f"{n} round trips" in r for r in chosen.plan.reasons), chosen.plan.reasons
+    print(f"\n{host}: experts of {n} layers on the worker, about {chosen.tokens_per_s:.1f} tok/s")
+
+
+def test_a_model_that_fits_alone_sends_no_experts_away(shapes):
+    from engine.cluster.placement import Machine, experts_on_worker, local_machine
+
+    hardware, prefs = MACHINES["CPU only 64G"], Preferences(ctx=4096, min_ctx=4096)
+    here = local_machine(hardware, prefs, 60e9)
+    desktop = Machine("desktop", (("RPC0", "cpu", 60 * GiB),), 60e9, rtt_s=0.5e-3)
+    assert experts_on_worker(shapes["qwen3-30b-a3b"], hardware, here, desktop, 4096, "f16",
+                             prefs) is None
+    assert experts_on_worker(shapes["qwen3-8b"], MACHINES["CPU only 64G"], here, desktop, 4096,
+                             "f16", prefs) is None  # dense: no experts to send
