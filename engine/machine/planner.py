@@ -84,9 +84,10 @@ class _Choice:
 
 
 def plan(hw: Hardware, shape: ModelShape, prefs: Preferences = Preferences()) -> Plan:
-    """The largest context up to the wanted one (not below the floor); at that context
-    the placement forecast to decode fastest among those predicted to fit under each
-    device's budget (_candidates). An f16 KV cache unless q8_0 makes the context fit or
+    """The largest context up to the wanted one (not below the floor), or when none was
+    asked the largest that costs little (_auto_choice); at that context the placement
+    forecast to decode fastest among those predicted to fit under each device's budget
+    (_candidates). An f16 KV cache unless q8_0 makes the context fit or
     is forecast over 5% faster (it keeps more on the GPU)."""
     if prefs.auto_ctx:
         best, traded = _auto_choice(shape, hw, prefs)
