@@ -2,8 +2,9 @@
 16 experts, top-4, valid Q4_K/Q6_K blocks; it runs at the speed of real weights):
 
   decode, prompt   through the API (streaming, client-timed decode; the engine's prompt
-                   rate) against llama-bench tg/pp on the same file with the same
-                   expert override, in the same run (target >= 0.95x)
+                   rate) against llama-bench tg (after as many tokens as the API's
+                   prompt, -d) and pp on the same file with the same expert override,
+                   in the same run (target >= 0.95x)
   forecast         the plan's tokens/s before any calibration, against the rates
                    measured; then an engine restarted on the same calibration file:
                    its corrected forecast against its own measurement (target <= 15%)
@@ -45,14 +46,19 @@ def experts_override(layers: int) -> list[str]:
 
 def anchor(bins: Path, model: Path, threads: int, tokens: int, prompt: int, reps: int,
            experts_in_ram: int):
-    """llama-bench's (pp tok/s, tg tok/s), experts placed as the plan placed them."""
+    """llama-bench's (pp tok/s, tg tok/s from an empty context, tg tok/s after `prompt`
+    tokens), experts placed as the plan placed them. The API's tokens follow a prompt of
+    that many: their like is the last (attention over 256 more cells costs this MoE
+    about 7% here)."""
     done = subprocess.run(
         [str(bins / "llama-bench"), "-m", str(model), "-t", str(threads), "-p", str(prompt),
-         "-n", str(tokens), "-r", str(reps), *experts_override(experts_in_ram), "-o", "json"],
+         "-n", str(tokens), "-d", f"0,{prompt}", "-r", str(reps),
+         *experts_override(experts_in_ram), "-o", "json"],
         capture_output=True, text=True, check=True)
     rows = json.loads(done.stdout)
-    return (next(r["avg_ts"] for r in rows if r["n_prompt"]),
-            next(r["avg_ts"] for r in rows if r["n_gen"]))
+    return (next(r["avg_ts"] for r in rows if r["n_prompt"] and not r["n_depth"]),
+            next(r["avg_ts"] for r in rows if r["n_gen"] and not r["n_depth"]),
+            next(r["avg_ts"] for r in rows if r["n_gen"] and r["n_depth"]))
 
 
 def api_once(http, model: str, tokens: int, prompt: int, rep: str) -> tuple[float, float]:
@@ -140,16 +146,17 @@ def main() -> int:
         print(f"api decode {second['decode']:.1f} t/s, prompt {second['prompt']:.1f} t/s")
         print(QUICK_NOTE)
         return 0
-    pp, tg = anchor(bins, model, args.threads, args.tokens, args.prompt, args.reps,
-                    second["cpu_moe_layers"])
+    pp, tg_empty, tg = anchor(bins, model, args.threads, args.tokens, args.prompt, args.reps,
+                              second["cpu_moe_layers"])
     decode_x = ratio(second["decode"], tg, "api decode", 0.3, 1.3)
     prompt_x = ratio(second["prompt"], pp, "api prompt", 0.3, 1.5)
-    print(f"api decode {second['decode']:.1f} t/s vs llama-bench tg{args.tokens} {tg:.1f}: "
-          f"{decode_x:.2f}x (target >= 0.95)")
+    print(f"api decode {second['decode']:.1f} t/s vs llama-bench tg{args.tokens} @ d{args.prompt} "
+          f"{tg:.1f}: {decode_x:.2f}x (target >= 0.95); from an empty context llama-bench "
+          f"makes {tg_empty:.1f}: {second['decode'] / tg_empty:.2f}x")
     print(f"api prompt {second['prompt']:.1f} t/s vs llama-bench pp{args.prompt} {pp:.1f}: "
           f"{prompt_x:.2f}x")
-    report(name, "decode, one stream through the API", second["decode"], "tok/s", tg,
-           "llama-bench tg", ">= 0.97")
+    report(name, f"decode after a {args.prompt}-token prompt, one stream through the API",
+           second["decode"], "tok/s", tg, f"llama-bench tg @ d{args.prompt}", ">= 0.95")
     report(name, f"prompt ({args.prompt} tokens)", second["prompt"], "tok/s", pp,
            "llama-bench pp", ">= 0.95")
     return 0
