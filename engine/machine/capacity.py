@@ -55,7 +55,7 @@ def _summary(hw: Hardware, max_params: float, common: float, tps: float) -> str:
     size = f"{max_params / 1e9:.0f}B" if max_params >= 1e9 else f"{max_params / 1e6:.0f}M"
     billions = f"{common / 1e9:.0f}"
     article = "an" if billions.startswith(("8", "11", "18")) else "a"
-    speed = f"{article} {billions}B model writes about {tps:.0f} tokens a second" \
-        if common >= 1e9 else f"about {tps:.0f} tokens a second"
+    rate = f"about {tps:.0f} token{'' if round(tps) == 1 else 's'} a second"
+    speed = f"{article} {billions}B model writes {rate}" if common >= 1e9 else rate
     return (f"{ram}, {gpu or 'no GPU'}: models up to about {size} parameters fit at Q4; "
             f"{speed}.")

@@ -217,8 +217,8 @@ def _context_text(shape: ModelShape, prefs: Preferences, best: _Choice,
         return (f"context reduced from {wanted} to {best.n_ctx} tokens to fit"
                 if best.n_ctx < wanted else None)
     if best.n_ctx == wanted:
-        most = "the most this model takes" if wanted < AUTO_CTX else "the default for agents"
-        return f"context {best.n_ctx:,} tokens ({most}; --ctx asks for another)"
+        most = "the most this model takes" if wanted < AUTO_CTX else "enough for coding agents"
+        return f"context {best.n_ctx:,} tokens, {most}"
     if declined is None:
         sizes = _contexts(prefs, shape)
         return f"context {best.n_ctx:,} tokens: {sizes[sizes.index(best.n_ctx) - 1]:,} does not fit"
@@ -228,7 +228,7 @@ def _context_text(shape: ModelShape, prefs: Preferences, best: _Choice,
     else:
         kv = sum(u.kv for u in declined.placement.uses)
         cost = f"{declined.n_ctx:,} would hold {_gib(kv)} of KV cache"
-    return f"context {best.n_ctx:,} tokens: {cost} (--ctx asks for it anyway)"
+    return f"context {best.n_ctx:,} tokens: {cost} (asking for it still gets it)"
 
 
 def _reasons(shape: ModelShape, hw: Hardware, prefs: Preferences, best: _Choice,

@@ -271,7 +271,7 @@ def test_without_a_context_asked_the_plan_takes_up_to_32k_where_it_costs_nothing
     assert any("the most this model takes" in r for r in starter.reasons), starter.reasons
     roomy = plan(simulated((), 64), LLAMA_7B, auto_context())
     assert roomy.n_ctx == 32768 and roomy.kv_type == "f16"
-    assert any("the default for agents" in r for r in roomy.reasons), roomy.reasons
+    assert any("enough for coding agents" in r for r in roomy.reasons), roomy.reasons
 
 
 def test_a_context_that_would_push_layers_off_the_gpu_is_declined_and_its_cost_named():
