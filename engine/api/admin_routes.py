@@ -46,10 +46,12 @@ def _status_routes(router: APIRouter, engine: Engine) -> None:
     @router.get("/v1/hardware")
     async def hardware():
         from ..machine.capacity import capacity
+        from ..machine.planner import Preferences
         from ..machine.probe import probe
 
         found = await asyncio.to_thread(probe)
-        return {**found.as_dict(), "capacity": capacity(found).as_dict()}
+        measured = Preferences(speed_calibration=engine.fleet.calibration.speeds())
+        return {**found.as_dict(), "capacity": capacity(found, measured).as_dict()}
 
 
 def _model_routes(router: APIRouter, engine: Engine) -> None:

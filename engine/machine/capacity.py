@@ -33,7 +33,9 @@ def capacity(hw: Hardware, prefs: Preferences = Preferences()) -> Capacity:
     usable = max(cpu, 0) + sum(b for _, b in gpus)
     max_params = usable * HEADROOM / Q4_BYTES_PER_PARAM
     common = min(COMMON_PARAMS, max_params)
-    tps = _decode_tps(hw, gpus, common * Q4_BYTES_PER_PARAM)
+    # measured against forecast on this machine (calibration.py), once a load has run
+    measured = dict(prefs.speed_calibration).get(f"decode/{'gpu' if gpus else 'cpu'}/dense", 1.0)
+    tps = _decode_tps(hw, gpus, common * Q4_BYTES_PER_PARAM) * measured
     return Capacity(max_params, usable, common, tps, _summary(hw, max_params, common, tps))
 
 

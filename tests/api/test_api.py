@@ -94,8 +94,10 @@ def test_gemma_base_model_gets_a_visible_fallback_format(http):
 
 
 def test_hardware_route(http):
-    devices = http.get("/v1/hardware").json()["devices"]
+    found = http.get("/v1/hardware").json()
+    devices = found["devices"]
     assert devices and devices[-1]["kind"] == "cpu" and devices[-1]["total_bytes"] > 0
+    assert found["capacity"]["decode_tps"] > 0 and "parameters fit" in found["capacity"]["summary"]
 
 
 def test_wrong_token_is_401_and_health_is_open(server):

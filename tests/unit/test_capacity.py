@@ -2,6 +2,7 @@
 
 from engine.machine.capacity import capacity
 from engine.machine.hardware import Device, Hardware
+from engine.machine.planner import Preferences
 
 GIB = 2**30
 
@@ -25,3 +26,11 @@ def test_a_gpu_holds_a_common_model_and_makes_it_many_times_faster():
     assert with_gpu.max_params > 1.9 * cpu_only.max_params
     assert with_gpu.decode_tps > 10 * cpu_only.decode_tps
     assert "NVIDIA GeForce RTX 4090 (26 GB)" in with_gpu.summary
+
+
+def test_the_speed_said_is_corrected_by_what_loads_here_measured():
+    prior = capacity(machine())
+    measured = capacity(machine(), Preferences(speed_calibration=(("decode/cpu/dense", 2.0),
+                                                                  ("decode/gpu/dense", 9.0))))
+    assert abs(measured.decode_tps - 2 * prior.decode_tps) < 1e-6
+    assert measured.max_params == prior.max_params
