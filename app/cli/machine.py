@@ -4,6 +4,7 @@ would run on it (or on it and paired workers)."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 from .models import open_store
 
@@ -46,11 +47,10 @@ def cmd_plan(args) -> int:
     hardware = probe()
     if args.vram is not None or args.ram is not None:
         hardware = _simulated(args, hardware)
+    prefs = auto_context() if args.ctx is None else Preferences(ctx=args.ctx)
     if args.workers:
-        return _plan_cluster(args, shape)
-    chosen = {"cpu_moe_layers": args.cpu_moe_layers}
-    result = plan(hardware, shape, auto_context(**chosen) if args.ctx is None
-                  else Preferences(ctx=args.ctx, **chosen))
+        return _plan_cluster(args, shape, prefs)
+    result = plan(hardware, shape, replace(prefs, cpu_moe_layers=args.cpu_moe_layers))
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
         return 0 if result.fits else 2
@@ -70,11 +70,10 @@ def _simulated(args, real):
                      ram_bandwidth_gbs=real.ram_bandwidth / 1e9)
 
 
-def _plan_cluster(args, shape) -> int:
+def _plan_cluster(args, shape, prefs) -> int:
     """The preview `serve --workers` would load by: stages, bytes, expected speed."""
     import json
 
-    from engine.machine.planner import AUTO_FLOOR, Preferences
     from engine.machine.probe import probe
 
     from ..cluster import make_cluster
@@ -82,7 +81,7 @@ def _plan_cluster(args, shape) -> int:
     cluster = make_cluster(args, on_lost=lambda *_: None)
     try:
         cluster.connect()
-        preview = cluster.preview(probe(), shape, Preferences(ctx=args.ctx or AUTO_FLOOR))
+        preview = cluster.preview(probe(), shape, prefs)
     finally:
         cluster.close()
     if args.json:

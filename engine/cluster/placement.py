@@ -251,7 +251,7 @@ def experts_on_worker(shape: ModelShape, hw: Hardware, here: Machine, worker: Ma
     when the worker cannot hold them or the rest does not fit here even so."""
     if not shape.is_moe or not worker.devices:
         return None
-    device, kind, budget = max(worker.devices, key=lambda d: d[2])
+    device, _kind, budget = max(worker.devices, key=lambda d: d[2])
     local = _without_remote(hw)
     fixed = replace(prefs, ctx=n_ctx, min_ctx=n_ctx, allow_quantized_kv=kv_type != "f16")
 

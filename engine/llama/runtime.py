@@ -59,6 +59,13 @@ class LoadSettings:
     expert_device: str = "CPU"  # this process's RAM, or a worker's device (RPC0)
     split_mode: str = "layer"  # or "tensor": every layer split across `devices`
 
+    @property
+    def moves_experts(self) -> bool:
+        """Whether routed experts go elsewhere than their layers (with every layer in
+        RAM, only to a worker's device)."""
+        return bool(self.cpu_moe_layers) and (bool(self.n_gpu_layers)
+                                              or self.expert_device != "CPU")
+
 
 @dataclass(frozen=True)
 class Chunk:
@@ -106,12 +113,12 @@ class LlamaModel(Tokens):
 
             self._devices = device_array(settings.devices)
             mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
-        remote = settings.expert_device != "CPU"
-        if remote and settings.n_gpu_layers and settings.expert_device not in settings.devices:
+        if settings.expert_device != "CPU" and settings.n_gpu_layers \
+                and settings.expert_device not in settings.devices:
             # llama.cpp aborts the process on weights in a buffer no backend of its runs
             raise ModelLoadFailed(f"the experts' device {settings.expert_device} is not one "
                                   "of the model's devices")
-        if settings.cpu_moe_layers and (settings.n_gpu_layers or remote):
+        if settings.moves_experts:
             from ..machine.probe import experts_on
 
             self._overrides = experts_on(settings.expert_device, settings.cpu_moe_layers)

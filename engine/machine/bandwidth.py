@@ -55,10 +55,9 @@ def memory_bandwidth(size: int = PROBE_BYTES, rounds: int = 4, threads: int = 1)
 
 
 @functools.lru_cache(maxsize=1)
-def ram_bandwidth() -> float:
+def ram_bandwidth(cores: int) -> float:
     """This machine's, measured once per process, read by as many threads as llama.cpp
-    decodes with (up to 4): one thread reaches about 3/4 of what two do here (21 against
-    28 GB/s), and a forecast from one read an 8B model at 2 tok/s that decodes at 5."""
-    import psutil
-
-    return memory_bandwidth(threads=max(1, min(psutil.cpu_count(logical=False) or 1, 4)))
+    decodes with (its cores, up to 4): one thread reaches about 3/4 of what two do here
+    (21 against 28 GB/s), and a forecast from one read an 8B model at 2 tok/s that
+    decodes at 5."""
+    return memory_bandwidth(threads=max(1, min(cores, 4)))

@@ -61,20 +61,25 @@ def probe() -> Hardware:
         devices.append(Device(name, description, kind, free.value, total.value, *speed))
     memory = psutil.virtual_memory()
     features = llama_cpp.llama_print_system_info().decode()
-    return Hardware(tuple(devices), memory.total, memory.available,
-                    psutil.cpu_count(logical=False) or os.cpu_count() or 1,
+    cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    return Hardware(tuple(devices), memory.total, memory.available, cores,
                     cpu_repack="REPACK = 1" in features and "AVX2 = 1" in features,
-                    cpu_backend=backends().describe(), ram_bandwidth=ram_bandwidth())
+                    cpu_backend=backends().describe(), ram_bandwidth=ram_bandwidth(cores))
+
+
+def _handles(names, lib=None) -> list:
+    """The ggml devices with these names, in this order."""
+    handles = dict(device_handles(lib))
+    missing = [name for name in names if name not in handles]
+    if missing:
+        raise LookupError(f"no such device: {', '.join(missing)}")
+    return [handles[name] for name in names]
 
 
 def device_array(names: tuple[str, ...]):
     """The ggml devices with these names as the NULL-terminated array llama.cpp takes
     (llama_model_params.devices): explicit, in the planner's order."""
-    handles = dict(device_handles())
-    missing = [name for name in names if name not in handles]
-    if missing:
-        raise LookupError(f"no such device: {', '.join(missing)}")
-    return (ctypes.c_void_p * (len(names) + 1))(*(handles[name] for name in names), None)
+    return (ctypes.c_void_p * (len(names) + 1))(*_handles(names), None)
 
 
 class BufferOverride(ctypes.Structure):
@@ -89,9 +94,6 @@ def experts_on(device: str, layers: int):
     CPU (llama.cpp's --n-cpu-moe), or a worker's (RPC0: `-ot exps=RPC0`), which then
     computes them."""
     lib = registry_lib()
-    handles = dict(device_handles(lib))
-    if device not in handles:
-        raise LookupError(f"no such device: {device}")
-    buffer = lib.ggml_backend_dev_buffer_type(handles[device])
+    buffer = lib.ggml_backend_dev_buffer_type(_handles([device], lib)[0])
     pattern = rf"^blk\.({'|'.join(map(str, range(layers)))})\.{EXPERT_TENSORS}".encode()
     return (BufferOverride * 2)(BufferOverride(pattern, buffer), BufferOverride(None, None))

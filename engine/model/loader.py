@@ -118,8 +118,9 @@ def _repack_safety(path: Path, crashed: dict | None, journal: LoadJournal) -> li
 
 def describe(settings: LoadSettings) -> str:
     layers = f", {settings.n_gpu_layers} layers on GPU" if settings.n_gpu_layers else ""
-    experts = f", experts of {settings.cpu_moe_layers} layers in RAM" \
-        if settings.cpu_moe_layers and settings.n_gpu_layers else ""
+    where = "in RAM" if settings.expert_device == "CPU" else f"on {settings.expert_device}"
+    experts = f", experts of {settings.cpu_moe_layers} layers {where}" \
+        if settings.moves_experts else ""
     split = ", every layer split across the GPUs" if settings.split_mode == "tensor" else ""
     return (f"{settings.n_ctx} tokens of context, {settings.kv_type} KV cache"
             f"{layers}{experts}{split}")
