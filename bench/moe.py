@@ -4,7 +4,8 @@
   decode, prompt   through the API (streaming, client-timed decode; the engine's prompt
                    rate) against llama-bench tg (after as many tokens as the API's
                    prompt, -d) and pp on the same file with the same expert override,
-                   in the same run (target >= 0.95x)
+                   in the same run (target >= 0.95x); decode also against llama-server
+                   streaming the same prompts to the same client (what HTTP costs it)
   forecast         the plan's tokens/s before any calibration, against the rates
                    measured; then an engine restarted on the same calibration file:
                    its corrected forecast against its own measurement (target <= 15%)
@@ -27,7 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import QUICK_NOTE, BenchError, arguments, ratio, report, start_engine, timed_completion
+from common import (QUICK_NOTE, BenchError, arguments, ratio, report, start_engine,
+                    stream_times, timed_completion)
 
 from app.paths import paths  # noqa: E402
 from bench.shapes import RUNNABLE_MOE, SHAPES, cached  # noqa: E402
@@ -44,15 +46,15 @@ def experts_override(layers: int) -> list[str]:
     return ["-ot", rf"blk\.({blocks})\.ffn_(up|down|gate_up|gate)_(ch|)exps=CPU"]
 
 
-def anchor(bins: Path, model: Path, threads: int, tokens: int, prompt: int, reps: int,
-           experts_in_ram: int):
+def anchor(bins: Path, model: Path, args, experts_in_ram: int) -> tuple[float, float, float]:
     """llama-bench's (pp tok/s, tg tok/s from an empty context, tg tok/s after `prompt`
     tokens), experts placed as the plan placed them. The API's tokens follow a prompt of
     that many: their like is the last (attention over 256 more cells costs this MoE
     about 7% here)."""
     done = subprocess.run(
-        [str(bins / "llama-bench"), "-m", str(model), "-t", str(threads), "-p", str(prompt),
-         "-n", str(tokens), "-d", f"0,{prompt}", "-r", str(reps),
+        [str(bins / "llama-bench"), "-m", str(model), "-t", str(args.threads),
+         "-p", str(args.prompt), "-n", str(args.tokens), "-d", f"0,{args.prompt}",
+         "-r", str(args.reps),
          *experts_override(experts_in_ram), "-o", "json"],
         capture_output=True, text=True, check=True)
     rows = json.loads(done.stdout)
@@ -61,12 +63,34 @@ def anchor(bins: Path, model: Path, threads: int, tokens: int, prompt: int, reps
             next(r["avg_ts"] for r in rows if r["n_gen"] and r["n_depth"]))
 
 
+def new_prompt(prompt: int, rep: str) -> str:
+    """About `prompt` tokens that no cache holds (`rep` makes them new)."""
+    return f"({rep}) " + " ".join(f"word{i}{rep}" for i in range(prompt // 4))
+
+
 def api_once(http, model: str, tokens: int, prompt: int, rep: str) -> tuple[float, float]:
-    """(client-timed decode tok/s, engine-timed prompt tok/s) of one streamed answer to a
-    prompt of about `prompt` tokens that no cache holds (`rep` makes it new)."""
-    text = f"({rep}) " + " ".join(f"word{i}{rep}" for i in range(prompt // 4))
-    rate, usage = timed_completion(http, model, text, tokens, f"rep {rep}")
+    """(client-timed decode tok/s, engine-timed prompt tok/s) of one streamed answer."""
+    rate, usage = timed_completion(http, model, new_prompt(prompt, rep), tokens, f"rep {rep}")
     return rate, usage["timings"]["prompt_tokens_per_s"]
+
+
+def served_by_llama(bins: Path, model: Path, args, experts_in_ram: int) -> float:
+    """llama-server's streamed decode tok/s on the same file, prompts and placement, timed
+    by the same client: what streaming over HTTP costs llama.cpp itself on this machine
+    (its HTTP threads and the client share the cores that the decode threads fill)."""
+    from build_tools import llama_server
+
+    server = ["-m", str(model), "-t", str(args.threads), "-c", "2048", "-np", "1",
+              *experts_override(experts_in_ram)]
+    rates = []
+    with llama_server(bins, server) as url:
+        for rep in range(args.reps):
+            body = {"prompt": new_prompt(args.prompt, f"server {rep}")}
+            times = stream_times(url, {}, body, args.tokens, checked=False)[:args.tokens]
+            if len(times) < args.tokens // 2:
+                raise BenchError(f"llama-server streamed {len(times)} of {args.tokens} tokens")
+            rates.append((len(times) - 1) / (times[-1] - times[0]))
+    return statistics.median(rates)
 
 
 def engine_run(home: Path, model: Path, args, run: int) -> dict:
@@ -119,14 +143,17 @@ def main() -> int:
     name = args.models[0].removesuffix("-random")  # one model a run
     spec = SHAPES.get(name)
     model = (paths().models / f"{args.models[0]}.gguf").resolve()
-    with tempfile.TemporaryDirectory(prefix="homerack-moe-") as home:
-        first = engine_run(Path(home), model, args, 1)
-        second = engine_run(Path(home), model, args, 2)
     bins = None
     if not args.quick:
         from build_tools import build
 
         bins = build()
+    with tempfile.TemporaryDirectory(prefix="homerack-moe-") as home:
+        first = engine_run(Path(home), model, args, 1)
+        # llama-bench on either side of the measured engine: this machine's speed drifts
+        # (10% between runs minutes apart), and their mean is what the engine ran beside
+        anchor_before = bins and anchor(bins, model, args, first["cpu_moe_layers"])
+        second = engine_run(Path(home), model, args, 2)
     where = (f"experts of {first['cpu_moe_layers']} layers in RAM" if first["cpu_moe_layers"]
              else "no GPU here: every tensor on the CPU")
     experts = f"{spec.n_expert} experts, top-{spec.n_expert_used}, " if spec else ""
@@ -146,17 +173,25 @@ def main() -> int:
         print(f"api decode {second['decode']:.1f} t/s, prompt {second['prompt']:.1f} t/s")
         print(QUICK_NOTE)
         return 0
-    pp, tg_empty, tg = anchor(bins, model, args.threads, args.tokens, args.prompt, args.reps,
-                              second["cpu_moe_layers"])
+    anchor_after = anchor(bins, model, args, second["cpu_moe_layers"])
+    pp, tg_empty, tg = (statistics.mean(pair) for pair in zip(anchor_before, anchor_after))
+    print(f"llama-bench tg @ d{args.prompt} before and after the engine: "
+          f"{anchor_before[2]:.1f}, {anchor_after[2]:.1f} t/s")
+    served = served_by_llama(bins, model, args, second["cpu_moe_layers"])
     decode_x = ratio(second["decode"], tg, "api decode", 0.3, 1.3)
+    served_x = ratio(second["decode"], served, "api decode against llama-server", 0.3, 1.5)
     prompt_x = ratio(second["prompt"], pp, "api prompt", 0.3, 1.5)
     print(f"api decode {second['decode']:.1f} t/s vs llama-bench tg{args.tokens} @ d{args.prompt} "
           f"{tg:.1f}: {decode_x:.2f}x (target >= 0.95); from an empty context llama-bench "
           f"makes {tg_empty:.1f}: {second['decode'] / tg_empty:.2f}x")
+    print(f"streamed by llama-server on the same prompts {served:.1f} t/s ({served / tg:.2f}x "
+          f"llama-bench): the api makes {served_x:.2f}x llama-server's")
     print(f"api prompt {second['prompt']:.1f} t/s vs llama-bench pp{args.prompt} {pp:.1f}: "
           f"{prompt_x:.2f}x")
     report(name, f"decode after a {args.prompt}-token prompt, one stream through the API",
            second["decode"], "tok/s", tg, f"llama-bench tg @ d{args.prompt}", ">= 0.95")
+    report(name, f"decode after a {args.prompt}-token prompt, streamed", second["decode"],
+           "tok/s", served, "llama-server, streamed", ">= 1.0")
     report(name, f"prompt ({args.prompt} tokens)", second["prompt"], "tok/s", pp,
            "llama-bench pp", ">= 0.95")
     return 0

@@ -49,8 +49,9 @@ def _status_routes(router: APIRouter, engine: Engine) -> None:
         from ..machine.planner import Preferences
         from ..machine.probe import probe
 
-        found = await asyncio.to_thread(probe)
-        measured = Preferences(speed_calibration=engine.fleet.calibration.speeds())
+        calibration = engine.fleet.calibration
+        found = calibration.steady(await asyncio.to_thread(probe))
+        measured = Preferences(speed_calibration=calibration.speeds())
         return {**found.as_dict(), "capacity": capacity(found, measured).as_dict()}
 
 

@@ -1,6 +1,7 @@
 """What past loads measured against what was predicted, kept in a small JSON file:
 memory ratios per device kind and architecture (the planner shrinks budgets by them) and
-speed ratios per phase, device kind and model kind (they correct the forecast).
+speed ratios per phase, device kind and model kind (they correct the forecast), with the
+RAM bandwidth those ratios were measured against.
 
 Two lanes' threads record (the main model and a routing companion) while requests' threads
 plan: one lock keeps the tables and the file's one temporary name to one writer."""
@@ -10,7 +11,10 @@ from __future__ import annotations
 import json
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
+
+from .hardware import Hardware
 
 
 class Calibration:
@@ -25,6 +29,7 @@ class Calibration:
             data = {"memory": data, "speed": {}}
         self.ratios: dict[str, float] = data["memory"]
         self.speed: dict[str, float] = data.get("speed", {})
+        self.bandwidth: dict[str, float] = data.get("bandwidth", {})
 
     def for_architecture(self, arch: str) -> tuple[tuple[str, float], ...]:
         prefix = f"/{arch}"
@@ -36,6 +41,19 @@ class Calibration:
         """("decode/gpu/moe", measured/forecast), ... for the planner's forecast."""
         with self._lock:
             return tuple(sorted(self.speed.items()))
+
+    def steady(self, hardware: Hardware) -> Hardware:
+        """`hardware` with the RAM bandwidth of this machine's first probe. The speed
+        ratios correct forecasts made with that figure, and a new probe's own noise
+        (17-22 GB/s between starts here, a quiet machine) would move every calibrated
+        forecast by as much."""
+        if not hardware.ram_bandwidth:
+            return hardware
+        with self._lock:
+            if "ram" not in self.bandwidth:
+                self.bandwidth["ram"] = round(hardware.ram_bandwidth)
+                self._write()
+            return replace(hardware, ram_bandwidth=float(self.bandwidth["ram"]))
 
     def record(self, kind: str, arch: str, ratio: float) -> None:
         self._update(self.ratios, f"{kind}/{arch}", ratio)
@@ -53,5 +71,6 @@ class Calibration:
         if self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"memory": self.ratios, "speed": self.speed}, indent=1))
+            tmp.write_text(json.dumps({"memory": self.ratios, "speed": self.speed,
+                                       "bandwidth": self.bandwidth}, indent=1))
             os.replace(tmp, self.path)

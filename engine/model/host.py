@@ -314,7 +314,7 @@ class ModelHost:
         llama.cpp's device list is read), less what other models hold."""
         if self.cluster:
             self.cluster.connect()
-        return probe().within(self.settings.ram_budget).reserving(
+        return self._calibration.steady(probe()).within(self.settings.ram_budget).reserving(
             self.reserved() if taken is None else taken)
 
     def _compare(self, planned, llama: LlamaModel, arch: str) -> dict | None:

@@ -202,6 +202,17 @@ def test_calibration_shrinks_budgets_only_when_loads_measured_more():
     assert cautious.fits and cautious.n_ctx == 8192
 
 
+def test_calibration_keeps_the_bandwidth_its_speed_ratios_were_measured_against(tmp_path):
+    from engine.machine.calibration import Calibration
+
+    path = tmp_path / "calibration.json"
+    first = Calibration(path).steady(simulated((), 16, ram_bandwidth_gbs=20))
+    later = Calibration(path).steady(simulated((), 16, ram_bandwidth_gbs=17))
+    assert first.ram_bandwidth == later.ram_bandwidth == 20e9
+    unprobed = simulated((), 16)
+    assert Calibration(path).steady(unprobed) == unprobed
+
+
 def test_back_off_caps_the_failed_device_and_the_next_plan_is_smaller(real_shapes):
     from engine.machine.planner import back_off
 
