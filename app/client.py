@@ -133,9 +133,6 @@ class EngineClient:
         body = {"small": small, "large": large, "mode": mode}
         return self._checked(self._http.put("/v1/routing", json=body)).json()
 
-    def import_model(self, path: str) -> dict:
-        return self._checked(self._http.post("/v1/models/import", json={"path": path})).json()
-
     def stream_chat(self, messages: list[dict], reply: StreamedReply,
                     should_stop: Callable[[], bool] = lambda: False, **options) -> Iterator[str]:
         """Yield text pieces as they arrive; `reply` gets the finish reason and usage.

@@ -147,6 +147,14 @@ class Engine:
         loaded = self.host.loaded
         return loaded.model if loaded else self.host.default
 
+    def resolve(self, name: str | None) -> LocalModel:
+        """The model a request names: an id of the models folder, or the default model's
+        id (the command line may have named a file outside it). Never a path."""
+        default = self.host.default
+        if default is not None and name == default.id:
+            return default
+        return self.store.resolve(name)
+
     def chat_format_of(self, model: LocalModel) -> ChatFormat:
         """The chat format a model's prompts are rendered in (its template, or the
         fallback), read from its file's metadata without loading it."""

@@ -56,9 +56,10 @@ class Routing:
 
 
 def pair(store: ModelStore, small: str, large: str, mode: str = "rules",
-         threshold: float = DEFAULT_THRESHOLD) -> Routing:
-    """The routing pair of two model ids, checked: two different files that can chat."""
-    models = store.resolve(small), store.resolve(large)
+         threshold: float = DEFAULT_THRESHOLD, paths: bool = False) -> Routing:
+    """The routing pair of two model ids (or files, with `paths`: the command line),
+    checked: two different files that can chat."""
+    models = store.resolve(small, paths), store.resolve(large, paths)
     for model, param in zip(models, ("small", "large")):
         if store.kind_of(model) != "chat":
             raise InvalidRequest(f"{model.id} cannot chat (an embedding model or an "

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QPushButton
 
 from .theme import colors
+from .safe_text import Label
 
 
 class Banner(QFrame):
@@ -13,7 +14,7 @@ class Banner(QFrame):
         super().__init__(parent)
         self.setObjectName("banner")
         layout = QHBoxLayout(self)
-        self.label = QLabel(wordWrap=True)
+        self.label = Label(wordWrap=True)
         self.label.setAccessibleName("Message from Homerack")
         self.action = QPushButton()
         self.action.hide()  # until a message offers one (Retry, Undo)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QAccessible, QAccessibleAnnouncementEvent, QGuiApplication
-from PySide6.QtWidgets import QMessageBox, QStackedWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QStackedWidget, QVBoxLayout, QWidget
 
 from app.attachments import Attachment, AttachmentError, fitted, read_text
 from app.client import EngineClient, StreamedReply
@@ -16,6 +16,7 @@ from app.session import Sessions
 from .chat_view import ChatView
 from .composer import ComposerBar
 from .markdown import Shown
+from .safe_text import ask
 from .tasks import Task, start_task
 from .welcome import Welcome
 
@@ -220,11 +221,11 @@ class ChatPage(QWidget):
     def _on_read(self, read: list[tuple[Attachment, int]]) -> None:
         kept = []
         for attachment, tokens in read:
-            if attachment.truncated and QMessageBox.question(
+            if attachment.truncated and not ask(
                     self, "Too long for the context",
                     f"{attachment.name} has {tokens:,} tokens; the model's context holds "
                     f"{self.window.control.context_size():,}. Attach its first {attachment.tokens:,} "
-                    "tokens?") != QMessageBox.Yes:
+                    "tokens?"):
                 continue
             kept.append(attachment)
         self._set_attachments(self.attachments + kept)

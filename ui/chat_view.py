@@ -6,16 +6,17 @@ from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication
-from PySide6.QtWidgets import QTextBrowser, QToolTip
+from PySide6.QtWidgets import QToolTip
 
 from .markdown import Shown, render
+from .safe_text import SafeBrowser, rich_escape
 from .theme import colors, scheme_changed
 
 ACTIONS = {"edit", "regen", "prev", "next"}
 ZOOM_STEP = 0.1
 
 
-class ChatView(QTextBrowser):
+class ChatView(SafeBrowser):
     copied = Signal(str)
     action = Signal(str, str)  # ("edit" | "regen" | "prev" | "next", message key)
 
@@ -23,8 +24,6 @@ class ChatView(QTextBrowser):
         super().__init__(parent)
         self.setObjectName("chat")
         self.setAccessibleName("Conversation")
-        self.setOpenLinks(False)
-        self.setOpenExternalLinks(False)
         self.anchorClicked.connect(self._on_link)
         self._messages: list[Shown] = []
         self._rendered = render([], colors())
@@ -70,7 +69,7 @@ class ChatView(QTextBrowser):
             stats = self._rendered.stats.get(anchor.removeprefix("stats:"), "") \
                 if anchor.startswith("stats:") else ""
             if stats:
-                QToolTip.showText(event.globalPos(), stats, self)
+                QToolTip.showText(event.globalPos(), rich_escape(stats), self)
             else:
                 QToolTip.hideText()
             return True

@@ -11,8 +11,9 @@ thread and hands the answers back (`show_cluster`, `show_sharing`)."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QLineEdit, QPushButton,
+from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLineEdit, QPushButton,
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+from .safe_text import Label
 
 MiB = 1 << 20
 COLUMNS = ("Machine", "Models", "Layers", "Memory", "Round trip", "Bytes / token", "State")
@@ -78,7 +79,7 @@ class ClusterPanel(QWidget):
         self.pair_again.setToolTip("A new code for one more host, for 5 minutes")
         self.pair_again.setEnabled(False)  # while shared
         self.pair_again.clicked.connect(self.pair_again_requested)
-        self.sharing = QLabel("Not shared.")
+        self.sharing = Label("Not shared.")
         self.sharing.setObjectName("cluster-sharing")
         self.sharing.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.sharing.setWordWrap(True)  # the pairing code and the trust note: never wider than the window
@@ -100,7 +101,7 @@ class ClusterPanel(QWidget):
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.speed = QLabel("")
+        self.speed = Label("")
         self.speed.setObjectName("cluster-speed")
 
         for widget, name in ((self.share, "Share this machine"), (self.address, "Worker address"),
@@ -115,7 +116,7 @@ class ClusterPanel(QWidget):
         layout.addWidget(self.serve_models)
         layout.addWidget(self.sharing)
         layout.addWidget(self.pair_again, 0, Qt.AlignLeft)
-        layout.addWidget(QLabel("Pair with another machine's worker:"))
+        layout.addWidget(Label("Pair with another machine's worker:"))
         layout.addWidget(self.address)
         row = QHBoxLayout()
         row.addWidget(self.code, 1)

@@ -4,8 +4,9 @@ on it or chosen with Attach join the message (their text, read in app.attachment
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
+from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QPlainTextEdit, QPushButton,
                                QVBoxLayout, QWidget)
+from .safe_text import Label
 
 FILE_FILTER = ("Text, code and PDF (*.txt *.md *.py *.js *.ts *.json *.csv *.yaml *.toml "
                "*.c *.cpp *.h *.rs *.go *.java *.sh *.sql *.html *.pdf);;All files (*)")
@@ -61,7 +62,7 @@ class ComposerBar(QWidget):
         super().__init__(parent)
         self.edit = Composer()
         self.edit.files_dropped.connect(self.attach_requested)
-        self.attached = QLabel(objectName="muted", wordWrap=True)
+        self.attached = Label(objectName="muted", wordWrap=True)
         self.attached.setAccessibleName("Attached files")
         self.attached.hide()
         self.detach = QPushButton("Remove files", accessibleName="Remove attached files")

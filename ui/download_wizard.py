@@ -10,15 +10,18 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor
-from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFileDialog, QHBoxLayout, QLabel,
+from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFileDialog, QHBoxLayout,
                                QLineEdit, QListWidget, QListWidgetItem, QProgressBar,
                                QPushButton, QSplitter, QTableWidget, QTableWidgetItem,
-                               QTextBrowser, QVBoxLayout, QWizard, QWizardPage)
+                               QVBoxLayout, QWizard, QWizardPage)
 
+from app.local_models import import_model
 from app.client import EngineClient
 
 from .downloads_panel import DownloadWatcher, progress_text, size_text
 from .tasks import start_task
+from .markdown import document
+from .safe_text import Label, SafeBrowser
 
 FIT_COLORS = {"gpu": "#d4edda", "partial": "#fff3cd", "cpu": "#e2ecf8", "no": "#f8d7da",
               "adapter": "#ece4f7"}
@@ -36,7 +39,7 @@ class SearchPage(QWizardPage):
         self.sort.addItem("Recently updated", "recent")
         self.search_button = QPushButton("Search")
         self.results = QListWidget()
-        self.status = QLabel("Type what you are looking for (a family like Qwen or Llama, "
+        self.status = Label("Type what you are looking for (a family like Qwen or Llama, "
                              "a size like 7B) and press Enter, or import a .gguf file you "
                              "already have.")
         self.status.setWordWrap(True)
@@ -114,10 +117,10 @@ class FilesPage(QWizardPage):
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.itemSelectionChanged.connect(self.completeChanged.emit)
         self.table.itemActivated.connect(lambda _i: self.wiz.next())
-        self.card = QTextBrowser()
-        self.drafts = QLabel()
+        self.card = SafeBrowser()
+        self.drafts = Label()
         self.drafts.setWordWrap(True)
-        self.status = QLabel()
+        self.status = Label()
         self.status.setWordWrap(True)
         split = QSplitter(Qt.Vertical)
         split.addWidget(self.table)
@@ -138,7 +141,7 @@ class FilesPage(QWizardPage):
         self.status.setText("Judging every file for this machine…")
         start_task(lambda _t: client.hub_quants(repo), on_done=self.show_quants,
                    on_error=lambda e: self.status.setText(str(e)), owner=self)
-        start_task(lambda _t: client.hub_card(repo), on_done=self.card.setMarkdown,
+        start_task(lambda _t: client.hub_card(repo), on_done=lambda card: self.card.setHtml(document(card)),
                    on_error=lambda e: self.card.setPlainText(f"No model card: {e}"), owner=self)
         start_task(lambda _t: client.hub_drafts(repo), on_done=self.show_drafts,
                    on_error=lambda _e: None, owner=self)
@@ -196,7 +199,7 @@ class DownloadPage(QWizardPage):
                          "Downloads.")
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
-        self.text = QLabel()
+        self.text = Label()
         self.text.setWordWrap(True)
         self.pause_button, self.resume_button, self.cancel_button = (
             QPushButton(t) for t in ("Pause", "Resume", "Cancel download"))
@@ -237,7 +240,7 @@ class ReadyPage(QWizardPage):
         super().__init__()
         self.wiz = wizard
         self.setTitle("Ready to chat")
-        self.label = QLabel()
+        self.label = Label()
         self.label.setWordWrap(True)
         QVBoxLayout(self).addWidget(self.label)
 
@@ -253,6 +256,8 @@ class ModelWizard(QWizard):
         super().__init__(parent)
         self.setWindowTitle("Get a model")
         self.setOption(QWizard.NoBackButtonOnLastPage)
+        self.setTitleFormat(Qt.TextFormat.PlainText)  # a page's subtitle is the Hub's repo name
+        self.setSubTitleFormat(Qt.TextFormat.PlainText)
         self.client, self.watcher = client, watcher
         self.repo = self.quant = self.model_id = None
         self.download_id: int | None = None
@@ -294,8 +299,9 @@ class ModelWizard(QWizard):
         self.download_page.show_state(state)
 
     def import_path(self, path: str) -> None:
-        start_task(lambda _t: self.client.import_model(path), on_done=self._on_imported,
-                   on_error=lambda e: self.search_page.status.setText(str(e)), owner=self)
+        start_task(lambda _t: import_model(path), on_done=self._on_imported,
+                   on_error=lambda e: self.search_page.status.setText(
+                       getattr(e, "message", str(e))), owner=self)
 
     def _on_imported(self, model: dict) -> None:
         self.model_id = model["id"]

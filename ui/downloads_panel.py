@@ -8,12 +8,13 @@ from __future__ import annotations
 from typing import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
-from PySide6.QtWidgets import (QGridLayout, QHBoxLayout, QLabel, QProgressBar, QPushButton,
+from PySide6.QtWidgets import (QGridLayout, QHBoxLayout, QProgressBar, QPushButton,
                                QVBoxLayout, QWidget)
 
 from app.client import EngineClient
 
 from .tasks import start_task
+from .safe_text import Label
 
 ACTIVE = ("queued", "downloading")
 
@@ -87,7 +88,7 @@ class DownloadsPanel(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.empty = QLabel("No downloads. Use “Get models…” to find one on the Hugging Face Hub.")
+        self.empty = Label("No downloads. Use “Get models…” to find one on the Hugging Face Hub.")
         self.rows = QGridLayout()
         layout = QVBoxLayout(self)
         layout.addWidget(self.empty)
@@ -110,9 +111,10 @@ class DownloadsPanel(QWidget):
 
     def _add_row(self, d: dict) -> None:
         row = len(self._widgets)
-        title = QLabel(f"<b>{d['repo']}</b> {d['quant']}")
+        title = Label(f"{d['repo']} {d['quant']}")
+        title.setStyleSheet("font-weight: 600")
         bar = QProgressBar(textVisible=False, maximumHeight=12)
-        text = QLabel()
+        text = Label()
         buttons = []
         box = QHBoxLayout()
         for action in ("pause", "resume", "cancel"):

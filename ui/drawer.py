@@ -4,8 +4,9 @@ time, the chat stays usable, Esc or × closes it."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QPushButton, QScrollArea, QStackedWidget,
+from PySide6.QtWidgets import (QHBoxLayout, QPushButton, QScrollArea, QStackedWidget,
                                QVBoxLayout, QWidget)
+from .safe_text import Label
 
 
 class Drawer(QWidget):
@@ -15,7 +16,7 @@ class Drawer(QWidget):
         super().__init__(parent)
         self.setObjectName("drawer")
         self.setMinimumWidth(300)
-        self.title = QLabel(objectName="drawerTitle")
+        self.title = Label(objectName="drawerTitle")
         close = QPushButton("×", accessibleName="Close the panel", flat=True)
         close.setToolTip("Close (Esc)")
         close.clicked.connect(self.close_page)

@@ -1,7 +1,8 @@
 """Messages to the HTML the chat view shows: Markdown (CommonMark with tables, through
 markdown-it-py), code highlighted by pygments with a copy link, and each message's
 actions as links the view handles (copy, edit, regenerate, ‹ 2/3 ›). Raw HTML in a
-message is shown as text, never rendered: model output is untrusted."""
+message is shown as text, never rendered, and an image is only its alt text and a link:
+model output, imported conversations and Hub cards are untrusted (ui/safe_text.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import TextLexer, get_lexer_by_name, guess_lexer
 from pygments.util import ClassNotFound
 
-from .theme import Colors
+from .theme import Colors, colors
 
 ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System"}
 STATUS_NOTES = {"interrupted": "interrupted: the engine stopped", "stopped": "stopped"}
@@ -53,6 +54,11 @@ def render(messages: list[Shown], colors: Colors) -> Rendered:
         parts.append(_frame(message, body, colors))
     out.html = (f'<body style="color:{colors.text}">' + "".join(parts) + "</body>")
     return out
+
+
+def document(text: str) -> str:
+    """Untrusted Markdown (a Hub model card) as HTML for a SafeBrowser."""
+    return f'<body style="color:{colors().text}">{_body(text, colors(), 0)[0]}</body>'
 
 
 def _frame(message: Shown, body: str, colors: Colors) -> str:
@@ -96,7 +102,20 @@ def _parser() -> MarkdownIt:
         ["table", "strikethrough"])
     parser.add_render_rule("fence", _fence)
     parser.add_render_rule("code_block", _fence)
+    parser.add_render_rule("image", _image)
     return parser
+
+
+def _image(renderer, tokens, index, options, env) -> str:
+    """Never an <img>: Qt would read its source, a local path included, on the UI thread.
+    Its alt text instead, a link where it points at the web."""
+    token = tokens[index]
+    alt = html.escape(renderer.renderInlineAsText(token.children or [], options, env)
+                      or "image")
+    src = token.attrGet("src") or ""
+    if src.startswith(("http://", "https://")):
+        return f'[image: <a href="{html.escape(src)}">{alt}</a>]'
+    return f"[image: {alt}]"
 
 
 def _fence(renderer, tokens, index, options, env) -> str:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
+from .safe_text import Label
 
 FIELDS = (
     ("batch", "engine"),
@@ -28,7 +29,7 @@ class MetricsBar(QWidget):
         layout.addStretch()
 
     def _add(self, key: str) -> QLabel:
-        label = QLabel(f"{self._titles.get(key, key)}: –")
+        label = Label(f"{self._titles.get(key, key)}: –")
         label.setObjectName(f"metric-{key}")
         label.hide()  # until it has a figure: no row of empty fields
         self.layout().insertWidget(len(self._labels), label)

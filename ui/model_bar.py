@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QActionGroup
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QGridLayout, QLabel, QMenu, QPushButton,
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QGridLayout, QMenu, QPushButton,
                                QSizePolicy, QToolButton, QWidget)
 
 from app.client import adapter_text
+from .safe_text import Label
 
 ADAPTER_SCALES = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)  # 0: off
 LOADED_MARK = "● "  # before a model held in memory
@@ -68,7 +69,7 @@ class ModelBar(QWidget):
         self.box.setMinimumWidth(200)
         self.box.setMaximumWidth(420)
         self.box.activated.connect(lambda _i: self.chosen.emit(self.box.currentData() or ""))
-        self.state = QLabel(objectName="muted", wordWrap=True)
+        self.state = Label(objectName="muted", wordWrap=True)
         self.state.setAccessibleName("Model state")
         self.auto_route = QCheckBox("Auto-route", accessibleName="Auto-route")
         self.auto_route.setToolTip("Send each reply of this conversation to the small or the "

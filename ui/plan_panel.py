@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from PySide6.QtCore import QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPainter
-from PySide6.QtWidgets import (QFormLayout, QGridLayout, QLabel, QPushButton,
+from PySide6.QtWidgets import (QFormLayout, QGridLayout, QPushButton,
                                QSlider, QSpinBox, QVBoxLayout, QWidget)
+from .safe_text import Label
 
 MiB = 1 << 20
 PARTS = (("weights", "#4a7ebb"), ("kv", "#8e6bbf"), ("compute", "#d08a3b"),
@@ -63,7 +64,7 @@ class PlanPanel(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.model = ""
-        self.title = QLabel("Choose a model at the top to see what loading it takes.")
+        self.title = Label("Choose a model at the top to see what loading it takes.")
         self.title.setWordWrap(True)
         self.context = QSpinBox(minimum=0, maximum=1 << 20, singleStep=1024,
                                 specialValueText="planned")
@@ -71,11 +72,11 @@ class PlanPanel(QWidget):
         self.layers.setValue(-1)
         self.experts = QSlider(Qt.Horizontal, minimum=0, maximum=0)
         self.experts.setObjectName("plan-experts")
-        self.experts_label = QLabel()
+        self.experts_label = Label()
         self._experts_chosen = False  # until the user moves it, it shows the planner's
         self.experts.valueChanged.connect(self._choose_experts)
         self.bars = QGridLayout()
-        self.reasons = QLabel()
+        self.reasons = Label()
         self.reasons.setWordWrap(True)
         self.load_button = QPushButton("Load with this plan")
         self.load_button.clicked.connect(
@@ -86,8 +87,8 @@ class PlanPanel(QWidget):
         for box in (self.context, self.layers):
             box.valueChanged.connect(lambda _value: self._debounce.start())
         form = QFormLayout()
-        form.addRow("Context (tokens)", self.context)
-        form.addRow("GPU layers", self.layers)
+        form.addRow(Label("Context (tokens)"), self.context)
+        form.addRow(Label("GPU layers"), self.layers)
         form.addRow(self.experts_label, self.experts)
         self._experts_row = (self.experts_label, self.experts)
         self._show_experts_row(False)
@@ -143,7 +144,7 @@ class PlanPanel(QWidget):
         speed = plan.get("forecast") or {}
         about = f" · about {speed['decode_tokens_per_s']:,.1f} tok/s" if speed else ""
         self.title.setText(
-            f"<b>{self.model}</b> {verdict}: {plan['n_ctx']:,} tokens of context, "
+            f"{self.model} {verdict}: {plan['n_ctx']:,} tokens of context, "
             f"{plan['kv_type']} KV cache, {plan['n_gpu_layers']} layers on GPU{experts}{about}")
         self._show_experts_row(bool(plan.get("moe")))
         if plan.get("moe") and not self._experts_chosen:
@@ -162,6 +163,6 @@ class PlanPanel(QWidget):
         for row, device in enumerate(devices):
             bar = MemoryBar()
             bar.set_device(device)
-            label = QLabel(describe_device(device), wordWrap=True)
+            label = Label(describe_device(device), wordWrap=True)
             self.bars.addWidget(label, row * 2, 0)
             self.bars.addWidget(bar, row * 2 + 1, 0)

@@ -7,10 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QLabel,
+from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout,
                                QPlainTextEdit, QPushButton, QSpinBox, QWidget)
 
 from app.settings import RoutingPair, Sampling, load_sampling, load_settings, save_settings
+from .safe_text import Label
 
 UNSET = {"temperature": -0.05, "top_p": 0.0}  # the spin boxes' "model default" values
 
@@ -37,21 +38,21 @@ class SettingsPage(QWidget):
         self.speculation = QComboBox(accessibleName="Speculative decoding")
         self.reset = QPushButton("Use the model's defaults", accessibleName="Reset sampling")
         self.reset.clicked.connect(self.reset_sampling)
-        self.defaults_note = QLabel(objectName="muted", wordWrap=True)
+        self.defaults_note = Label(objectName="muted", wordWrap=True)
         self._show_sampling()
         for widget in (self.temperature, self.top_p, self.max_tokens, self.seed):
             widget.valueChanged.connect(self._on_sampling)
         self.speculation.currentIndexChanged.connect(self._on_sampling)
         form = QFormLayout(self)
         form.setRowWrapPolicy(QFormLayout.WrapLongRows)  # labels above fields when narrow
-        form.addRow("System prompt", self.system_prompt)
-        form.addRow("Temperature", self.temperature)
-        form.addRow("Top-p", self.top_p)
+        form.addRow(Label("System prompt"), self.system_prompt)
+        form.addRow(Label("Temperature"), self.temperature)
+        form.addRow(Label("Top-p"), self.top_p)
         form.addRow("", self.reset)
         form.addRow("", self.defaults_note)
-        form.addRow("Max tokens", self.max_tokens)
-        form.addRow("Seed", self.seed)
-        form.addRow("Speculative decoding", self.speculation)
+        form.addRow(Label("Max tokens"), self.max_tokens)
+        form.addRow(Label("Seed"), self.seed)
+        form.addRow(Label("Speculative decoding"), self.speculation)
         self._build_routing(form)
         self.fill_models([])
 
@@ -71,10 +72,10 @@ class SettingsPage(QWidget):
         self.route_mode.setCurrentIndex(max(self.route_mode.findData(self.routing.mode), 0))
         self.route_apply = QPushButton("Apply", accessibleName="Apply the routing pair")
         self.route_apply.clicked.connect(self._choose_routing)
-        self.route_state = QLabel(objectName="muted", wordWrap=True)
-        form.addRow("Routing: small", self.route_small)
-        form.addRow("Routing: large", self.route_large)
-        form.addRow("Routing by", self.route_mode)
+        self.route_state = Label(objectName="muted", wordWrap=True)
+        form.addRow(Label("Routing: small"), self.route_small)
+        form.addRow(Label("Routing: large"), self.route_large)
+        form.addRow(Label("Routing by"), self.route_mode)
         form.addRow("", self.route_apply)
         form.addRow("", self.route_state)
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 import time
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QAbstractItemView, QLabel, QLineEdit, QListWidget,
+from PySide6.QtWidgets import (QAbstractItemView, QLineEdit, QListWidget,
                                QListWidgetItem, QMenu, QPushButton, QVBoxLayout, QWidget)
 
 from app.history import SavedConversation
+from .safe_text import Label
 
 DAY = 86400
 PAGES = {"Memory": "Ctrl+1", "Cluster": "Ctrl+2", "Downloads": "Ctrl+3", "Settings": "Ctrl+,"}
@@ -56,7 +57,7 @@ class Sidebar(QWidget):
         self.list.itemChanged.connect(self._on_edited)
         self.list.setContextMenuPolicy(Qt.CustomContextMenu)
         self.list.customContextMenuRequested.connect(self._menu)
-        self.empty = QLabel(objectName="muted", wordWrap=True)
+        self.empty = Label(objectName="muted", wordWrap=True)
         layout = QVBoxLayout(self)
         layout.addWidget(self.new)
         layout.addWidget(self.search)

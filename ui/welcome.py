@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QGridLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGridLayout, QPushButton, QVBoxLayout, QWidget
+from .safe_text import Label
 
 SUGGESTIONS = ("What is the capital of France?", "Explain what a CPU does, simply.",
                "Write a haiku about autumn.", "Give me three tips for learning Python.")
@@ -15,12 +16,12 @@ class Welcome(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        heading = QLabel("Homerack", objectName="heading", alignment=Qt.AlignCenter)
-        about = QLabel("Chat with AI models that run on the machines you own. Nothing you "
+        heading = Label("Homerack", objectName="heading", alignment=Qt.AlignCenter)
+        about = Label("Chat with AI models that run on the machines you own. Nothing you "
                        "write leaves them.\nPick a model at the top, or get more from "
                        "Hugging Face with “Get models…”.",
                        objectName="muted", alignment=Qt.AlignCenter, wordWrap=True)
-        self.machine = QLabel("Looking at this machine…", alignment=Qt.AlignCenter,
+        self.machine = Label("Looking at this machine…", alignment=Qt.AlignCenter,
                               wordWrap=True)
         self.machine.setAccessibleName("What this machine can run")
         chips = QGridLayout()

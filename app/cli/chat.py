@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 from ..history import DEFAULT_SYSTEM_PROMPT
 from ..paths import paths
-from .models import open_store
+from ..local_models import model_id, open_store
 
 
 @contextmanager
@@ -73,16 +73,22 @@ def _adapter(text: str) -> dict:
 
 
 def cmd_chat(args) -> int:
+    from engine.errors import HomerackError
+
     from ..client import EngineError
 
     messages = [{"role": "system", "content": args.system}] if args.system else []
     try:
+        args.model, args.draft = model_id(args.model), model_id(args.draft)
         with engine_client(args.model) as client:
             if args.prompt is not None:
                 messages.append({"role": "user", "content": args.prompt})
                 print_reply(client, messages, args)
                 return 0
             return _interactive(client, messages, args)
+    except HomerackError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 1
     except (EngineError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

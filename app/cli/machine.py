@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 
-from .models import open_store
+from ..local_models import open_store
 
 
 def cmd_hardware(args) -> int:
@@ -37,7 +37,7 @@ def cmd_plan(args) -> int:
 
     store = open_store(quiet=True)
     try:  # validates the file, and reads its shape once (cached with its metadata)
-        shape = store.inspector.inspect(store.resolve(args.model).path).shape
+        shape = store.inspector.inspect(store.resolve(args.model, paths=True).path).shape
     except HomerackError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1

@@ -6,18 +6,8 @@ from __future__ import annotations
 import os
 import sys
 
-from ..paths import bundled_models, paths
-
-
-def open_store(quiet: bool = False):
-    from engine.catalog.gguf_file import GGUFInspector
-    from engine.catalog.models import ModelStore
-
-    where = paths()
-    store = ModelStore(where.models, GGUFInspector(where.gguf_cache), bundled_models())
-    store.install_starters(log=(lambda _m: None) if quiet else
-                           (lambda m: print(m, file=sys.stderr, flush=True)))
-    return store
+from ..local_models import open_store
+from ..paths import paths
 
 
 def cmd_models(args) -> int:
@@ -140,7 +130,7 @@ def cmd_pull(args) -> int:
         print(f"downloading {chosen.quant.quant} ({', '.join(chosen.quant.files)})", flush=True)
         files = download(args.repo, chosen.quant, store.folder, token=token)
         store.inspector.inspect(files[0])  # a GGUF llama.cpp can open
-        model = store.resolve(str(files[0]))
+        model = store.resolve(str(files[0]), paths=True)
     except HomerackError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1

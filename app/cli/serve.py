@@ -12,7 +12,7 @@ import threading
 
 from ..engine_proc import EngineAddress, remove_engine_file, write_engine_file
 from ..paths import paths
-from .models import open_store
+from ..local_models import open_store
 
 
 def cmd_serve(args) -> int:
@@ -66,7 +66,7 @@ def _serve(args, token: str) -> int:
 
     store = open_store()
     if args.model:
-        store.resolve(args.model)  # an unknown model fails now, not at the first request
+        store.resolve(args.model, paths=True)  # an unknown model fails now, not at the first request
     routing = _routing(store, args)
     cluster, holder = None, {}
     if args.workers:
@@ -83,7 +83,7 @@ def _serve(args, token: str) -> int:
     engine = holder["engine"] = Engine(store, _settings(args), cluster, replicas)
     downloads = Downloads(store.folder, paths().data / "downloads.json",
                           token=os.environ.get("HF_TOKEN"),
-                          on_done=lambda files: store.kind_of(store.resolve(str(files[0]))))
+                          on_done=lambda files: store.kind_of(store.resolve(str(files[0]), paths=True)))
     engine_file = paths().engine_file
 
     def ready(url: str) -> None:
@@ -91,7 +91,7 @@ def _serve(args, token: str) -> int:
             write_engine_file(engine_file, EngineAddress(url, token, os.getpid()))
             print(f"listening on {url}", flush=True)
         if args.model:
-            engine.preload(store.resolve(args.model))
+            engine.preload(store.resolve(args.model, paths=True))
         if routing:
             pair = engine.set_routing(routing)
             print(f"routing: {pair['note']}", file=sys.stderr, flush=True)
@@ -102,7 +102,8 @@ def _serve(args, token: str) -> int:
     # uvicorn re-raises the signal it stopped on; exit through `finally` to clean up.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        serve(engine, ServeConfig(args.host, args.port, token, args.fd, args.api_docs), ready,
+        serve(engine, ServeConfig(args.host, args.port, token, args.fd, args.api_docs,
+                                  args.generation_only), ready,
               routers=(hub_routes(store, downloads),), holder=holder)
     finally:
         remove_engine_file(engine_file, os.getpid())
@@ -148,7 +149,7 @@ def _routing(store, args):
         raise SystemExit("--route takes two models: SMALL,LARGE")
     threshold = DEFAULT_THRESHOLD if args.route_threshold is None else args.route_threshold
     try:
-        return pair(store, *names, args.route_mode, threshold)
+        return pair(store, *names, args.route_mode, threshold, paths=True)
     except HomerackError as exc:
         raise SystemExit(f"--route: {exc.message}") from None
 
@@ -225,6 +226,9 @@ def add_commands(sub) -> None:
                        default="cache-aware",
                        help="how requests are spread over replicas: by queue, speed and "
                             "conversation, or in turn (to compare)")
+    serve.add_argument("--generation-only", action="store_true",
+                       help="serve only generation, the model list and /health (what a "
+                            "worker shares with paired hosts: no loading, presets, downloads)")
     serve.add_argument("--no-engine-file", action="store_true",
                        help="do not record this engine for `homerack chat` (a worker's "
                             "replica engine)")

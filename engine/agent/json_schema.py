@@ -20,7 +20,6 @@ thread, which parses grammars, has 16 MiB (batching/lane.py) on every system.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 
 import jsonschema
@@ -46,8 +45,10 @@ MAX_PROPERTIES = 256  # in one object (the converter recurses once per optional 
 MAX_COST = 20_000  # repetitions and schemas, added up over the whole schema
 MAX_PATTERN = 1000  # characters of a pattern
 MAX_GRAMMAR = 512 * 1024  # characters of the grammar made from all of a request's schemas
+# Groups inside groups in the grammar: each is a frame of llama.cpp's recursive parser. A
+# repetition of MAX_REPEAT nests about as deep; measured on a 512 KiB stack, 1,000 parse.
+MAX_NESTING = MAX_REPEAT + 2 * MAX_DEPTH
 _REPEAT_KEYS = ("minLength", "maxLength", "minItems", "maxItems")
-_QUANTIFIER = re.compile(r"\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
 # Keywords whose value is a map of names to schemas, or a list of schemas.
 _SCHEMA_MAPS = {"properties", "$defs", "definitions"}
 _SCHEMA_LISTS = {"anyOf", "prefixItems"}
@@ -120,10 +121,60 @@ def _repetitions(schema, where: str):
         if len(pattern) > MAX_PATTERN:
             raise InvalidRequest(f"{where}: the pattern is over {MAX_PATTERN} characters",
                                  param=f"{where}.pattern")
-        for match in _QUANTIFIER.finditer(pattern):
-            for number in match.groups():
-                if number:
-                    yield "pattern", int(number)
+        for number in quantifiers(pattern):
+            yield "pattern", abs(number)
+
+
+def quantifiers(pattern: str) -> list[int]:
+    """Every number in the {m}, {m,} and {m,n} of `pattern`, read exactly as the converter
+    reads them (its scan of the pattern, then `int()`, which also takes "+7", "7_000" and
+    other scripts' digits): a number it would use cannot slip past the bound."""
+    numbers, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":  # a class: the converter copies it up to "]", braces and all
+            i += 1
+            while i < len(pattern) and pattern[i] != "]":
+                i += 2 if pattern[i] == "\\" else 1
+        elif c == "{":
+            end = pattern.find("}", i)
+            if end < 0:
+                break  # unbalanced: the converter refuses the pattern
+            for part in pattern[i + 1:end].split(","):
+                try:
+                    numbers.append(int(part.strip()))
+                except ValueError:
+                    pass  # the converter refuses it too, or reads it as empty
+            i = end
+        i += 1
+    return numbers
+
+
+def nesting(grammar_text: str) -> int:
+    """How deep the groups of a GBNF grammar nest: parentheses outside its literals,
+    classes and comments, as llama.cpp's parser descends them."""
+    deepest = depth = 0
+    i, n = 0, len(grammar_text)
+    while i < n:
+        c = grammar_text[i]
+        if c in "\"[":
+            close = "\"" if c == "\"" else "]"
+            i += 1
+            while i < n and grammar_text[i] != close:
+                i += 2 if grammar_text[i] == "\\" else 1
+        elif c == "#":
+            while i < n and grammar_text[i] != "\n":
+                i += 1
+        elif c == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c == ")":
+            depth -= 1
+        i += 1
+    return deepest
 
 
 def _problems(schema, where: str):
@@ -209,6 +260,10 @@ def grammar(branches: list[Branch], param: str) -> str:
     if len(text) > MAX_GRAMMAR:
         raise InvalidRequest(f"{param}: the grammar these schemas make is {len(text):,} "
                              f"characters; constrained output allows {MAX_GRAMMAR:,}",
+                             param=param)
+    if nesting(text) > MAX_NESTING:
+        raise InvalidRequest(f"{param}: the grammar these schemas make nests {nesting(text):,} "
+                             f"groups deep; constrained output allows {MAX_NESTING:,}",
                              param=param)
     return text
 

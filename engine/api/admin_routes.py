@@ -100,7 +100,7 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
     @router.post("/v1/plan")
     async def preview_plan(body: LoadRequest):
         """What loading the model with these choices would use on this machine."""
-        model = engine.store.resolve(body.model)
+        model = engine.resolve(body.model)
         planned = await asyncio.to_thread(engine.plan_for, model, body.override())
         if planned is None:
             raise InvalidRequest(f"{model.id}: the planner cannot read this model's shape",
@@ -111,15 +111,15 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
     async def tokenize(body: TokenizeRequest):
         """The text as the model's tokens (llama-server's route): the app counts an
         attachment's tokens with it before sending."""
-        model = engine.store.resolve(body.model) if body.model else \
-            engine.default_model() or engine.store.resolve(None)
+        model = engine.resolve(body.model) if body.model else \
+            engine.default_model() or engine.resolve(None)
         return {"tokens": await asyncio.to_thread(engine.tokenize, model, body.content)}
 
     @router.post("/v1/models/load")
     async def load_model(body: LoadRequest, http: Request):
         """Load (or reload) the model with these choices, kept as its preset; answers
         when it is loaded."""
-        model = engine.store.resolve(body.model)
+        model = engine.resolve(body.model)
         channel = Channel()
         job = await asyncio.to_thread(engine.load, model, body.override(), channel.emit,
                                       body.default, body.keep())
@@ -144,7 +144,7 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
     async def put_preset(body: PresetRequest):
         """The model's preset: how it loads, whoever loads it, and how long it stays (a
         field left out keeps its value; loading settings apply at its next load)."""
-        model = engine.store.resolve(body.model)
+        model = engine.resolve(body.model)
         changes = {}
         if {"n_ctx", "gpu_layers", "cpu_moe_layers"} & body.model_fields_set:
             changes["load"] = body.override()
@@ -154,7 +154,7 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
 
     @router.get("/v1/models/preset")
     async def get_preset(model: str):
-        found = engine.store.resolve(model)
+        found = engine.resolve(model)
         return {"model": found.id, **engine.presets.get(found.id).as_dict()}
 
 

@@ -26,7 +26,7 @@ def router(engine: Engine) -> APIRouter:
 
     @api.post("/v1/embeddings")
     async def embeddings(body: EmbeddingRequest):
-        model = engine.store.resolve(body.model)
+        model = engine.resolve(body.model)
         inputs = body.input
         if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)):
             inputs = [inputs]

@@ -24,7 +24,7 @@ from ..engine import Engine
 from ..errors import HomerackError, QueueFull, Unauthorized
 from . import admin_routes, anthropic_routes, embeddings_routes, openai_routes, responses_routes
 from .front_door import FrontDoor
-from .guard import BodyTooLarge, RequestGuard
+from .guard import GENERATION_ONLY, BodyTooLarge, RequestGuard
 from .wire import error_body
 
 
@@ -50,9 +50,11 @@ def _error_response(request: Request, status: int, message: str, kind: str,
 
 
 def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
-               api_docs: bool = False, host_names: frozenset[str] = frozenset()) -> FastAPI:
+               api_docs: bool = False, host_names: frozenset[str] = frozenset(),
+               generation_only: bool = False) -> FastAPI:
     """`host_names`: names besides loopback's and IP literals that requests may address
-    the engine by (serve --host NAME)."""
+    the engine by (serve --host NAME). `generation_only`: the routes of
+    guard.GENERATION_ONLY and no other (serve --generation-only)."""
     @asynccontextmanager
     async def lifespan(_app):
         if on_startup is not None:
@@ -75,7 +77,8 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
         app.add_middleware(FrontDoor, engine=engine, replicas=engine.replicas,
                            token_given=token_in)
     app.add_middleware(RequestGuard, names=host_names, error_body=lambda path, status, message:
-                       _body_for(path, status, message, "invalid_request_error", None))
+                       _body_for(path, status, message, "invalid_request_error", None),
+                       routes=GENERATION_ONLY if generation_only else None)
 
     def require_token(request: Request) -> None:
         if not token_given(request):
@@ -113,5 +116,4 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
     async def health(request: Request):
         """Alive, to anyone; the engine's status (models, paths, errors) with the token."""
         return {"status": "ok", **engine.status()} if token_given(request) else {"status": "ok"}
-
     return app

@@ -1,5 +1,5 @@
-"""What every request passes before FastAPI reads it: the Host it names and the size of
-its body.
+"""What every request passes before FastAPI reads it: the Host it names, the size of
+its body, and (an engine serving generation only) its route.
 
 FastAPI parses a body before a route's dependencies (the token check) run, so without a
 cap here an unauthenticated client could make the engine buffer without bound. And a
@@ -18,6 +18,11 @@ from starlette.exceptions import HTTPException
 
 MAX_BODY_BYTES = 16 * 1024 * 1024  # a 128k-token conversation is ~1 MB of JSON
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+# What an engine serving only generation answers (a worker's replica engine, which paired
+# hosts reach with its token): no loading, presets or downloads with the owner's HF_TOKEN.
+GENERATION_ONLY = frozenset({("GET", "/health"), ("GET", "/v1/models")} | {
+    ("POST", path) for path in ("/v1/chat/completions", "/v1/completions", "/v1/messages",
+                                "/v1/messages/count_tokens", "/v1/responses", "/v1/embeddings")})
 
 
 def host_name(host_header: str) -> str:
@@ -41,12 +46,15 @@ def host_allowed(host_header: str, names: frozenset[str] = frozenset()) -> bool:
 
 class RequestGuard:
     """ASGI middleware: 421 for a Host that is not ours, 413 for a body over the cap
-    (announced: refused here; counted as it arrives: BodyTooLarge). `error_body(path,
-    status, message)` gives the body in the route's error shape."""
+    (announced: refused here; counted as it arrives: BodyTooLarge), 404 for a route
+    outside `routes` when given. `error_body(path, status, message)` gives the body in
+    the route's error shape."""
 
     def __init__(self, app, error_body: Callable[[str, int, str], dict],
-                 names: frozenset[str] = frozenset(), max_body: int = MAX_BODY_BYTES):
+                 names: frozenset[str] = frozenset(), max_body: int = MAX_BODY_BYTES,
+                 routes: frozenset[tuple[str, str]] | None = None):
         self.app, self.error_body, self.names, self.max_body = app, error_body, names, max_body
+        self.routes = routes
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -56,6 +64,9 @@ class RequestGuard:
         if not host_allowed(headers.get("host", ""), self.names):
             return await self._refuse(scope, send, 421, "this engine answers only requests "
                                       "addressed to localhost or an IP address (Host header)")
+        if self.routes is not None and (scope["method"], scope["path"]) not in self.routes:
+            return await self._refuse(scope, send, 404, "this engine serves generation, "
+                                      "the model list and /health only")
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > self.max_body:
             return await self._refuse(scope, send, 413, self._too_large())

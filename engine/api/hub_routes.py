@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from pathlib import Path
 from typing import Literal
 
 from fastapi import APIRouter, Query
@@ -24,11 +23,6 @@ class DownloadRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     repo: str = Field(min_length=3)
     quant: str
-
-
-class ImportRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    path: str
 
 
 def _token() -> str | None:
@@ -95,10 +89,5 @@ def hub_routes(store: ModelStore, downloads: Downloads) -> APIRouter:
         act = {"pause": downloads.pause, "resume": downloads.resume,
                "cancel": downloads.cancel}[action]
         return (await asyncio.to_thread(act, download_id)).as_dict()
-
-    @router.post("/v1/models/import")
-    async def import_model(body: ImportRequest):
-        model = await asyncio.to_thread(store.add, Path(body.path))
-        return {"id": model.id, **model.as_dict()}
 
     return router

@@ -23,6 +23,7 @@ class ServeConfig:
     token: str = ""
     fd: int | None = None  # a socket already listening, handed over by a supervisor
     api_docs: bool = False  # serve /openapi.json and /docs
+    generation_only: bool = False  # a worker's replica engine (factory.GENERATION_ONLY)
 
     def host_names(self) -> frozenset[str]:
         """The name requests may address the engine by besides loopback and IP literals."""
@@ -61,7 +62,8 @@ def serve(engine: Engine, config: ServeConfig, on_ready: Callable[[str], None],
         on_ready(url)
 
     app = create_app(engine, config.token, on_startup=started, routers=routers,
-                     api_docs=config.api_docs, host_names=config.host_names())
+                     api_docs=config.api_docs, host_names=config.host_names(),
+                     generation_only=config.generation_only)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False,
                                            timeout_graceful_shutdown=2))
     if holder is not None:

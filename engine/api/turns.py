@@ -114,13 +114,13 @@ def request_for(engine: Engine, body, **content) -> GenerationRequest:
     if routed and body.lora:
         raise InvalidRequest("adapters apply to a named model, not to \"auto\"", param="lora")
     model = engine.auto_model() if routed else \
-        engine.store.resolve(named) if named or not default else default
+        engine.resolve(named) if named or not default else default
     draft, speculation = None, body.speculation
     if body.draft_model:
         speculation = speculation or "draft"
         if body.draft_model != "auto":
             try:
-                draft = engine.store.resolve(body.draft_model)
+                draft = engine.resolve(body.draft_model)
             except ModelNotFound as exc:
                 raise ModelNotFound(exc.message, param="draft_model") from None
     return GenerationRequest(model=model, max_tokens=body.token_limit(),

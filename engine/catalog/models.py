@@ -147,13 +147,15 @@ class ModelStore:
                                         path.stem in starters))
         return found
 
-    def resolve(self, name: str | None) -> LocalModel:
-        """A model id, or a path to a .gguf file."""
+    def resolve(self, name: str | None, paths: bool = False) -> LocalModel:
+        """A model id of the folder; with `paths` (the command line, whose user owns the
+        files) also a path to a .gguf file. Over HTTP never a path: whatever holds the
+        token (an agent, a paired host) would make the engine open any file it names."""
         name = name or DEFAULT_MODEL
         for model in self.list():
             if model.id == name:
                 return model
-        candidate = _local_file(Path(name))
+        candidate = _local_file(Path(name)) if paths else None
         if candidate is not None and candidate.suffix == ".gguf":
             return LocalModel(candidate.stem, candidate, candidate.stat().st_size, False)
         known = ", ".join(m.id for m in self.list()) or "none"

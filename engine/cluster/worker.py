@@ -83,7 +83,7 @@ class ReplicaEngine:
 
         self.port = free_port()
         args = module_command("app", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-                              "--no-engine-file", *self.options)
+                              "--no-engine-file", "--generation-only", *self.options)
         return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 env=dict(os.environ, HOMERACK_TOKEN=self.token),
                                 cwd=Path(__file__).resolve().parents[2])

@@ -54,6 +54,23 @@ PERSON = {"type": "object", "properties": {
     "required": ["name", "age", "hobbies", "role"], "additionalProperties": False}
 
 
+@pytest.fixture
+def served(server):
+    """Puts a model file into the shared engine's models folder for one test (the API
+    names models by id, never by path) and takes it out after."""
+    added = []
+
+    def put(path):
+        link = server[2] / path.name
+        link.symlink_to(path)
+        added.append(link)
+        return path.stem
+
+    yield put
+    for link in added:
+        link.unlink()
+
+
 @pytest.fixture(scope="module")
 def client(server):
     address, _, _ = server
@@ -236,12 +253,13 @@ def test_anthropic_tool_round_trip_and_token_count(claude):
     assert counted.input_tokens == answer.usage.input_tokens
 
 
-def test_a_hermes_template_model_calls_in_its_own_form(client, server, tmp_path, starters_dir):
+def test_a_hermes_template_model_calls_in_its_own_form(client, served, tmp_path, starters_dir):
     """SmolLM2 with a Qwen-style template: the tools reach the template, the forced call
     is written as <tool_call> JSON and read back."""
-    model = with_template(starters_dir / f"{STARTER}.gguf", tmp_path / "hermes-smol.gguf", HERMES)
+    model = served(with_template(starters_dir / f"{STARTER}.gguf", tmp_path / "hermes-smol.gguf",
+                                 HERMES))
     reply = client.chat.completions.create(
-        model=str(model), messages=[{"role": "user", "content": "Weather in Lyon?"}],
+        model=model, messages=[{"role": "user", "content": "Weather in Lyon?"}],
         tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}},
         max_tokens=80, temperature=0)
     call = reply.choices[0].message.tool_calls[0]
@@ -273,8 +291,8 @@ def test_embeddings_next_to_the_loaded_chat_model(client, http):
     assert models[STARTER]["loaded"]
 
 
-def test_tiny_written_embedding_model(client, tiny_bert):
-    reply = client.embeddings.create(model=str(tiny_bert), input=["the cat sat", "the dogs",
+def test_tiny_written_embedding_model(client, served, tiny_bert):
+    reply = client.embeddings.create(model=served(tiny_bert), input=["the cat sat", "the dogs",
                                                                   "the cat sat"],
                                      encoding_format="float")
     vectors = np.array([d.embedding for d in reply.data])

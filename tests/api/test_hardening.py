@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from support import ROOT
 from support.engines import api_client, start_engine
-from engine.agent.json_schema import MAX_REPEAT, Branch, check, grammar
+from engine.agent.json_schema import MAX_REPEAT, Branch, check, grammar, nesting, quantifiers
 from engine.api.guard import host_allowed
 from engine.errors import InvalidRequest
 from engine.api.server import is_loopback
@@ -39,6 +39,13 @@ EXAMPLES = int(os.environ.get("HOMERACK_FUZZ_EXAMPLES", "25"))
     ({"type": "array", "items": {"type": "string", "maxLength": 2000}}, "s.items.maxLength"),
     ({"type": "array", "maxItems": 999_999_999}, "s.maxItems"),
     ({"type": "string", "pattern": "^a{1,100000}$"}, "s.pattern"),
+    # the converter reads a count with int(): a sign, underscores, other scripts' digits
+    ({"type": "string", "pattern": "^a{0,+70000}$"}, "s.pattern"),
+    ({"type": "string", "pattern": "^a{0,7_0000}$"}, "s.pattern"),
+    ({"type": "string", "pattern": "^a{+70000}$"}, "s.pattern"),
+    ({"type": "string", "pattern": "^a{ 70000 ,}$"}, "s.pattern"),
+    ({"type": "string", "pattern": "^a{\u0667\u0660\u0660\u0660\u0660}$"}, "s.pattern"),
+    ({"type": "string", "pattern": "^(a|[}]){-70000,}$"}, "s.pattern"),
     ({"type": "string", "pattern": "^(ab){5000}$"}, "s.pattern"),
     ({"type": "string", "pattern": "^" + "a" * 5000 + "$"}, "s.pattern"),
     ({"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(300)}},
@@ -63,6 +70,20 @@ def test_deep_nesting_and_too_many_schemas_are_refused():
         for i in range(20)}}
     with pytest.raises(InvalidRequest, match="too large"):
         check(wide, "s")
+
+
+def test_quantifiers_are_read_as_the_converter_reads_them():
+    assert quantifiers("a{2}b{0,+7}c{7_0}d{ 3 ,}") == [2, 0, 7, 70, 3]
+    assert quantifiers("[{]{9}\\{8}") == [9]  # a class and an escaped brace are no quantifiers
+
+
+def test_the_grammars_nesting_is_measured_outside_literals_and_bounded(monkeypatch):
+    assert nesting('root ::= "((((" [(] ( ( x ) ) # (((\nx ::= "a"') == 2
+    schema = {"type": "string", "pattern": "^a{0,100}$"}
+    assert nesting(grammar([Branch(schema)], "s")) >= 100
+    monkeypatch.setattr("engine.agent.json_schema.MAX_NESTING", 50)
+    with pytest.raises(InvalidRequest, match="nests"):
+        grammar([Branch(schema)], "s")
 
 
 _PARSE = """
@@ -174,6 +195,11 @@ def test_a_huge_repetition_in_a_schema_is_a_400_and_the_engine_lives(fuzz_engine
         "tools": [tool], "tool_choice": "required"})
     assert reply.status_code == 400, reply.text
     assert "maxLength is 50000" in reply.json()["error"]["message"]
+    signed = {"type": "string", "pattern": "^a{0,+70000}$"}  # a SIGSEGV before
+    reply = raw.post("/v1/chat/completions", json={
+        "model": TINY, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": signed}}})
+    assert reply.status_code == 400, reply.text
     assert_alive_and_answering(fuzz_engine, raw)
 
 
@@ -186,6 +212,73 @@ def test_the_largest_accepted_repetition_generates_in_the_engine(fuzz_engine, ra
         "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}})
     assert reply.status_code == 200, reply.text
     assert reply.json()["choices"][0]["message"]["content"].startswith('{')
+
+
+@pytest.mark.slow
+def test_a_request_names_models_by_id_never_by_path(fuzz_engine, raw, tiny_model, home):
+    """Whatever holds the token (an agent, a paired host) cannot make the engine open a
+    file: paths are for the command line, whose user owns the files."""
+    from support.models import ADAPTER
+
+    outside = str(tiny_model)  # a real GGUF outside the models folder
+    adapter = str((home / "data" / "models" / f"{ADAPTER}.gguf").resolve())
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    for body, param in [({"model": outside}, "model"), ({"model": "~/x.gguf"}, "model"),
+                        ({"model": TINY, "draft_model": outside}, "draft_model"),
+                        ({"model": f"{TINY}+{adapter}"}, "lora"),
+                        ({"model": TINY, "lora": [{"id": adapter}]}, "lora")]:
+        reply = raw.post("/v1/chat/completions", json=chat | body)
+        assert reply.status_code == 404, (body, reply.text)
+        assert reply.json()["error"]["param"] == param, (body, reply.text)
+    for route, body in [("/v1/embeddings", {"model": outside, "input": "x"}),
+                        ("/v1/plan", {"model": outside}), ("/v1/models/load", {"model": outside}),
+                        ("/v1/models/import", {"path": outside})]:
+        reply = raw.post(route, json=body)
+        assert reply.status_code == 404, (route, reply.text)
+    assert raw.put("/v1/routing", json={"small": outside, "large": TINY}).status_code == 404
+    assert_alive_and_answering(fuzz_engine, raw)
+
+
+def test_paths_are_resolved_only_when_the_command_line_asks(tiny_store, tiny_model):
+    from engine.errors import ModelNotFound
+
+    with pytest.raises(ModelNotFound):
+        tiny_store.resolve(str(tiny_model))
+    assert tiny_store.resolve(str(tiny_model), paths=True).path == tiny_model.resolve()
+    assert tiny_store.resolve("tiny").id == "tiny"
+
+
+def test_a_generation_only_engine_keeps_generation_the_model_list_and_health():
+    """What a worker's replica engine serves paired hosts: no loading, no presets, no
+    downloads with the owner's HF_TOKEN."""
+    from types import SimpleNamespace
+
+    from fastapi.testclient import TestClient
+
+    from engine.api.factory import create_app
+    from engine.api.hub_routes import hub_routes
+
+    hub = hub_routes(SimpleNamespace(folder=None), SimpleNamespace())
+    app = create_app(SimpleNamespace(replicas=None), "t", routers=(hub,), generation_only=True)
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        for method, path in [("PUT", "/v1/models/preset"), ("POST", "/v1/downloads"),
+                             ("POST", "/v1/models/load"), ("GET", "/v1/hub/search"),
+                             ("GET", "/metrics"), ("POST", "/v1/plan")]:
+            refused = client.request(method, path, headers={"Authorization": "Bearer t"})
+            assert refused.status_code == 404, (method, path)
+            assert "generation" in refused.json()["error"]["message"]
+        assert client.get("/v1/models").status_code == 401  # there, behind the token
+        assert client.post("/v1/chat/completions", json={}).status_code == 401
+        assert client.get("/health").json() == {"status": "ok"}
+
+
+def test_a_workers_replica_engine_serves_generation_only(monkeypatch):
+    from engine.cluster import worker
+
+    started = []
+    monkeypatch.setattr(worker.subprocess, "Popen", lambda args, **_kw: started.append(args))
+    worker.ReplicaEngine(("--threads", "1"))._start()
+    assert "--generation-only" in started[0]
 
 
 @pytest.mark.slow
@@ -241,7 +334,11 @@ _SCALARS = st.sampled_from(["string", "integer", "number", "boolean", "null", "o
 _COUNTS = st.one_of(st.integers(0, 3), st.integers(0, 10**12), st.just(-1), st.floats(allow_nan=False, allow_infinity=False),
                     st.text(max_size=3))
 _LEAF = st.fixed_dictionaries({"type": _SCALARS}, optional={
-    "maxLength": _COUNTS, "minLength": _COUNTS, "pattern": st.text(max_size=12),
+    "maxLength": _COUNTS, "minLength": _COUNTS,
+    "pattern": st.one_of(st.text(max_size=12), st.builds(
+        "^a{{{}}}$".format, st.sampled_from(["+70000", "0,+70000", "7_0000", "0,7_0000",
+                                             "\u0667\u0660\u0660\u0660\u0660", "-5,2",
+                                             " 999 , 1000 ", "1_000"]))),
     "enum": st.lists(st.one_of(st.text(max_size=5), st.integers()), max_size=3),
     "format": st.sampled_from(["date", "uuid", "email", "x"])})
 SCHEMAS = st.recursive(_LEAF, lambda inner: st.one_of(
