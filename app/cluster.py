@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from engine.spawn import module_command
+from engine.spawn import child_env, module_command
 
 from .paths import paths
 
@@ -109,7 +109,7 @@ def supervise(args, argv: list[str], on_ready) -> int:
     restarts: list[float] = []
     while True:
         child = subprocess.Popen(module_command("app", *argv, "--fd", str(sock.fileno())),
-                                 pass_fds=[sock.fileno()])
+                                 pass_fds=[sock.fileno()], env=child_env())
         try:
             code = child.wait()
         except KeyboardInterrupt:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from engine.spawn import module_command
+from engine.spawn import child_env, module_command
 
 LISTENING = "listening on "
 
@@ -71,11 +71,10 @@ class EngineProcess:
         import secrets
 
         self.token = secrets.token_urlsafe(32)
-        child_env = dict(os.environ if env is None else env, HOMERACK_TOKEN=self.token,
-                         PYTHONUNBUFFERED="1")
         self.process = subprocess.Popen(
             module_command("app", "serve", "--port", "0", *args),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=child_env(env, HOMERACK_TOKEN=self.token, PYTHONUNBUFFERED="1"))
         self.output: list[str] = []
 
     def wait_ready(self, timeout: float = 120.0) -> EngineAddress:

@@ -9,7 +9,7 @@ import subprocess
 import threading
 import time
 
-from engine.spawn import module_command
+from engine.spawn import child_env, module_command
 
 from .paths import paths
 
@@ -33,7 +33,7 @@ class SharedMachine:
     def __init__(self, args: list[str] = ()):
         self.process = subprocess.Popen(module_command("app", "worker", *args),
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        text=True)
+                                        text=True, env=child_env())
         self.address = self.code = None
 
     def wait_ready(self, timeout: float = 30.0) -> "SharedMachine":

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
@@ -36,5 +38,18 @@ def main(serve_args: list[str] | None = None) -> int:
     app.setApplicationName("Homerack")
     app.setDesktopFileName("homerack")
     window = create_window(serve_args)
+    close_on_signals(window)
     window.show()
     return app.exec()
+
+
+def close_on_signals(window: MainWindow) -> None:
+    """SIGTERM and SIGHUP (a logout, a `kill`) close the window as the user would: the
+    reply in progress kept, the engine stopped. Python runs a signal's handler only
+    between bytecodes, so a timer lets it run while Qt waits for events."""
+    for name in ("SIGTERM", "SIGHUP", "SIGINT"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), lambda *_: QTimer.singleShot(0, window.close))
+    ticks = QTimer(window, interval=250)
+    ticks.timeout.connect(lambda: None)
+    ticks.start()

@@ -4,7 +4,11 @@ commands, each adding its own to the parser (`add_commands`); `main` runs one.""
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+
+from engine.spawn import follow_parent
 
 from ..paths import make_private, paths
 from . import chat, desktop, fleet, machine, models, serve
@@ -25,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    follow_parent(lambda: os.kill(os.getpid(), signal.SIGTERM))  # a child of ours dies with us
     make_private(paths())
     if args.command is None:
         return desktop.launch_desktop(lambda: chat.cmd_chat(build_parser().parse_args(["chat"])))

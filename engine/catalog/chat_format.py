@@ -61,18 +61,27 @@ class ChatFormat:
 
     def render(self, messages: list[dict], tools: list[dict] | None = None) -> str:
         """The prompt; `tools` reach the template as Hugging Face's apply_chat_template
-        passes them (templates that know tools describe them to the model)."""
+        passes them (templates that know tools describe them to the model), and only when
+        there are some: Hermes 2 Pro, Hermes 3 and Command-R+ loop over `tools` whenever
+        it is defined, None included.
+
+        A template is the model file's code: whatever it raises (its own complaint, or a
+        TypeError of its making) is the request's 400 in the template's words."""
+        extra = {"tools": tools} if tools is not None else {}
         try:
             return _compile(self.template).render(
                 messages=messages,
-                tools=tools,
                 add_generation_prompt=True,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
+                **extra,
             )
         except TemplateError as exc:
             raise InvalidRequest(f"the model's chat template rejected these messages: {exc}",
                                  param="messages") from exc
+        except Exception as exc:  # noqa: BLE001 (any error of the template's own code)
+            raise InvalidRequest(f"the model's chat template failed on these messages: "
+                                 f"{type(exc).__name__}: {exc}", param="messages") from exc
 
     def describe(self) -> str:
         if self.fallback:

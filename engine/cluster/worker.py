@@ -22,7 +22,7 @@ from typing import Callable
 
 import psutil
 
-from ..spawn import module_command
+from ..spawn import child_env, module_command
 from .gateway import Gateway
 from .identity import certificate_fingerprint, ensure_identity, server_context, short
 from .pairing import Grants, PairingWindow, window_file
@@ -79,13 +79,11 @@ class ReplicaEngine:
         return listens(self.process, port)
 
     def _start(self) -> subprocess.Popen:
-        import os
-
         self.port = free_port()
         args = module_command("app", "serve", "--host", "127.0.0.1", "--port", str(self.port),
                               "--no-engine-file", "--generation-only", *self.options)
         return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env=dict(os.environ, HOMERACK_TOKEN=self.token),
+                                env=child_env(HOMERACK_TOKEN=self.token),
                                 cwd=Path(__file__).resolve().parents[2])
 
     async def supervise(self, log: Callable[[str], None]) -> None:

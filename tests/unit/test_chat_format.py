@@ -44,3 +44,28 @@ def test_template_raise_exception_becomes_a_request_error():
     fmt = chat_format_for(replace(BASE, chat_template=template))
     with pytest.raises(InvalidRequest, match="roles must alternate"):
         fmt.render([{"role": "user", "content": "x"}])
+
+
+# Hermes 2 Pro's and Command-R+'s way with tools (they raised TypeError on tools=None: a 500)
+LOOPS_OVER_TOOLS = ("{% if tools is defined %}{% for t in tools %}{{ t.function.name }}{% endfor %}"
+                    "{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}")
+
+
+@pytest.mark.parametrize("template, complaint", [
+    ("{{ 1 / 0 }}", "ZeroDivisionError"),
+    ("{{ messages[0].content + 1 }}", "TypeError"),
+    ("{{ '%d' % messages[0].content }}", "TypeError"),
+    ("{% if %}", "rejected"),  # does not compile
+])
+def test_whatever_a_template_raises_is_a_request_error_in_its_words(template, complaint):
+    fmt = chat_format_for(replace(BASE, chat_template=template))
+    with pytest.raises(InvalidRequest, match=complaint) as refused:
+        fmt.render([{"role": "user", "content": "x"}])
+    assert refused.value.status == 400 and refused.value.param == "messages"
+
+
+def test_a_template_that_loops_over_tools_renders_without_them_and_with_them():
+    fmt = chat_format_for(replace(BASE, chat_template=LOOPS_OVER_TOOLS))
+    assert fmt.render([{"role": "user", "content": "hi"}]) == "hi"
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    assert fmt.render([{"role": "user", "content": "hi"}], tools) == "fhi"

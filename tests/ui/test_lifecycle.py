@@ -1,0 +1,86 @@
+"""The processes around the window: started from any folder, they run Homerack's own code
+(not an `app/` package or an `httpx.py` lying there); a logout or a `kill` closes the app
+as the user would, and its engine goes with it, even when the app is killed outright."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from support.models import STARTER
+
+pytestmark = pytest.mark.slow
+HOMERACK = Path(sys.executable).with_name("homerack")  # the console script, as users start it
+
+
+@pytest.fixture
+def hostile_folder(tmp_path):
+    """A folder whose `app` package and `httpx` module leave a mark when imported."""
+    folder = tmp_path / "Downloads"
+    mark = tmp_path / "hijacked"
+    code = f"open({str(mark)!r}, 'w').write(__name__)\nprint('HIJACKED', flush=True)\n"
+    (folder / "app").mkdir(parents=True)
+    for name in ("app/__init__.py", "app/__main__.py", "httpx.py", "psutil.py"):
+        (folder / name).write_text(code)
+    return folder, mark
+
+
+def engine_pid(engine_file: Path, timeout: float = 120) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return json.loads(engine_file.read_text())["pid"]
+        except (OSError, ValueError, KeyError):
+            time.sleep(0.2)
+    raise AssertionError("the app's engine never announced itself")
+
+
+def gone(pid: int, timeout: float) -> bool:
+    try:
+        psutil.Process(pid).wait(timeout)
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.TimeoutExpired:
+        return False
+    return True
+
+
+def test_sigterm_closes_the_app_and_its_engine_and_no_folder_code_runs(gui_home, hostile_folder):
+    folder, mark = hostile_folder
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", HOMERACK_HOME=str(gui_home))
+    app = subprocess.Popen([str(HOMERACK)], cwd=folder, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        pid = engine_pid(gui_home / "run" / "engine.json")
+        assert psutil.Process(pid).ppid() == app.pid
+        app.send_signal(signal.SIGTERM)  # a logout
+        assert app.wait(60) == 0
+        assert gone(pid, 30), "the engine outlived the app"
+    finally:
+        app.kill()
+    assert not mark.exists(), f"code from the current folder ran: {app.stdout.read()[-500:]}"
+
+
+def test_an_engine_dies_with_the_process_that_started_it_even_killed_outright(home, tmp_path,
+                                                                             hostile_folder):
+    folder, mark = hostile_folder
+    starter = (f"from app.engine_proc import EngineProcess\n"
+               f"address = EngineProcess(['--model', {STARTER!r}, '--ctx', '512']).wait_ready()\n"
+               f"print(address.pid, flush=True)\n"
+               f"import time; time.sleep(600)\n")
+    env = dict(os.environ, HOMERACK_HOME=str(home), PYTHONPATH=str(Path(__file__).parents[2]))
+    parent = subprocess.Popen([sys.executable, "-P", "-c", starter], cwd=folder, env=env,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(parent.stdout.readline())
+        parent.kill()  # SIGKILL: no handler runs, no child is stopped by the parent
+        assert gone(pid, 15), "the engine outlived its parent"
+    finally:
+        parent.kill()
+    assert not mark.exists()
