@@ -6,9 +6,7 @@ about two round trips per remote stage and token, each crossing four relays.)"""
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
-from pathlib import Path
 from typing import Callable
 
 
@@ -84,26 +82,14 @@ def no_delay(transport_or_writer) -> None:
 
 def from_this_process(peer: tuple, ours: tuple) -> bool:
     """Whether the loopback connection from `peer` to `ours` (host, port each) was opened
-    by this process (llama.cpp in the engine), read from /proc on Linux: a forwarder carries
-    a paired session, so no other local program may use it. True where /proc cannot tell.
-    The whole address pair is matched: a port may also appear in older (TIME_WAIT) rows."""
+    by this process (llama.cpp in the engine): a forwarder carries a paired session, so no
+    other local program may use it. Asked of psutil, which answers for this process's own
+    sockets on Linux, macOS and Windows; where it cannot tell, no (fail closed)."""
+    import psutil
+
     try:
-        rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
-        fds = os.listdir("/proc/self/fd")
-    except OSError:
-        return True
-    local, remote = _hex_address(peer), _hex_address(ours)
-    inodes = {f"socket:[{row[9]}]" for row in rows
-              if row[1] == local and row[2] == remote and row[9] != "0"}
-    for fd in fds:
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}") in inodes:
-                return True
-        except OSError:
-            continue
-    return False
-
-
-def _hex_address(address: tuple) -> str:
-    """How /proc/net/tcp writes an IPv4 address and port."""
-    return f"{socket.inet_aton(address[0])[::-1].hex().upper()}:{address[1]:04X}"
+        connections = psutil.Process().net_connections(kind="tcp")
+    except (psutil.Error, OSError, NotImplementedError):
+        return False
+    return any(tuple(c.laddr)[:2] == tuple(peer)[:2] and c.raddr
+               and tuple(c.raddr)[:2] == tuple(ours)[:2] for c in connections)

@@ -23,13 +23,12 @@ def keep_generation_config(repo: str, model_path: Path, endpoint: str | None = N
     partial = target.with_name(target.name + ".part")
     for source in (repo, *_base_models(repo, endpoint, token)):
         try:
-            meta = _plain(lambda: _fetch(source, CONFIG, partial, endpoint, token, None),
-                          f"{source}/{CONFIG}")
+            _plain(lambda: _fetch(source, CONFIG, partial, endpoint, token, None, MAX_BYTES),
+                   f"{source}/{CONFIG}")  # its size checked before any byte is fetched
         except HomerackError:
             continue
-        if (meta.size or 0) <= MAX_BYTES:
-            os.replace(partial, target)
-            return target
+        os.replace(partial, target)
+        return target
     partial.unlink(missing_ok=True)
     return None
 

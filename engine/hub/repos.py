@@ -49,6 +49,11 @@ class HubGated(HubError):
 _QUANT = re.compile(r"(?i)(?<![A-Za-z0-9])((?:UD-)?(?:I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32))"
                     r"(?=[-_.])")
 _SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
+GGUF_MAGIC = b"GGUF"
+# A header's probe stops here: the largest real ones (a 262k vocabulary with its merges)
+# are under 16 MiB; a file that says no more by then is not worth reading further.
+MAX_HEADER = 64 << 20
+MAX_CARD = 1 << 20  # a model card's bytes shown (a real one is tens of KiB)
 
 
 @dataclass(frozen=True)
@@ -198,11 +203,13 @@ def repo_quants(repo: str, endpoint: str | None = None, token: str | None = None
 
 
 def model_card(repo: str, endpoint: str | None = None, token: str | None = None) -> str:
-    from huggingface_hub import hf_hub_download
+    """The card's first MAX_CARD bytes (a card is untrusted text of any size)."""
+    from huggingface_hub import hf_hub_url
 
-    path = _plain(lambda: hf_hub_download(repo, "README.md", endpoint=_endpoint(endpoint),
-                                          token=token), f"{repo}'s model card")
-    return Path(path).read_text(errors="replace")
+    url = hf_hub_url(repo, "README.md", endpoint=_endpoint(endpoint))
+    data = _plain(lambda: _first_bytes(url, MAX_CARD + 1, token), f"{repo}'s model card")
+    cut = "\n\n… (the rest of the card is not shown)" if len(data) > MAX_CARD else ""
+    return data[:MAX_CARD].decode(errors="replace") + cut
 
 
 def header_shape(repo: str, quant: QuantFiles, endpoint: str | None = None,
@@ -219,8 +226,9 @@ def header(repo: str, quant: QuantFiles, endpoint: str | None = None,
 def read_remote(repo: str, quant: QuantFiles, read: Callable, endpoint: str | None = None,
                 token: str | None = None):
     """`read` of one file's first megabytes (its GGUF header, re-read with 4x more until
-    `read` answers), written into a sparse file of the full size: the weights are never
-    downloaded. HubError when `read` never answers."""
+    `read` answers, up to MAX_HEADER), written into a sparse file of the full size: the
+    weights are never downloaded. HubError when the file is no GGUF or `read` never
+    answers."""
     from huggingface_hub import hf_hub_url
 
     url = hf_hub_url(repo, quant.files[0], endpoint=_endpoint(endpoint))
@@ -230,26 +238,39 @@ def read_remote(repo: str, quant: QuantFiles, read: Callable, endpoint: str | No
         path = Path(folder) / "header.gguf"
         while True:
             data = _plain(lambda: _first_bytes(url, wanted, token), f"{repo}/{quant.files[0]}")
+            if not data.startswith(GGUF_MAGIC):
+                raise HubError(f"{quant.files[0]} is not a GGUF file")
             with path.open("wb") as handle:
                 handle.write(data)
                 handle.truncate(max(size, len(data)))
             found = read(path)
-            if found is not None or len(data) < wanted:
+            if found is not None or len(data) < wanted or wanted >= MAX_HEADER:
                 break
-            wanted *= 4
+            wanted = min(wanted * 4, MAX_HEADER)
     if found is None:
-        raise HubError(f"cannot read the GGUF header of {quant.files[0]}")
+        raise HubError(f"cannot read the GGUF header of {quant.files[0]} (not in its first "
+                       f"{wanted >> 20} MiB)")
     return found
 
 
 def _first_bytes(url: str, count: int, token: str | None) -> bytes:
-    """A Range request through huggingface_hub's session and error mapping."""
+    """At most `count` bytes from the start of `url`: a Range request through
+    huggingface_hub's session and error mapping, read no further where a server ignores
+    the range."""
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
     headers = {**build_hf_headers(token=token), "Range": f"bytes=0-{count - 1}"}
-    response = get_session().get(url, headers=headers, follow_redirects=True, timeout=60)
-    hf_raise_for_status(response)
-    return response.content
+    data = bytearray()
+    with get_session().stream("GET", url, headers=headers, follow_redirects=True,
+                              timeout=60) as response:
+        if response.status_code >= 400:
+            response.read()
+            hf_raise_for_status(response)
+        for chunk in response.iter_bytes():
+            data += chunk[:count - len(data)]
+            if len(data) >= count:
+                break
+    return bytes(data)
 
 
 _SIZE_LABEL = re.compile(r"(?i)[-_.](\d+(?:\.\d+)?[MB])(?:[-_.]|$)")
@@ -393,15 +414,19 @@ def _verified(path: Path, sha256: str, meta) -> bool:
 
 
 def _fetch(repo: str, name: str, partial: Path, endpoint: str | None, token: str | None,
-           progress):
+           progress, max_bytes: int | None = None):
     """Bring `partial` up to the whole file, continuing after what it holds; the file's
-    metadata (size, ETag)."""
+    metadata (size, ETag). HubError before any byte when the file is over `max_bytes`
+    (or does not say its size)."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.file_download import http_get
     from huggingface_hub.utils import build_hf_headers
 
     url = hf_hub_url(repo, name, endpoint=_endpoint(endpoint))
     meta = get_hf_file_metadata(url, token=token)
+    if max_bytes is not None and (meta.size is None or meta.size > max_bytes):
+        raise HubError(f"{repo}/{name} is {meta.size or 'of unknown size'} bytes; "
+                       f"at most {max_bytes:,} are read")
     have = partial.stat().st_size if partial.exists() else 0
     if meta.size is not None and have > meta.size:
         have = 0  # not a prefix of this file: start again

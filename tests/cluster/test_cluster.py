@@ -651,3 +651,31 @@ def test_the_own_process_check_ignores_older_rows_of_a_reused_port():
     assert from_this_process(peer, connection.getsockname())
     for sock in (again, connection, server, elsewhere):
         sock.close()
+
+
+def test_the_own_process_check_refuses_another_process_and_fails_closed(monkeypatch):
+    """Another local program gets no paired session; where the system will not say who
+    opened a connection (no /proc off Linux, access denied), nobody does."""
+    import psutil
+
+    from engine.cluster.relay import from_this_process
+
+    server = socket.create_server(("127.0.0.1", 0))
+    other = subprocess.Popen([sys.executable, "-c", "import socket, sys, time; "
+                              f"s = socket.create_connection(('127.0.0.1', {server.getsockname()[1]})); "
+                              "print(s.getsockname()[1], flush=True); time.sleep(30)"],
+                             stdout=subprocess.PIPE, text=True)
+    connection, peer = server.accept()
+    assert int(other.stdout.readline()) == peer[1]
+    assert not from_this_process(peer, connection.getsockname())
+    other.kill()
+    own = socket.create_connection(server.getsockname())
+    mine, peer = server.accept()
+    assert from_this_process(peer, mine.getsockname())
+
+    def denied(*_args, **_kwargs):
+        raise psutil.AccessDenied()
+    monkeypatch.setattr(psutil.Process, "net_connections", denied)
+    assert not from_this_process(peer, mine.getsockname())
+    for sock in (own, mine, connection, server):
+        sock.close()

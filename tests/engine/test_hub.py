@@ -348,3 +348,40 @@ def test_adapter_repositories_are_found_judged_against_local_models_and_download
     downloaded = store.resolve(files[0].stem)
     assert store.kind_of(downloaded) == "adapter"
     assert [m.id for m in store.bases_for(downloaded)] == [STARTER]
+
+
+def test_a_probe_reads_no_further_than_a_header_can_be(hub, tmp_path, monkeypatch):
+    """A file that is no GGUF costs one read of 8 MiB; a GGUF whose header never parses
+    stops at MAX_HEADER, not at the end of the file; an oversized generation_config.json
+    is not fetched at all; a card is read up to MAX_CARD."""
+    import engine.hub.repos as repos
+    from engine.hub.generation_config import keep_generation_config
+    from engine.hub.repos import HubError, model_card
+
+    monkeypatch.setattr(repos, "MAX_HEADER", 16 << 20)
+    junk, broken = tmp_path / "junk-Q4_0.gguf", tmp_path / "broken-Q8_0.gguf"
+    junk.write_bytes(os.urandom(40 << 20))
+    with broken.open("wb") as handle:  # a header that claims more keys than it holds
+        handle.write(b"GGUF" + (3).to_bytes(4, "little") + (1).to_bytes(8, "little")
+                     + (10**6).to_bytes(8, "little"))
+        handle.truncate(60 << 20)
+    config = tmp_path / "generation_config.json"
+    config.write_text('{"temperature": 0.5, "pad": "' + "x" * (1 << 20) + '"}')
+    hub.repos["someone/Odd-GGUF"] = Repo({junk.name: junk, broken.name: broken,
+                                          "generation_config.json": config},
+                                         card="# Odd\n" + "word " * (1 << 20))
+    quants = {q.quant: q for q in repo_quants("someone/Odd-GGUF")}
+    before = hub.sent
+    with pytest.raises(HubError, match="not a GGUF"):
+        header_shape("someone/Odd-GGUF", quants["Q4_0"])
+    assert hub.sent - before <= 8 << 20
+    before = hub.sent
+    with pytest.raises(HubError, match="cannot read the GGUF header"):
+        header_shape("someone/Odd-GGUF", quants["Q8_0"])
+    assert hub.sent - before <= (8 + 16) << 20
+    before = hub.sent
+    assert keep_generation_config("someone/Odd-GGUF", tmp_path / "odd.gguf") is None
+    assert hub.sent - before < 64 << 10 and not (tmp_path / "odd.generation_config.json").exists()
+    card = model_card("someone/Odd-GGUF")
+    assert card.startswith("# Odd") and len(card) < repos.MAX_CARD + 100
+    assert card.endswith("(the rest of the card is not shown)")
