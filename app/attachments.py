@@ -37,8 +37,9 @@ class Attachment:
         return f"Attached file {self.name}{cut}:\n{fence}\n{self.text}\n{fence}"
 
 
-def read_text(path: Path) -> str:
-    """A file's text; PDFs page by page with pypdf."""
+def read_text(path: Path, **pdf_limits) -> str:
+    """A file's text; PDFs page by page with pypdf, in a child process (`pdf_limits`:
+    its timeout and memory, app/pdf_text.py)."""
     try:
         size = path.stat().st_size
     except OSError as exc:
@@ -47,7 +48,7 @@ def read_text(path: Path) -> str:
         raise AttachmentError(f"{path.name} is {size / 2**20:.0f} MiB: attach a file under "
                               f"{MAX_FILE_BYTES >> 20} MiB, or the part of it you need")
     if path.suffix.lower() == ".pdf":
-        return _pdf_text(path)
+        return _pdf_text(path, **pdf_limits)
     data = path.read_bytes()
     if path.suffix.lower() not in TEXT_SUFFIXES and b"\0" in data[:8192]:
         raise AttachmentError(f"{path.name} is not a text file: attach text, Markdown, "
@@ -55,15 +56,14 @@ def read_text(path: Path) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _pdf_text(path: Path) -> str:
-    from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
+def _pdf_text(path: Path, **limits) -> str:
+    """In a child process (app/pdf_text.py): the parser's bugs cost it, not the window."""
+    from .pdf_text import PdfError, pdf_text
 
     try:
-        pages = [page.extract_text() or "" for page in PdfReader(path).pages]
-    except (PdfReadError, ValueError, OSError) as exc:
-        raise AttachmentError(f"{path.name} is not a readable PDF ({exc})") from None
-    text = "\n\n".join(p.strip() for p in pages if p.strip())
+        text = pdf_text(path, **limits)
+    except PdfError as exc:
+        raise AttachmentError(f"{path.name}: {exc}") from None
     if not text:
         raise AttachmentError(f"{path.name} has no text to read (a scanned PDF?): "
                               "Homerack does not read images yet")

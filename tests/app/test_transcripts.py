@@ -85,3 +85,15 @@ def _pdf_with(text: str) -> bytes:
     out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
         len(objects) + 1, xref)
     return bytes(out)
+
+
+def test_a_pdf_is_read_in_a_child_with_a_timeout_and_a_memory_limit(tmp_path):
+    """A parser's bug (a bomb, a loop) costs the child: the window's process never
+    parses a PDF."""
+    pdf = tmp_path / "note.pdf"
+    pdf.write_bytes(_pdf_with("Homerack reads PDFs"))
+    with pytest.raises(AttachmentError, match="note.pdf: reading it took more than 0.01 s"):
+        read_text(pdf, timeout=0.01)
+    with pytest.raises(AttachmentError, match="needs more than 40 MiB"):
+        read_text(pdf, memory=40 << 20)
+    assert "Homerack reads PDFs" in read_text(pdf)
