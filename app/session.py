@@ -5,6 +5,7 @@ switching conversations shows each one's own reply as it grows."""
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass, field
 
 from .history import History, SavedConversation, SavedMessage
@@ -19,10 +20,16 @@ class PendingReply:
     task: object = field(default=None, repr=False)  # what runs it (a ui Task), to cancel
 
 
+class NotSaved(RuntimeError):
+    """A finished reply the history could not store (a full disk): its text is kept in
+    `Sessions.unsaved`, to stay on screen."""
+
+
 class Sessions:
     def __init__(self, history: History):
         self.history = history
         self._replies: dict[int, PendingReply] = {}
+        self._unsaved: dict[int, PendingReply] = {}
 
     def request(self, conversation: SavedConversation) -> list[dict]:
         """The messages to send for the conversation's next reply."""
@@ -51,8 +58,19 @@ class Sessions:
         reply = self._replies.pop(conversation_id, None)
         if reply is None:
             return None
-        return self.history.add_message(conversation_id, "assistant", reply.text, status,
-                                        model, detail, stats)
+        try:
+            saved = self.history.add_message(conversation_id, "assistant", reply.text, status,
+                                             model, detail, stats)
+        except (OSError, sqlite3.Error) as exc:
+            self._unsaved[conversation_id] = reply
+            raise NotSaved(f"The answer could not be saved ({exc}): it stays on screen until "
+                           "you leave this conversation; copy what you need.") from exc
+        self._unsaved.pop(conversation_id, None)
+        return saved
+
+    def unsaved(self, conversation_id: int | None) -> PendingReply | None:
+        """The last reply of the conversation that could not be saved, if any."""
+        return self._unsaved.get(conversation_id) if conversation_id is not None else None
 
     def reply(self, conversation_id: int | None) -> PendingReply | None:
         return self._replies.get(conversation_id) if conversation_id is not None else None

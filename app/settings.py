@@ -6,6 +6,8 @@ import json
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+from engine.files import write_atomic
+
 
 @dataclass(frozen=True)
 class Sampling:
@@ -74,5 +76,4 @@ def load_sampling(path: Path) -> Sampling:
 
 
 def save_settings(path: Path, settings) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(asdict(settings)))
+    write_atomic(path, json.dumps(asdict(settings)))

@@ -4,6 +4,8 @@ Replies stream in tasks (ui.tasks); what each has so far lives Qt-free in app.se
 
 from __future__ import annotations
 
+import sqlite3
+
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QAccessible, QAccessibleAnnouncementEvent, QGuiApplication
 from PySide6.QtWidgets import QStackedWidget, QVBoxLayout, QWidget
@@ -11,7 +13,7 @@ from PySide6.QtWidgets import QStackedWidget, QVBoxLayout, QWidget
 from app.attachments import Attachment, AttachmentError, fitted, read_text
 from app.client import EngineClient, StreamedReply
 from app.history import History, SavedConversation
-from app.session import Sessions
+from app.session import NotSaved, Sessions
 
 from .chat_view import ChatView
 from .composer import ComposerBar
@@ -92,6 +94,9 @@ class ChatPage(QWidget):
         reply = self.current_reply()
         if reply:
             shown.append(Shown(STREAM_KEY, "assistant", reply.text))
+        elif self.sessions.unsaved(self.conversation.id if self.conversation else None):
+            kept = self.sessions.unsaved(self.conversation.id)
+            shown.append(Shown(STREAM_KEY, "assistant", kept.text, status="unsaved"))
         self.view.show_messages(shown)
         self.stack.setCurrentWidget(self.view if shown else self.welcome)
         self.update_buttons()
@@ -112,9 +117,13 @@ class ChatPage(QWidget):
             return
         conversation = self.conversation or self.window.new_conversation()
         content = "\n\n".join([a.as_context() for a in self.attachments] + [text])
-        self.history.add_message(conversation.id, "user", content)
-        if conversation.title == "New chat":
-            self.history.update(conversation.id, title=text.splitlines()[0][:48])
+        try:
+            self.history.add_message(conversation.id, "user", content)
+            if conversation.title == "New chat":
+                self.history.update(conversation.id, title=text.splitlines()[0][:48])
+        except (OSError, sqlite3.Error) as exc:  # a full disk: the question stays typed
+            self.error.emit(f"The message could not be saved ({exc}): it is still in the box.")
+            return
         self.conversation = self.history.get(conversation.id)
         self.composer.clear()
         self._set_attachments([])
@@ -155,7 +164,10 @@ class ChatPage(QWidget):
 
     def _finish(self, conversation_id: int, status: str, model: str | None = None,
                 detail: str = "", stats: str = "") -> None:
-        self.sessions.finish(conversation_id, status, model, detail, stats)
+        try:
+            self.sessions.finish(conversation_id, status, model, detail, stats)
+        except NotSaved as exc:  # a full disk: the answer stays on screen, said why
+            self.error.emit(str(exc))
         if self.conversation and self.conversation.id == conversation_id:
             self.refresh()
 

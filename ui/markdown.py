@@ -19,7 +19,8 @@ from pygments.util import ClassNotFound
 from .theme import Colors, colors
 
 ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System"}
-STATUS_NOTES = {"interrupted": "interrupted: the engine stopped", "stopped": "stopped"}
+STATUS_NOTES = {"interrupted": "interrupted: the engine stopped", "stopped": "stopped",
+                "unsaved": "not saved: the history could not be written"}
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 from ..errors import InvalidModelFile
 from .adapters import adapter_facts, matrix_shapes
 from .shape import ModelShape, field_value, shape_or_none
+from ..files import write_best_effort
 
 GGUF_MAGIC = b"GGUF"
 _CACHE_VERSION = 10  # 10: the shape's architecture
@@ -274,7 +275,5 @@ class GGUFInspector:
     def _save(self) -> None:
         if self._cache_file is None:
             return
-        self._cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._cache_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"version": _CACHE_VERSION, "entries": self._entries}))
-        os.replace(tmp, self._cache_file)
+        write_best_effort(self._cache_file,
+                          json.dumps({"version": _CACHE_VERSION, "entries": self._entries}))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import shutil
 import threading
 import time
@@ -22,6 +21,7 @@ from typing import Callable
 from ..errors import HomerackError, InvalidRequest
 from .generation_config import keep_generation_config
 from .repos import QuantFiles, download, partial_bytes, staging_folder
+from ..files import write_atomic
 
 ACTIVE = ("queued", "downloading")
 
@@ -208,13 +208,10 @@ class Downloads:
     def _write_journal(self) -> None:
         if not self.journal:
             return
-        self.journal.parent.mkdir(parents=True, exist_ok=True)
         entries = [{"id": s.id, "repo": s.repo, "quant": asdict(s.quant), "status": s.status,
                     "error": s.error, "files": list(s.files)}
                    for s in self._states.values() if s.status != "cancelled"]
-        tmp = self.journal.with_suffix(".tmp")
-        tmp.write_text(json.dumps(entries, indent=1))
-        os.replace(tmp, self.journal)
+        write_atomic(self.journal, json.dumps(entries, indent=1))
 
     def _read_journal(self) -> list[DownloadState]:
         try:

@@ -9,11 +9,11 @@ plan: one lock keeps the tables and the file's one temporary name to one writer.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from dataclasses import replace
 from pathlib import Path
 
+from ..files import write_best_effort
 from .hardware import Hardware
 
 
@@ -69,8 +69,5 @@ class Calibration:
 
     def _write(self) -> None:
         if self.path:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"memory": self.ratios, "speed": self.speed,
-                                       "bandwidth": self.bandwidth}, indent=1))
-            os.replace(tmp, self.path)
+            write_best_effort(self.path, json.dumps({"memory": self.ratios, "speed": self.speed,
+                                                     "bandwidth": self.bandwidth}, indent=1))

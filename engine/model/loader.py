@@ -25,6 +25,7 @@ from ..machine.hardware import Hardware
 from ..llama.runtime import LlamaModel, LoadSettings
 from ..llama.backend import build_id
 from ..machine.planner import Plan, Preferences, back_off, plan
+from ..files import write_best_effort
 
 ATTEMPTS = 5
 
@@ -62,9 +63,8 @@ class LoadJournal:
 
     def _write(self, model: Path, entry: dict) -> None:
         self._current = self.file_for(model)
-        if self._current:
-            self._current.parent.mkdir(parents=True, exist_ok=True)
-            self._current.write_text(json.dumps(entry))
+        if self._current:  # on a full disk this load goes unwatched, and still loads
+            write_best_effort(self._current, json.dumps(entry))
 
     def end(self) -> None:
         """The watched load ended without a crash: it ran, it failed cleanly, it was
@@ -94,8 +94,8 @@ class LoadJournal:
 
     def mark_repack_unsafe(self, model: Path) -> None:
         if self.no_repack_path and not self.repack_is_unsafe(model):
-            self.no_repack_path.parent.mkdir(parents=True, exist_ok=True)
-            self.no_repack_path.write_text(json.dumps(self._no_repack() + [_repack_key(model)]))
+            write_best_effort(self.no_repack_path,
+                              json.dumps(self._no_repack() + [_repack_key(model)]))
 
 
 def _repack_key(model: Path) -> str:

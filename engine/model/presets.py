@@ -10,10 +10,11 @@ file to one writer at a time."""
 from __future__ import annotations
 
 import json
-import os
 import threading
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+from ..files import write_atomic
 
 
 @dataclass(frozen=True)
@@ -73,11 +74,8 @@ class Presets:
     def _write(self) -> None:
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
-            json.dump({k: v.as_dict() for k, v in self._table.items()}, out, indent=1)
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps({k: v.as_dict() for k, v in self._table.items()},
+                                           indent=1))
 
 
 def _parsed(kind, entry: dict | None):
