@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 
+from engine.files import read_json
 from engine.spawn import child_env, module_command
 
 LISTENING = "listening on "
@@ -36,11 +37,13 @@ def write_engine_file(path: Path, address: EngineAddress) -> None:
     os.replace(tmp, path)
 
 
+_ENGINE_FILE = {"type": "object", "required": ["url", "token", "pid"], "properties": {
+    "url": {"type": "string"}, "token": {"type": "string"}, "pid": {"type": "integer"}}}
+
+
 def read_engine_file(path: Path) -> EngineAddress | None:
-    try:
-        return EngineAddress(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
-        return None
+    data = read_json(path, _ENGINE_FILE)
+    return EngineAddress(data["url"], data["token"], data["pid"]) if data else None
 
 
 def remove_engine_file(path: Path, pid: int) -> None:

@@ -177,6 +177,13 @@ class History:
             self._db.execute("UPDATE conversations SET deleted = NULL WHERE id = ?",
                              (conversation_id,))
 
+    def remove(self, conversation_ids: list[int]) -> None:
+        """Delete these conversations for good, their messages with them (an import that
+        could not finish takes back what it added)."""
+        with self._db:
+            self._db.executemany("DELETE FROM conversations WHERE id = ?",
+                                 [(i,) for i in conversation_ids])
+
     def purge(self) -> None:
         with self._db:
             self._db.execute("DELETE FROM conversations WHERE deleted IS NOT NULL")

@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-from engine.files import write_atomic
+from engine.files import dataclass_schema, read_json, write_atomic
 
 
 @dataclass(frozen=True)
@@ -52,16 +52,13 @@ class RoutingPair:
 
 
 def load_settings(path: Path, kind: type):
-    """The settings of dataclass `kind` in `path`, defaults for whatever is missing or bad."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    """The settings of dataclass `kind` in `path`, the defaults where it is missing or
+    not of that shape (wrong types too)."""
+    data = read_json(path, dataclass_schema(kind))
+    if data is None:
         return kind()
     known = {f.name for f in fields(kind)}
-    try:
-        return replace(kind(), **{k: v for k, v in data.items() if k in known})
-    except TypeError:
-        return kind()
+    return replace(kind(), **{k: v for k, v in data.items() if k in known})
 
 
 def load_sampling(path: Path) -> Sampling:

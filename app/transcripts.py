@@ -5,6 +5,10 @@ alternatives a conversation keeps are the user's drafts."""
 from __future__ import annotations
 
 import json
+import sqlite3
+from pathlib import Path
+
+import jsonschema
 
 from .history import History, SavedConversation
 
@@ -56,28 +60,66 @@ def _adapters(items) -> list[tuple[str, float]]:
     return out
 
 
+MAX_IMPORT_BYTES = 64 << 20  # a year of daily conversations is a few MiB
+_TEXT = {"type": ["string", "null"]}
+IMPORT_SCHEMA = {"type": "object", "required": ["format", "conversations"], "properties": {
+    "format": {"const": FORMAT},
+    "conversations": {"type": "array", "items": {
+        "type": "object", "required": ["messages"],
+        "properties": {
+            "title": _TEXT, "system_prompt": _TEXT, "model": _TEXT,
+            "messages": {"type": "array", "items": {
+                "type": "object", "required": ["role", "content"],
+                "properties": {"role": {"type": "string"}, "content": {"type": "string"},
+                               "status": _TEXT, "model": _TEXT, "detail": _TEXT}}}}}}}}
+
+
+def import_file(history: History, path: Path) -> list[SavedConversation]:
+    """import_json of a file, its size checked before it is read."""
+    try:
+        if path.stat().st_size > MAX_IMPORT_BYTES:
+            raise ImportError_(f"the file is over {MAX_IMPORT_BYTES >> 20} MiB")
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ImportError_(f"the file cannot be read ({exc})") from None
+    return import_json(history, text)
+
+
 def import_json(history: History, text: str) -> list[SavedConversation]:
-    """The conversations in `text` added to `history` (new ones: nothing is replaced)."""
+    """The conversations in `text` added to `history` (new ones: nothing is replaced):
+    all of them, or, when the file is not an export or the history cannot take them (a
+    full disk), none (ImportError_, saying why)."""
+    if len(text) > MAX_IMPORT_BYTES:
+        raise ImportError_(f"the file is over {MAX_IMPORT_BYTES >> 20} MiB")
     try:
         data = json.loads(text)
+        jsonschema.validate(data, IMPORT_SCHEMA)
     except ValueError as exc:
         raise ImportError_(f"the file is not JSON ({exc})") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ImportError_("the file is not a Homerack conversation export (no "
-                           f'"format": "{FORMAT}")')
-    added = []
-    for item in data.get("conversations") or []:
-        messages = item.get("messages") if isinstance(item, dict) else None
-        if not isinstance(messages, list):
-            raise ImportError_("a conversation in the file has no list of messages")
-        conversation = history.create(str(item.get("title") or "Imported chat"),
-                                      str(item.get("system_prompt") or ""), item.get("model"))
-        for message in messages:
-            if message.get("role") not in ROLES or not isinstance(message.get("content"), str):
-                continue  # a message the app cannot show
-            history.add_message(conversation.id, message["role"], message["content"],
-                                str(message.get("status") or "complete"), message.get("model"),
-                                str(message.get("detail") or ""))
-        history.update(conversation.id, adapters=_adapters(item.get("adapters")))
-        added.append(history.get(conversation.id))
-    return added
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "the top"
+        raise ImportError_(f"the file is not a Homerack conversation export (at {where}: "
+                           f"{exc.message})") from None
+    except RecursionError:
+        raise ImportError_("the file is nested too deep to be an export") from None
+    created: list[int] = []
+    try:
+        for item in data["conversations"]:
+            conversation = history.create(item.get("title") or "Imported chat",
+                                          item.get("system_prompt") or "", item.get("model"))
+            created.append(conversation.id)
+            _fill(history, conversation, item)
+    except (OSError, sqlite3.Error) as exc:
+        history.remove(created)
+        raise ImportError_(f"the history could not take them ({exc})") from None
+    return [history.get(i) for i in created]
+
+
+def _fill(history: History, conversation: SavedConversation, item: dict) -> None:
+    for message in item["messages"]:
+        if message["role"] not in ROLES:
+            continue  # a message the app cannot show
+        history.add_message(conversation.id, message["role"], message["content"],
+                            message.get("status") or "complete", message.get("model"),
+                            message.get("detail") or "")
+    history.update(conversation.id, adapters=_adapters(item.get("adapters")))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QFileDialog
 
-from app.transcripts import ImportError_, import_json, to_json, to_markdown
+from app.transcripts import ImportError_, import_file, to_json, to_markdown
 
 
 def export_dialog(window, everything: bool) -> None:
@@ -31,8 +31,8 @@ def import_dialog(window) -> None:
     if not path:
         return
     try:
-        added = import_json(window.history, Path(path).read_text(encoding="utf-8"))
-    except (ImportError_, OSError, UnicodeDecodeError) as exc:
+        added = import_file(window.history, Path(path))
+    except ImportError_ as exc:
         window.show_error(f"Nothing was imported: {exc}")
         return
     window.refresh_conversations()

@@ -19,10 +19,13 @@ from pathlib import Path
 from ..errors import InvalidModelFile
 from .adapters import adapter_facts, matrix_shapes
 from .shape import ModelShape, field_value, shape_or_none
-from ..files import write_best_effort
+from ..files import read_json, write_best_effort
 
 GGUF_MAGIC = b"GGUF"
 _CACHE_VERSION = 10  # 10: the shape's architecture
+_CACHE_SCHEMA = {"type": "object", "properties": {
+    "version": {"type": "integer"},
+    "entries": {"type": "object", "additionalProperties": {"type": "object"}}}}
 # Encoder architectures: their models embed text and cannot chat.
 ENCODERS = {"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3",
             "modern-bert", "neo-bert", "t5encoder"}
@@ -194,6 +197,13 @@ def _tuples(value):
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
+def _from_record(record: dict) -> GGUFInfo:
+    shape = record.get("shape")
+    if shape is not None:  # JSON gave lists where the shape holds tuples
+        shape = ModelShape(**{key: _tuples(value) for key, value in shape.items()})
+    return GGUFInfo(**{**record, "shape": shape})
+
+
 class GGUFInspector:
     """Validates files and caches what it read, keyed by path, size and mtime."""
 
@@ -213,10 +223,12 @@ class GGUFInspector:
             if first:
                 flight = self._parsing[key] = threading.Event()
         if cached is not None:
-            shape = cached.get("shape")
-            if shape is not None:  # JSON gave lists where the shape holds tuples
-                shape = ModelShape(**{key: _tuples(value) for key, value in shape.items()})
-            return GGUFInfo(**{**cached, "shape": shape})
+            try:
+                return _from_record(cached)
+            except (TypeError, ValueError, AttributeError):  # a record of the wrong shape
+                with self._lock:
+                    self._entries.pop(key, None)
+                return self.inspect(path)  # read again
         if not first:  # another request parses it: a 262k vocabulary takes seconds, once
             flight.wait()
             return self.inspect(path)
@@ -262,15 +274,8 @@ class GGUFInspector:
         return f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
 
     def _load(self) -> dict[str, dict]:
-        if self._cache_file is None:
-            return {}
-        try:
-            data = json.loads(self._cache_file.read_text())
-        except (OSError, ValueError):
-            return {}
-        if data.get("version") != _CACHE_VERSION:
-            return {}
-        return data.get("entries", {})
+        data = read_json(self._cache_file, _CACHE_SCHEMA) or {}
+        return data.get("entries", {}) if data.get("version") == _CACHE_VERSION else {}
 
     def _save(self) -> None:
         if self._cache_file is None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import secrets
 import threading
 import time
@@ -20,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import HomerackError
+from ..files import read_json, write_atomic
 from .protocol import Refused
 
 CODE_DIGITS = 6
@@ -27,22 +27,19 @@ WINDOW_S = 300              # pairing stays open this long after the owner opens
 WRONG_CODES = 3             # then it closes: a guesser has 3 in 10^6, and a new code is shown
 
 
+_TEXTS = {"type": "string"}
+_PAIRED = ("name", "address", "fingerprint", "token")
+_PAIRINGS = {"type": "array", "items": {"type": "object", "required": list(_PAIRED),
+                                        "properties": {key: _TEXTS for key in _PAIRED}}}
+_GRANTS = {"type": "array", "items": {"type": "object", "required": ["host", "token_sha256"],
+                                      "properties": {"host": _TEXTS, "token_sha256": _TEXTS}}}
+_WINDOW = {"type": "object", "properties": {"code": {"type": ["string", "null"]},
+                                            "expires": {"type": "number"}}}
+
+
 def _write_private(path: Path, data: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=1)
-    os.replace(tmp, path)
-
-
-def _read(path: Path, kind: type = list):
-    """The JSON in `path` when it is a `kind` (list or dict); an empty one otherwise."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return kind()
-    return data if isinstance(data, kind) else kind()
+    write_atomic(path, json.dumps(data, indent=1))  # a file of its own: 0600
 
 
 @dataclass(frozen=True)
@@ -60,8 +57,8 @@ class Pairings:
         self.path = path
 
     def all(self) -> list[Pairing]:
-        return [Pairing(**entry) for entry in _read(self.path)
-                if isinstance(entry, dict) and set(entry) == set(Pairing.__dataclass_fields__)]
+        return [Pairing(**{key: entry[key] for key in _PAIRED})
+                for entry in read_json(self.path, _PAIRINGS) or ()]
 
     def add(self, pairing: Pairing, replace: bool = False) -> None:
         """Remember `pairing` (in place of one at the same address: a reinstalled worker).
@@ -99,7 +96,7 @@ class Grants:
         self.path = path
 
     def hosts(self) -> list[dict]:
-        return [e for e in _read(self.path) if isinstance(e, dict) and "token_sha256" in e]
+        return read_json(self.path, _GRANTS) or []
 
     def admits(self, token: object) -> str | None:
         """The name of the host this token was issued to; None when it is no grant."""
@@ -146,7 +143,7 @@ class PairingWindow:
         if changed == self._seen:
             return
         self._seen = changed
-        entry = _read(self.path, dict)
+        entry = read_json(self.path, _WINDOW) or {}
         with self._lock:
             self.code, self.expires, self.wrong = entry.get("code"), entry.get("expires", 0.0), 0
 

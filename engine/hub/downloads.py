@@ -21,9 +21,18 @@ from typing import Callable
 from ..errors import HomerackError, InvalidRequest
 from .generation_config import keep_generation_config
 from .repos import QuantFiles, download, partial_bytes, staging_folder
-from ..files import write_atomic
+from ..files import STRINGS, read_json, write_atomic
 
 ACTIVE = ("queued", "downloading")
+_JOURNAL = {"type": "array", "items": {
+    "type": "object", "required": ["id", "repo", "quant", "status"],
+    "properties": {
+        "id": {"type": "integer"}, "repo": {"type": "string"}, "status": {"type": "string"},
+        "error": {"type": ["string", "null"]}, "files": STRINGS,
+        "quant": {"type": "object", "required": ["quant", "files", "size", "sha256"],
+                  "additionalProperties": False,
+                  "properties": {"quant": {"type": "string"}, "files": STRINGS,
+                                 "size": {"type": "integer"}, "sha256": STRINGS}}}}}
 
 
 class _Stopped(Exception):
@@ -214,10 +223,7 @@ class Downloads:
         write_atomic(self.journal, json.dumps(entries, indent=1))
 
     def _read_journal(self) -> list[DownloadState]:
-        try:
-            entries = json.loads(self.journal.read_text()) if self.journal else []
-        except (OSError, ValueError):
-            return []
+        entries = read_json(self.journal, _JOURNAL) or []
         states = []
         for entry in entries:
             quant = QuantFiles(**{**entry["quant"], "files": tuple(entry["quant"]["files"]),

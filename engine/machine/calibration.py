@@ -13,18 +13,20 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from ..files import write_best_effort
+from ..files import NUMBERS, read_json, write_best_effort
 from .hardware import Hardware
+
+
+SCHEMA = {"anyOf": [NUMBERS, {  # the first format: the memory ratios alone
+    "type": "object", "required": ["memory"],
+    "properties": {"memory": NUMBERS, "speed": NUMBERS, "bandwidth": NUMBERS}}]}
 
 
 class Calibration:
     def __init__(self, path: Path | None):
         self.path = path
         self._lock = threading.Lock()
-        try:
-            data = json.loads(path.read_text()) if path else {}
-        except (OSError, ValueError):
-            data = {}
+        data = read_json(path, SCHEMA) or {}
         if "memory" not in data:  # the first format held the memory ratios alone
             data = {"memory": data, "speed": {}}
         self.ratios: dict[str, float] = data["memory"]

@@ -25,7 +25,7 @@ from ..machine.hardware import Hardware
 from ..llama.runtime import LlamaModel, LoadSettings
 from ..llama.backend import build_id
 from ..machine.planner import Plan, Preferences, back_off, plan
-from ..files import write_best_effort
+from ..files import STRINGS, read_json, write_best_effort
 
 ATTEMPTS = 5
 
@@ -35,6 +35,12 @@ class LoadOutcome:
     llama: LlamaModel
     plan: Plan | None
     notes: tuple[str, ...]  # what the back-off changed, in words
+
+
+_ENTRY = {"type": "object", "required": ["model", "used", "stage"], "properties": {
+    "model": {"type": "string"}, "stage": {"enum": ["loading", "evaluating"]},
+    "repack": {"type": "boolean"},
+    "used": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}}}
 
 
 class LoadJournal:
@@ -76,18 +82,11 @@ class LoadJournal:
     def unfinished(self, model: Path) -> dict | None:
         """The entry of a load or first evaluation of `model` that never finished (the
         process died): "stage", "used" (bytes per device) and "repack"."""
-        file = self.file_for(model)
-        try:
-            entry = json.loads(file.read_text()) if file else None
-        except (OSError, ValueError):
-            return None
+        entry = read_json(self.file_for(model), _ENTRY)
         return entry if entry and entry.get("model") == str(model) else None
 
     def _no_repack(self) -> list[str]:
-        try:
-            return json.loads(self.no_repack_path.read_text()) if self.no_repack_path else []
-        except (OSError, ValueError):
-            return []
+        return read_json(self.no_repack_path, STRINGS) or []
 
     def repack_is_unsafe(self, model: Path) -> bool:
         return _repack_key(model) in self._no_repack()

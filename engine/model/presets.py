@@ -14,7 +14,7 @@ import threading
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from ..files import write_atomic
+from ..files import dataclass_schema, read_json, write_atomic
 
 
 @dataclass(frozen=True)
@@ -43,17 +43,20 @@ class Preset:
                 "keep": asdict(self.keep) if self.keep else None}
 
 
+_SCHEMA = {"type": "object", "additionalProperties": {"type": "object", "properties": {
+    "load": {"anyOf": [{"type": "null"}, dataclass_schema(LoadOverride)]},
+    "keep": {"anyOf": [{"type": "null"}, dataclass_schema(Keep)]}}}}
+
+
 class Presets:
     def __init__(self, path: Path | None = None):
         self.path = path
         self._lock = threading.Lock()
         self._table: dict[str, Preset] = {}
-        try:
-            for model_id, entry in json.loads(path.read_text()).items() if path else ():
-                self._table[model_id] = Preset(_parsed(LoadOverride, entry.get("load")),
-                                               _parsed(Keep, entry.get("keep")))
-        except (OSError, ValueError, TypeError, AttributeError):
-            self._table = {}  # an unreadable file loses the presets, not the engine
+        # an unreadable file loses the presets, not the engine
+        for model_id, entry in (read_json(path, _SCHEMA) or {}).items():
+            self._table[model_id] = Preset(_parsed(LoadOverride, entry.get("load")),
+                                           _parsed(Keep, entry.get("keep")))
 
     def get(self, model_id: str) -> Preset:
         with self._lock:

@@ -397,6 +397,28 @@ def test_every_route_answers_fuzzed_requests_with_a_2xx_or_4xx(fuzz_engine):
         answers()
 
 
+_WRONG_SHAPES = [[], "text", 7, None, {"messages": "hi"}, {"messages": [1, [2]]},
+                 {"messages": [{"role": 5, "content": {"x": 1}}]}, {"model": ["a"], "prompt": {}},
+                 {"model": {"$ne": 1}, "input": [[[]]]}, {"prompt": "x", "max_tokens": "many"},
+                 {"model": "../../etc/passwd", "prompt": "x"}, {"model": "/dev/zero", "input": "x"},
+                 {"model": "~root/.ssh/id_rsa+x", "messages": [{"role": "user", "content": "x"}]},
+                 {"messages": [{"role": "user", "content": "x"}], "lora": [{"id": "/etc/hosts"}]},
+                 {"small": ["x"], "large": None}, {"path": "/etc/passwd"}, {"repo": 5, "quant": []}]
+_ROUTES = [("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("POST", "/v1/messages"),
+           ("POST", "/v1/responses"), ("POST", "/v1/embeddings"), ("POST", "/v1/plan"),
+           ("POST", "/v1/models/load"), ("PUT", "/v1/models/preset"), ("PUT", "/v1/routing"),
+           ("POST", "/v1/downloads"), ("POST", "/tokenize")]
+
+
+@pytest.mark.slow
+def test_json_of_the_wrong_shape_and_paths_for_ids_are_4xx_on_every_route(fuzz_engine, raw):
+    for method, route in _ROUTES:
+        for body in _WRONG_SHAPES:
+            reply = raw.request(method, route, json=body)
+            assert 400 <= reply.status_code < 500, f"{method} {route} {body}: {reply.text[:200]}"
+    assert_alive_and_answering(fuzz_engine, raw)
+
+
 @pytest.mark.slow
 def test_the_engine_answers_normally_after_the_fuzz(fuzz_engine, raw):
     assert_alive_and_answering(fuzz_engine, raw)

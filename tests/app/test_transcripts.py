@@ -97,3 +97,36 @@ def test_a_pdf_is_read_in_a_child_with_a_timeout_and_a_memory_limit(tmp_path):
     with pytest.raises(AttachmentError, match="needs more than 40 MiB"):
         read_text(pdf, memory=40 << 20)
     assert "Homerack reads PDFs" in read_text(pdf)
+
+
+def test_an_import_is_all_or_nothing_and_bounded(tmp_path, monkeypatch):
+    import sqlite3
+
+    from app.transcripts import FORMAT, MAX_IMPORT_BYTES, import_file
+
+    history = History(tmp_path / "h.sqlite3")
+    good = {"title": "ok", "messages": [{"role": "user", "content": "hi"}]}
+    wrong = {"title": "bad", "messages": [{"role": "user", "content": 42}]}
+    with pytest.raises(ImportError_, match="conversations/1/messages/0/content"):
+        import_json(history, json.dumps({"format": FORMAT, "conversations": [good, wrong]}))
+    assert history.conversations() == []  # the good one was not kept alone
+    calls = []
+
+    def full(*args, **kwargs):  # the disk fills on the third message
+        calls.append(args)
+        if len(calls) == 3:
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(*args, **kwargs)
+    real = history.add_message
+    monkeypatch.setattr(history, "add_message", full)
+    with pytest.raises(ImportError_, match="disk is full"):
+        import_json(history, json.dumps({"format": FORMAT, "conversations": [good] * 5}))
+    assert history.conversations() == []
+    big = tmp_path / "big.json"
+    with big.open("wb") as handle:
+        handle.truncate(MAX_IMPORT_BYTES + 1)
+    with pytest.raises(ImportError_, match="over 64 MiB"):
+        import_file(history, big)
+    deep = '{"format": "%s", "conversations": %s}' % (FORMAT, "[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ImportError_):
+        import_json(history, deep)
