@@ -12,6 +12,7 @@ import subprocess
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -62,9 +63,31 @@ def answers(address: EngineAddress, timeout: float = 2.0) -> bool:
     return reply.status_code == 200
 
 
+def listens_at(address: EngineAddress) -> bool:
+    """Whether the process the file names is alive and listens on the file's port: a
+    stale file (the engine died, its port taken since by another program) must not have
+    the token sent there. Where the system will not list a process's sockets (macOS for
+    some processes), its being alive must do."""
+    import psutil
+
+    port = urlsplit(address.url).port
+    try:
+        process = psutil.Process(address.pid)
+        if not process.is_running() or process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        sockets = process.net_connections(kind="tcp")
+    except psutil.AccessDenied:
+        return True
+    except psutil.Error:
+        return False
+    return any(s.status == psutil.CONN_LISTEN and s.laddr and s.laddr[1] == port
+               for s in sockets)
+
+
 def find_running(engine_file: Path) -> EngineAddress | None:
+    """This user's engine, when its file names a live engine that answers to its token."""
     address = read_engine_file(engine_file)
-    return address if address and answers(address) else None
+    return address if address and listens_at(address) and answers(address) else None
 
 
 class EngineProcess:

@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 
-from ..engine_proc import EngineAddress, remove_engine_file, write_engine_file
+from ..engine_proc import EngineAddress, find_running, remove_engine_file, write_engine_file
 from ..paths import paths
 from ..local_models import open_store
 
@@ -23,6 +23,12 @@ def cmd_serve(args) -> int:
         print(f"warning: serving on {args.host}, beyond this machine: the API token and "
               "every conversation travel unencrypted on the network", file=sys.stderr,
               flush=True)
+    if args.fd is None and not args.no_engine_file:
+        running = find_running(paths().engine_file)
+        if running:  # two engines on one folder would race on its downloads and caches
+            print(f"error: an engine already serves this user's folders at {running.url} "
+                  f"(pid {running.pid}): use it, or stop it first", file=sys.stderr)
+            return 1
     if args.workers and args.fd is None:  # the API's socket here, the engine in a child
         return _supervise(args, token)
     if args.fd is not None or args.no_engine_file:  # a supervised engine, or a replica's

@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from engine.spawn import module_command
 from support.models import STARTER
 
 pytestmark = pytest.mark.slow
@@ -51,7 +52,7 @@ def gone(pid: int, timeout: float) -> bool:
     return True
 
 
-def test_sigterm_closes_the_app_and_its_engine_and_no_folder_code_runs(gui_home, hostile_folder):
+def test_sigterm_closes_the_app_and_its_engine_a_second_start_and_no_folder_code_runs(gui_home, hostile_folder):
     folder, mark = hostile_folder
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", HOMERACK_HOME=str(gui_home))
     app = subprocess.Popen([str(HOMERACK)], cwd=folder, env=env, stdout=subprocess.PIPE,
@@ -59,6 +60,10 @@ def test_sigterm_closes_the_app_and_its_engine_and_no_folder_code_runs(gui_home,
     try:
         pid = engine_pid(gui_home / "run" / "engine.json")
         assert psutil.Process(pid).ppid() == app.pid
+        second = subprocess.run([str(HOMERACK)], cwd=folder, env=env, capture_output=True,
+                                text=True, timeout=60)  # one app per data folder
+        assert second.returncode == 0 and "already open" in second.stderr, second.stderr
+        assert engine_pid(gui_home / "run" / "engine.json") == pid  # no second engine
         app.send_signal(signal.SIGTERM)  # a logout
         assert app.wait(60) == 0
         assert gone(pid, 30), "the engine outlived the app"
@@ -84,3 +89,44 @@ def test_an_engine_dies_with_the_process_that_started_it_even_killed_outright(ho
     finally:
         parent.kill()
     assert not mark.exists()
+
+
+def test_a_second_engine_on_the_same_folders_is_refused(server, home):
+    env = dict(os.environ, HOMERACK_HOME=str(home / "server"))
+    second = subprocess.run(module_command("app", "serve", "--model", STARTER), env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert second.returncode == 1 and "already serves" in second.stderr, second.stderr
+
+
+def test_a_stale_engine_file_is_checked_before_the_token_is_sent(tmp_path):
+    """The engine died; its port is another program's now: it must not get the token."""
+    import http.server
+    import threading
+
+    from app.engine_proc import EngineAddress, find_running, write_engine_file
+
+    asked = []
+
+    class Recorder(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.append(self.headers.get("Authorization"))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *_args):
+            pass
+
+    listener = http.server.HTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=listener.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.server_address[1]}"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    alive = subprocess.Popen(["sleep", "30"])  # alive, listening nowhere
+    try:
+        for pid in (dead.pid, alive.pid):
+            write_engine_file(tmp_path / "engine.json", EngineAddress(url, "secret", pid))
+            assert find_running(tmp_path / "engine.json") is None
+        assert asked == []
+    finally:
+        alive.kill()
+        listener.shutdown()
