@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+from collections import OrderedDict
 from dataclasses import replace
 from typing import Callable
 
@@ -33,6 +34,8 @@ from .routing import Decision, Routing, decide
 
 log = logging.getLogger("homerack.engine")
 
+MAX_VOCABS = 4  # tokenizers kept for counting: a 262k vocabulary holds tens of MB
+
 
 class Engine:
     def __init__(self, store: ModelStore, settings: EngineSettings = EngineSettings(),
@@ -49,7 +52,7 @@ class Engine:
                         if settings.response_cache else None)
         self._fingerprints = Fingerprints()
         self._ids = itertools.count(1)
-        self._vocabs: dict = {}  # model path -> Vocabulary, for counting tokens
+        self._vocabs: OrderedDict = OrderedDict()  # model path -> Vocabulary (MAX_VOCABS)
         self._vocab_lock = threading.Lock()
         self._routing_lock = threading.Lock()
 
@@ -184,10 +187,15 @@ class Engine:
             return self._vocab(model).tokenize(text)
 
     def _vocab(self, model: LocalModel) -> Vocabulary:
+        """The model's tokenizer, for counting (under _vocab_lock); the few most recently
+        used are kept: a request may name any model of the folder, one after another."""
         vocab = self._vocabs.get(model.path)
         if vocab is None:
             self.store.inspector.inspect(model.path)  # a bad file fails before llama.cpp
             vocab = self._vocabs[model.path] = Vocabulary(model.path)
+            while len(self._vocabs) > MAX_VOCABS:
+                self._vocabs.popitem(last=False)[1].close()
+        self._vocabs.move_to_end(model.path)
         return vocab
 
     def plan_for(self, model: LocalModel, override: LoadOverride | None = None):

@@ -108,9 +108,12 @@ class Scheduler:
         loaded, request = self.host.loaded, job.request
         prompt, notes = loaded.prompt_tokens(request)
         max_tokens, clamped = loaded.budget(request, len(prompt))
-        spec = self.host.speculation(request, notes, self.scratch)
+        busy = [s for s in self.slots.values() if s.active]  # what they use stays loaded
+        spec = self.host.speculation(request, notes, self.scratch,
+                                     busy={id(s.spec.drafter) for s in busy if s.spec})
         # a file llama.cpp refuses fails this job alone
-        for stale in loaded.adapters.ready(request.adapters):
+        for stale in loaded.adapters.ready(request.adapters,
+                                           busy={path for s in busy for path, _ in s.adapters}):
             self._drop_resident(lambda slot: any(path == stale for path, _ in slot.adapters))
         source, keep = self._best_source(prompt, request.adapter_set) \
             if request.cache_prompt else (None, 0)

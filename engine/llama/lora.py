@@ -26,6 +26,11 @@ def load_adapter(model: LlamaModel, path: Path):
     return handle
 
 
+def free_adapter(handle) -> None:
+    """Free an adapter no evaluation will use again (the context does not apply it)."""
+    llama.llama_adapter_lora_free(handle)
+
+
 def set_adapters(model: LlamaModel, handles: list, scales: list[float]) -> None:
     """Evaluations from now on use these adapters at these scales (none: the model)."""
     n = len(handles)

@@ -287,17 +287,25 @@ def back_off(prefs: Preferences, used: dict[str, int], device: str | None) -> Pr
                    min_ctx=min(prefs.min_ctx, 512))
 
 
-def place_draft(main: Plan, draft: ModelShape, n_ctx: int) -> tuple[str, int]:
+def place_draft(main: Plan, draft: ModelShape, n_ctx: int,
+                ram_free: int | None = None) -> tuple[str, int] | None:
     """Where a speculative-decoding draft model runs: on the GPU the main model left the
     most room on, when the whole draft (weights, KV cache, compute) fits there — it is the
-    fastest place — else on the CPU. Returns the device and llama.cpp's n_gpu_layers."""
-    need = (draft.weights_bytes + int(draft.kv_bytes_per_token("f16") * n_ctx) * draft.n_layers
-            + compute_bytes(draft, n_ctx, holds_output=True))
+    fastest place — else on the CPU, when `ram_free` (RAM free now, the main model loaded;
+    None: not asked) holds it; None when nothing has room. Returns the device and
+    llama.cpp's n_gpu_layers."""
+    need = draft_bytes(draft, n_ctx)
     room = max(((u.budget - u.total, u.device) for u in main.uses if u.device != "CPU"),
                default=None)
     if room is not None and room[0] >= need:
         return room[1], draft.n_layers + 1
-    return "CPU", 0
+    return ("CPU", 0) if ram_free is None or ram_free >= need else None
+
+
+def draft_bytes(draft: ModelShape, n_ctx: int) -> int:
+    """What a draft holds: its weights, its KV cache at the target's context, compute."""
+    return (draft.weights_bytes + int(draft.kv_bytes_per_token("f16") * n_ctx) * draft.n_layers
+            + compute_bytes(draft, n_ctx, holds_output=True))
 
 
 # A mixture-of-experts quant whose experts spill into RAM is chosen for quality while

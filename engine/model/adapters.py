@@ -1,17 +1,21 @@
 """The loaded model's LoRA adapters: each loaded once, on the first request that uses
-it, and kept while the model is; the set the context applies switched only when the
-next evaluation needs another (the scheduler gives each set decode steps of its own)."""
+it, and kept while the model is, up to MAX_HELD (the least recently used that no running
+request needs is freed first: requests may name any adapter of the folder, one after
+another); the set the context applies switched only when the next evaluation needs
+another (the scheduler gives each set decode steps of its own)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..catalog.models import AdapterUse
-from ..llama.lora import load_adapter, set_adapters
+from ..catalog.models import MAX_ADAPTERS
+from ..llama.lora import free_adapter, load_adapter, set_adapters
 from ..llama.runtime import LlamaModel
 from ..response_cache import Fingerprints
 
 AdapterSet = tuple[tuple[str, float], ...]  # GenerationRequest.adapter_set
+MAX_HELD = MAX_ADAPTERS  # adapters loaded at once: a request's most
 
 
 class AdapterBank:
@@ -23,10 +27,11 @@ class AdapterBank:
         self.current: AdapterSet | None = ()  # what the context applies (None: unknown)
         self.switches = 0
 
-    def ready(self, uses: tuple[AdapterUse, ...]) -> set[str]:
-        """Load the adapters the context does not have yet; returns the paths of those
-        whose file was replaced since they were loaded (states computed under them are
-        stale)."""
+    def ready(self, uses: tuple[AdapterUse, ...], busy: set[str] = frozenset()) -> set[str]:
+        """Load the adapters the context does not have yet, freeing the least recently
+        used beyond MAX_HELD that neither these `uses` nor the `busy` ones (running
+        requests') need; returns the paths of those whose file was replaced since they
+        were loaded (states computed under them are stale)."""
         replaced = set()
         for use in uses:
             path = str(use.adapter.path)
@@ -37,6 +42,16 @@ class AdapterBank:
                 self._handles[path] = load_adapter(self.llama, use.adapter.path)
                 self._fingerprints[path] = fingerprint
                 self.current = None  # unknown: the context may hold the replaced one
+            self._handles[path] = self._handles.pop(path)  # the most recently used last
+        needed = {str(u.adapter.path) for u in uses} | set(busy)
+        spare = [path for path in self._handles if path not in needed]
+        evicted = spare[:max(0, len(self._handles) - MAX_HELD)]
+        if evicted:
+            set_adapters(self.llama, [], [])  # the context lets go of them first
+            self.current = ()
+        for path in evicted:
+            free_adapter(self._handles.pop(path))
+            del self._fingerprints[path]
         return replaced
 
     def apply(self, wanted: AdapterSet) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import psutil
+
 from ..machine.calibration import Calibration
 from ..catalog.chat_format import ChatFormat, chat_format_for
 from ..speculation import cut_draft
@@ -20,13 +22,15 @@ from ..catalog.fingerprint import model_fingerprint
 from .adapters import AdapterBank
 from .loader import LoadJournal, load
 from ..catalog.models import LocalModel, ModelStore
-from ..machine.planner import Plan, Preferences, auto_context, place_draft, plan
+from ..machine.planner import Plan, Preferences, auto_context, draft_bytes, place_draft, plan
 from ..machine.probe import probe
 from .presets import LoadOverride, Presets
 from .prompt_cache import CacheLimits, PromptCache
 from ..speculation.controller import TIE_MARGIN, SpecController, Speculation, SpecStats
 from ..speculation.drafters import LookupDrafter, ModelDrafter
 from ..speculation.verify import tie_margin
+
+MAX_DRAFTERS = 2  # draft models held per loaded model (requests may name others in turn)
 
 
 @dataclass(frozen=True)
@@ -353,7 +357,9 @@ class ModelHost:
         return loaded.tie_margin
 
     def speculation(self, request: GenerationRequest, notes: list[str],
-                    scratch_seq: int) -> Speculation | None:
+                    scratch_seq: int, busy: set[int] = frozenset()) -> Speculation | None:
+        """The request's speculation, its drafter loaded if need be; `busy`: the ids of the
+        drafters running requests use (never closed under them)."""
         loaded = self.loaded
         mode = request.speculation or self.settings.speculation
         if mode == "off":
@@ -368,25 +374,9 @@ class ModelHost:
             if key not in loaded.drafters:
                 loaded.drafters[key] = LookupDrafter()
         else:
-            draft = request.draft_model or pick_draft(loaded.model, self.store.list(),
-                                                      self.store.inspector)
-            if draft is None:
-                notes.append("no compatible draft model is installed: speculation is off")
+            key = self._ready_draft(request, notes, busy)
+            if key is None:
                 return None
-            check_pair(loaded.model, draft, self.store.inspector)
-            key = str(draft.path)
-            held = loaded.drafters.get(key)
-            if held is not None and held.outside_share() > cut_draft.MAX_OUTSIDE:
-                notes.append(f"{held.outside_share():.0%} of the text was outside the cut "
-                             "draft's tokens: the draft runs whole from now on")
-                self._whole_drafts.add(draft.path)
-                held.close()
-                held = None  # reloaded whole below
-            cut = self._cut_draft(draft, held, notes)
-            if held is None or cut is not None:  # (re)load, or its cut is now ready
-                if held is not None:
-                    held.close()
-                loaded.drafters[key] = self._load_draft(draft, cut, notes)
         controller = self._controllers.setdefault(
             (str(loaded.model.path), key), SpecController(min_speedup=self.settings.spec_min_speedup))
         controller.start_request()
@@ -396,6 +386,46 @@ class ModelHost:
             margin = self.measure_tie_margin(scratch_seq)
         return Speculation(drafter, controller, SpecStats(
             mode, model=drafter.model_id, device=drafter.device, vocab=drafter.vocab), margin)
+
+    def _ready_draft(self, request: GenerationRequest, notes: list[str],
+                     busy: set[int]) -> str | None:
+        """The key of the request's draft among the loaded model's drafters, loaded (cut
+        when it can be) and the least recently used beyond MAX_DRAFTERS closed; None, said
+        in `notes`, when there is none or no room for it."""
+        loaded = self.loaded
+        draft = request.draft_model or pick_draft(loaded.model, self.store.list(),
+                                                  self.store.inspector)
+        if draft is None:
+            notes.append("no compatible draft model is installed: speculation is off")
+            return None
+        check_pair(loaded.model, draft, self.store.inspector)
+        key = str(draft.path)
+        held = loaded.drafters.get(key)
+        if held is not None and id(held) in busy:
+            return key  # running beside another request: as it is
+        if held is not None and held.outside_share() > cut_draft.MAX_OUTSIDE:
+            notes.append(f"{held.outside_share():.0%} of the text was outside the cut "
+                         "draft's tokens: the draft runs whole from now on")
+            self._whole_drafts.add(draft.path)
+            held.close()
+            del loaded.drafters[key]
+            held = None  # reloaded whole below
+        cut = self._cut_draft(draft, held, notes)
+        if held is None or cut is not None:  # (re)load, or its cut is now ready
+            if held is not None:
+                held.close()
+                del loaded.drafters[key]
+            try:
+                drafter = self._load_draft(draft, cut, notes)
+            except OutOfMemory as exc:
+                notes.append(f"speculation is off: {exc.message}")
+                return None
+            loaded.drafters[key] = drafter
+        loaded.drafters[key] = loaded.drafters.pop(key)  # the most recently used last
+        spare = [k for k, d in loaded.drafters.items() if k != key and id(d) not in busy]
+        for old in spare[:max(0, len(loaded.drafters) - MAX_DRAFTERS)]:
+            loaded.drafters.pop(old).close()
+        return key
 
     def _cut_draft(self, draft: LocalModel, held: ModelDrafter | None,
                    notes: list[str]) -> cut_draft.CutDraft | None:
@@ -429,12 +459,20 @@ class ModelHost:
         return ModelDrafter(llama, draft.id, device=device, head=cut.keep)
 
     def _open_draft(self, draft: LocalModel, path: Path) -> tuple[LlamaModel, str]:
+        """The draft at the target's context, where the planner puts it; OutOfMemory
+        before llama.cpp when no device has room (RAM as free now)."""
         loaded = self.loaded
         settings = replace(self.settings.load, n_ctx=loaded.llama.n_ctx, n_gpu_layers=0,
                            devices=(), tensor_split=(), repack=loaded.llama.settings.repack)
         shape = self.store.inspector.inspect(draft.path).shape
         if loaded.plan is not None and shape is not None:
-            device, layers = place_draft(loaded.plan, shape, loaded.llama.n_ctx)
+            place = place_draft(loaded.plan, shape, loaded.llama.n_ctx,
+                                ram_free=psutil.virtual_memory().available)
+            if place is None:
+                raise OutOfMemory(f"the draft {draft.id} needs "
+                                  f"{draft_bytes(shape, loaded.llama.n_ctx) / 2**30:.1f} GiB "
+                                  "at this context, and no device has that free")
+            device, layers = place
             if layers:
                 try:
                     gpu = replace(settings, n_gpu_layers=layers, devices=(device,))

@@ -4,7 +4,6 @@ loads and answers; a reply the history cannot store stays on screen with the rea
 never lost silently."""
 
 import errno
-import os
 import subprocess
 
 import pytest

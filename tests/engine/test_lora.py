@@ -244,3 +244,28 @@ def test_a_replaced_adapter_file_is_loaded_again(folder, store, engine, tmp_path
         assert after == _answer(engine, store, ("style-b", 1.0))[1]
     finally:
         write_lora(folder / "tiny.gguf", path, SPEC_A)
+
+
+def test_adapters_beyond_the_bound_are_freed_least_recently_used_first(engine, store,
+                                                                       monkeypatch):
+    """Requests may name every adapter of the folder in turn: the model keeps a few, and
+    one freed comes back with the same answer when named again."""
+    monkeypatch.setattr("engine.model.adapters.MAX_HELD", 1)
+    first = _answer(engine, store, ("style-a", 1.0), cache_prompt=False)[1]
+    _answer(engine, store, ("style-b", 1.0), cache_prompt=False)
+    assert engine.host.loaded.adapters.loaded() == ["style-b"]
+    assert _answer(engine, store, ("style-a", 1.0), cache_prompt=False)[1] == first
+    assert engine.host.loaded.adapters.loaded() == ["style-a"]
+
+
+def test_tokenizers_kept_for_counting_are_bounded(store, folder, monkeypatch):
+    monkeypatch.setattr("engine.engine.MAX_VOCABS", 1)
+    engine = Engine(store, EngineSettings(LoadSettings(n_ctx=256)))
+    try:
+        shutil.copy(folder / "tiny.gguf", folder / "tiny-copy.gguf")
+        counts = [engine.tokenize(store.resolve(name), "the cat sat") for name in
+                  ("tiny", "tiny-copy", "tiny")]
+        assert counts[0] == counts[1] == counts[2] and len(engine._vocabs) == 1
+    finally:
+        engine.close()
+        (folder / "tiny-copy.gguf").unlink()

@@ -257,13 +257,16 @@ def test_unquantized_files_are_recommended_only_wholly_on_a_gpu():
 
 
 def test_the_draft_goes_on_the_gpu_when_the_main_model_left_room(real_shapes):
-    from engine.machine.planner import place_draft
+    from engine.machine.planner import draft_bytes, place_draft
 
     draft = real_shapes[GEMMA]
     roomy = plan(simulated((24,), 64), LLAMA_7B, Preferences(ctx=8192, draft=draft))
     assert place_draft(roomy, draft, roomy.n_ctx) == ("GPU0", draft.n_layers + 1)
     tight = plan(simulated((5,), 64), LLAMA_7B, Preferences(ctx=8192, draft=draft))
     assert place_draft(tight, draft, tight.n_ctx) == ("CPU", 0)
+    need = draft_bytes(draft, tight.n_ctx)  # and only where RAM holds it: else nowhere
+    assert place_draft(tight, draft, tight.n_ctx, ram_free=need) == ("CPU", 0)
+    assert place_draft(tight, draft, tight.n_ctx, ram_free=need - 1) is None
     # the main plan counted the draft's memory (on the CPU, where it may end up)
     alone = plan(simulated((5,), 64), LLAMA_7B, Preferences(ctx=8192))
     cpu = lambda p: p.uses[-1].total
@@ -357,3 +360,15 @@ def test_no_tensor_split_on_backends_without_it():
     vulkan = replace(TWO_CARDS, devices=tuple(
         replace(d, name=d.name.replace("GPU", "Vulkan")) for d in TWO_CARDS.devices))
     assert plan(vulkan, LLAMA_70B_ARCH, Preferences(ctx=8192)).split_mode == "layer"
+
+
+def test_a_named_draft_must_be_small_beside_its_model():
+    from pathlib import Path
+
+    from engine.catalog.drafts import IncompatibleDraft, check_pair
+    from engine.catalog.models import LocalModel
+
+    target = LocalModel("big", Path("big.gguf"), 10 * GiB, False)
+    huge = LocalModel("huge", Path("huge.gguf"), 40 * GiB, False)
+    with pytest.raises(IncompatibleDraft, match="400% of the model's size"):
+        check_pair(target, huge, inspector=None)  # refused before any file is read
