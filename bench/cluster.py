@@ -82,8 +82,16 @@ class Homes:
 
     def __init__(self, root: Path):
         self.root = root
-        (root / "host" / "data").mkdir(parents=True)
-        (root / "host" / "data" / "models").symlink_to(paths().models)
+        self.models = root / "host" / "data" / "models"
+        self.models.mkdir(parents=True)
+        for model in paths().models.glob("*.gguf"):  # the user's models, linked
+            (self.models / model.name).symlink_to(model.resolve())
+
+    def add(self, model: Path) -> str:
+        """The host's id of `model`, linked into its folder (the API takes ids only)."""
+        if not (self.models / model.name).exists():
+            (self.models / model.name).symlink_to(model.resolve())
+        return model.stem
 
     def env(self, name: str) -> dict:
         return dict(os.environ, HOMERACK_HOME=str(self.root / name), PYTHONUNBUFFERED="1")
@@ -312,7 +320,7 @@ def load_times(homes: Homes, worker_name: str, label: str, wide: Path) -> None:
         with homerack_serve(homes, ["--ctx", "256", "--workers", worker_name, "--split", "3"]) \
                 as (address, headers):
             start = time.perf_counter()
-            reply = httpx.post(f"{address.url}/v1/models/load", json={"model": str(wide)},
+            reply = httpx.post(f"{address.url}/v1/models/load", json={"model": homes.add(wide)},
                                headers=headers, timeout=600)
             reply.raise_for_status()
             times.append(time.perf_counter() - start)

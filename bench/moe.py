@@ -103,7 +103,7 @@ def engine_run(home: Path, model: Path, args, run: int) -> dict:
             plan = engine.health()["memory"]["plan"]
             decode, prompt = [], []
             for rep in range(args.reps):
-                d, p = api_once(http, str(model), args.tokens, args.prompt, f"{run}.{rep}")
+                d, p = api_once(http, model.stem, args.tokens, args.prompt, f"{run}.{rep}")
                 decode.append(d)
                 prompt.append(p)
             speed = engine.health()["memory"].get("speed", {})

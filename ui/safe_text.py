@@ -47,8 +47,5 @@ def rich_escape(text: str) -> str:
 
 
 def ask(parent: QWidget, title: str, text: str) -> bool:
-    """A yes/no question whose text (a file's name in it) is shown as plain text."""
-    box = QMessageBox(QMessageBox.Icon.Question, title, text,
-                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, parent)
-    box.setTextFormat(Qt.TextFormat.PlainText)
-    return box.exec() == QMessageBox.StandardButton.Yes
+    """A yes/no question whose text (a file's name in it) shows as the characters it is."""
+    return QMessageBox.question(parent, title, rich_escape(text)) == QMessageBox.StandardButton.Yes

@@ -13,6 +13,7 @@ from fastapi import Request
 from ..agent.compose import compose
 from ..agent.conversation import Conversation, checked
 from ..agent.tool_stream import CallArgs, CallStart, Text, ToolStream
+from ..catalog.drafts import check_pair, check_size
 from ..engine import Engine
 from ..errors import HomerackError, InvalidRequest, ModelNotFound
 from ..events import Delta, Failed, Finished, GenerationRequest, Started, Usage
@@ -123,6 +124,8 @@ def request_for(engine: Engine, body, **content) -> GenerationRequest:
                 draft = engine.resolve(body.draft_model)
             except ModelNotFound as exc:
                 raise ModelNotFound(exc.message, param="draft_model") from None
+            check_pair(model, draft, engine.store.inspector)  # the tokenizer's word first
+            check_size(model, draft)
     return GenerationRequest(model=model, max_tokens=body.token_limit(),
                              sampling=body.sampling(engine.sampling_defaults(model)),
                              stop=body.stop_strings(),

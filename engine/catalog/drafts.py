@@ -30,15 +30,18 @@ def vocab_difference(target: GGUFInfo, draft: GGUFInfo) -> str | None:
     return None
 
 
-def check_pair(target: LocalModel, draft: LocalModel, inspector: GGUFInspector) -> None:
-    """A draft a request names is checked as pick_draft checks its own: the same
-    tokenizer, and small beside the target (a large "draft" is a second model loaded
-    outside any plan)."""
+def check_size(target: LocalModel, draft: LocalModel) -> None:
+    """A draft an API request names is small beside its model, as pick_draft's own are:
+    a large "draft" would be a second model loaded beside it at its context, at the
+    request's word."""
     if draft.size_bytes > MAX_DRAFT_SIZE_RATIO * target.size_bytes:
         raise IncompatibleDraft(
             f"{draft.id} cannot draft for {target.id}: its file is "
             f"{draft.size_bytes / max(target.size_bytes, 1):.0%} of the model's size; a draft "
             f"must be at most {MAX_DRAFT_SIZE_RATIO:.0%} of it to be worth running")
+
+
+def check_pair(target: LocalModel, draft: LocalModel, inspector: GGUFInspector) -> None:
     problem = vocab_difference(inspector.inspect(target.path), inspector.inspect(draft.path))
     if problem:
         raise IncompatibleDraft(

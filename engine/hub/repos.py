@@ -206,8 +206,8 @@ def model_card(repo: str, endpoint: str | None = None, token: str | None = None)
     """The card's first MAX_CARD bytes (a card is untrusted text of any size)."""
     from huggingface_hub import hf_hub_url
 
-    url = hf_hub_url(repo, "README.md", endpoint=_endpoint(endpoint))
-    data = _plain(lambda: _first_bytes(url, MAX_CARD + 1, token), f"{repo}'s model card")
+    data = _plain(lambda: _first_bytes(hf_hub_url(repo, "README.md", endpoint=_endpoint(endpoint)),
+                                       MAX_CARD + 1, token), f"{repo}'s model card")
     cut = "\n\n… (the rest of the card is not shown)" if len(data) > MAX_CARD else ""
     return data[:MAX_CARD].decode(errors="replace") + cut
 

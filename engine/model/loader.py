@@ -37,7 +37,8 @@ class LoadOutcome:
     notes: tuple[str, ...]  # what the back-off changed, in words
 
 
-_ENTRY = {"type": "object", "required": ["model", "used", "stage"], "properties": {
+# An entry without "stage" is an older journal's, of a load.
+_ENTRY = {"type": "object", "required": ["model", "used"], "properties": {
     "model": {"type": "string"}, "stage": {"enum": ["loading", "evaluating"]},
     "repack": {"type": "boolean"},
     "used": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}}}

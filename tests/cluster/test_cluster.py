@@ -577,7 +577,7 @@ def test_a_second_load_takes_the_weights_from_the_workers_tensor_cache(home, wor
         process, address, _ = start_engine(home, "host-cache", [
             "--model", str(model), "--ctx", "256", "--workers", "w1", "--split", "3"])
         try:
-            ask(address, str(model), "Hello", max_tokens=2, chat=False)
+            ask(address, model.stem, "Hello", max_tokens=2, chat=False)
             (view,) = cluster(address)["workers"]
             assert view["stages"], view
             sent.append(view["bytes_sent"])

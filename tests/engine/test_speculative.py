@@ -179,6 +179,10 @@ def test_chat_api_with_a_draft_is_identical(spec_store, tmp_path):
             chat("hi", draft_model=GEMMA)
         with pytest.raises(openai.NotFoundError):
             chat("hi", draft_model="no-such-draft")
+        with pytest.raises(openai.BadRequestError, match="of the model's size"):
+            client.chat.completions.create(  # the same tokenizer, but nearly thrice the size
+                model=STARTER, messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+                extra_body={"draft_model": "smollm2-f16"})
     finally:
         process.stop()
 

@@ -365,10 +365,11 @@ def test_no_tensor_split_on_backends_without_it():
 def test_a_named_draft_must_be_small_beside_its_model():
     from pathlib import Path
 
-    from engine.catalog.drafts import IncompatibleDraft, check_pair
+    from engine.catalog.drafts import IncompatibleDraft, check_size
     from engine.catalog.models import LocalModel
 
     target = LocalModel("big", Path("big.gguf"), 10 * GiB, False)
     huge = LocalModel("huge", Path("huge.gguf"), 40 * GiB, False)
     with pytest.raises(IncompatibleDraft, match="400% of the model's size"):
-        check_pair(target, huge, inspector=None)  # refused before any file is read
+        check_size(target, huge)
+    check_size(target, LocalModel("small", Path("small.gguf"), 5 * GiB, False))
