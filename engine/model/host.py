@@ -377,6 +377,7 @@ class ModelHost:
             key = self._ready_draft(request, notes, busy)
             if key is None:
                 return None
+        self._keep_recent(key, busy)
         controller = self._controllers.setdefault(
             (str(loaded.model.path), key), SpecController(min_speedup=self.settings.spec_min_speedup))
         controller.start_request()
@@ -387,11 +388,19 @@ class ModelHost:
         return Speculation(drafter, controller, SpecStats(
             mode, model=drafter.model_id, device=drafter.device, vocab=drafter.vocab), margin)
 
+    def _keep_recent(self, key: str, busy: set[int]) -> None:
+        """`key` the most recently used drafter; the least recently used beyond
+        MAX_DRAFTERS that no running request uses closed, their memory given back."""
+        drafters = self.loaded.drafters
+        drafters[key] = drafters.pop(key)
+        spare = [k for k, d in drafters.items() if k != key and id(d) not in busy]
+        for old in spare[:max(0, len(drafters) - MAX_DRAFTERS)]:
+            drafters.pop(old).close()
+
     def _ready_draft(self, request: GenerationRequest, notes: list[str],
                      busy: set[int]) -> str | None:
         """The key of the request's draft among the loaded model's drafters, loaded (cut
-        when it can be) and the least recently used beyond MAX_DRAFTERS closed; None, said
-        in `notes`, when there is none or no room for it."""
+        when it can be); None, said in `notes`, when there is none or no room for it."""
         loaded = self.loaded
         draft = request.draft_model or pick_draft(loaded.model, self.store.list(),
                                                   self.store.inspector)
@@ -421,10 +430,6 @@ class ModelHost:
                 notes.append(f"speculation is off: {exc.message}")
                 return None
             loaded.drafters[key] = drafter
-        loaded.drafters[key] = loaded.drafters.pop(key)  # the most recently used last
-        spare = [k for k, d in loaded.drafters.items() if k != key and id(d) not in busy]
-        for old in spare[:max(0, len(loaded.drafters) - MAX_DRAFTERS)]:
-            loaded.drafters.pop(old).close()
         return key
 
     def _cut_draft(self, draft: LocalModel, held: ModelDrafter | None,

@@ -436,3 +436,22 @@ def test_controller_adapts_the_draft_length_and_turns_itself_off():
     for _ in range(controller.retry_after_requests + 1):
         controller.start_request()
     assert controller.enabled
+
+
+def test_drafters_beyond_the_bound_are_closed_least_recently_used_first(spec_store,
+                                                                        monkeypatch):
+    """Requests may name a new draft each: a model keeps MAX_DRAFTERS of them."""
+    monkeypatch.setattr("engine.model.host.MAX_DRAFTERS", 1)
+    engine = engine_for(spec_store)
+    target, draft = spec_store.resolve("gemma-f32"), spec_store.resolve(GEMMA)
+    try:
+        _, usage = generate(engine, model=target, prompt="The sea", max_tokens=8,
+                            sampling=GREEDY, speculation="draft", draft_model=draft)
+        assert usage.speculative["draft_model"] == GEMMA
+        held = engine.host.loaded.drafters
+        assert list(held) == [str(draft.path)]
+        generate(engine, model=target, prompt="The sea", max_tokens=8, sampling=GREEDY,
+                 speculation="lookup")
+        assert list(held) == ["lookup"]  # the model draft was closed, its memory given back
+    finally:
+        engine.close()
