@@ -94,8 +94,7 @@ class ChatPage(QWidget):
         reply = self.current_reply()
         if reply:
             shown.append(Shown(STREAM_KEY, "assistant", reply.text))
-        elif self.sessions.unsaved(self.conversation.id if self.conversation else None):
-            kept = self.sessions.unsaved(self.conversation.id)
+        elif kept := self.sessions.unsaved(self.conversation.id if self.conversation else None):
             shown.append(Shown(STREAM_KEY, "assistant", kept.text, status="unsaved"))
         self.view.show_messages(shown)
         self.stack.setCurrentWidget(self.view if shown else self.welcome)

@@ -261,8 +261,8 @@ def grammar(branches: list[Branch], param: str) -> str:
         raise InvalidRequest(f"{param}: the grammar these schemas make is {len(text):,} "
                              f"characters; constrained output allows {MAX_GRAMMAR:,}",
                              param=param)
-    if nesting(text) > MAX_NESTING:
-        raise InvalidRequest(f"{param}: the grammar these schemas make nests {nesting(text):,} "
+    if (depth := nesting(text)) > MAX_NESTING:
+        raise InvalidRequest(f"{param}: the grammar these schemas make nests {depth:,} "
                              f"groups deep; constrained output allows {MAX_NESTING:,}",
                              param=param)
     return text
