@@ -7,7 +7,6 @@ A running engine records its address, token and pid in a user-only runtime file;
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import threading
 from dataclasses import asdict, dataclass
@@ -16,8 +15,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from engine.files import read_json
-from engine.spawn import child_env, module_command
+from engine.files import read_json, write_atomic
+from engine.spawn import child_env, listens, module_command
 
 LISTENING = "listening on "
 
@@ -31,11 +30,7 @@ class EngineAddress:
 
 def write_engine_file(path: Path, address: EngineAddress) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(asdict(address), handle)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(asdict(address)))  # 0600, a temporary of its own
 
 
 _ENGINE_FILE = {"type": "object", "required": ["url", "token", "pid"], "properties": {
@@ -63,31 +58,14 @@ def answers(address: EngineAddress, timeout: float = 2.0) -> bool:
     return reply.status_code == 200
 
 
-def listens_at(address: EngineAddress) -> bool:
-    """Whether the process the file names is alive and listens on the file's port: a
-    stale file (the engine died, its port taken since by another program) must not have
-    the token sent there. Where the system will not list a process's sockets (macOS for
-    some processes), its being alive must do."""
-    import psutil
-
-    port = urlsplit(address.url).port
-    try:
-        process = psutil.Process(address.pid)
-        if not process.is_running() or process.status() == psutil.STATUS_ZOMBIE:
-            return False
-        sockets = process.net_connections(kind="tcp")
-    except psutil.AccessDenied:
-        return True
-    except psutil.Error:
-        return False
-    return any(s.status == psutil.CONN_LISTEN and s.laddr and s.laddr[1] == port
-               for s in sockets)
-
-
 def find_running(engine_file: Path) -> EngineAddress | None:
-    """This user's engine, when its file names a live engine that answers to its token."""
+    """This user's engine, when its file names a live engine that answers to its token.
+    A stale file (the engine died, its port taken since by another program) must not have
+    the token sent there: the process it names must listen on its port (where the system
+    will not list that process's sockets, macOS for some, its being alive must do)."""
     address = read_engine_file(engine_file)
-    return address if address and listens_at(address) and answers(address) else None
+    return address if address and listens(address.pid, urlsplit(address.url).port,
+                                          denied=True) and answers(address) else None
 
 
 class EngineProcess:

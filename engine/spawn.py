@@ -40,6 +40,24 @@ def module_command(module: str, *args: str) -> list[str]:
     return [sys.executable, "-c", _SAFE_RUN, module, *args]
 
 
+def listens(pid: int, port: int, denied: bool = False) -> bool:
+    """Whether process `pid` is alive and listens on TCP `port`; `denied`: the answer
+    where the system will not list that process's sockets."""
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        sockets = process.net_connections(kind="tcp")
+    except psutil.AccessDenied:
+        return denied
+    except psutil.Error:
+        return False
+    return any(s.status == psutil.CONN_LISTEN and s.laddr and s.laddr.port == port
+               for s in sockets)
+
+
 def child_env(env: dict | None = None, **more: str) -> dict:
     """The environment for a child that should die with this process."""
     return {**(os.environ if env is None else env), **more, PARENT: str(os.getpid())}

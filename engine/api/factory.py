@@ -116,4 +116,5 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
     async def health(request: Request):
         """Alive, to anyone; the engine's status (models, paths, errors) with the token."""
         return {"status": "ok", **engine.status()} if token_given(request) else {"status": "ok"}
+
     return app

@@ -23,6 +23,7 @@ from typing import Callable
 import psutil
 
 from ..spawn import child_env, module_command
+from ..spawn import listens as pid_listens
 from .gateway import Gateway
 from .identity import certificate_fingerprint, ensure_identity, server_context, short
 from .pairing import Grants, PairingWindow, window_file
@@ -53,13 +54,7 @@ def free_port() -> int:
 
 def listens(process: subprocess.Popen | None, port: int) -> bool:
     """Whether `process` (a child of ours, running) listens on `port` (False when unknown)."""
-    if process is None or process.poll() is not None:
-        return False
-    try:
-        return any(c.status == psutil.CONN_LISTEN and c.laddr.port == port
-                   for c in psutil.Process(process.pid).net_connections("tcp"))
-    except psutil.Error:
-        return False
+    return process is not None and process.poll() is None and pid_listens(process.pid, port)
 
 
 class ReplicaEngine:

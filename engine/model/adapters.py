@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..catalog.models import AdapterUse
-from ..catalog.models import MAX_ADAPTERS
+from ..catalog.models import MAX_ADAPTERS, AdapterUse
 from ..llama.lora import free_adapter, load_adapter, set_adapters
 from ..llama.runtime import LlamaModel
 from ..response_cache import Fingerprints
