@@ -50,6 +50,7 @@ class GenerationRequest:
     response_cache: str = "use"  # "use", "refresh" (answer afresh, keep it) or "off"
     rendered_prompt: str | None = None  # the chat in `model`'s format, rendered at submit
     adapters: tuple[AdapterUse, ...] = ()  # LoRA adapters over `model`, checked, sorted
+    template_kwargs: dict = field(default_factory=dict)  # to the chat template (thinking...)
 
     @property
     def adapter_set(self) -> tuple[tuple[str, float], ...]:

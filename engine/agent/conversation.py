@@ -24,6 +24,7 @@ class Message:
     calls: tuple[ToolCall, ...] = ()  # an assistant's tool calls
     call_id: str | None = None        # a tool result: the call it answers
     where: str = "messages"           # its place in the request, for errors
+    reasoning: str = ""               # an assistant's reasoning, for templates that keep it
 
 
 @dataclass(frozen=True)

@@ -238,8 +238,11 @@ class Branch:
     repeat: bool = False  # one or more times (several tool calls in a row)
 
 
-def grammar(branches: list[Branch], param: str) -> str:
-    """A GBNF grammar whose root is any one of the branches."""
+def grammar(branches: list[Branch], param: str,
+            thinking: tuple[str, str] | None = None) -> str:
+    """A GBNF grammar whose root is any one of the branches; with `thinking` (a family's
+    reasoning markers) the model may reason first, in its own markers, as llama.cpp's
+    lazy grammars let it (the opening marker may already be in the prompt)."""
     converter = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False,
                                 raw_pattern=False)
     alternatives = []
@@ -253,7 +256,11 @@ def grammar(branches: list[Branch], param: str) -> str:
         parts = [_literal(branch.before), rule, _literal(branch.after)]
         body = " ".join(p for p in parts if p)
         alternatives.append(f"({body})+" if branch.repeat else f"({body})")
-    converter._add_rule("root", " | ".join(alternatives))
+    root = " | ".join(alternatives)
+    if thinking is not None:
+        converter._add_rule("reasoning", _reasoning_rule(*thinking))
+        root = f"reasoning? ({root})"
+    converter._add_rule("root", root)
     if "char" in converter._rules:
         converter._rules["char"] = STRICT_CHAR
     text = converter.format_grammar()
@@ -266,6 +273,22 @@ def grammar(branches: list[Branch], param: str) -> str:
                              f"groups deep; constrained output allows {MAX_NESTING:,}",
                              param=param)
     return text
+
+
+def _reasoning_rule(opening: str, closing: str) -> str:
+    """Reasoning between the markers (the opening one optional): any text that does not
+    begin the closing marker's first two characters, then the closing marker."""
+    a, b = (_class_char(c) for c in closing[:2])
+    return (f"{_literal(opening)}? ([^{a}] | \"{_string_char(closing[0])}\" [^{b}])* "
+            f"{_literal(closing)} [ \\t\\n]*")
+
+
+def _class_char(ch: str) -> str:
+    return "\\" + ch if ch in "]\\^-[" else ch
+
+
+def _string_char(ch: str) -> str:
+    return "\\" + ch if ch in '"\\' else ch
 
 
 def _literal(text: str) -> str:

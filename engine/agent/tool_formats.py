@@ -1,16 +1,12 @@
-"""The tool-call forms of chat templates: how a conversation with tools is given to the
-model's template, the grammar that makes a forced call well-formed, and how calls are
-read back from its output (tool_stream.py).
+"""A conversation with tools given to a model in its family's form (engine/formats):
+the messages and tools its template takes, and the grammar that makes a forced call
+well-formed in the family's own syntax.
 
-- hermes: Qwen 2.5/3, Hermes 2/3 and the many templates that copied them:
-  `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
-- llama3: Llama 3.1-3.3: a bare `{"name": ..., "parameters": {...}}`
-- mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`
-- generic: a template that knows no tools (SmolLM2, Gemma 3): the tools are described in
-  the system message and the answer is JSON, `{"tool_call": {...}}` or
-  `{"response": "..."}`, always under a grammar (as llama.cpp does for such templates).
-
-A native template gets the tools as Hugging Face's `apply_chat_template` passes them.
+A family whose template renders tools (native) gets them as Hugging Face's
+`apply_chat_template` passes them, past calls and results included. A template that
+knows no tools (SmolLM2, Gemma 3) gets them described in the system message, and the
+answer is JSON, `{"tool_call": {...}}` or `{"response": "..."}`, always under a grammar
+(as llama.cpp does for such templates).
 """
 
 from __future__ import annotations
@@ -18,9 +14,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from ..formats.families import Family
 from .conversation import Conversation, Message, Tool
 from .json_schema import Branch
-from .tool_stream import ToolStream
 
 GENERIC_PROMPT = (
     "You can call these tools:\n{tools}\n\n"
@@ -31,118 +27,138 @@ GENERIC_PROMPT = (
 
 
 @dataclass(frozen=True)
-class ToolFormat:
-    name: str
-    native: bool             # the template renders tools itself
-    before: str = ""         # a call's text around its JSON
+class Forced:
+    """How a family writes a call, for the grammar of a forced one: an object
+    {name_key, arguments_key} (in a JSON array when `array`) between `before` and `after`,
+    or, when `named`, the arguments alone after a head naming the function (`{name}`)."""
+    before: str = ""
     after: str = ""
     arguments_key: str = "arguments"
-    array: bool = False      # the calls are one JSON array (mistral)
-    openers: tuple[str, ...] = ()
-    at_start: tuple[str, ...] = ()
-
-    # -- into the template --------------------------------------------------------------
-
-    def template_input(self, conv: Conversation) -> tuple[list[dict], list[dict] | None]:
-        """The messages and tools as the template receives them."""
-        offered = conv.tools if conv.choice.mode != "none" else ()
-        if self.native:
-            tools = [_openai_tool(t) for t in offered] or None
-            return [self._native_message(m, conv) for m in conv.messages], tools
-        messages = [self._generic_message(m, conv) for m in conv.messages]
-        if offered:
-            messages = _with_system(messages, GENERIC_PROMPT.format(
-                tools="\n".join(json.dumps(_openai_tool(t)["function"]) for t in offered)))
-        return messages, None
-
-    def _native_message(self, message: Message, conv: Conversation) -> dict:
-        out: dict = {"role": message.role, "content": message.content}
-        if message.calls:
-            out["tool_calls"] = [{"id": c.id, "type": "function",
-                                  "function": {"name": c.name, "arguments": c.arguments}}
-                                 for c in message.calls]
-        if message.role == "tool":
-            out["tool_call_id"] = message.call_id
-            out["name"] = _call_name(conv, message.call_id)
-        return out
-
-    def _generic_message(self, message: Message, conv: Conversation) -> dict:
-        if message.role == "tool":
-            body = {"tool_response": {"tool": _call_name(conv, message.call_id),
-                                      "content": message.content}}
-            return {"role": "user", "content": json.dumps(body)}
-        if message.calls:
-            calls = [{"name": c.name, "arguments": c.arguments} for c in message.calls]
-            body = {"tool_call": calls[0]} if len(calls) == 1 else {"tool_calls": calls}
-            return {"role": message.role, "content": json.dumps(body)}
-        return {"role": message.role, "content": message.content}
-
-    # -- the grammar --------------------------------------------------------------------
-
-    def branches(self, conv: Conversation) -> list[Branch] | None:
-        """What the output may be; None: free text."""
-        mode = conv.choice.mode
-        answer = [Branch(conv.schema)] if conv.schema is not None else []
-        if mode == "none" or not conv.tools:
-            return answer or None
-        tools = conv.tools if mode != "function" else \
-            tuple(t for t in conv.tools if t.name == conv.choice.name)
-        call = self._call_schema(tools)
-        if not self.native:
-            calls = [Branch({"type": "object", "properties": {"tool_call": call},
-                             "required": ["tool_call"]})]
-            if mode == "auto":
-                text = conv.schema or {"type": "string"}
-                calls.append(Branch({"type": "object", "properties": {"response": text},
-                                     "required": ["response"]}))
-            return calls
-        several = mode != "function" and conv.choice.parallel
-        if self.array:
-            calls = [Branch({"type": "array", "items": call, "minItems": 1,
-                             **({} if several else {"maxItems": 1})}, self.before)]
-        else:
-            calls = [Branch(call, self.before, self.after,
-                            repeat=several and bool(self.before))]
-        if mode == "auto":
-            return calls + answer if answer else None  # free text may call or answer
-        return calls
-
-    def _call_schema(self, tools: tuple[Tool, ...]) -> dict:
-        alternatives = [{"type": "object",
-                         "properties": {"name": {"const": t.name},
-                                        self.arguments_key: t.parameters},
-                         "required": ["name", self.arguments_key]} for t in tools]
-        return alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives}
-
-    # -- out of the output --------------------------------------------------------------
-
-    def stream(self, conv: Conversation, id_prefix: str = "call_") -> ToolStream | None:
-        """The reader of this output; None when it can hold no tool call."""
-        if not conv.tools or conv.choice.mode == "none":
-            return None
-        return ToolStream(self.openers, self.at_start, id_prefix,
-                          response_key=not self.native)
+    name_key: str = "name"
+    array: bool = False
+    named: bool = False
 
 
-HERMES = ToolFormat("hermes", True, "<tool_call>\n", "\n</tool_call>",
-                    openers=("<tool_call>",))
-LLAMA3 = ToolFormat("llama3", True, arguments_key="parameters",
-                    openers=("<|python_tag|>",), at_start=("{",))
-MISTRAL = ToolFormat("mistral", True, "[TOOL_CALLS]", array=True,
-                     openers=("[TOOL_CALLS]",), at_start=("[{",))
-GENERIC = ToolFormat("generic", False, at_start=("{",))
+FORCED = {
+    "hermes": Forced("<tool_call>\n", "\n</tool_call>"),
+    "qwen3": Forced("<tool_call>\n", "\n</tool_call>"),
+    "llama3": Forced(arguments_key="parameters"),
+    "mistral-nemo": Forced("[TOOL_CALLS]", array=True),
+    "firefunction-v2": Forced(" functools", array=True),
+    "nemotron-v2": Forced("<TOOLCALL>", "</TOOLCALL>", array=True),
+    "granite": Forced("<|tool_call|>", array=True),
+    "apriel": Forced("<tool_calls>", "</tool_calls>", array=True),
+    "command-r7b": Forced("<|START_ACTION|>", "<|END_ACTION|>", "parameters", "tool_name",
+                          array=True),
+    "mistral-small-3.2": Forced("[TOOL_CALLS]{name}[ARGS]", named=True),
+    "magistral": Forced("[TOOL_CALLS]{name}[ARGS]", named=True),
+    "functionary-v3.1": Forced("<function={name}>", "</function>", named=True),
+    "functionary-v3.2": Forced("{name}\n", named=True),
+    "kimi-k2": Forced("<|tool_calls_section_begin|><|tool_call_begin|>functions.{name}:0"
+                      "<|tool_call_argument_begin|>", "<|tool_call_end|><|tool_calls_section_end|>",
+                      named=True),
+    "deepseek-v3.1": Forced("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>{name}<｜tool▁sep｜>",
+                            "<｜tool▁call▁end｜><｜tool▁calls▁end｜>", named=True),
+    "deepseek-r1": Forced("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+                          "{name}\n```json\n", "```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+                          named=True),
+    "harmony": Forced("<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>",
+                      named=True),
+}
 
 
-def detect(template: str | None) -> ToolFormat:
-    """The form a chat template uses for tool calls, read from its text."""
-    text = template or ""
-    if "<tool_call>" in text:
-        return HERMES
-    if "[TOOL_CALLS]" in text:
-        return MISTRAL
-    if "<|start_header_id|>" in text and "tools" in text:
-        return LLAMA3
-    return GENERIC
+# -- into the template --------------------------------------------------------------------
+
+def template_input(family: Family, conv: Conversation) -> tuple[list[dict], list[dict] | None]:
+    """The messages and tools as the template receives them."""
+    offered = conv.tools if conv.choice.mode != "none" else ()
+    if family.native:
+        tools = [_openai_tool(t) for t in offered] or None
+        return [_native_message(m, conv) for m in conv.messages], tools
+    messages = [_generic_message(m, conv) for m in conv.messages]
+    if offered:
+        messages = _with_system(messages, GENERIC_PROMPT.format(
+            tools="\n".join(json.dumps(_openai_tool(t)["function"]) for t in offered)))
+    return messages, None
+
+
+def _native_message(message: Message, conv: Conversation) -> dict:
+    out: dict = {"role": message.role, "content": message.content}
+    if message.reasoning:  # templates read one or the other (Qwen3, DeepSeek: the first)
+        out["reasoning_content"] = out["thinking"] = message.reasoning
+    if message.calls:
+        out["tool_calls"] = [{"id": c.id, "type": "function",
+                              "function": {"name": c.name, "arguments": c.arguments}}
+                             for c in message.calls]
+    if message.role == "tool":
+        out["tool_call_id"] = message.call_id
+        out["name"] = _call_name(conv, message.call_id)
+    return out
+
+
+def _generic_message(message: Message, conv: Conversation) -> dict:
+    if message.role == "tool":
+        body = {"tool_response": {"tool": _call_name(conv, message.call_id),
+                                  "content": message.content}}
+        return {"role": "user", "content": json.dumps(body)}
+    if message.calls:
+        calls = [{"name": c.name, "arguments": c.arguments} for c in message.calls]
+        body = {"tool_call": calls[0]} if len(calls) == 1 else {"tool_calls": calls}
+        return {"role": message.role, "content": json.dumps(body)}
+    return {"role": message.role, "content": message.content}
+
+
+# -- the grammar --------------------------------------------------------------------------
+
+def branches(family: Family, conv: Conversation) -> tuple[list[Branch] | None, list[str]]:
+    """What the output may be (None: free text), and notes on what no grammar enforces."""
+    mode = conv.choice.mode
+    answer = [Branch(conv.schema)] if conv.schema is not None else []
+    if mode == "none" or not conv.tools:
+        return answer or None, []
+    tools = conv.tools if mode != "function" else \
+        tuple(t for t in conv.tools if t.name == conv.choice.name)
+    if not family.native:
+        return _generic_branches(tools, mode, conv.schema), []
+    if mode == "auto":
+        return (_native_branches(family, tools, True) + answer if answer else None), []
+    forced = _native_branches(family, tools, mode != "function" and conv.choice.parallel)
+    if not forced:
+        return answer or None, [f"tool_choice {mode!r}: not enforced by a grammar for the "
+                                f"{family.name} call syntax; the model was asked to call"]
+    return forced, []
+
+
+def _generic_branches(tools: tuple[Tool, ...], mode: str, schema: dict | None) -> list[Branch]:
+    calls = [Branch({"type": "object", "properties": {"tool_call": _call_schema(tools)},
+                     "required": ["tool_call"]})]
+    if mode == "auto":
+        text = schema or {"type": "string"}
+        calls.append(Branch({"type": "object", "properties": {"response": text},
+                             "required": ["response"]}))
+    return calls
+
+
+def _native_branches(family: Family, tools: tuple[Tool, ...], several: bool) -> list[Branch]:
+    forced = FORCED.get(family.name)
+    if forced is None:
+        return []
+    if forced.named:
+        return [Branch(t.parameters, forced.before.format(name=t.name), forced.after,
+                       repeat=several) for t in tools]
+    call = _call_schema(tools, forced.arguments_key, forced.name_key)
+    if forced.array:
+        return [Branch({"type": "array", "items": call, "minItems": 1,
+                        **({} if several else {"maxItems": 1})}, forced.before, forced.after)]
+    return [Branch(call, forced.before, forced.after, repeat=several and bool(forced.before))]
+
+
+def _call_schema(tools: tuple[Tool, ...], arguments_key: str = "arguments",
+                 name_key: str = "name") -> dict:
+    alternatives = [{"type": "object",
+                     "properties": {name_key: {"const": t.name}, arguments_key: t.parameters},
+                     "required": [name_key, arguments_key]} for t in tools]
+    return alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives}
 
 
 def _openai_tool(tool: Tool) -> dict:

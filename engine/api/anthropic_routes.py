@@ -13,10 +13,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..agent.conversation import Choice, Conversation, Message, ToolCall, tool
-from ..agent.tool_stream import CallArgs, CallStart, Text
+from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
 from ..engine import Engine
 from ..errors import HomerackError, InvalidRequest
 from .schemas import SamplingFields, text_of
+from .thinking import Thinking
 from .turns import Done, conversation_turn, guarded
 from .wire import extension
 
@@ -25,7 +26,7 @@ _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: 
                 503: "overloaded_error"}
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
                  "cancelled": "end_turn"}
-_SKIPPED = ("thinking", "redacted_thinking")  # a model's own reasoning, not shown back to it
+_SKIPPED = ("redacted_thinking",)  # another service's encrypted reasoning: nothing to show
 
 
 def is_anthropic(path: str) -> bool:
@@ -59,6 +60,12 @@ class AnthropicMessage(BaseModel):
     content: str | list[dict[str, Any]]
 
 
+class ThinkingConfig(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["enabled", "disabled", "adaptive"]
+    budget_tokens: int | None = Field(None, ge=1)
+
+
 class MessagesRequest(SamplingFields):
     messages: list[AnthropicMessage] = Field(min_length=1)
     max_tokens: int = Field(ge=1)
@@ -66,9 +73,18 @@ class MessagesRequest(SamplingFields):
     stop_sequences: list[str] | None = None
     tools: list[AnthropicTool] | None = None
     tool_choice: AnthropicChoice | None = None
+    thinking: ThinkingConfig | None = None
 
     def token_limit(self) -> int | None:
         return self.max_tokens
+
+    def reasoning(self) -> Thinking:
+        """Thinking disabled asks the model not to reason (where its template can);
+        otherwise its reasoning comes back as thinking blocks."""
+        if self.thinking is None:
+            return Thinking()
+        return Thinking(effort="none" if self.thinking.type == "disabled" else None,
+                        budget=self.thinking.budget_tokens)
 
     def stop_strings(self) -> tuple[str, ...]:
         return tuple(self.stop_sequences or ())
@@ -109,11 +125,13 @@ def _messages(message: AnthropicMessage, where: str) -> list[Message]:
     the assistant's calls."""
     if isinstance(message.content, str):
         return [Message(message.role, message.content, where=where)]
-    text, calls, results = [], [], []
+    text, thoughts, calls, results = [], [], [], []
     for j, block in enumerate(message.content):
         kind, at = block.get("type"), f"{where}.content[{j}]"
         if kind == "text":
             text.append(str(block.get("text", "")))
+        elif kind == "thinking" and message.role == "assistant":
+            thoughts.append(str(block.get("thinking", "")))
         elif kind == "tool_use" and message.role == "assistant":
             calls.append(ToolCall(str(block.get("id")), str(block.get("name")),
                                   block.get("input") or {}))
@@ -128,8 +146,9 @@ def _messages(message: AnthropicMessage, where: str) -> list[Message]:
                                  f"{' (no vision yet)' if kind in ('image', 'document') else ''}",
                                  param=at)
     out = results
-    if text or calls:
-        out.append(Message(message.role, "".join(text), tuple(calls), where=where))
+    if text or calls or thoughts:
+        out.append(Message(message.role, "".join(text), tuple(calls), where=where,
+                           reasoning="".join(thoughts)))
     return out
 
 
@@ -139,7 +158,7 @@ def router(engine: Engine) -> APIRouter:
     @api.post("/v1/messages")
     async def messages(body: MessagesRequest, http: Request):
         turn = await asyncio.to_thread(conversation_turn, engine, body, conversation(body),
-                                       http, "tool_choice", "toolu_")
+                                       http, "tool_choice", "toolu_", body.reasoning())
         try:
             started = await turn.start()
         except asyncio.CancelledError:
@@ -155,7 +174,9 @@ def router(engine: Engine) -> APIRouter:
             got = await turn.collect()
         except asyncio.CancelledError:
             return JSONResponse(error_body(499, "client disconnected"), 499)
-        content = [{"type": "text", "text": got.text}] if got.text or not got.calls else []
+        content = [{"type": "thinking", "thinking": got.reasoning, "signature": ""}] \
+            if got.reasoning else []
+        content += [{"type": "text", "text": got.text}] if got.text or not got.calls else []
         content += [{"type": "tool_use", "id": start.id, "name": start.name,
                      "input": _input(args)} for start, args in got.calls]
         return {**head, "content": content, "stop_reason": _STOP_REASONS[got.done.reason],
@@ -210,7 +231,13 @@ async def _events(turn, head: dict, input_tokens: int) -> AsyncIterator[str]:
         if isinstance(part, str):
             yield part
             return
-        if isinstance(part, Text) and part.text:
+        if isinstance(part, Reasoning):
+            if open_kind != "thinking":
+                for line in start_block({"type": "thinking", "thinking": "", "signature": ""}):
+                    yield line
+            yield _event("content_block_delta", {"index": index, "delta": {
+                "type": "thinking_delta", "thinking": part.text}})
+        elif isinstance(part, Text) and part.text:
             if open_kind != "text":
                 for line in start_block({"type": "text", "text": ""}):
                     yield line
@@ -224,6 +251,9 @@ async def _events(turn, head: dict, input_tokens: int) -> AsyncIterator[str]:
             yield _event("content_block_delta", {"index": index, "delta": {
                 "type": "input_json_delta", "partial_json": part.text}})
         elif isinstance(part, Done):
+            if open_kind == "thinking":
+                yield _event("content_block_delta", {"index": index, "delta": {
+                    "type": "signature_delta", "signature": ""}})
             if open_kind:
                 yield _event("content_block_stop", {"index": index})
             yield _event("message_delta", {

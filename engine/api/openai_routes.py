@@ -13,7 +13,7 @@ from fastapi.responses import StreamingResponse
 
 from ..agent.conversation import Conversation, tool
 from ..agent.json_schema import check
-from ..agent.tool_stream import CallArgs, CallStart, Text
+from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
 from ..engine import Engine
 from ..events import Started, Usage
 from .schemas import ChatCompletionRequest, CompletionRequest, answer_schema, tool_choice
@@ -75,7 +75,8 @@ def router(engine: Engine) -> APIRouter:
     @api.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, http: Request):
         turn = await asyncio.to_thread(conversation_turn, engine, body,
-                                       chat_conversation(body), http)
+                                       chat_conversation(body), http,
+                                       thinking=body.thinking())
         try:
             started = await turn.start()
         except asyncio.CancelledError:
@@ -91,6 +92,7 @@ def router(engine: Engine) -> APIRouter:
                   "function": {"name": start.name, "arguments": args or "{}"}}
                  for start, args in got.calls]
         message = {"role": "assistant", "content": got.text if got.text or not calls else None,
+                   **({"reasoning_content": got.reasoning} if got.reasoning else {}),
                    **({"tool_calls": calls} if calls else {})}
         return {**meta, "object": "chat.completion",
                 "choices": [{"index": 0, "message": message, "logprobs": None,
@@ -145,6 +147,8 @@ async def _chat_chunks(turn: Turn, meta: dict, include_usage: bool) -> AsyncIter
             yield part
         elif isinstance(part, Text):
             yield chunk({"content": part.text})
+        elif isinstance(part, Reasoning):
+            yield chunk({"reasoning_content": part.text})
         elif isinstance(part, CallStart):
             yield chunk({"tool_calls": [{"index": part.index, "id": part.id, "type": "function",
                                          "function": {"name": part.name, "arguments": ""}}]})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 import time
 import uuid
 from typing import Any, AsyncIterator, Literal
@@ -16,15 +17,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..agent.conversation import Choice, Conversation, Message, ToolCall, tool
 from ..agent.json_schema import check
-from ..agent.tool_stream import CallArgs, CallStart, Text
+from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
 from ..engine import Engine
 from ..errors import HomerackError, InvalidRequest
 from .schemas import SamplingFields, text_of
+from .thinking import Thinking
 from .turns import Done, Turn, conversation_turn, guarded
 from .wire import cancelled, extension
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
-_SKIPPED = ("reasoning",)
 
 
 class FunctionTool(BaseModel):
@@ -47,6 +48,11 @@ class TextOptions(BaseModel):
     format: TextFormat | None = None
 
 
+class ReasoningOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+
+
 class ResponsesRequest(SamplingFields):
     input: str | list[dict[str, Any]]
     instructions: str | None = None
@@ -56,9 +62,13 @@ class ResponsesRequest(SamplingFields):
     max_output_tokens: int | None = Field(None, ge=1)
     text: TextOptions | None = None
     previous_response_id: str | None = None
+    reasoning: ReasoningOptions | None = None
 
     def token_limit(self) -> int | None:
         return self.max_output_tokens
+
+    def thinking(self) -> Thinking:
+        return Thinking(effort=self.reasoning.effort if self.reasoning else None)
 
 
 def conversation(body: ResponsesRequest) -> Conversation:
@@ -71,6 +81,7 @@ def conversation(body: ResponsesRequest) -> Conversation:
         else body.input
     for i, item in enumerate(items):
         messages += _message(item, f"input[{i}]")
+    messages = _with_reasoning(messages)
     tools = []
     for i, t in enumerate(body.tools or ()):
         if t.type != "function" or not t.name:
@@ -102,10 +113,25 @@ def _message(item: dict, where: str) -> list[Message]:
         output = item.get("output")
         return [Message("tool", output if isinstance(output, str) else json.dumps(output),
                         call_id=item.get("call_id"), where=f"{where}.call_id")]
-    if kind in _SKIPPED:
-        return []
+    if kind == "reasoning":  # an earlier answer's: goes with the assistant turn after it
+        parts = item.get("content") or item.get("summary") or []
+        text = "".join(p.get("text", "") for p in parts if isinstance(p, dict))
+        return [Message("assistant", reasoning=text, where=where)]
     raise InvalidRequest(f"{where}: input items of type {kind!r} are not supported",
                          param=f"{where}.type")
+
+
+def _with_reasoning(messages: list[Message]) -> list[Message]:
+    """A reasoning item joins the assistant turn that follows it (its reasoning)."""
+    out: list[Message] = []
+    for message in messages:
+        held = out[-1] if out else None
+        if held and held.role == "assistant" and not held.content and not held.calls \
+                and message.role == "assistant":
+            out[-1] = replace(message, reasoning=held.reasoning + message.reasoning)
+        else:
+            out.append(message)
+    return out
 
 
 def _choice(body: ResponsesRequest) -> Choice:
@@ -133,12 +159,21 @@ class _Output:
 
     def __init__(self):
         self.text: list[str] = []
+        self.reasoning: list[str] = []
         self.calls: list[dict] = []
         self.message_id = f"msg_{uuid.uuid4().hex[:24]}"
+        self.reasoning_id = f"rs_{uuid.uuid4().hex[:24]}"
 
     def items(self) -> list[dict]:
-        items = [self.message_item("completed")] if self.text or not self.calls else []
+        items = [self.reasoning_item()] if self.reasoning else []
+        items += [self.message_item("completed")] if "".join(self.text) or not self.calls \
+            else []
         return items + [{**call, "status": "completed"} for call in self.calls]
+
+    def reasoning_item(self, done: bool = True) -> dict:
+        text = "".join(self.reasoning) if done else ""
+        return {"type": "reasoning", "id": self.reasoning_id, "summary": [],
+                "content": [{"type": "reasoning_text", "text": text}] if done else []}
 
     def message_item(self, status: str) -> dict:
         return {"type": "message", "id": self.message_id, "status": status, "role": "assistant",
@@ -175,7 +210,7 @@ def router(engine: Engine) -> APIRouter:
     @api.post("/v1/responses")
     async def responses(body: ResponsesRequest, http: Request):
         turn = await asyncio.to_thread(conversation_turn, engine, body, conversation(body),
-                                       http)
+                                       http, thinking=body.thinking())
         try:
             started = await turn.start()
         except asyncio.CancelledError:
@@ -191,6 +226,7 @@ def router(engine: Engine) -> APIRouter:
             return cancelled()
         output = _Output()
         output.text.append(got.text)
+        output.reasoning = [got.reasoning] if got.reasoning else []
         output.calls = [_call_item(start, args) for start, args in got.calls]
         return {**_response(body, response_id, started.model, output, got.done),
                 "homerack": extension(started, turn.notes)}
@@ -221,6 +257,12 @@ async def _events(turn: Turn, body: ResponsesRequest, response_id: str,
                     event("response.content_part.done", **where, part=part),
                     event("response.output_item.done", output_index=index,
                           item=output.message_item("completed"))]
+        if kind_open == "reasoning":
+            text = "".join(output.reasoning)
+            where = {"item_id": output.reasoning_id, "output_index": index, "content_index": 0}
+            return [event("response.reasoning_text.done", **where, text=text),
+                    event("response.output_item.done", output_index=index,
+                          item=output.reasoning_item())]
         if kind_open == "call":
             call = {**output.calls[-1], "status": "completed"}
             return [event("response.function_call_arguments.done", item_id=call["id"],
@@ -239,7 +281,17 @@ async def _events(turn: Turn, body: ResponsesRequest, response_id: str,
         if isinstance(part, str):
             yield part
             return
-        if isinstance(part, Text) and part.text:
+        if isinstance(part, Reasoning):
+            if kind_open != "reasoning":
+                for line in close_item():
+                    yield line
+                index, kind_open = index + 1, "reasoning"
+                yield event("response.output_item.added", output_index=index,
+                            item=output.reasoning_item(done=False))
+            output.reasoning.append(part.text)
+            yield event("response.reasoning_text.delta", item_id=output.reasoning_id,
+                        output_index=index, content_index=0, delta=part.text)
+        elif isinstance(part, Text) and part.text:
             if kind_open != "message":
                 for line in close_item():
                     yield line

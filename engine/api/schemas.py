@@ -12,6 +12,7 @@ from ..errors import InvalidRequest
 from ..events import SamplingParams
 from ..model.presets import Keep, LoadOverride
 from ..routing import DEFAULT_THRESHOLD
+from .thinking import Thinking
 
 
 def text_of(content, where: str, text_types: tuple[str, ...] = ("text",)) -> str:
@@ -48,6 +49,7 @@ class ChatMessage(BaseModel):
     content: str | list[dict[str, Any]] | None = None
     tool_calls: list[ToolCallIn] | None = None
     tool_call_id: str | None = None
+    reasoning_content: str | None = None  # an earlier answer's reasoning (llama-server's)
 
     def message(self, where: str) -> Message:
         role = "system" if self.role == "developer" else self.role
@@ -57,7 +59,7 @@ class ChatMessage(BaseModel):
         calls = tuple(_call(c, f"{where}.tool_calls[{i}]")
                       for i, c in enumerate(self.tool_calls or ()))
         return Message(role, text_of(self.content, f"{where}.content"), calls,
-                       self.tool_call_id, where)
+                       self.tool_call_id, where, self.reasoning_content or "")
 
 
 def _call(call: ToolCallIn, where: str) -> ToolCall:
@@ -160,6 +162,7 @@ class SamplingFields(BaseModel):
     # nor writes the response cache (so do Cache-Control: no-cache / no-store)
     response_cache: Literal["use", "refresh", "off"] = "use"
     lora: list[LoraChoice] | None = None  # LoRA adapters over the model, with their scales
+    grammar: str | None = None  # llama-server's: GBNF the whole output must match
 
     @field_validator("stop")
     @classmethod
@@ -199,9 +202,18 @@ class ChatCompletionRequest(SamplingFields):
     tool_choice: Literal["none", "auto", "required"] | NamedChoice | None = None
     parallel_tool_calls: bool = True
     response_format: ResponseFormat | None = None
+    # llama-server's and DeepSeek's: "auto" answers reasoning apart (reasoning_content),
+    # "none" leaves it in the content as the model wrote it
+    reasoning_format: Literal["auto", "none", "deepseek", "deepseek-legacy"] = "auto"
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
 
     def token_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
+
+    def thinking(self) -> Thinking:
+        return Thinking(self.reasoning_format != "none", self.reasoning_effort,
+                        dict(self.chat_template_kwargs or {}))
 
 
 class CompletionRequest(SamplingFields):

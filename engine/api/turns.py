@@ -12,12 +12,15 @@ from fastapi import Request
 
 from ..agent.compose import compose
 from ..agent.conversation import Conversation, checked
-from ..agent.tool_stream import CallArgs, CallStart, Text, ToolStream
+from ..agent.json_schema import MAX_GRAMMAR, MAX_NESTING, nesting
+from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
+from ..formats.stream import FormatStream, Reading
 from ..catalog.drafts import check_pair, check_size
 from ..engine import Engine
 from ..errors import HomerackError, InvalidRequest, ModelNotFound
 from ..events import Delta, Failed, Finished, GenerationRequest, Started, Usage
 from .channel import Channel
+from .thinking import Thinking
 
 
 @dataclass(frozen=True)
@@ -28,16 +31,19 @@ class Done:
 
 @dataclass
 class Collected:
-    """A whole answer: its text, its calls (start, arguments' JSON text), how it ended."""
+    """A whole answer: its text, its reasoning, its calls (start, arguments' JSON text),
+    how it ended."""
     text: str = ""
+    reasoning: str = ""
     calls: list[tuple[CallStart, str]] = field(default_factory=list)
     done: Done | None = None
 
 
 class Turn:
     def __init__(self, engine: Engine, request: GenerationRequest, http: Request,
-                 reader: ToolStream | None = None):
-        self.engine, self.request, self.http, self.reader = engine, request, http, reader
+                 reading: Reading | None = None):
+        self.engine, self.request, self.http, self.reading = engine, request, http, reading
+        self.reader: FormatStream | None = None
         self.started: Started | None = None
         self.notes: list[str] = []  # for the answer, beside the engine's own
 
@@ -54,12 +60,16 @@ class Turn:
         if isinstance(first, Failed):
             raise first.error
         self.started = first
+        if self.reading is not None:  # the prompt as rendered says whether it opened thinking
+            prompt = self.job.request.rendered_prompt or ""
+            self.reader = FormatStream(replace(
+                self.reading, opened=self.reading.family.opens_thinking(prompt)))
         return first
 
     def cancel(self) -> None:
         self.job.cancel()  # a no-op when finished; stops generation when the client left
 
-    async def events(self) -> AsyncIterator[Text | CallStart | CallArgs | Done]:
+    async def events(self) -> AsyncIterator[Text | Reasoning | CallStart | CallArgs | Done]:
         """Raises the engine's error if generation fails midway."""
         while True:
             event = await self.channel.next(self.job, self.http)
@@ -81,10 +91,12 @@ class Turn:
         return self.reader.feed(text) if self.reader else [Text(text)]
 
     async def collect(self) -> Collected:
-        out, parts, starts, args = Collected(), [], [], {}
+        out, parts, thoughts, starts, args = Collected(), [], [], [], {}
         async for event in self.events():
             if isinstance(event, Text):
                 parts.append(event.text)
+            elif isinstance(event, Reasoning):
+                thoughts.append(event.text)
             elif isinstance(event, CallStart):
                 starts.append(event)
                 args[event.index] = []
@@ -92,7 +104,7 @@ class Turn:
                 args[event.index].append(event.text)
             elif isinstance(event, Done):
                 out.done = event
-        out.text = "".join(parts)
+        out.text, out.reasoning = "".join(parts), "".join(thoughts)
         out.calls = [(start, "".join(args[start.index])) for start in starts]
         return out
 
@@ -128,7 +140,7 @@ def request_for(engine: Engine, body, **content) -> GenerationRequest:
             check_size(model, draft)
     return GenerationRequest(model=model, max_tokens=body.token_limit(),
                              sampling=body.sampling(engine.sampling_defaults(model)),
-                             stop=body.stop_strings(),
+                             stop=body.stop_strings(), grammar=checked_grammar(body.grammar),
                              ignore_eos=body.ignore_eos, speculation=speculation,
                              draft_model=draft, cache_prompt=body.cache_prompt, routed=routed,
                              response_cache=body.response_cache,
@@ -164,17 +176,40 @@ def lora_of(engine: Engine, choices) -> list[tuple[str, float]]:
 
 
 def conversation_turn(engine: Engine, body, conv: Conversation, http: Request,
-                      choice_param: str = "tool_choice", id_prefix: str = "call_") -> Turn:
-    """A turn of a conversation with tools: rendered in the form the model's template
-    uses, its output constrained where the choice or the schema demands it."""
+                      choice_param: str = "tool_choice", id_prefix: str = "call_",
+                      thinking: Thinking = Thinking()) -> Turn:
+    """A turn of a conversation, with or without tools: rendered in the form of the
+    model's family (engine/formats), its output constrained where the choice, the schema
+    or the request's own grammar demands it, and read back in that family's format."""
     conv = checked(conv, choice_param)
     request = request_for(engine, body)
-    composed = compose(conv, engine.chat_format_of(request.model).template)
+    family = engine.chat_format_of(request.model).family
+    composed = compose(conv, family, separate=thinking.separate, id_prefix=id_prefix)
     request = replace(request, messages=composed.messages, tools=composed.tools,
-                      grammar=composed.grammar)
-    turn = Turn(engine, request, http, composed.reader(conv, id_prefix))
-    turn.notes = conv.notes()
+                      grammar=request.grammar or composed.grammar,
+                      template_kwargs=thinking.template_kwargs())
+    reading = composed.reading
+    needs_reader = reading.schemas is not None or family.think or family.drop or \
+        family.is_harmony
+    turn = Turn(engine, request, http, reading if needs_reader else None)
+    turn.notes = conv.notes() + list(composed.notes)
     return turn
+
+
+def checked_grammar(text: str | None) -> str | None:
+    """A request's own GBNF grammar (llama-server's `grammar`), bounded as the ones made
+    from schemas are; llama.cpp's parser has the last word when it starts."""
+    if text is None:
+        return None
+    if not text.strip():
+        raise InvalidRequest("grammar is empty", param="grammar")
+    if len(text) > MAX_GRAMMAR:
+        raise InvalidRequest(f"grammar is {len(text):,} characters; at most {MAX_GRAMMAR:,}",
+                             param="grammar")
+    if (depth := nesting(text)) > MAX_NESTING:
+        raise InvalidRequest(f"grammar nests {depth:,} groups deep; at most {MAX_NESTING:,}",
+                             param="grammar")
+    return text
 
 
 async def guarded(turn: Turn, error_event: Callable[[HomerackError], str]):

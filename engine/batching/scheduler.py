@@ -132,7 +132,8 @@ class Scheduler:
             self._restore_longer(slot, prompt)
         self._trim(slot, common_prefix(slot.tokens, prompt[:-1]))
         slot.begin(job, prompt, sampler, spec, Output(
-            job, loaded.llama, loaded.chat_format.turn_ends, loaded.turn_end_tokens, max_tokens))
+            job, loaded.llama, loaded.chat_format.turn_ends, loaded.turn_end_tokens, max_tokens,
+            loaded.marker_tokens if request.messages is not None else frozenset()))
         answering = "+".join([loaded.model.id, *(use.adapter.id for use in request.adapters)])
         slot.started = Started(answering, len(prompt), slot.n_cached, max_tokens,
                                loaded.llama.n_ctx,

@@ -97,9 +97,11 @@ class Output:
     """Emits one request's tokens as text, times them, and decides when it stops."""
 
     def __init__(self, job: Job, llama: LlamaModel, turn_ends: tuple[str, ...],
-                 turn_end_tokens: frozenset[int], max_tokens: int):
+                 turn_end_tokens: frozenset[int], max_tokens: int,
+                 shown: frozenset[int] = frozenset()):
         self.job, self.llama, self.max_tokens = job, llama, max_tokens
         self.turn_end_tokens = turn_end_tokens
+        self.shown = shown  # control tokens rendered: the format's reader reads them
         self.stream = TextStream(job.request.stop + turn_ends)
         self.produced = 0
         self.reason = "length"
@@ -129,7 +131,7 @@ class Output:
                                                 or token in self.turn_end_tokens):
             self.reason = "stop"
             return False
-        text = self.stream.feed(self.llama.piece(token))
+        text = self.stream.feed(self.llama.piece(token, token in self.shown))
         if text:
             self.job.emit(Delta(text))
         if self.stream.stopped:

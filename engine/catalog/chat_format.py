@@ -6,6 +6,7 @@ fallback was used (llama-cpp-python silently falls back to "llama-2" instead).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -14,7 +15,9 @@ from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import InvalidRequest
+from ..formats.families import GENERIC, Family, detect
 from .gguf_file import GGUFInfo
+from .template_polyfills import LADDER
 
 GEMMA_TEMPLATE = (
     "{{ bos_token }}"
@@ -58,35 +61,56 @@ class ChatFormat:
     eos_token: str
     fallback: bool
     turn_ends: tuple[str, ...]
+    family: Family = GENERIC
 
-    def render(self, messages: list[dict], tools: list[dict] | None = None) -> str:
+    def render(self, messages: list[dict], tools: list[dict] | None = None,
+               kwargs: dict | None = None) -> str:
         """The prompt; `tools` reach the template as Hugging Face's apply_chat_template
         passes them (templates that know tools describe them to the model), and only when
         there are some: Hermes 2 Pro, Hermes 3 and Command-R+ loop over `tools` whenever
-        it is defined, None included.
+        it is defined, None included. `kwargs`: the request's chat_template_kwargs
+        (enable_thinking, reasoning_effort...).
 
-        A template is the model file's code: whatever it raises (its own complaint, or a
-        TypeError of its making) is the request's 400 in the template's words."""
-        extra = {"tools": tools} if tools is not None else {}
-        try:
-            return _compile(self.template).render(
-                messages=messages,
-                add_generation_prompt=True,
-                bos_token=self.bos_token,
-                eos_token=self.eos_token,
-                **extra,
-            )
-        except TemplateError as exc:
-            raise InvalidRequest(f"the model's chat template rejected these messages: {exc}",
-                                 param="messages") from exc
-        except Exception as exc:  # noqa: BLE001 (any error of the template's own code)
-            raise InvalidRequest(f"the model's chat template failed on these messages: "
-                                 f"{type(exc).__name__}: {exc}", param="messages") from exc
+        What a template lacks is supplied (template_polyfills.LADDER, one more rewrite at
+        a time); a template that still raises is the request's 400 in its own words: it
+        is the model file's code."""
+        extra = {**({"tools": tools} if tools is not None else {}), **(kwargs or {})}
+        if "functions" in self.template and "functions" not in extra:  # firefunction v2
+            extra["functions"] = json.dumps([t["function"] for t in tools or ()])
+        first_error = None
+        for rung in range(len(LADDER) + 1):
+            adapted = messages
+            for polyfill in LADDER[:rung]:
+                adapted = polyfill(adapted)
+            try:
+                return self._render(adapted, extra)
+            except Exception as exc:  # noqa: BLE001 (any error of the template's own code)
+                first_error = first_error or exc
+        raise _refusal(first_error)
+
+    def _render(self, messages: list[dict], extra: dict) -> str:
+        return _compile(self.template).render(messages=messages, add_generation_prompt=True,
+                                              bos_token=self.bos_token,
+                                              eos_token=self.eos_token, **extra)
 
     def describe(self) -> str:
         if self.fallback:
             return f"{self.name} (fallback: the model file has no chat template)"
         return f"{self.name} (from the model file)"
+
+
+def _refusal(exc: Exception) -> InvalidRequest:
+    if isinstance(exc, TemplateError):
+        return InvalidRequest(f"the model's chat template rejected these messages: {exc}",
+                              param="messages")
+    return InvalidRequest(f"the model's chat template failed on these messages: "
+                          f"{type(exc).__name__}: {exc}", param="messages")
+
+
+def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    """Hugging Face's tojson (templates pass it json.dumps' arguments)."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
 
 
 def _raise_exception(message: str):
@@ -100,13 +124,15 @@ def _compile(template: str):
                                         extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    env.filters["tojson"] = _tojson
     return env.from_string(template)
 
 
 def chat_format_for(info: GGUFInfo) -> ChatFormat:
     bos, eos = info.bos_token or "", info.eos_token or ""
     if info.chat_template:
-        ends = tuple(t for t in _KNOWN_TURN_ENDS if t in info.chat_template)
-        return ChatFormat("model template", info.chat_template, bos, eos, False, ends)
+        family = detect(info.chat_template)
+        ends = family.ends or tuple(t for t in _KNOWN_TURN_ENDS if t in info.chat_template)
+        return ChatFormat("model template", info.chat_template, bos, eos, False, ends, family)
     name, template, ends = _FALLBACKS.get(info.architecture, _DEFAULT_FALLBACK)
     return ChatFormat(name, template, bos, eos, True, ends)

@@ -181,11 +181,12 @@ class LlamaModel(Tokens):
 
     # -- vocabulary -------------------------------------------------------------
 
-    def piece(self, token: int) -> bytes:
-        """The bytes a token stands for (special tokens render as nothing)."""
-        cached = self._pieces.get(token)
+    def piece(self, token: int, special: bool = False) -> bytes:
+        """The bytes a token stands for (control tokens render as nothing unless
+        `special`: a chat format's markers that its reader must see)."""
+        cached = self._pieces.get((token, special))
         if cached is None:
-            cached = self._pieces[token] = piece_of(self.vocab, token)
+            cached = self._pieces[(token, special)] = piece_of(self.vocab, token, special)
         return cached
 
     # -- evaluation -------------------------------------------------------------

@@ -24,12 +24,13 @@ def _tokenize(vocab, text: str, add_special: bool, parse_special: bool) -> list[
     return list(buf[:n])
 
 
-def piece_of(vocab, token: int) -> bytes:
+def piece_of(vocab, token: int, special: bool = False) -> bytes:
+    """The token's text; a control token's only when `special` (else nothing)."""
     buf = ctypes.create_string_buffer(64)
-    n = llama.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
+    n = llama.llama_token_to_piece(vocab, token, buf, len(buf), 0, special)
     if n < 0:
         buf = ctypes.create_string_buffer(-n)
-        n = llama.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
+        n = llama.llama_token_to_piece(vocab, token, buf, len(buf), 0, special)
     return buf.raw[:n]
 
 
@@ -68,8 +69,8 @@ class Vocabulary(Tokens):
         self.vocab = llama.llama_model_get_vocab(self.model)
         self.n_vocab = llama.llama_vocab_n_tokens(self.vocab)
 
-    def piece(self, token: int) -> bytes:
-        return piece_of(self.vocab, token)
+    def piece(self, token: int, special: bool = False) -> bytes:
+        return piece_of(self.vocab, token, special)
 
     def close(self) -> None:
         llama.llama_model_free(self.model)

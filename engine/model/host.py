@@ -86,6 +86,7 @@ class Loaded:
     evaluated: bool = False  # its first request ran (the load journal's watch ends)
     tie_margin: float | None = None  # measured on its first greedy draft (speculation/verify.py)
     adapters: AdapterBank | None = None  # its LoRA adapters, loaded on first use
+    marker_tokens: frozenset[int] = frozenset()  # control tokens its format's reader reads
 
     def close(self) -> None:
         if self.cache:
@@ -122,7 +123,7 @@ class Loaded:
 def render_chat(request: GenerationRequest, chat_format: ChatFormat) -> str:
     """The request's messages (and tools) as prompt text, in the model's chat format."""
     tools = list(request.tools) if request.tools else None
-    return chat_format.render(list(request.messages), tools)
+    return chat_format.render(list(request.messages), tools, request.template_kwargs)
 
 
 def prompt_tokens(request: GenerationRequest, chat_format: ChatFormat,
@@ -144,6 +145,22 @@ def prompt_tokens(request: GenerationRequest, chat_format: ChatFormat,
     if not tokens:
         raise InvalidRequest("the prompt is empty", param="prompt")
     return tokens, notes
+
+
+def single_tokens(llama, texts) -> frozenset[int]:
+    """The tokens that are each of these texts whole (a turn's end, a format's marker)."""
+    found = set()
+    for text in texts:
+        ids = llama.tokenize(text, add_special=False, parse_special=True)
+        if len(ids) == 1:
+            found.add(ids[0])
+    return frozenset(found)
+
+
+def control_tokens(llama, texts) -> frozenset[int]:
+    """Of the markers, those the vocabulary holds as control tokens (which render as
+    nothing unless asked: gpt-oss's `<|end|>`, a model's own `<|channel|>`)."""
+    return frozenset(t for t in single_tokens(llama, texts) if not llama.piece(t))
 
 
 class ModelHost:
@@ -252,15 +269,12 @@ class ModelHost:
         self.loads += 1
         llama = outcome.llama
         fmt = chat_format_for(info)
-        turn_ends = set()
-        for text in fmt.turn_ends:
-            ids = llama.tokenize(text, add_special=False, parse_special=True)
-            if len(ids) == 1:
-                turn_ends.add(ids[0])
-        self.loaded = Loaded(model, llama, fmt, frozenset(turn_ends), self._prompt_cache(model),
+        self.loaded = Loaded(model, llama, fmt, single_tokens(llama, fmt.turn_ends),
+                             self._prompt_cache(model),
                              self._compare(outcome.plan, llama, info.architecture),
                              plan=outcome.plan, override=override, notes=outcome.notes,
-                             adapters=AdapterBank(llama))
+                             adapters=AdapterBank(llama),
+                             marker_tokens=control_tokens(llama, fmt.family.markers()))
         return self.loaded
 
     def held(self) -> dict[str, int]:

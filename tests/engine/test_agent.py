@@ -9,10 +9,8 @@ from support.agent_templates import HERMES, LLAMA3, MISTRAL
 from engine.agent.compose import compose
 from engine.agent.conversation import Choice, Conversation, Message, ToolCall, checked, tool
 from engine.agent.json_schema import Branch, check, grammar
-from engine.agent.tool_formats import GENERIC, HERMES as HERMES_FORMAT, LLAMA3 as LLAMA3_FORMAT
-from engine.agent.tool_formats import MISTRAL as MISTRAL_FORMAT, detect
-from engine.agent.tool_stream import CallArgs, CallStart, Text
 from engine.catalog.chat_format import ChatFormat
+from engine.formats.families import detect
 from engine.errors import InvalidRequest
 
 WEATHER = tool("get_weather", "Weather in a city",
@@ -52,10 +50,14 @@ def test_supported_schema_becomes_a_grammar_with_strict_strings():
 
 
 def test_templates_are_recognised_by_their_tool_call_form():
-    assert detect(HERMES) is HERMES_FORMAT
-    assert detect(LLAMA3) is LLAMA3_FORMAT
-    assert detect(MISTRAL) is MISTRAL_FORMAT
-    assert detect("{{ messages }}") is GENERIC and detect(None) is GENERIC
+    assert detect(HERMES).name == "hermes"
+    assert detect(LLAMA3).name == "llama3"
+    assert detect(MISTRAL).name == "mistral-nemo"
+    assert detect("{{ messages }}").name == "generic" and detect(None).name == "generic"
+
+
+def _compose(conv, template):
+    return compose(conv, detect(template))
 
 
 def _history() -> Conversation:
@@ -69,11 +71,11 @@ def _history() -> Conversation:
 @pytest.mark.parametrize("template, expected", [
     (HERMES, ['"name": "get_weather"', "<tool_call>", "<tool_response>\nSunny, 24 C"]),
     (LLAMA3, ["Environment: ipython", '"parameters": {"city": "Paris"}', "ipython<|end_header_id|>"]),
-    (MISTRAL, ["[AVAILABLE_TOOLS]", '[TOOL_CALLS][{"arguments": {"city": "Paris"}, "name": '
-              '"get_weather"}]', "[TOOL_RESULTS]"]),
+    (MISTRAL, ["[AVAILABLE_TOOLS]", '[TOOL_CALLS][{"name": "get_weather", "arguments": '
+              '{"city": "Paris"}}]', "[TOOL_RESULTS]"]),
 ])
 def test_native_templates_receive_tools_calls_and_results(template, expected):
-    composed = compose(_history(), template)
+    composed = _compose(_history(), template)
     prompt = ChatFormat("t", template, "<s>", "</s>", False, ()).render(
         list(composed.messages), list(composed.tools))
     for text in expected:
@@ -82,7 +84,7 @@ def test_native_templates_receive_tools_calls_and_results(template, expected):
 
 
 def test_a_template_without_tools_gets_them_described_and_json_answers():
-    composed = compose(_history(), None)
+    composed = _compose(_history(), None)
     system = composed.messages[0]
     assert system["role"] == "system" and '"get_weather"' in system["content"]
     assert json.loads(composed.messages[2]["content"]) == {
@@ -95,12 +97,12 @@ def test_choices_shape_the_grammar():
     def conv(choice):
         return Conversation((Message("user", "hi"),), (WEATHER, ADD), choice)
 
-    named = compose(conv(Choice("function", "add")), HERMES).grammar
+    named = _compose(conv(Choice("function", "add")), HERMES).grammar
     assert '"\\"add\\""' in named and "get_weather" not in named
-    assert ")+" in compose(conv(Choice("required")), HERMES).grammar  # several calls
-    assert ")+" not in compose(conv(Choice("required", parallel=False)), HERMES).grammar
-    assert compose(conv(Choice("none")), HERMES).tools is None
-    assert compose(conv(Choice("none")), None).grammar is None
+    assert ")+" in _compose(conv(Choice("required")), HERMES).grammar  # several calls
+    assert ")+" not in _compose(conv(Choice("required", parallel=False)), HERMES).grammar
+    assert _compose(conv(Choice("none")), HERMES).tools is None
+    assert _compose(conv(Choice("none")), None).grammar is None
 
 
 def test_tool_schema_keywords_no_grammar_enforces_are_reported_not_refused():
@@ -111,7 +113,7 @@ def test_tool_schema_keywords_no_grammar_enforces_are_reported_not_refused():
                                 "tools[0].input_schema.properties.retries.minimum")
     conv = Conversation((Message("user", "hi"),), (fetch,), Choice("required"))
     assert "retries.minimum" in conv.notes()[0]
-    assert compose(conv, None).grammar  # the rest of the schema still holds the call
+    assert _compose(conv, None).grammar  # the rest of the schema still holds the call
     with pytest.raises(InvalidRequest) as raised:
         tool("f", "", {"type": "object", "properties": {"x": {"type": 3}}}, "tools[1].parameters")
     assert raised.value.param == "tools[1].parameters"
@@ -129,56 +131,3 @@ def test_impossible_requests_are_refused_naming_the_field():
     assert raised.value.param == "messages[1]"
     with pytest.raises(InvalidRequest):
         checked(Conversation((Message("user", "hi"),), (), Choice("required")), "tool_choice")
-
-
-def _read(fmt, text: str, step: int):
-    stream = fmt.stream(Conversation((Message("user", "x"),), (WEATHER,)))
-    events = []
-    for i in range(0, len(text), step):
-        events += stream.feed(text[i:i + step])
-    return events + stream.finish()
-
-
-def _summary(events):
-    text = "".join(e.text for e in events if isinstance(e, Text))
-    names = [e.name for e in events if isinstance(e, CallStart)]
-    args = {}
-    for e in events:
-        if isinstance(e, CallArgs):
-            args[e.index] = args.get(e.index, "") + e.text
-    return text, names, [json.loads(args[i]) for i in sorted(args)]
-
-
-@pytest.mark.parametrize("fmt, output, expected", [
-    (HERMES_FORMAT, 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": '
-     '{"city": "Paris \\"Nord\\""}}\n</tool_call>\n<tool_call>\n{"name": "add", "arguments": '
-     '{"a": 1, "b": 2}}\n</tool_call>',
-     ("Let me check.\n", ["get_weather", "add"], [{"city": 'Paris "Nord"'}, {"a": 1, "b": 2}])),
-    (LLAMA3_FORMAT, '{"name": "get_weather", "parameters": {"city": "Oslo"}}',
-     ("", ["get_weather"], [{"city": "Oslo"}])),
-    (MISTRAL_FORMAT, '[TOOL_CALLS][{"name": "add", "arguments": {"a": 2, "b": 3}}, '
-     '{"name": "get_weather", "arguments": {"city": "Rome"}}]',
-     ("", ["add", "get_weather"], [{"a": 2, "b": 3}, {"city": "Rome"}])),
-    (MISTRAL_FORMAT, '[{"name": "add", "arguments": {"a": 2, "b": 3}}]',  # token not rendered
-     ("", ["add"], [{"a": 2, "b": 3}])),
-    (GENERIC, '{"tool_call": {"name": "get_weather", "arguments": {"city": "Lima"}}}',
-     ("", ["get_weather"], [{"city": "Lima"}])),
-    (GENERIC, '{"response": "Caf\\u00e9 \\"au lait\\"\\nis {good}"}',
-     ('Café "au lait"\nis {good}', [], [])),
-    (HERMES_FORMAT, '<tool_call>{"arguments": {"city": "Bern"}, "name": "get_weather"}'
-     '</tool_call>', ("", ["get_weather"], [{"city": "Bern"}])),  # keys in another order
-    (LLAMA3_FORMAT, '{"answer": 42} is a JSON object.', ('{"answer": 42} is a JSON object.', [], [])),
-    (HERMES_FORMAT, "No tools needed: 2 < 3 and <b>bold</b>.",
-     ("No tools needed: 2 < 3 and <b>bold</b>.", [], [])),
-])
-@pytest.mark.parametrize("step", [1, 3, 1000])
-def test_calls_and_text_are_read_from_output_streamed_in_any_pieces(fmt, output, expected, step):
-    assert _summary(_read(fmt, output, step)) == expected
-
-
-def test_arguments_stream_in_pieces_as_they_are_written():
-    events = _read(HERMES_FORMAT, '<tool_call>{"name": "get_weather", "arguments": '
-                                  '{"city": "Paris"}}</tool_call>', 4)
-    pieces = [e.text for e in events if isinstance(e, CallArgs)]
-    assert len(pieces) > 3 and "".join(pieces) == '{"city": "Paris"}'
-    assert isinstance(events[0], CallStart) and events[0].id.startswith("call_")
