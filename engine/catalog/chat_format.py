@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 
-from jinja2 import TemplateError
+from collections.abc import Iterable
+
+from jinja2 import TemplateError, nodes
+from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import InvalidRequest
@@ -74,16 +77,19 @@ class ChatFormat:
         What a template lacks is supplied (template_polyfills.LADDER, one more rewrite at
         a time); a template that still raises is the request's 400 in its own words: it
         is the model file's code."""
-        extra = {**({"tools": tools} if tools is not None else {}), **(kwargs or {})}
+        extra = dict(kwargs or {})
         if "functions" in self.template and "functions" not in extra:  # firefunction v2
             extra["functions"] = json.dumps([t["function"] for t in tools or ()])
+        if "datetime" in self.template and "datetime" not in extra:  # firefunction v2 too
+            extra["datetime"] = datetime.now().strftime("%b %d %Y %H:%M:%S GMT")
         first_error = None
         for rung in range(len(LADDER) + 1):
-            adapted = messages
+            adapted, offered = messages, tools
             for polyfill in LADDER[:rung]:
-                adapted = polyfill(adapted)
+                adapted, offered = polyfill(adapted, offered)
             try:
-                return self._render(adapted, extra)
+                return self._render(adapted, {**extra, **({"tools": offered}
+                                                         if offered is not None else {})})
             except Exception as exc:  # noqa: BLE001 (any error of the template's own code)
                 first_error = first_error or exc
         raise _refusal(first_error)
@@ -108,9 +114,27 @@ def _refusal(exc: Exception) -> InvalidRequest:
 
 
 def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    """Hugging Face's tojson (templates pass it json.dumps' arguments)."""
+    """Hugging Face's tojson (templates pass it json.dumps' arguments); a filter's
+    generator (`tools | map(...)`) is the list it yields."""
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
+                      sort_keys=sort_keys, default=_listed)
+
+
+def _listed(value):
+    if isinstance(value, Iterable):
+        return list(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+class _Generation(Extension):
+    """Hugging Face's `{% generation %}...{% endgeneration %}` (it marks the assistant's
+    tokens for training): here it renders its body."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.Scope(body, lineno=lineno)
 
 
 def _raise_exception(message: str):
@@ -121,7 +145,7 @@ def _raise_exception(message: str):
 def _compile(template: str):
     # The same environment settings Hugging Face uses for chat templates.
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
+                                        extensions=["jinja2.ext.loopcontrols", _Generation])
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     env.filters["tojson"] = _tojson

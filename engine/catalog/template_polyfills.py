@@ -5,7 +5,10 @@ renders (chat_format.render).
 - Mistral's templates take only 9-character alphanumeric tool-call ids;
 - functionary's want a call's arguments as a JSON string, not an object;
 - Gemma 2 has no system role: the system text opens the first user turn;
-- templates without a tool role see results as user turns, and past calls as text."""
+- templates without a tool role see results as user turns, and past calls as text;
+- Command-R+ reads a tool's name and description at its top level, not in "function".
+
+Each rewrite takes and gives (messages, tools)."""
 
 from __future__ import annotations
 
@@ -79,4 +82,28 @@ def _merged(out: list, message: dict) -> dict | None:
     return message
 
 
-LADDER = (nine_character_ids, arguments_as_text, system_in_first_user, tools_as_text)
+def flat_tools(tools: list[dict] | None) -> list[dict] | None:
+    """Each tool's function at its top level too, its parameters also as Cohere's
+    parameter_definitions (each with a type, a description and whether it is required)."""
+    if not tools:
+        return tools
+    out = []
+    for tool in tools:
+        function = tool.get("function", {})
+        schema = function.get("parameters") or {}
+        required = set(schema.get("required", ()))
+        definitions = {name: {"type": str(spec.get("type", "string")),
+                              "description": str(spec.get("description", "")),
+                              "required": name in required}
+                       for name, spec in (schema.get("properties") or {}).items()}
+        out.append({**function, **tool, "parameter_definitions": definitions})
+    return out
+
+
+def _on_messages(rewrite):
+    return lambda messages, tools: (rewrite(messages), tools)
+
+
+LADDER = (*(_on_messages(f) for f in (nine_character_ids, arguments_as_text,
+                                      system_in_first_user, tools_as_text)),
+          lambda messages, tools: (messages, flat_tools(tools)))
