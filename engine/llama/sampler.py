@@ -49,14 +49,14 @@ class Sampler:
         self._penalized = bool(params.frequency_penalty or params.presence_penalty)
         self._argmax = self.greedy and not self._penalized and grammar is None
         self._chain = _chain(params, n_vocab)
-        self._grammar = None
+        self._grammar, self._vocab = None, vocab
         if grammar is not None:
             self._grammar = llama.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
             if not self._grammar:
                 self.close()
-                # the grammar came from the request's schema: its fault, not the engine's
-                raise InvalidRequest(f"llama.cpp rejected the grammar made from the "
-                                     f"request's schema:\n{grammar[:400]}")
+                # the request's grammar, or one made from its schema: its fault
+                raise InvalidRequest(f"llama.cpp could not parse the grammar:\n"
+                                     f"{grammar[:400]}", param="grammar")
             self._candidates = np.zeros(n_vocab, dtype=_TOKEN_DATA)
             self._ids = np.arange(n_vocab, dtype=np.int32)
             self._one = np.zeros(1, dtype=_TOKEN_DATA)
@@ -75,7 +75,11 @@ class Sampler:
         self._one["id"], self._one["logit"] = token, 0.0
         if _apply(self._grammar, self._one).logit == -np.inf:  # refused: pick again
             token = self._pick(logits, constrained=True)
-        llama.llama_sampler_accept(self._grammar, token)
+        # an end of generation ends the output: the grammar never sees it (llama.cpp
+        # aborts the process when a grammar that is not complete is handed one, as a
+        # request's grammar naming such a token, <|call|>, would do)
+        if not llama.llama_vocab_is_eog(self._vocab, token):
+            llama.llama_sampler_accept(self._grammar, token)
         if self._penalized:
             llama.llama_sampler_accept(self._chain, token)
         return token
@@ -87,6 +91,8 @@ class Sampler:
         candidates["p"] = 0.0
         if constrained:
             _apply(self._grammar, candidates)
+            if np.isneginf(candidates["logit"]).all():  # a dead end (an end-of-generation
+                return llama.llama_vocab_eos(self._vocab)  # token named mid-grammar): stop
         return _apply(self._chain, candidates).id
 
     def close(self) -> None:

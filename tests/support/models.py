@@ -20,15 +20,24 @@ PARIS_QUESTION = "What is the capital of France? Answer in one sentence."
 ADAPTER = "smol-persona"  # a LoRA adapter for the starter (conftest.py's lora_server)
 
 
-def with_template(source: Path, target: Path, template: str) -> Path:
-    """A copy of a GGUF model with another chat template in its metadata."""
+def with_template(source: Path, target: Path, template: str,
+                  rename: dict[int, str] | None = None) -> Path:
+    """A copy of a GGUF model with another chat template in its metadata; `rename` gives
+    tokens new texts (a starter's unused control tokens made another format's markers,
+    so the copy holds them as control tokens, as the real model's vocabulary does)."""
     from gguf import GGUFValueType, GGUFWriter
     from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
 
     reader = open_gguf(source)
     writer = GGUFWriter(str(target), arch=reader.fields["general.architecture"].contents())
-    copy_with_new_metadata(reader, writer, {
-        "tokenizer.chat_template": MetadataDetails(GGUFValueType.STRING, template)}, [])
+    metadata = {"tokenizer.chat_template": MetadataDetails(GGUFValueType.STRING, template)}
+    if rename:
+        tokens = list(reader.fields["tokenizer.ggml.tokens"].contents())
+        for token, text in rename.items():
+            tokens[token] = text
+        metadata["tokenizer.ggml.tokens"] = MetadataDetails(
+            GGUFValueType.ARRAY, tokens, sub_type=GGUFValueType.STRING)
+    copy_with_new_metadata(reader, writer, metadata, [])
     return target
 
 
