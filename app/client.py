@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -29,6 +30,8 @@ def adapter_text(name: str, scale: float) -> str:
 class StreamedReply:
     """Filled in as a streamed reply arrives."""
     text: str = ""
+    reasoning: str = ""  # the model's thinking, apart from the answer (reasoning models)
+    thought_s: float | None = None  # from its first thought to its answer's first piece
     finish_reason: str | None = None
     usage: dict | None = None
     notes: list[str] = field(default_factory=list)
@@ -134,9 +137,12 @@ class EngineClient:
         return self._checked(self._http.put("/v1/routing", json=body)).json()
 
     def stream_chat(self, messages: list[dict], reply: StreamedReply,
-                    should_stop: Callable[[], bool] = lambda: False, **options) -> Iterator[str]:
-        """Yield text pieces as they arrive; `reply` gets the finish reason and usage.
-        When should_stop() turns true the stream is closed, which cancels the generation."""
+                    should_stop: Callable[[], bool] = lambda: False,
+                    **options) -> Iterator[tuple[str, str]]:
+        """Yield ("reasoning" | "content", text) pieces as they arrive; `reply` gets them
+        too, with the finish reason and usage. When should_stop() turns true the stream is
+        closed, which cancels the generation."""
+        thinking_since = None
         body = {"messages": messages, "stream": True,
                 "stream_options": {"include_usage": True},
                 **{k: v for k, v in options.items() if v is not None}}
@@ -166,10 +172,19 @@ class EngineClient:
                     reply.usage = chunk["usage"]
                 for choice in chunk["choices"]:
                     reply.finish_reason = choice.get("finish_reason") or reply.finish_reason
+                    thought = choice["delta"].get("reasoning_content")
+                    if thought:
+                        thinking_since = thinking_since or time.monotonic()
+                        reply.reasoning += thought
+                        yield "reasoning", thought
                     text = choice["delta"].get("content")
                     if text:
+                        if thinking_since and reply.thought_s is None:
+                            reply.thought_s = time.monotonic() - thinking_since
                         reply.text += text
-                        yield text
+                        yield "content", text
+        if thinking_since and reply.thought_s is None:  # it thought to the end
+            reply.thought_s = time.monotonic() - thinking_since
 
     @staticmethod
     def _checked(response: httpx.Response) -> httpx.Response:

@@ -51,6 +51,8 @@ ADDED_COLUMNS = {
         "parent": ("INTEGER", "UPDATE messages SET parent = (SELECT max(p.id) FROM messages p "
                               "WHERE p.conversation_id = messages.conversation_id "
                               "AND p.id < messages.id)"),
+        "reasoning": ("TEXT NOT NULL DEFAULT ''", None),  # a reasoning model's thinking
+        "thought_s": ("REAL", None),  # how long it thought
     },
 }
 FULL_TEXT = """
@@ -62,7 +64,8 @@ CREATE TRIGGER message_text_drop AFTER DELETE ON messages BEGIN
 END;
 INSERT INTO message_text(message_text) VALUES ('rebuild');
 """
-MESSAGE_COLUMNS = "id, role, content, status, model, detail, stats, parent"
+MESSAGE_COLUMNS = "id, role, content, status, model, detail, stats, parent, reasoning, thought_s"
+PARENT = 7  # its place in MESSAGE_COLUMNS
 
 # Small models answer far better with a plain instruction than with none.
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
@@ -89,6 +92,8 @@ class SavedMessage:
     detail: str = ""  # how: "from the response cache", "routed: ..."
     stats: str = ""  # its figures, for the view's tooltip
     parent: int | None = None
+    reasoning: str = ""  # the thinking before the answer: shown and exported, never re-sent
+    thought_s: float | None = None
     variant: tuple[int, int] = (1, 1)  # its place among its siblings, and their number
 
 
@@ -197,27 +202,30 @@ class History:
             (conversation_id,))}
         siblings: dict[int | None, list[int]] = {}
         for key in sorted(rows):
-            siblings.setdefault(rows[key][-1], []).append(key)
+            siblings.setdefault(rows[key][PARENT], []).append(key)
         branch, at = [], self._tip(conversation_id)
         while at in rows:
-            family = siblings[rows[at][-1]]
-            branch.append(SavedMessage(*rows[at], (family.index(at) + 1, len(family))))
-            at = rows[at][-1]
+            family = siblings[rows[at][PARENT]]
+            branch.append(SavedMessage(*rows[at],
+                                       variant=(family.index(at) + 1, len(family))))
+            at = rows[at][PARENT]
         return branch[::-1]
 
     def add_message(self, conversation_id: int, role: str, content: str,
                     status: str = "complete", model: str | None = None,
-                    detail: str = "", stats: str = "") -> SavedMessage:
+                    detail: str = "", stats: str = "", reasoning: str = "",
+                    thought_s: float | None = None) -> SavedMessage:
         """A message after the tip, which becomes the new tip."""
         parent = self._tip(conversation_id)
         with self._db:
             cursor = self._db.execute(
                 "INSERT INTO messages (conversation_id, role, content, status, model, detail, "
-                "stats, parent) VALUES (?,?,?,?,?,?,?,?)",
-                (conversation_id, role, content, status, model, detail, stats, parent))
+                "stats, parent, reasoning, thought_s) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (conversation_id, role, content, status, model, detail, stats, parent,
+                 reasoning, thought_s))
             self._set_tip(conversation_id, cursor.lastrowid)
         return SavedMessage(cursor.lastrowid, role, content, status, model, detail, stats,
-                            parent)
+                            parent, reasoning, thought_s)
 
     def rewind(self, conversation_id: int, message_id: int) -> None:
         """Make the tip the message before `message_id`: what is added next becomes its

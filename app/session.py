@@ -16,6 +16,7 @@ class PendingReply:
     """One reply on its way."""
     conversation_id: int
     text: str = ""
+    reasoning: str = ""  # its thinking so far (reasoning models), shown apart
     pieces: int = 0
     task: object = field(default=None, repr=False)  # what runs it (a ui Task), to cancel
 
@@ -44,23 +45,28 @@ class Sessions:
         reply = self._replies[conversation_id] = PendingReply(conversation_id)
         return reply
 
-    def feed(self, conversation_id: int, piece: str) -> PendingReply | None:
+    def feed(self, conversation_id: int, piece: str,
+             kind: str = "content") -> PendingReply | None:
         reply = self._replies.get(conversation_id)
         if reply is not None:
-            reply.text += piece
+            if kind == "reasoning":
+                reply.reasoning += piece
+            else:
+                reply.text += piece
             reply.pieces += 1
         return reply
 
     def finish(self, conversation_id: int, status: str, model: str | None = None,
-               detail: str = "", stats: str = "") -> SavedMessage | None:
-        """Store what the reply has (complete, stopped or interrupted), with the model
-        that answered and how, and end it."""
+               detail: str = "", stats: str = "",
+               thought_s: float | None = None) -> SavedMessage | None:
+        """Store what the reply has (complete, stopped or interrupted), its thinking apart,
+        with the model that answered and how, and end it."""
         reply = self._replies.pop(conversation_id, None)
         if reply is None:
             return None
         try:
             saved = self.history.add_message(conversation_id, "assistant", reply.text, status,
-                                             model, detail, stats)
+                                             model, detail, stats, reply.reasoning, thought_s)
         except (OSError, sqlite3.Error) as exc:
             self._unsaved[conversation_id] = reply
             raise NotSaved(f"The answer could not be saved ({exc}): it stays on screen until "

@@ -26,7 +26,8 @@ def as_data(history: History, conversation: SavedConversation) -> dict:
             "model": conversation.model, "updated": conversation.updated,
             "adapters": [{"id": name, "scale": scale} for name, scale in conversation.adapters],
             "messages": [{"role": m.role, "content": m.content, "status": m.status,
-                          "model": m.model, "detail": m.detail}
+                          "model": m.model, "detail": m.detail,
+                          **({"reasoning": m.reasoning} if m.reasoning else {})}
                          for m in history.messages(conversation.id)]}
 
 
@@ -45,7 +46,11 @@ def to_markdown(history: History, conversations: list[SavedConversation]) -> str
         for message in history.messages(conversation.id):
             who = ROLES.get(message.role, message.role)
             by = f" ({message.model})" if message.model else ""
-            lines += [f"## {who}{by}", "", message.content.strip(), ""]
+            lines += [f"## {who}{by}", ""]
+            if message.reasoning:
+                lines += ["<details><summary>Thinking</summary>", "",
+                          message.reasoning.strip(), "", "</details>", ""]
+            lines += [message.content.strip(), ""]
         parts.append("\n".join(lines))
     return "\n---\n\n".join(parts)
 
@@ -71,7 +76,8 @@ IMPORT_SCHEMA = {"type": "object", "required": ["format", "conversations"], "pro
             "messages": {"type": "array", "items": {
                 "type": "object", "required": ["role", "content"],
                 "properties": {"role": {"type": "string"}, "content": {"type": "string"},
-                               "status": _TEXT, "model": _TEXT, "detail": _TEXT}}}}}}}}
+                               "status": _TEXT, "model": _TEXT, "detail": _TEXT,
+                               "reasoning": _TEXT}}}}}}}}
 
 
 def import_file(history: History, path: Path) -> list[SavedConversation]:
@@ -121,5 +127,6 @@ def _fill(history: History, conversation: SavedConversation, item: dict) -> None
             continue  # a message the app cannot show
         history.add_message(conversation.id, message["role"], message["content"],
                             message.get("status") or "complete", message.get("model"),
-                            message.get("detail") or "")
+                            message.get("detail") or "",
+                            reasoning=message.get("reasoning") or "")
     history.update(conversation.id, adapters=_adapters(item.get("adapters")))

@@ -90,12 +90,13 @@ class ChatPage(QWidget):
         last_answer = saved[-1].id if saved and saved[-1].role == "assistant" else None
         shown = [Shown(str(m.id), m.role, m.content, m.status,
                        " · ".join(p for p in (m.model, m.detail) if p), m.stats, m.variant,
-                       m.id == last_answer) for m in saved]
+                       m.id == last_answer, m.reasoning, m.thought_s) for m in saved]
         reply = self.current_reply()
         if reply:
-            shown.append(Shown(STREAM_KEY, "assistant", reply.text))
+            shown.append(_streaming(reply))
         elif kept := self.sessions.unsaved(self.conversation.id if self.conversation else None):
-            shown.append(Shown(STREAM_KEY, "assistant", kept.text, status="unsaved"))
+            shown.append(Shown(STREAM_KEY, "assistant", kept.text, status="unsaved",
+                               reasoning=kept.reasoning))
         self.view.show_messages(shown)
         self.stack.setCurrentWidget(self.view if shown else self.welcome)
         self.update_buttons()
@@ -143,14 +144,16 @@ class ChatPage(QWidget):
                                 on_error=lambda error: self._on_failed(key, error), owner=self)
         self.refresh()
 
-    def _on_piece(self, conversation_id: int, piece: str) -> None:
-        reply = self.sessions.feed(conversation_id, piece)
+    def _on_piece(self, conversation_id: int, piece: tuple[str, str]) -> None:
+        kind, text = piece
+        reply = self.sessions.feed(conversation_id, text, kind)
         if reply and self.conversation and self.conversation.id == conversation_id:
-            self.view.set_last(Shown(STREAM_KEY, "assistant", reply.text))
+            self.view.set_last(_streaming(reply))
 
     def _on_reply(self, conversation_id: int, done: StreamedReply) -> None:
         status = "stopped" if done.finish_reason == "stopped" else "complete"
-        self._finish(conversation_id, status, done.model, done.detail(), _stats(done))
+        self._finish(conversation_id, status, done.model, done.detail(), _stats(done),
+                     done.thought_s)
         if self.conversation and self.conversation.id == conversation_id:
             self.finished.emit(done)
             QAccessible.updateAccessibility(QAccessibleAnnouncementEvent(
@@ -162,9 +165,9 @@ class ChatPage(QWidget):
             self.error.emit(f"The reply failed: {error}")
 
     def _finish(self, conversation_id: int, status: str, model: str | None = None,
-                detail: str = "", stats: str = "") -> None:
+                detail: str = "", stats: str = "", thought_s: float | None = None) -> None:
         try:
-            self.sessions.finish(conversation_id, status, model, detail, stats)
+            self.sessions.finish(conversation_id, status, model, detail, stats, thought_s)
         except NotSaved as exc:  # a full disk: the answer stays on screen, said why
             self.error.emit(str(exc))
         if self.conversation and self.conversation.id == conversation_id:
@@ -246,6 +249,12 @@ class ChatPage(QWidget):
         self.bar.show_attached(" · ".join(
             f"{a.name} ({a.tokens:,} tokens{', its start' if a.truncated else ''})"
             for a in attachments))
+
+
+def _streaming(reply) -> Shown:
+    """The reply on its way: its thinking shown open until its answer begins."""
+    return Shown(STREAM_KEY, "assistant", reply.text, reasoning=reply.reasoning,
+                 thinking=bool(reply.reasoning) and not reply.text)
 
 
 def _stats(done: StreamedReply) -> str:

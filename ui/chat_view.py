@@ -13,6 +13,7 @@ from .safe_text import SafeBrowser, rich_escape
 from .theme import colors, scheme_changed
 
 ACTIONS = {"edit", "regen", "prev", "next"}
+THINK = "think"  # a link that opens or closes a message's Thinking section
 ZOOM_STEP = 0.1
 
 
@@ -26,6 +27,7 @@ class ChatView(SafeBrowser):
         self.setAccessibleName("Conversation")
         self.anchorClicked.connect(self._on_link)
         self._messages: list[Shown] = []
+        self._opened: set[str] = set()  # messages whose Thinking the reader opened
         self._rendered = render([], colors())
         self._base_size = self.font().pointSizeF()
         self.zoom = 0
@@ -56,7 +58,7 @@ class ChatView(SafeBrowser):
     def _render_now(self, to_bottom: bool = False) -> None:
         bar = self.verticalScrollBar()
         at_bottom, kept = bar.value() >= bar.maximum() - 4, bar.value()
-        self._rendered = render(self._messages, colors())
+        self._rendered = render(self._messages, colors(), frozenset(self._opened))
         font = self.document().defaultFont()
         font.setPointSizeF(self._base_size * (1 + ZOOM_STEP * self.zoom))
         self.document().setDefaultFont(font)
@@ -82,6 +84,9 @@ class ChatView(SafeBrowser):
             self._copy(codes[int(value)])
         elif scheme == "copymsg" and value in texts:
             self._copy(texts[value])
+        elif scheme == THINK:
+            self._opened ^= {value}
+            self._render_now()
         elif scheme in ACTIONS:
             self.action.emit(scheme, value)
         elif scheme in ("http", "https", "mailto"):

@@ -34,6 +34,9 @@ class Shown:
     stats: str = ""  # its figures, shown on hover
     variant: tuple[int, int] = (1, 1)  # ‹ n/m ›
     last: bool = False  # the last answer can be regenerated
+    reasoning: str = ""  # a reasoning model's thinking, shown apart above the answer
+    thought_s: float | None = None  # how long it thought
+    thinking: bool = False  # still thinking: the section is open, live
 
 
 @dataclass
@@ -44,7 +47,9 @@ class Rendered:
     stats: dict[str, str]  # figures by key
 
 
-def render(messages: list[Shown], colors: Colors) -> Rendered:
+def render(messages: list[Shown], colors: Colors, opened: frozenset[str] = frozenset()
+           ) -> Rendered:
+    """`opened`: the messages whose Thinking section the reader opened."""
     out = Rendered("", [], {}, {})
     parts = []
     for message in messages:
@@ -52,6 +57,9 @@ def render(messages: list[Shown], colors: Colors) -> Rendered:
         out.stats[message.key] = message.stats
         body, codes = _body(message.content, colors, len(out.codes))
         out.codes += codes
+        if message.reasoning:
+            body = _thinking(message, message.thinking or message.key in opened,
+                             colors) + body
         parts.append(_frame(message, body, colors))
     out.html = (f'<body style="color:{colors.text}">' + "".join(parts) + "</body>")
     return out
@@ -82,6 +90,32 @@ def _frame(message: Shown, body: str, colors: Colors) -> str:
     shade = f' bgcolor="{colors.user_bubble}"' if message.role == "user" else ""
     return (f'<table width="100%" cellspacing="0" cellpadding="10"{shade} '
             f'style="margin-bottom:6px"><tr><td>{head}{body}{tail}</td></tr></table>')
+
+
+def _thinking(message: Shown, open_: bool, colors: Colors) -> str:
+    """The collapsible Thinking section: a link that opens or closes it ("think:KEY"),
+    and, open, the thinking as plain text (inert: it is the model's)."""
+    if message.thinking:
+        title = "Thinking…"
+    elif message.thought_s is not None:
+        title = f"Thought for {_duration(message.thought_s)}"
+    else:
+        title = "Thinking"
+    arrow = "▾" if open_ else "▸"
+    link = (f'<p style="color:{colors.muted}"><a href="think:{message.key}" '
+            f'style="color:{colors.muted}; text-decoration:none">{arrow} {title}</a></p>')
+    if not open_:
+        return link
+    text = html.escape(message.reasoning.strip()).replace("\n", "<br>")
+    return (link + f'<table width="100%" cellspacing="0" cellpadding="6" '
+            f'style="margin-bottom:6px"><tr><td width="3" bgcolor="{colors.border}"></td>'
+            f'<td style="color:{colors.muted}"><small>{text}</small></td></tr></table>')
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{max(1, round(seconds))} s"
+    return f"{int(seconds // 60)} min {round(seconds % 60)} s"
 
 
 def _body(text: str, colors: Colors, first_code: int) -> tuple[str, list[str]]:

@@ -51,6 +51,27 @@ def describe_plan(plan: dict) -> str:
             + (f" · about {speed:.0f} tokens/s" if speed else ""))
 
 
+REASONING_NAMES = {None: "Thinking: default", "none": "Thinking: off", "low": "Thinking: low",
+                   "medium": "Thinking: medium", "high": "Thinking: high"}
+
+
+def badges(capabilities: list[str] | None) -> str:
+    """What the model's template says it does, as words after its name."""
+    words = [word for cap, word in (("reasoning", "thinks"), ("tools", "tools"))
+             if cap in (capabilities or ())]
+    return "  · " + " · ".join(words) if words else ""
+
+
+def reasoning_controls(capabilities: list[str] | None) -> tuple[str | None, ...]:
+    """The reasoning choices a model takes: none unless it thinks; off only where its
+    template can turn thinking off, low to high where it takes an effort."""
+    caps = capabilities or ()
+    if "reasoning" not in caps:
+        return ()
+    efforts = ("low", "medium", "high") if "reasoning_effort" in caps else ()
+    return (None, *(("none",) if "thinking_toggle" in caps else ()), *efforts)
+
+
 def describe_adapters(chosen: tuple[tuple[str, float], ...]) -> str:
     """The adapters button's text: what the conversation's replies are adapted with."""
     if not chosen:
@@ -80,6 +101,10 @@ class ModelBar(QWidget):
                                  "switched at once, no reload")
         self.adapters.setMenu(QMenu(self.adapters))
         self._chosen_adapters: tuple = ()
+        self.thinking = QComboBox(accessibleName="Reasoning")
+        self.thinking.setToolTip("How much the model thinks before it answers (models whose "
+                                 "chat template takes it)")
+        self.thinking.setVisible(False)
         self.get = QPushButton("Get models…", accessibleName="Get models")
         self.get.clicked.connect(self.get_models)
         # the controls in one row, the state under them all: it keeps one line in a
@@ -91,6 +116,7 @@ class ModelBar(QWidget):
         layout.addWidget(self.box, 0, 0)
         layout.setColumnStretch(0, 4)  # the picker takes most of the room up to its 420 px
         layout.setColumnStretch(1, 1)
+        layout.addWidget(self.thinking, 0, 1)
         layout.addWidget(self.adapters, 0, 2)
         layout.addWidget(self.auto_route, 0, 3)
         layout.addWidget(self.get, 0, 4)
@@ -101,9 +127,24 @@ class ModelBar(QWidget):
         self.box.clear()
         for model in models:  # a loaded model marked first: a long id is cut at the end
             loaded = LOADED_MARK if model.get("loaded") else ""
-            self.box.addItem(f"{loaded}{model['id']}  ({model['size_bytes'] / 2**20:,.0f} MiB)",
-                             model["id"])
+            self.box.addItem(f"{loaded}{model['id']}  ({model['size_bytes'] / 2**20:,.0f} MiB)"
+                             f"{badges(model.get('capabilities'))}", model["id"])
         self.box.setCurrentIndex(max(self.box.findData(current), 0))
+
+    def show_reasoning(self, capabilities: list[str] | None) -> None:
+        """The reasoning control, with the choices the chosen model takes (hidden for a
+        model that does not think); the choice made stays where it still applies."""
+        kept = self.reasoning_effort()
+        choices = reasoning_controls(capabilities)
+        self.thinking.clear()
+        for effort in choices:
+            self.thinking.addItem(REASONING_NAMES[effort], effort)
+        if kept in choices:
+            self.thinking.setCurrentIndex(choices.index(kept))
+        self.thinking.setVisible(bool(choices))
+
+    def reasoning_effort(self) -> str | None:
+        return self.thinking.currentData() if self.thinking.count() else None
 
     def fill_adapters(self, available: list[str], chosen: tuple[tuple[str, float], ...]) -> None:
         """The adapters that fit the chosen model, each with its scales; hidden when none

@@ -91,6 +91,7 @@ class ModelControl(QObject):
         w.bar.fill_adapters([] if routed else self.adapters_for(chosen),
                             w.conversation.adapters if w.conversation else ())
         w.bar.auto_route.setEnabled(w.settings.routing.on)
+        w.bar.show_reasoning(None if routed else entry.get("capabilities"))
 
     def _forecast(self, model: str) -> None:
         """For a model not loaded: where it would run and how fast, from its plan (asked
@@ -141,6 +142,8 @@ class ModelControl(QObject):
         if chosen and not routed:
             options["lora"] = chosen
         entry = next((m for m in self.models if m["id"] == options["model"]), {})
+        if not routed and self.w.bar.reasoning_effort():
+            options["reasoning_effort"] = self.w.bar.reasoning_effort()
         greedy = (entry.get("sampling_defaults") or {}).get("temperature") == 0
         if another and greedy and "temperature" not in options:
             options["temperature"] = REGENERATE_TEMPERATURE

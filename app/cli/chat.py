@@ -40,8 +40,14 @@ def print_reply(client, messages, args) -> str:
                                     max_tokens=args.max_tokens, seed=args.seed,
                                     temperature=args.temperature, draft_model=args.draft,
                                     speculation="lookup" if args.lookup else None,
-                                    lora=args.lora or None):
-        sys.stdout.write(piece)
+                                    lora=args.lora or None,
+                                    reasoning_effort=getattr(args, "reasoning", None)):
+        kind, text = piece
+        if kind == "reasoning":  # thinking, dimmed on a terminal, apart from the answer
+            sys.stderr.write(f"\x1b[2m{text}\x1b[0m" if sys.stderr.isatty() else text)
+            sys.stderr.flush()
+            continue
+        sys.stdout.write(text)
         sys.stdout.flush()
     sys.stdout.write("\n")
     for note in reply.notes:

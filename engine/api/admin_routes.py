@@ -13,6 +13,7 @@ from fastapi.responses import Response
 
 from ..engine import Engine
 from ..catalog.sampling_defaults import model_defaults
+from ..formats.families import capabilities
 from ..errors import InvalidRequest, ModelNotFound
 from ..events import Failed
 from ..metrics import prometheus_text
@@ -62,6 +63,12 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
             return None
         return model_defaults(engine.store.inspector.inspect(model.path)).as_dict()
 
+    def _capabilities(model) -> list[str] | None:
+        """What the model's chat template says it can do, where its file was read."""
+        if not engine.store.inspector.known(model.path):
+            return None
+        return list(capabilities(engine.store.inspector.inspect(model.path).chat_template))
+
     @router.get("/v1/models")
     async def list_models():
         status = engine.status()
@@ -74,7 +81,8 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
             models.append({
                 "id": m.id, "object": "model", "created": int(m.path.stat().st_mtime),
                 "owned_by": "local", **m.as_dict(), "kind": kind, "loaded": m.id in loaded,
-                **(_adapter(m) if kind == "adapter" else {"sampling_defaults": _defaults(m)})})
+                **(_adapter(m) if kind == "adapter" else {"sampling_defaults": _defaults(m),
+                                                          "capabilities": _capabilities(m)})})
         if engine.routing:
             models.insert(0, {"id": "auto", "object": "model", "created": 0,
                               "owned_by": "homerack", "kind": "router",

@@ -194,3 +194,20 @@ def detect(template: str | None) -> Family:
         if all(sign in text for sign in signs):
             return FAMILIES[name]
     return GENERIC
+
+
+def capabilities(template: str | None) -> tuple[str, ...]:
+    """What a chat template says its model can do: "reasoning" (it thinks in markers its
+    family separates), "tools" (it calls tools in its own syntax), and which reasoning
+    control it takes ("reasoning_effort": low to high; "thinking_toggle": on or off)."""
+    family, text = detect(template), template or ""
+    found = []
+    if family.think or family.is_harmony or "enable_thinking" in text:
+        found.append("reasoning")
+    if family.native:
+        found.append("tools")
+    if "reasoning_effort" in text:
+        found.append("reasoning_effort")
+    if "enable_thinking" in text or family.name.startswith("deepseek"):
+        found.append("thinking_toggle")
+    return tuple(found)
