@@ -108,7 +108,7 @@ def _thinking(message: Shown, open_: bool, colors: Colors) -> str:
         return link
     text = html.escape(message.reasoning.strip()).replace("\n", "<br>")
     return (link + f'<table width="100%" cellspacing="0" cellpadding="6" '
-            f'style="margin-bottom:6px"><tr><td width="3" bgcolor="{colors.border}"></td>'
+            f'style="margin-bottom:6px"><tr><td width="2" bgcolor="{colors.border}"></td>'
             f'<td style="color:{colors.muted}"><small>{text}</small></td></tr></table>')
 
 

@@ -35,6 +35,12 @@ def mean(values: list[float]) -> float:
 2. Call `mean([...])`."""
 
 
+THOUGHT = ("The user asks whether 1,001 is prime. It is odd, so not divisible by 2. "
+           "Digit sum 2: not divisible by 3. It does not end in 0 or 5. Try 7: 7 × 143 = "
+           "1,001. So it is composite; 143 = 11 × 13, so 1,001 = 7 × 11 × 13.")
+THOUGHT_ANSWER = "No. **1,001 = 7 × 11 × 13**, so it has divisors besides 1 and itself."
+
+
 def _home() -> Path:
     """A private HOMERACK_HOME sharing this user's models."""
     from app.paths import paths
@@ -57,6 +63,7 @@ def main(out: str) -> int:
 
 
 def _shoot_all(out: str) -> int:
+    from PySide6.QtCore import QUrl
     from PySide6.QtGui import QGuiApplication
     from PySide6.QtWidgets import QApplication
 
@@ -98,6 +105,16 @@ def _shoot_all(out: str) -> int:
     window.open_conversation(conversation.id)
     wait(lambda: all(m.get("kind") for m in window.control.models))  # headers read
     shoot("2-chat-with-code-and-table")
+    thinking = window.new_conversation()
+    history.add_message(thinking.id, "user", "Is 1,001 a prime number?")
+    history.add_message(thinking.id, "assistant", THOUGHT_ANSWER, model="(sample answer)",
+                        reasoning=THOUGHT, thought_s=12.4)
+    window.open_conversation(thinking.id)
+    shoot("7-thinking-collapsed")
+    answer = history.messages(thinking.id)[-1]
+    window.chat.view.anchorClicked.emit(QUrl(f"think:{answer.id}"))
+    shoot("7-thinking-open")
+    window.open_conversation(conversation.id)
     if not offscreen:
         window.bar.box.showPopup()
         shoot("3-model-picker")

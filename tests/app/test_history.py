@@ -95,3 +95,27 @@ def test_a_deleted_conversation_comes_back_with_undo_until_the_next_start(tmp_pa
     reopened = History(path)
     assert reopened.conversations() == [] and reopened.conversations("hello") == []
     reopened.close()
+
+
+def test_a_reasoning_reply_keeps_its_thinking_apart_and_never_sends_it_back(tmp_path):
+    from app.session import Sessions
+    from app.transcripts import import_json, to_json, to_markdown
+
+    history = History(tmp_path / "history.sqlite3")
+    chat = history.create(system_prompt="")
+    history.add_message(chat.id, "user", "Is 1001 prime?")
+    sessions = Sessions(history)
+    sessions.start(chat.id)
+    sessions.feed(chat.id, "7 × 143 = 1001.", "reasoning")
+    sessions.feed(chat.id, "No: 7 × 11 × 13.")
+    saved = sessions.finish(chat.id, "complete", "qwen3", thought_s=12.4)
+    assert (saved.content, saved.reasoning, saved.thought_s) == (
+        "No: 7 × 11 × 13.", "7 × 143 = 1001.", 12.4)
+    assert history.messages(chat.id)[-1].reasoning == "7 × 143 = 1001."
+    assert sessions.request(history.get(chat.id)) == [
+        {"role": "user", "content": "Is 1001 prime?"},
+        {"role": "assistant", "content": "No: 7 × 11 × 13."}]  # the thinking stays here
+    assert "<summary>Thinking</summary>" in to_markdown(history, [history.get(chat.id)])
+    other = History(tmp_path / "other.sqlite3")
+    (copied,) = import_json(other, to_json(history, [history.get(chat.id)]))
+    assert other.messages(copied.id)[-1].reasoning == "7 × 143 = 1001."

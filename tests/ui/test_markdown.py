@@ -33,3 +33,14 @@ def test_model_output_is_text_not_markup():
 def test_an_unclosed_fence_while_streaming_is_still_code_with_one_copy_link():
     out = render([Shown("s", "assistant", "Here:\n```js\nconst a = 1")], LIGHT)
     assert out.codes == ["const a = 1"] and out.html.count("copycode:") == 1
+
+
+def test_thinking_is_a_section_closed_once_answered_open_while_thinking_and_inert():
+    thought = Shown("7", "assistant", "No.", reasoning="<img src='/dev/zero'> 7 × 143",
+                    thought_s=12.4)
+    closed = render([thought], LIGHT).html
+    assert 'href="think:7"' in closed and "Thought for 12 s" in closed and "143" not in closed
+    opened = render([thought], LIGHT, frozenset({"7"})).html
+    assert "7 × 143" in opened and "<img" not in opened and "&lt;img" in opened
+    live = render([Shown("s", "assistant", "", reasoning="hm", thinking=True)], LIGHT).html
+    assert "Thinking…" in live and "hm" in live
