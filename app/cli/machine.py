@@ -50,7 +50,8 @@ def cmd_plan(args) -> int:
     prefs = auto_context() if args.ctx is None else Preferences(ctx=args.ctx)
     if args.workers:
         return _plan_cluster(args, shape, prefs)
-    result = plan(hardware, shape, replace(prefs, cpu_moe_layers=args.cpu_moe_layers))
+    result = plan(hardware, shape, replace(prefs, cpu_moe_layers=args.cpu_moe_layers,
+                                           tensor_parallel=args.split_mode == "tensor"))
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
         return 0 if result.fits else 2
@@ -135,6 +136,8 @@ def add_commands(sub) -> None:
     plan.add_argument("--cpu-moe-layers", type=int, metavar="N",
                       help="keep the routed experts of the first N layers in RAM "
                            "(default: the fastest placement that fits)")
+    plan.add_argument("--split-mode", choices=("layer", "tensor"), default="layer",
+                      help="as serve's: 'tensor' may split every layer across the GPUs")
     plan.add_argument("--workers", metavar="auto|WORKER,...",
                       help="plan over this machine and these paired workers (as serve would)")
     plan.add_argument("--split", metavar="N,...", help="layers on each worker")

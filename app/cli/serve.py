@@ -139,6 +139,7 @@ def _settings(args):
         response_cache=where.cache / "responses.sqlite" if args.response_cache_mib else None,
         response_cache_bytes=max(args.response_cache_mib, 1) << 20,
         cpu_moe_layers=args.cpu_moe_layers, max_models=args.max_models,
+        tensor_parallel=args.split_mode == "tensor",
         jit_ttl_s=args.model_ttl * 60 if args.model_ttl else None,
         presets_file=where.data / "presets.json")
 
@@ -193,6 +194,10 @@ def add_commands(sub) -> None:
     serve.add_argument("--cpu-moe-layers", type=int, metavar="N",
                        help="mixture-of-experts models: keep the routed experts of the first N "
                             "layers in RAM (default: the planner's choice by forecast speed)")
+    serve.add_argument("--split-mode", choices=("layer", "tensor"), default="layer",
+                       help="several GPUs: 'tensor' lets the planner split every layer across "
+                            "them where it forecasts that faster (llama.cpp's experimental "
+                            "tensor parallelism; default: whole layers per GPU)")
     serve.add_argument("--max-models", type=int, default=3, metavar="N",
                        help="chat models loaded at once, memory allowing: a request naming "
                             "another loads it beside them, or unloads the least recently "

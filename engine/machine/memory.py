@@ -67,7 +67,8 @@ class Preferences:
     # user's choice; None: the planner picks by forecast speed.
     cpu_moe_layers: int | None = None
     speed_calibration: tuple[tuple[str, float], ...] = ()  # (phase/device/model, ratio)
-    tensor_parallel: bool = True    # may split every layer across GPUs (off after it failed)
+    tensor_parallel: bool = False   # may split every layer across GPUs: llama.cpp's experimental
+                                    # mode, unmeasured here, so only when asked (--split-mode tensor)
 
 
 @dataclass(frozen=True)

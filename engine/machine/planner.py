@@ -60,11 +60,13 @@ F16_PREFERENCE = 1.05  # a q8_0 KV cache must be forecast this much faster to be
 
 # Context when none is asked: agents (Claude Code, Codex) send 20-30k tokens of tools and
 # files, so up to 32k where the model takes it (Ollama's choice at 24-48 GiB), never
-# below 4k unless only less fits. Taken only while it costs little: the forecast at
-# least AUTO_SPEED_SHARE of the fastest context's (layers or experts pushed off the GPU
-# for KV cost more), and its KV cache at most AUTO_KV_SHARE of the usable memory.
+# below 16k unless only less fits (a reasoning model writes thousands of tokens before
+# its answer: speed is traded for 16k). Above that, taken only while it costs little:
+# the forecast at least AUTO_SPEED_SHARE of the fastest context's (layers or experts
+# pushed off the GPU for KV cost more), and its KV cache at most AUTO_KV_SHARE of the
+# usable memory.
 AUTO_CTX = 32768
-AUTO_FLOOR = 4096
+AUTO_FLOOR = 16384
 AUTO_SPEED_SHARE = 0.9
 AUTO_KV_SHARE = 0.25
 

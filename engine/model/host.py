@@ -56,6 +56,7 @@ class EngineSettings:
     jit_ttl_s: float | None = 900.0   # a model loaded on demand is unloaded this long idle
     presets_file: Path | None = None  # the user's per-model choices (presets.py)
     auto_ctx: bool = False            # load.n_ctx not asked: the planner chooses (up to 32k)
+    tensor_parallel: bool = False     # the planner may split every layer across GPUs
 
     @property
     def sequences(self) -> int:
@@ -307,7 +308,8 @@ class ModelHost:
             cpu_moe = override.cpu_moe_layers
         chosen = dict(gpu_layers=override.gpu_layers if override else None, draft=draft,
                       calibration=self._calibration.for_architecture(info.architecture),
-                      cpu_moe_layers=cpu_moe, speed_calibration=self._calibration.speeds())
+                      cpu_moe_layers=cpu_moe, speed_calibration=self._calibration.speeds(),
+                      tensor_parallel=self.settings.tensor_parallel)
         asked = override.n_ctx if override and override.n_ctx else None
         if asked is None and self.settings.auto_ctx:
             return auto_context(**chosen)
