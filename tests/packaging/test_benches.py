@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 NO_ANCHOR = {"response_cache", "routing", "fleet"}
 SUITE = {bench for bench, _models, _options in suite.SUITE}  # they report figures for its table
 BENCHES = ["decode", "batching", "grammar", "prompt_cache", "response_cache", "routing", "lora",
-           "speculative", "cluster", "portable", "moe", "moe_split", "fleet"]
+           "speculative", "cluster", "portable", "moe", "moe_split", "fleet", "depth"]
 
 
 @pytest.mark.parametrize("bench", BENCHES)
