@@ -51,6 +51,7 @@ class GenerationRequest:
     rendered_prompt: str | None = None  # the chat in `model`'s format, rendered at submit
     adapters: tuple[AdapterUse, ...] = ()  # LoRA adapters over `model`, checked, sorted
     template_kwargs: dict = field(default_factory=dict)  # to the chat template (thinking...)
+    thinking_budget: int | None = None  # reasoning tokens at most, then its closing marker
 
     @property
     def adapter_set(self) -> tuple[tuple[str, float], ...]:

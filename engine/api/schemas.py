@@ -207,13 +207,16 @@ class ChatCompletionRequest(SamplingFields):
     reasoning_format: Literal["auto", "none", "deepseek", "deepseek-legacy"] = "auto"
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    # Homerack's: the model's reasoning ends after this many tokens (its closing marker is
+    # written for it), as Anthropic's thinking.budget_tokens
+    thinking_budget_tokens: int | None = Field(None, ge=1)
 
     def token_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
     def thinking(self) -> Thinking:
         return Thinking(self.reasoning_format != "none", self.reasoning_effort,
-                        dict(self.chat_template_kwargs or {}))
+                        dict(self.chat_template_kwargs or {}), self.thinking_budget_tokens)
 
 
 class CompletionRequest(SamplingFields):

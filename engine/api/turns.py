@@ -187,7 +187,8 @@ def conversation_turn(engine: Engine, body, conv: Conversation, http: Request,
     composed = compose(conv, family, separate=thinking.separate, id_prefix=id_prefix)
     request = replace(request, messages=composed.messages, tools=composed.tools,
                       grammar=request.grammar or composed.grammar,
-                      template_kwargs=thinking.template_kwargs())
+                      template_kwargs=thinking.template_kwargs(),
+                      thinking_budget=thinking.budget)
     reading = composed.reading
     needs_reader = reading.schemas is not None or family.think or family.drop or \
         family.is_harmony

@@ -22,6 +22,7 @@ from .kv_pool import CellLedger
 from ..llama.runtime import Chunk, NoKVSlot, common_prefix
 from ..llama.sampler import Sampler
 from ..model.host import EngineSettings, ModelHost
+from .budget import ReasoningBudget
 from .slot import Output, Slot
 from .throughput import Throughput
 from ..speculation.verify import speculative_step
@@ -109,8 +110,9 @@ class Scheduler:
         prompt, notes = loaded.prompt_tokens(request)
         max_tokens, clamped = loaded.budget(request, len(prompt))
         busy = [s for s in self.slots.values() if s.active]  # what they use stays loaded
-        spec = self.host.speculation(request, notes, self.scratch,
-                                     busy={id(s.spec.drafter) for s in busy if s.spec})
+        budget = reasoning_budget(request, loaded)
+        spec = None if budget else self.host.speculation(  # a forced marker: no drafts
+            request, notes, self.scratch, busy={id(s.spec.drafter) for s in busy if s.spec})
         # a file llama.cpp refuses fails this job alone
         for stale in loaded.adapters.ready(request.adapters,
                                            busy={path for s in busy for path, _ in s.adapters}):
@@ -133,7 +135,7 @@ class Scheduler:
         self._trim(slot, common_prefix(slot.tokens, prompt[:-1]))
         slot.begin(job, prompt, sampler, spec, Output(
             job, loaded.llama, loaded.chat_format.turn_ends, loaded.turn_end_tokens, max_tokens,
-            loaded.marker_tokens if request.messages is not None else frozenset()))
+            loaded.marker_tokens if request.messages is not None else frozenset(), budget))
         answering = "+".join([loaded.model.id, *(use.adapter.id for use in request.adapters)])
         slot.started = Started(answering, len(prompt), slot.n_cached, max_tokens,
                                loaded.llama.n_ctx,
@@ -319,6 +321,9 @@ class Scheduler:
         if not output.take(token):
             self._finish(slot)
             return
+        if output.forced:  # the reasoning budget is spent: its closing marker comes next
+            slot.sampler.force(output.forced)
+            output.forced = []
         slot.last = token
         if first and slot.spec:  # the draft catches up after the first token is out
             slot.spec.drafter.follow([*slot.tokens, token])
@@ -437,6 +442,18 @@ def _continues(slot: Slot, keep: int) -> bool:
     """The prompt continues the slot's conversation: at most its last few tokens differ
     (a chat template renders the previous answer's ending anew)."""
     return len(slot.tokens) - keep <= SEAM
+
+
+def reasoning_budget(request, loaded) -> ReasoningBudget | None:
+    """The request's reasoning budget over its model's reasoning markers (None without
+    one, or for a model whose family has none)."""
+    think = loaded.chat_format.family.think
+    if request.thinking_budget is None or request.messages is None or think is None:
+        return None
+    opening, closing = think
+    tokens = loaded.llama.tokenize(closing, add_special=False, parse_special=True)
+    opened = loaded.chat_format.family.opens_thinking(request.rendered_prompt or "")
+    return ReasoningBudget(request.thinking_budget, opening, closing, opened, tokens)
 
 
 def _with_spec(usage: Usage, spec) -> Usage:

@@ -19,6 +19,7 @@ from ..events import Delta, Finished, Job, Started, Usage
 from ..llama.runtime import LlamaModel
 from ..llama.sampler import Sampler
 from ..speculation.controller import Speculation
+from .budget import ReasoningBudget
 from .text_stream import TextStream
 
 
@@ -98,10 +99,12 @@ class Output:
 
     def __init__(self, job: Job, llama: LlamaModel, turn_ends: tuple[str, ...],
                  turn_end_tokens: frozenset[int], max_tokens: int,
-                 shown: frozenset[int] = frozenset()):
+                 shown: frozenset[int] = frozenset(), budget: ReasoningBudget | None = None):
         self.job, self.llama, self.max_tokens = job, llama, max_tokens
         self.turn_end_tokens = turn_end_tokens
         self.shown = shown  # control tokens rendered: the format's reader reads them
+        self.budget = budget
+        self.forced: list[int] = []  # set by take: tokens the sampler must write next
         self.stream = TextStream(job.request.stop + turn_ends)
         self.produced = 0
         self.reason = "length"
@@ -131,7 +134,10 @@ class Output:
                                                 or token in self.turn_end_tokens):
             self.reason = "stop"
             return False
-        text = self.stream.feed(self.llama.piece(token, token in self.shown))
+        piece = self.llama.piece(token, token in self.shown)
+        if self.budget is not None:
+            self.forced = self.budget.after(piece.decode("utf-8", "ignore"))
+        text = self.stream.feed(piece)
         if text:
             self.job.emit(Delta(text))
         if self.stream.stopped:

@@ -50,6 +50,7 @@ class Sampler:
         self._argmax = self.greedy and not self._penalized and grammar is None
         self._chain = _chain(params, n_vocab)
         self._grammar, self._vocab = None, vocab
+        self._forced: list[int] = []  # tokens to write next whatever the logits say
         if grammar is not None:
             self._grammar = llama.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
             if not self._grammar:
@@ -61,8 +62,16 @@ class Sampler:
             self._ids = np.arange(n_vocab, dtype=np.int32)
             self._one = np.zeros(1, dtype=_TOKEN_DATA)
 
+    def force(self, tokens: list[int]) -> None:
+        """Write these tokens next (a reasoning budget's closing marker)."""
+        self._forced = list(tokens)
+
     def sample(self, model: "LlamaModel", index: int = -1) -> int:
         """Sample from the logits at batch output `index` (and accept the token)."""
+        if self._forced:
+            token = self._take_forced()
+            if token is not None:
+                return token
         if self._argmax:
             return greedy_pick(model.logits(index))
         if self._grammar is None:
@@ -79,6 +88,20 @@ class Sampler:
         # aborts the process when a grammar that is not complete is handed one, as a
         # request's grammar naming such a token, <|call|>, would do)
         if not llama.llama_vocab_is_eog(self._vocab, token):
+            llama.llama_sampler_accept(self._grammar, token)
+        if self._penalized:
+            llama.llama_sampler_accept(self._chain, token)
+        return token
+
+    def _take_forced(self) -> int | None:
+        """The next forced token, accepted like a sampled one; None (the rest dropped)
+        when the grammar refuses it: a grammar handed a token it refuses aborts llama.cpp."""
+        token = self._forced.pop(0)
+        if self._grammar is not None:
+            self._one["id"], self._one["logit"] = token, 0.0
+            if _apply(self._grammar, self._one).logit == -np.inf:
+                self._forced = []
+                return None
             llama.llama_sampler_accept(self._grammar, token)
         if self._penalized:
             llama.llama_sampler_accept(self._chain, token)

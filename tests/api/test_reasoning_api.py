@@ -151,3 +151,20 @@ def test_bad_reasoning_fields_are_refused_naming_them(http, models, field, value
         "model": models["qwen3"], "messages": ASK, "max_tokens": 4, field: value})
     assert reply.status_code == 400, reply.text
     assert field in json.dumps(reply.json()["error"])
+
+
+def test_a_thinking_budget_ends_the_reasoning_with_the_closing_marker(client, http, models):
+    """DeepSeek-R1's prompt opens <think>: after 6 tokens of it the engine writes
+    </think> for the model, which then answers."""
+    reply = client.chat.completions.create(
+        model=models["r1"], messages=ASK, max_tokens=40, temperature=0,
+        extra_body={"thinking_budget_tokens": 6})
+    message = reply.choices[0].message
+    thought = message.model_extra["reasoning_content"]
+    tokens = http.post("/tokenize", json={"content": thought, "model": models["r1"]}).json()
+    assert 0 < len(tokens["tokens"]) <= 6
+    assert message.content and "</think>" not in message.content
+    assert reply.usage.completion_tokens > 6
+    free = client.chat.completions.create(model=models["r1"], messages=ASK, max_tokens=40,
+                                          temperature=0)
+    assert len(free.choices[0].message.model_extra.get("reasoning_content") or "") > len(thought)

@@ -1,0 +1,39 @@
+"""A reasoning budget: a reasoning model's thinking ended after so many tokens by writing
+its family's closing marker for it (`</think>`, harmony's end of analysis), so that it
+answers; as llama.cpp's reasoning budget does."""
+
+from __future__ import annotations
+
+
+class ReasoningBudget:
+    """Follows an answer's text token by token; `after` says when to force the closing
+    marker's tokens."""
+
+    def __init__(self, limit: int, opening: str, closing: str, opened: bool,
+                 closing_tokens: list[int]):
+        self.limit, self.opening, self.closing = limit, opening, closing
+        self.closing_tokens = closing_tokens
+        self.state = "inside" if opened else "before"  # then "done"
+        self.text, self.spent = "", 0
+
+    def after(self, piece: str) -> list[int]:
+        """`piece`: the text one token added. The tokens to write next (the closing marker)
+        when this token spent the budget; else none."""
+        if self.state == "done":
+            return []
+        self.text += piece
+        if self.state == "before":
+            head = self.text.lstrip()
+            if head.startswith(self.opening):
+                self.state, self.text = "inside", head[len(self.opening):]
+            elif not self.opening.startswith(head):
+                self.state = "done"  # the answer did not open with reasoning
+            return []
+        if self.closing in self.text:
+            self.state = "done"
+            return []
+        self.spent += 1
+        if self.spent < self.limit:
+            return []
+        self.state = "done"
+        return list(self.closing_tokens)
