@@ -1,20 +1,25 @@
-"""A reasoning budget: a reasoning model's thinking ended after so many tokens by writing
-its family's closing marker for it (`</think>`, harmony's end of analysis), so that it
-answers; as llama.cpp's reasoning budget does."""
+"""Where an answer's reasoning is, token by token: for a reasoning budget (the thinking
+ended after so many tokens by writing the family's closing marker for the model, as
+llama.cpp's reasoning budget does), and for the cascade, which judges the small model by
+its answer's tokens, not its thinking's."""
 
 from __future__ import annotations
 
 
 class ReasoningBudget:
-    """Follows an answer's text token by token; `after` says when to force the closing
-    marker's tokens."""
+    """Follows an answer's text token by token: `inside` while it reasons; `after` says
+    when to force the closing marker's tokens (never without a `limit`)."""
 
-    def __init__(self, limit: int, opening: str, closing: str, opened: bool,
+    def __init__(self, limit: int | None, opening: str, closing: str, opened: bool,
                  closing_tokens: list[int]):
         self.limit, self.opening, self.closing = limit, opening, closing
         self.closing_tokens = closing_tokens
         self.state = "inside" if opened else "before"  # then "done"
         self.text, self.spent = "", 0
+
+    @property
+    def inside(self) -> bool:
+        return self.state == "inside"
 
     def after(self, piece: str) -> list[int]:
         """`piece`: the text one token added. The tokens to write next (the closing marker)
@@ -33,7 +38,7 @@ class ReasoningBudget:
             self.state = "done"
             return []
         self.spent += 1
-        if self.spent < self.limit:
+        if self.limit is None or self.spent < self.limit:
             return []
         self.state = "done"
         return list(self.closing_tokens)

@@ -111,7 +111,7 @@ class Scheduler:
         max_tokens, clamped = loaded.budget(request, len(prompt))
         busy = [s for s in self.slots.values() if s.active]  # what they use stays loaded
         budget = reasoning_budget(request, loaded)
-        spec = None if budget else self.host.speculation(  # a forced marker: no drafts
+        spec = None if budget and budget.limit else self.host.speculation(  # forced: no drafts
             request, notes, self.scratch, busy={id(s.spec.drafter) for s in busy if s.spec})
         # a file llama.cpp refuses fails this job alone
         for stale in loaded.adapters.ready(request.adapters,
@@ -445,10 +445,12 @@ def _continues(slot: Slot, keep: int) -> bool:
 
 
 def reasoning_budget(request, loaded) -> ReasoningBudget | None:
-    """The request's reasoning budget over its model's reasoning markers (None without
-    one, or for a model whose family has none)."""
+    """Where the answer reasons, over its model's reasoning markers, with the request's
+    budget: when it has one, or measures its confidence (the cascade judges the answer
+    alone); None for a model whose family has no markers."""
     think = loaded.chat_format.family.think
-    if request.thinking_budget is None or request.messages is None or think is None:
+    wanted = request.thinking_budget is not None or request.measure_confidence
+    if not wanted or request.messages is None or think is None:
         return None
     opening, closing = think
     tokens = loaded.llama.tokenize(closing, add_special=False, parse_special=True)

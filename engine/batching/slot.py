@@ -112,7 +112,10 @@ class Output:
         self.logprobs: list[float] = []  # of each sampled token, when the request asks
 
     def weigh(self, logits: np.ndarray, token: int) -> None:
-        """Record the sampled token's log-probability under the model's own distribution."""
+        """Record the sampled token's log-probability under the model's own distribution
+        (an answer's, not its reasoning's: the cascade judges what the user reads)."""
+        if self.budget is not None and self.budget.inside:
+            return
         top = float(logits.max())
         self.logprobs.append(float(logits[token]) - top
                              - math.log(float(np.exp(logits - top).sum())))

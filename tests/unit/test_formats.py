@@ -180,3 +180,16 @@ def test_arguments_stream_in_pieces_as_they_are_written():
 ])
 def test_families_are_told_by_their_templates(template, family):
     assert detect(template).name == family
+
+
+def test_the_reasoning_tracker_forces_the_closing_marker_once_the_budget_is_spent():
+    from engine.batching.budget import ReasoningBudget
+
+    budget = ReasoningBudget(3, "<think>", "</think>", False, [7, 8])
+    assert [budget.after(p) for p in ("<th", "ink>", "a", "b")] == [[], [], [], []]
+    assert budget.inside and budget.after("c") == [7, 8] and not budget.inside
+    untimed = ReasoningBudget(None, "<think>", "</think>", True, [7])
+    assert all(untimed.after(p) == [] for p in "thinking") and untimed.inside
+    assert untimed.after("</think>") == [] and not untimed.inside
+    plain = ReasoningBudget(1, "<think>", "</think>", False, [7])
+    assert plain.after("Paris") == [] and not plain.inside and plain.after("x") == []
