@@ -21,10 +21,17 @@ from app.client import EngineClient
 from .downloads_panel import DownloadWatcher, progress_text, size_text
 from .tasks import start_task
 from .markdown import document
+from .model_bar import badges
 from .safe_text import Label, SafeBrowser
 
 FIT_COLORS = {"gpu": "#d4edda", "partial": "#fff3cd", "cpu": "#e2ecf8", "no": "#f8d7da",
               "adapter": "#ece4f7"}
+
+
+def _abilities(capabilities: list[str] | None) -> str:
+    """What its chat template says the model does: the wizard's "thinks" and "tools"."""
+    words = badges(capabilities).strip(" ·")
+    return f"\nIts chat template says: {words}." if words else ""
 
 
 class SearchPage(QWizardPage):
@@ -154,7 +161,7 @@ class FilesPage(QWizardPage):
             "LoRA adapters: each file with the models of yours it fits. ★ is the recommended "
             "file." if result.get("kind") == "adapter" else
             "Green: all on the GPU · yellow: partly · blue: CPU only · red: will not fit. "
-            "★ is the recommended file.")
+            "★ is the recommended file." + _abilities(result.get("capabilities")))
         self.table.setRowCount(len(self.quants))
         for row, q in enumerate(self.quants):
             cells = [("★ " if q["recommended"] else "") + q["quant"], size_text(q["size_bytes"]),

@@ -116,7 +116,7 @@ def cmd_pull(args) -> int:
     token = os.environ.get("HF_TOKEN")
     store = open_store(quiet=True)
     try:
-        _, verdicts = repo_verdicts(args.repo, probe(), Preferences(ctx=args.ctx), token=token)
+        _, verdicts, _ = repo_verdicts(args.repo, probe(), Preferences(ctx=args.ctx), token=token)
         for v in verdicts:
             print(f"{'*' if v.recommended else ' '} {v.quant.quant:<12}"
                   f"{v.quant.size / 2**30:>7.2f} GiB  {v.words}")

@@ -30,9 +30,9 @@ def _token() -> str | None:
 
 
 def _quants_with_verdicts(store: ModelStore, repo: str, ctx: int) -> dict:
-    base, verdicts = repo_verdicts(repo, probe(), Preferences(ctx=ctx), token=_token(),
-                                   fitting=store.fitting)
-    return {"repo": repo, "n_layers": base.n_layers if base else None,
+    base, verdicts, can = repo_verdicts(repo, probe(), Preferences(ctx=ctx), token=_token(),
+                                        fitting=store.fitting)
+    return {"repo": repo, "n_layers": base.n_layers if base else None, "capabilities": list(can),
             "kind": "model" if base else "adapter", "quants": [
                 {"quant": v.quant.quant, "files": list(v.quant.files),
                  "size_bytes": v.quant.size, "fit": v.fit, "verdict": v.words,

@@ -171,8 +171,20 @@ def read_model_or_adapter(path: Path) -> tuple[ModelShape, str] | tuple[str, dic
     architecture and facts (adapters.adapter_facts), or a model's shape and vocabulary
     hash; None when the header is incomplete or the architecture unknown."""
     reader = _open_header(path)
-    if reader is None:
+    return None if reader is None else _model_or_adapter(reader, path)
+
+
+def read_facts(path: Path) -> tuple[tuple, str | None] | None:
+    """read_model_or_adapter's answer and the file's chat template, from one parse."""
+    reader = _open_header(path)
+    found = None if reader is None else _model_or_adapter(reader, path)
+    if found is None:
         return None
+    template = field_value(reader, "tokenizer.chat_template")
+    return found, template if isinstance(template, str) else None
+
+
+def _model_or_adapter(reader, path: Path):
     if field_value(reader, "general.type") == "adapter":
         return str(field_value(reader, "general.architecture", "")), adapter_facts(reader, path.name)
     return _model_header(reader, path)

@@ -31,7 +31,7 @@ class Family:
     def native(self) -> bool:
         """The template describes tools and past calls itself (else they are described
         in the system message and the answer is JSON under a grammar: GENERIC_CALLS)."""
-        return self.tools is not None
+        return self.tools is not None or self.is_harmony
 
     @property
     def calls(self):

@@ -22,7 +22,8 @@ from urllib.parse import urlsplit
 
 from ..catalog.drafts import MAX_DRAFT_SIZE_RATIO
 from ..errors import HomerackError, InvalidRequest
-from ..catalog.gguf_file import read_header, read_model_or_adapter
+from ..catalog.gguf_file import read_facts, read_header
+from ..formats.families import capabilities
 from ..catalog.shape import ModelShape
 from ..machine.hardware import Hardware
 from ..catalog.models import git_blob_sha1_of, sha256_of
@@ -335,19 +336,20 @@ def judge(hardware: Hardware, base: ModelShape, quants: list[QuantFiles],
 def repo_verdicts(repo: str, hardware: Hardware, prefs: Preferences,
                   endpoint: str | None = None, token: str | None = None,
                   fitting: Callable[[str, dict], list[str]] = lambda _a, _f: []
-                  ) -> tuple[ModelShape | None, list[Verdict]]:
+                  ) -> tuple[ModelShape | None, list[Verdict], tuple[str, ...]]:
     """A repository's quants judged for `hardware`, from one file's header (a single-file
     quant's: a split file's first part holds only some layers). A repository of LoRA
     adapters gets each file with the local models it fits (`fitting(architecture, facts)`
-    names them), and no shape."""
+    names them), and no shape. Last, what the model's chat template says it can do
+    (formats.families.capabilities)."""
     quants = repo_quants(repo, endpoint, token)
     if not quants:
         raise InvalidRequest(f"{repo} has no GGUF files", param="repo")
     single = [q for q in quants if len(q.files) == 1] or quants
-    found = read_remote(repo, single[0], read_model_or_adapter, endpoint, token)
+    found, template = read_remote(repo, single[0], read_facts, endpoint, token)
     if isinstance(found[1], dict):  # an adapter: (architecture, facts)
-        return None, _adapter_verdicts(quants, *found, fitting)
-    return found[0], judge(hardware, found[0], quants, prefs)
+        return None, _adapter_verdicts(quants, *found, fitting), ()
+    return found[0], judge(hardware, found[0], quants, prefs), capabilities(template)
 
 
 def _adapter_verdicts(quants: list[QuantFiles], arch: str, facts: dict,

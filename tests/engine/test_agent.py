@@ -131,3 +131,19 @@ def test_impossible_requests_are_refused_naming_the_field():
     assert raised.value.param == "messages[1]"
     with pytest.raises(InvalidRequest):
         checked(Conversation((Message("user", "hi"),), (), Choice("required")), "tool_choice")
+
+
+def test_a_forced_call_is_written_in_the_familys_own_syntax_after_optional_reasoning():
+    from engine.formats.families import FAMILIES
+
+    conv = Conversation((Message("user", "hi"),), (WEATHER,), Choice("required"))
+    harmony = compose(conv, FAMILIES["harmony"])
+    assert harmony.tools and "to=functions.get_weather" in harmony.grammar
+    assert "reasoning ::=" in harmony.grammar and "root ::= reasoning?" in harmony.grammar
+    assert compose(Conversation(conv.messages, (WEATHER,)), FAMILIES["harmony"]).grammar is None
+    mistral = compose(conv, FAMILIES["mistral-small-3.2"]).grammar
+    assert "[TOOL_CALLS]get_weather[ARGS]" in mistral and "reasoning" not in mistral
+    qwen = compose(conv, FAMILIES["qwen3"]).grammar
+    assert '"<think>"?' in qwen and "<tool_call>" in qwen
+    coder = compose(conv, FAMILIES["qwen3-coder"])
+    assert coder.grammar is None and "not enforced" in coder.notes[0]

@@ -338,11 +338,11 @@ def test_adapter_repositories_are_found_judged_against_local_models_and_download
     (models / f"{STARTER}.gguf").symlink_to(starters_dir / f"{STARTER}.gguf")
     store = ModelStore(models, GGUFInspector())
     store.kind_of(store.resolve(STARTER))  # read, as the engine does at start
-    shape, verdicts = repo_verdicts(repo, simulated((), 8), None, fitting=store.fitting)
+    shape, verdicts, _ = repo_verdicts(repo, simulated((), 8), None, fitting=store.fitting)
     assert shape is None and [v.fit for v in verdicts] == ["adapter"]
     assert verdicts[0].words == f"LoRA adapter (rank 4) for {STARTER}" and verdicts[0].recommended
     other = ModelStore(tmp_path / "empty", GGUFInspector())
-    _, lonely = repo_verdicts(repo, simulated((), 8), None, fitting=other.fitting)
+    _, lonely, _ = repo_verdicts(repo, simulated((), 8), None, fitting=other.fitting)
     assert "for SmolLM2 135M Instruct: none of your models fits it yet" in lonely[0].words
     files = download(repo, verdicts[0].quant, models)
     downloaded = store.resolve(files[0].stem)

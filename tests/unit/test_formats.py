@@ -193,3 +193,16 @@ def test_the_reasoning_tracker_forces_the_closing_marker_once_the_budget_is_spen
     assert untimed.after("</think>") == [] and not untimed.inside
     plain = ReasoningBudget(1, "<think>", "</think>", False, [7])
     assert plain.after("Paris") == [] and not plain.inside and plain.after("x") == []
+
+
+@pytest.mark.parametrize("template, expected", [
+    ("<think></think><tool_call>{% if enable_thinking is defined %}{% endif %}",
+     ("reasoning", "tools", "thinking_toggle")),
+    ("<|channel|>analysis{{ reasoning_effort }}", ("reasoning", "tools", "reasoning_effort")),
+    ("<tool_call>", ("tools",)),
+    ("{{ messages }}", ()),
+])
+def test_capabilities_are_read_from_the_template(template, expected):
+    from engine.formats.families import capabilities
+
+    assert capabilities(template) == expected
