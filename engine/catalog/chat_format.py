@@ -102,7 +102,7 @@ class ChatFormat:
     def describe(self) -> str:
         if self.fallback:
             return f"{self.name} (fallback: the model file has no chat template)"
-        return f"{self.name} (from the model file)"
+        return f"{self.name} (from the model file; {self.family.name} format)"
 
 
 def _refusal(exc: Exception) -> InvalidRequest:

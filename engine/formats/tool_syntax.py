@@ -52,8 +52,8 @@ class JsonCalls:
             return unescaped_prefix(region, head.end())[0], ()
         calls = _json_calls(region, partial)
         if not partial and not calls:
-            calls = _whole(region, self.openers)
-            if calls is None:
+            calls = _whole(region, self.openers) or _builtin(region, self.openers)
+            if not calls:
                 return text, ()  # a region holding no call is text
         return text[:start], calls
 
@@ -107,6 +107,19 @@ def _whole(region: str, openers: tuple[str, ...]) -> tuple[ParsedCall, ...] | No
         arguments = item.get("arguments", item.get("parameters", {}))
         calls.append(ParsedCall(item["name"], json.dumps(arguments)))
     return tuple(calls) or None
+
+
+def _builtin(region: str, openers: tuple[str, ...]) -> tuple[ParsedCall, ...]:
+    """Llama 3.1's built-in tools after <|python_tag|>: `brave_search.call(query="...")`
+    is a call of `brave_search`."""
+    body = region
+    for opener in openers:
+        body = body.replace(opener, "")
+    calls = []
+    for call in _python_calls(body.strip()):
+        if call.name.endswith(".call"):
+            calls.append(ParsedCall(call.name.removesuffix(".call"), call.arguments))
+    return tuple(calls)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ def test_chat_generation_reports_usage(engine, tiny_store):
     started, text, done = run(engine, model=model, messages=({"role": "user", "content": "hi"},),
                               max_tokens=12, sampling=GREEDY)
     assert isinstance(done, Finished), done
-    assert started.chat_format == "model template (from the model file)"
+    assert started.chat_format == "model template (from the model file; generic format)"
     assert done.usage.completion_tokens <= 12 and done.usage.prompt_tokens == started.prompt_tokens
     assert done.finish_reason in ("length", "stop")
 

@@ -36,6 +36,8 @@ VECTORS = [
     ("llama3", '<|python_tag|>{"name": "special_function", "parameters": {"arg1": 1}}', False,
      "", "", CALL),
     ("llama3", '{"answer": 42} is JSON.', False, '{"answer": 42} is JSON.', "", []),
+    ("llama3", '<|python_tag|>get_time.call(city="Paris")', False, "", "",
+     [("get_time", {"city": "Paris"})]),
     ("mistral-nemo", '[TOOL_CALLS][{"name": "special_function", "arguments": {"arg1": 1}, '
      '"id": "123456789"}]', False, "", "", CALL),
     ("mistral-small-3.2", '[TOOL_CALLS]special_function[CALL_ID]123456789[ARGS]{"arg1": 1}',
