@@ -41,7 +41,7 @@ def print_reply(client, messages, args) -> str:
                                     temperature=args.temperature, draft_model=args.draft,
                                     speculation="lookup" if args.lookup else None,
                                     lora=args.lora or None,
-                                    reasoning_effort=getattr(args, "reasoning", None)):
+                                    reasoning_effort=args.reasoning):
         kind, text = piece
         if kind == "reasoning":  # thinking, dimmed on a terminal, apart from the answer
             sys.stderr.write(f"\x1b[2m{text}\x1b[0m" if sys.stderr.isatty() else text)
@@ -127,6 +127,9 @@ def add_commands(sub) -> None:
     chat.add_argument("--draft", metavar="MODEL",
                       help="speculative decoding with this draft model ('auto' picks one)")
     chat.add_argument("--lookup", action="store_true", help="prompt-lookup speculative decoding")
+    chat.add_argument("--reasoning", choices=("none", "low", "medium", "high"),
+                      help="how much a reasoning model thinks (its thinking goes to stderr, "
+                           "dimmed; the answer to stdout)")
     chat.add_argument("--lora", action="append", default=[], metavar="ADAPTER[=SCALE]",
                       type=_adapter,
                       help="a LoRA adapter over the model (repeatable; scale 1 by default)")
