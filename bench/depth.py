@@ -62,7 +62,7 @@ def measure(bins: Path | None, model_id: str, depths: list[int], threads: int, t
         with engine.client(timeout=3600) as http:
             for depth in depths:
                 prompt = prompt_of(http, model_id, depth)
-                timed_completion(http, model_id, prompt, 2, f"{model_id} warm-up at {depth}")
+                timed_completion(http, model_id, prompt, 8, f"{model_id} warm-up at {depth}")
                 runs = {"anchor": [], "api": []}
                 for rep in range(reps):
                     if bins:

@@ -168,3 +168,19 @@ def test_a_thinking_budget_ends_the_reasoning_with_the_closing_marker(client, ht
     free = client.chat.completions.create(model=models["r1"], messages=ASK, max_tokens=40,
                                           temperature=0)
     assert len(free.choices[0].message.model_extra.get("reasoning_content") or "") > len(thought)
+
+
+def test_gpt_oss_forced_call_is_written_in_harmony_without_a_grammar_of_the_clients(
+        client, models):
+    """tool_choice "required": the engine's own grammar writes the call in harmony, and
+    it comes back as tool_calls. (reasoning_format "none" leaves out the optional
+    reasoning before the call, which the starter would fill to max_tokens: it never
+    writes harmony's <|end|>.)"""
+    reply = client.chat.completions.create(
+        model=models["gpt-oss"], messages=ASK, tools=TIME, tool_choice="required",
+        max_tokens=80, temperature=0, extra_body={"reasoning_format": "none"})
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "get_time"
+    assert isinstance(json.loads(call.function.arguments)["city"], str)
