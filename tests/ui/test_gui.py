@@ -529,3 +529,36 @@ def test_the_experts_slider_moves_the_plan_and_its_forecast(qtbot, tmp_path):
     assert chosen.forecast.decode_tps < planned.forecast.decode_tps
     assert "layers 0–35" in panel.experts_label.text() and "planned" not in \
         panel.experts_label.text()
+
+
+def test_a_reasoning_models_thinking_streams_in_its_own_section(qtbot, open_window, home,
+                                                                starters_dir, tmp_path):
+    """The starter with DeepSeek-R1's template (its prompt opens <think>): what it writes
+    is thinking, shown live under "Thinking…", then folded as "Thought for N s", kept in
+    the history apart from the answer; the model gets a reasoning control."""
+    from support.llama_templates import llama_cpp_templates
+    from support.models import with_template
+
+    template = llama_cpp_templates()["deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"]
+    model = with_template(starters_dir / f"{STARTER}.gguf", tmp_path / "smol-r1.gguf",
+                          template)
+    link = home / "data" / "models" / model.name
+    link.symlink_to(model)
+    try:
+        window = open_window(("--model", model.stem, "--ctx", "2048"))
+        window.settings.temperature.setValue(0)
+        window.settings.max_tokens.setValue(24)
+        window.send("Is 1001 a prime number?")
+        qtbot.waitUntil(lambda: replying(window) is not None and replying(window).reasoning,
+                        timeout=60_000)
+        if replying(window) is not None:  # still thinking: the section is open, live
+            assert "Thinking…" in window.view.toPlainText()
+        wait_reply(qtbot, window)
+        saved = messages(window)[-1]
+        assert saved.reasoning and saved.thought_s is not None
+        shown = window.view.toPlainText()
+        assert "Thought for" in shown and saved.reasoning.strip()[:30] not in shown
+        qtbot.waitUntil(lambda: window.bar.thinking.isVisible(), timeout=10_000)
+        assert window.bar.thinking.findData("none") >= 0  # its template can turn it off
+    finally:
+        link.unlink()
