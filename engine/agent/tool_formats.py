@@ -37,6 +37,7 @@ class Forced:
     name_key: str = "name"
     array: bool = False
     named: bool = False
+    several: bool = True  # calls may follow one another (harmony: a call ends the turn)
 
 
 FORCED = {
@@ -63,7 +64,7 @@ FORCED = {
                           "{name}\n```json\n", "```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
                           named=True),
     "harmony": Forced("<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>",
-                      named=True),
+                      named=True, several=False),
 }
 
 
@@ -143,6 +144,7 @@ def _native_branches(family: Family, tools: tuple[Tool, ...], several: bool) -> 
     forced = FORCED.get(family.name)
     if forced is None:
         return []
+    several = several and forced.several
     if forced.named:
         return [Branch(t.parameters, forced.before.format(name=t.name), forced.after,
                        repeat=several) for t in tools]
