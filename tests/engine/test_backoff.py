@@ -184,7 +184,8 @@ def test_a_tensor_split_llama_cpp_refuses_is_retried_with_whole_layers(home):
         return replace(planned, split_mode="tensor") if prefs.tensor_parallel else planned
 
     outcome = load(model.path, store.inspector.inspect(model.path), LoadSettings(n_ctx=1024),
-                   probe(), Preferences(ctx=1024, min_ctx=1024), LoadJournal(None),
+                   probe(), Preferences(ctx=1024, min_ctx=1024, tensor_parallel=True),
+                   LoadJournal(None),
                    planner=planner)
     try:
         assert asked == [True, False]
