@@ -201,6 +201,13 @@ def stream_times(url: str, headers: dict, body: dict, tokens: int, checked: bool
 def timed_completion(http: httpx.Client, model: str, prompt: str, tokens: int, what: str):
     """A streamed greedy completion of exactly `tokens` tokens, checked as generated:
     (client-measured decode tokens/s, its usage)."""
+    stamps, usage = streamed_completion(http, model, prompt, tokens, what)
+    return (len(stamps) - 1) / (stamps[-1] - stamps[0]), usage
+
+
+def streamed_completion(http: httpx.Client, model: str, prompt: str, tokens: int, what: str):
+    """A streamed greedy completion of exactly `tokens` tokens, checked as generated: (when
+    each piece of text arrived, its usage)."""
     body = {"model": model, "prompt": prompt, "max_tokens": tokens, "temperature": 0,
             "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
     stamps, usage = [], None
@@ -209,8 +216,7 @@ def timed_completion(http: httpx.Client, model: str, prompt: str, tokens: int, w
             if chunk["choices"] and chunk["choices"][0]["text"]:
                 stamps.append(time.perf_counter())
             usage = chunk.get("usage") or usage
-    generated(usage, what, tokens)
-    return (len(stamps) - 1) / (stamps[-1] - stamps[0]), usage
+    return stamps, generated(usage, what, tokens)
 
 
 def generated(usage: dict | None, what: str, tokens: int | None = None) -> dict:

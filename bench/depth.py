@@ -21,12 +21,11 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
-from common import QUICK_NOTE, arguments, chunks, generated, ratio, report, start_engine
+from common import QUICK_NOTE, arguments, ratio, report, start_engine, streamed_completion
 
 from app.paths import paths  # noqa: E402
 
@@ -44,15 +43,7 @@ def anchor_once(bins: Path, model: Path, threads: int, depth: int, tokens: int) 
 def api_once(http: httpx.Client, model_id: str, prompt: str, tokens: int,
              what: str) -> tuple[float, float | None]:
     """(the engine's decode tok/s, the client's from the text's arrival or None)."""
-    body = {"model": model_id, "prompt": prompt, "max_tokens": tokens, "temperature": 0,
-            "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
-    stamps, usage = [], None
-    with http.stream("POST", "/v1/completions", json=body) as reply:
-        for chunk in chunks(reply):
-            if chunk["choices"] and chunk["choices"][0]["text"]:
-                stamps.append(time.perf_counter())
-            usage = chunk.get("usage") or usage
-    usage = generated(usage, what, tokens)
+    stamps, usage = streamed_completion(http, model_id, prompt, tokens, what)
     client = (len(stamps) - 1) / (stamps[-1] - stamps[0]) if len(stamps) > tokens // 2 \
         else None
     return usage["timings"]["decode_tokens_per_s"], client
