@@ -12,7 +12,6 @@ answer is JSON, `{"tool_call": {...}}` or `{"response": "..."}`, always under a 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from ..formats.families import Family
 from .conversation import Conversation, Message, Tool
@@ -24,48 +23,6 @@ GENERIC_PROMPT = (
     '<its arguments>}}}}. To answer the user, answer with only {{"response": <your answer>}}. '
     'A tool\'s result comes back as {{"tool_response": ...}}: then use it to answer the user.'
 )
-
-
-@dataclass(frozen=True)
-class Forced:
-    """How a family writes a call, for the grammar of a forced one: an object
-    {name_key, arguments_key} (in a JSON array when `array`) between `before` and `after`,
-    or, when `named`, the arguments alone after a head naming the function (`{name}`)."""
-    before: str = ""
-    after: str = ""
-    arguments_key: str = "arguments"
-    name_key: str = "name"
-    array: bool = False
-    named: bool = False
-    several: bool = True  # calls may follow one another (harmony: a call ends the turn)
-
-
-FORCED = {
-    "hermes": Forced("<tool_call>\n", "\n</tool_call>"),
-    "qwen3": Forced("<tool_call>\n", "\n</tool_call>"),
-    "llama3": Forced(arguments_key="parameters"),
-    "mistral-nemo": Forced("[TOOL_CALLS]", array=True),
-    "firefunction-v2": Forced(" functools", array=True),
-    "nemotron-v2": Forced("<TOOLCALL>", "</TOOLCALL>", array=True),
-    "granite": Forced("<|tool_call|>", array=True),
-    "apriel": Forced("<tool_calls>", "</tool_calls>", array=True),
-    "command-r7b": Forced("<|START_ACTION|>", "<|END_ACTION|>", "parameters", "tool_name",
-                          array=True),
-    "mistral-small-3.2": Forced("[TOOL_CALLS]{name}[ARGS]", named=True),
-    "magistral": Forced("[TOOL_CALLS]{name}[ARGS]", named=True),
-    "functionary-v3.1": Forced("<function={name}>", "</function>", named=True),
-    "functionary-v3.2": Forced("{name}\n", named=True),
-    "kimi-k2": Forced("<|tool_calls_section_begin|><|tool_call_begin|>functions.{name}:0"
-                      "<|tool_call_argument_begin|>", "<|tool_call_end|><|tool_calls_section_end|>",
-                      named=True),
-    "deepseek-v3.1": Forced("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>{name}<｜tool▁sep｜>",
-                            "<｜tool▁call▁end｜><｜tool▁calls▁end｜>", named=True),
-    "deepseek-r1": Forced("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
-                          "{name}\n```json\n", "```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-                          named=True),
-    "harmony": Forced("<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>",
-                      named=True, several=False),
-}
 
 
 # -- into the template --------------------------------------------------------------------
@@ -141,7 +98,7 @@ def _generic_branches(tools: tuple[Tool, ...], mode: str, schema: dict | None) -
 
 
 def _native_branches(family: Family, tools: tuple[Tool, ...], several: bool) -> list[Branch]:
-    forced = FORCED.get(family.name)
+    forced = family.forced
     if forced is None:
         return []
     several = several and forced.several

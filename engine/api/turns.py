@@ -82,7 +82,7 @@ class Turn:
                 for out in self.reader.finish() if self.reader else ():
                     yield out
                 reason = event.finish_reason
-                if self.reader and self.reader.calls and reason == "stop":
+                if self.reader and self.reader.ids and reason == "stop":
                     reason = "tool_calls"
                 yield Done(reason, event.usage)
                 return

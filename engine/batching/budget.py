@@ -37,6 +37,7 @@ class ReasoningBudget:
         if self.closing in self.text:
             self.state = "done"
             return []
+        self.text = self.text[-len(self.closing):]  # enough to see it arrive across pieces
         self.spent += 1
         if self.limit is None or self.spent < self.limit:
             return []

@@ -7,11 +7,10 @@ fallback was used (llama-cpp-python silently falls back to "llama-2" instead).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-
-from collections.abc import Iterable
 
 from jinja2 import TemplateError, nodes
 from jinja2.ext import Extension

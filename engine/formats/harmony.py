@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from .parsed import Parsed, ParsedCall
-from .scan import held
+from .scan import first, held
 
 START, MESSAGE = "<|start|>", "<|message|>"
 BODY_ENDS = ("<|end|>", "<|call|>", "<|return|>")
@@ -59,5 +59,5 @@ def _segments(text: str) -> list[str]:
 
 
 def _body_end(body: str) -> int | None:
-    found = [i for end in BODY_ENDS if (i := body.find(end)) >= 0]
-    return min(found) if found else None
+    found = first(body, BODY_ENDS)
+    return found[0] if found else None

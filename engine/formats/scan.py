@@ -56,6 +56,13 @@ def without_held(text: str, markers, partial: bool) -> str:
     return text[:len(text) - held(text, markers)] if partial else text
 
 
+def without(text: str, markers) -> str:
+    """`text` with every one of the markers taken out."""
+    for marker in markers:
+        text = text.replace(marker, "")
+    return text
+
+
 def first(text: str, markers, start: int = 0) -> tuple[int, str] | None:
     """The earliest of the markers in `text` from `start`: (index, marker)."""
     found = [(i, m) for m in markers if (i := text.find(m, start)) >= 0]

@@ -38,14 +38,9 @@ class FormatStream:
     def __init__(self, reading: Reading):
         self.reading = reading
         self.text = ""
-        self.sent = Parsed()
-        self.ids: list[str] = []
-        self.args: list[str] = []
-
-    @property
-    def calls(self) -> list[str]:
-        """The ids of the calls sent so far."""
-        return self.ids
+        self.reasoning, self.content = "", ""  # what was sent of each
+        self.ids: list[str] = []   # of the calls sent so far
+        self.args: list[str] = []  # what was sent of each call's arguments
 
     def feed(self, piece: str) -> list:
         self.text += piece
@@ -56,9 +51,11 @@ class FormatStream:
 
     def _grown(self, parsed: Parsed) -> list:
         events: list = []
-        if (more := _more(self.sent.reasoning, parsed.reasoning)) is not None:
+        if (more := _more(self.reasoning, parsed.reasoning)) is not None:
+            self.reasoning = parsed.reasoning
             events.append(Reasoning(more))
-        if (more := _more(self.sent.content, parsed.content)) is not None:
+        if (more := _more(self.content, parsed.content)) is not None:
+            self.content = parsed.content
             events.append(Text(more))
         for index, call in enumerate(parsed.calls):
             if index == len(self.ids):
@@ -68,8 +65,6 @@ class FormatStream:
             if (more := _more(self.args[index], call.arguments)) is not None:
                 self.args[index] = call.arguments
                 events.append(CallArgs(index, more))
-        self.sent = Parsed(_kept(self.sent.content, parsed.content),
-                           _kept(self.sent.reasoning, parsed.reasoning))
         return events
 
 
@@ -78,6 +73,3 @@ def _more(sent: str, now: str) -> str | None:
     parse that changed its mind: nothing already sent can be taken back)."""
     return now[len(sent):] if len(now) > len(sent) and now.startswith(sent) else None
 
-
-def _kept(sent: str, now: str) -> str:
-    return now if now.startswith(sent) else sent

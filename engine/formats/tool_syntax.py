@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 
 from .parsed import ParsedCall
-from .scan import first, json_end, typed, unescaped_prefix, without_held
+from .scan import first, json_end, typed, unescaped_prefix, without, without_held
 
 Schemas = dict  # tool name -> its parameters' JSON Schema
 
@@ -51,11 +51,9 @@ class JsonCalls:
         if self.response_key and (head := RESPONSE_HEAD.match(region)):
             return unescaped_prefix(region, head.end())[0], ()
         calls = _json_calls(region, partial)
-        if not partial and not calls:
+        if not partial and not calls:  # keys in another order, or Llama's built-in tools
             calls = _whole(region, self.openers) or _builtin(region, self.openers)
-            if not calls:
-                return text, ()  # a region holding no call is text
-        return text[:start], calls
+        return _answer(text, start, calls, partial)
 
     def _region(self, text: str, partial: bool) -> int | None:
         stripped = text.lstrip()
@@ -89,10 +87,8 @@ def _json_calls(region: str, partial: bool) -> tuple[ParsedCall, ...]:
 def _whole(region: str, openers: tuple[str, ...]) -> tuple[ParsedCall, ...] | None:
     """A finished region whose calls no head matched: keys in another order, or wrapped
     ({"tool_call": ...}); None when it holds no call."""
-    body = region
-    for marker in (*openers, "</tool_call>", "</TOOLCALL>", "<|/tool_call|>", "</tool_calls>",
-                   "<|END_ACTION|>"):
-        body = body.replace(marker, "")
+    body = without(region, (*openers, "</tool_call>", "</TOOLCALL>", "<|/tool_call|>",
+                             "</tool_calls>", "<|END_ACTION|>"))
     try:
         data = json.loads(body)
     except ValueError:
@@ -112,11 +108,8 @@ def _whole(region: str, openers: tuple[str, ...]) -> tuple[ParsedCall, ...] | No
 def _builtin(region: str, openers: tuple[str, ...]) -> tuple[ParsedCall, ...]:
     """Llama 3.1's built-in tools after <|python_tag|>: `brave_search.call(query="...")`
     is a call of `brave_search`."""
-    body = region
-    for opener in openers:
-        body = body.replace(opener, "")
     calls = []
-    for call in _python_calls(body.strip()):
+    for call in _python_calls(without(region, openers).strip()):
         if call.name.endswith(".call"):
             calls.append(ParsedCall(call.name.removesuffix(".call"), call.arguments))
     return tuple(calls)

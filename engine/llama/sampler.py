@@ -81,31 +81,35 @@ class Sampler:
         # pick goes through _pick so that only the kept token is accepted
         token = self._pick(logits, constrained=False) if self._penalized else \
             llama.llama_sampler_sample(self._chain, model.ctx, index)
-        self._one["id"], self._one["logit"] = token, 0.0
-        if _apply(self._grammar, self._one).logit == -np.inf:  # refused: pick again
+        if not self._allows(token):  # refused: pick again
             token = self._pick(logits, constrained=True)
-        # an end of generation ends the output: the grammar never sees it (llama.cpp
-        # aborts the process when a grammar that is not complete is handed one, as a
-        # request's grammar naming such a token, <|call|>, would do)
-        if not llama.llama_vocab_is_eog(self._vocab, token):
-            llama.llama_sampler_accept(self._grammar, token)
-        if self._penalized:
-            llama.llama_sampler_accept(self._chain, token)
+        self._accept(token)
         return token
 
     def _take_forced(self) -> int | None:
         """The next forced token, accepted like a sampled one; None (the rest dropped)
         when the grammar refuses it: a grammar handed a token it refuses aborts llama.cpp."""
         token = self._forced.pop(0)
-        if self._grammar is not None:
-            self._one["id"], self._one["logit"] = token, 0.0
-            if _apply(self._grammar, self._one).logit == -np.inf:
-                self._forced = []
-                return None
+        if self._grammar is not None and not self._allows(token):
+            self._forced = []
+            return None
+        self._accept(token)
+        return token
+
+    def _allows(self, token: int) -> bool:
+        """The grammar lets `token` come next."""
+        self._one["id"], self._one["logit"] = token, 0.0
+        return _apply(self._grammar, self._one).logit != -np.inf
+
+    def _accept(self, token: int) -> None:
+        """A token taken outside llama_sampler_sample, made known to the samplers that
+        keep history. An end of generation ends the output: the grammar never sees it
+        (llama.cpp aborts the process when a grammar that is not complete is handed one,
+        as a request's grammar naming such a token, <|call|>, would do)."""
+        if self._grammar is not None and not llama.llama_vocab_is_eog(self._vocab, token):
             llama.llama_sampler_accept(self._grammar, token)
         if self._penalized:
             llama.llama_sampler_accept(self._chain, token)
-        return token
 
     def _pick(self, logits: np.ndarray, constrained: bool) -> int:
         candidates = self._candidates  # samplers reorder it in place: filled anew each time
