@@ -146,7 +146,7 @@ def homerack_split(workers: list[str], layers: int, stages: int) -> list[str]:
 @contextmanager
 def rpc_servers(bins: Path, count: int, threads: int):
     ports = [free_port() for _ in range(count)]
-    # at the priority Homerack's workers give their RPC servers (engine/machine/rpc.py), so both
+    # at the priority Homerack's workers give their RPC servers (engine/llama/rpc.py), so both
     # paths compute alike on a machine that plays host and workers at once
     servers = [subprocess.Popen([*NICE, str(bins / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(p),
                                  "-t", str(threads)], stdout=subprocess.DEVNULL,
@@ -211,12 +211,13 @@ def inner_decode(args) -> None:
     from engine.cluster.host import Cluster
     from engine.cluster.pairing import Pairings
     from engine.cluster.placement import Machine
-    from engine.engine import Engine, EngineSettings
+    from engine.engine import Engine
+    from engine.settings import EngineSettings
     from engine.events import Finished, GenerationRequest, SamplingParams
     from engine.catalog.gguf_file import GGUFInspector
-    from engine.llama.runtime import LoadSettings
+    from engine.settings import LoadSettings
     from engine.catalog.models import ModelStore
-    from engine.machine.rpc import add_worker
+    from engine.llama.rpc import add_worker
 
     class RawCluster(Cluster):
         def connect(self):

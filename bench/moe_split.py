@@ -40,7 +40,7 @@ def hardware(vram: float):
 
     from engine.machine.bandwidth import UNKNOWN_GPU
     from engine.machine.hardware import simulated
-    from engine.machine.probe import probe
+    from engine.llama.probe import probe
 
     real = probe()
     if not real.gpus:  # a mid-range card's speed

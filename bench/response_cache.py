@@ -91,10 +91,11 @@ def engine_side(args, model: str) -> None:
     import tempfile
     import threading
 
-    from engine.engine import Engine, EngineSettings
+    from engine.engine import Engine
+    from engine.settings import EngineSettings
     from engine.events import Failed, Finished, GenerationRequest, SamplingParams
     from engine.catalog.gguf_file import GGUFInspector
-    from engine.llama.runtime import LoadSettings
+    from engine.settings import LoadSettings
     from engine.catalog.models import ModelStore
 
     store = ModelStore(paths().models, GGUFInspector())

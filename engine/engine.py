@@ -17,20 +17,30 @@ from collections import OrderedDict
 from dataclasses import replace
 from typing import Callable
 
+from .agent.compose import Composed
 from .catalog.chat_format import ChatFormat, chat_format_for
+from .catalog.drafts import check_draft_fits, check_size
+from .catalog.facts import describe
 from .catalog.sampling_defaults import model_defaults
 from .cascade import Cascade
 from .catalog.models import LocalModel, ModelStore
 from .errors import HomerackError, InvalidRequest
 from .events import LOADED, Event, GenerationRequest, Job, SamplingParams
+from .cluster.replicas import MachineLoad
 from .fleet import Fleet
+from .hub.repos import repo_verdicts
+from .llama.grammar import composed_grammar
+from .llama.probe import probe
+from .machine.capacity import capacity
+from .machine.planner import Preferences
 from .llama.vocab import Vocabulary
 from .model.embeddings import Embedder
-from .model.host import EngineSettings, prompt_tokens, render_chat
-from .model.presets import Keep, LoadOverride, Presets
-from .response_cache import (Fingerprints, Recording, ResponseCache, deterministic, replay,
-                             request_key)
-from .routing import Decision, Routing, decide
+from .model.host import prompt_tokens, render_chat
+from .settings import EngineSettings
+from .presets import Keep, LoadOverride, Preset, Presets
+from .catalog.fingerprint import Fingerprints
+from .response_cache import Recording, ResponseCache, deterministic, replay, request_key
+from .routing import Decision, Routing, decide, route_between
 
 log = logging.getLogger("homerack.engine")
 
@@ -198,6 +208,75 @@ class Engine:
         self._vocabs.move_to_end(model.path)
         return vocab
 
+    # -- what the routes read: through these, never around the engine -------------------
+
+    def models(self) -> list[LocalModel]:
+        """The models folder's files, adapters and embedding models among them."""
+        return self.store.list()
+
+    def adapters(self) -> list[LocalModel]:
+        """The LoRA adapters, in llama-server's order (a numeric id is an index here)."""
+        return self.store.adapters()
+
+    def kind_of(self, model: LocalModel) -> str | None:
+        """chat, embedding or adapter; None while its header is still being read."""
+        return self.store.kind_of(model, wait=False)
+
+    def facts(self, model: LocalModel, kind: str | None) -> dict:
+        """What the file's header says (catalog/facts.py): sampling defaults and
+        capabilities, or an adapter's rank and the models it fits."""
+        return describe(self.store, model, kind)
+
+    def check_draft(self, model: LocalModel, draft: LocalModel) -> None:
+        """Raise InvalidRequest unless `draft` can speculate for `model`."""
+        check_draft_fits(model, draft, self.store.inspector)  # the tokenizer's word first
+        check_size(model, draft)
+
+    def adapter_uses(self, model: LocalModel, chosen: list[tuple[str, float]]) -> tuple:
+        return self.store.adapter_uses(model, chosen)
+
+    def loaded(self) -> list[dict]:
+        """The chat models held: where, how much, idle since, time to live."""
+        return self.fleet.loaded()
+
+    def preset(self, model_id: str) -> Preset:
+        return self.presets.get(model_id)
+
+    def set_preset(self, model_id: str, **changes) -> Preset:
+        return self.presets.set(model_id, **changes)
+
+    def machine_load(self, here: str) -> MachineLoad:
+        """This machine as the replicas' chooser sees it: the chat models it has and
+        holds, how busy they are, how fast each decodes (cluster/replicas.py)."""
+        held = self.fleet.loaded()
+        models = frozenset(m.id for m in self.store.list()
+                           if self.store.kind_of(m, wait=False) in ("chat", None))
+        slots = max(1, self.settings.parallel)
+        return MachineLoad(here, models, frozenset(m["id"] for m in held),
+                           sum(m["running"] + m["queued"] for m in held) / slots,
+                           {m["id"]: m["decode_tokens_per_s"] for m in held
+                            if m.get("decode_tokens_per_s")}, local=True, slots=slots)
+
+    def hardware(self) -> dict:
+        """This machine as llama.cpp sees it, steadied by measured loads, and what it can
+        run (machine/capacity.py). Probes: call off the event loop."""
+        found = self.fleet.calibration.steady(probe())
+        measured = Preferences(speed_calibration=self.fleet.calibration.speeds())
+        return {**found.as_dict(), "capacity": capacity(found, measured).as_dict()}
+
+    def judge_repo(self, repo: str, ctx: int, token: str | None):
+        """A Hub repository's quants judged for this machine (hub/repos.py)."""
+        return repo_verdicts(repo, probe(), Preferences(ctx=ctx), token=token,
+                             fitting=self.store.fitting)
+
+    def route_between(self, small: str, large: str, mode: str, threshold: float) -> Routing:
+        """The routing of two model ids, checked (routing.py); not applied yet."""
+        return route_between(self.store, small, large, mode, threshold)
+
+    def grammar(self, composed: Composed, param: str = "tools") -> str | None:
+        """The grammar a composed turn's output must follow (None: it is free)."""
+        return composed_grammar(composed, param)
+
     def plan_for(self, model: LocalModel, override: LoadOverride | None = None):
         return self.host.plan_for(model, override)
 
@@ -208,7 +287,7 @@ class Engine:
         requests with tools always go there)."""
         return self._routing().large
 
-    def plan_pair(self, small: LocalModel, large: LocalModel) -> dict:
+    def plan_routing(self, small: LocalModel, large: LocalModel) -> dict:
         """Whether the pair fits in memory together, by the planner: the small model first,
         then the large one beside it."""
         base = {"CPU": self.embedder.bytes}
@@ -236,7 +315,7 @@ class Engine:
                 self.fleet.unload(old.small.id, "the routing pair changed")
             if routing is None:
                 return None
-            pair = self.plan_pair(routing.small, routing.large)
+            pair = self.plan_routing(routing.small, routing.large)
             if pair["together"]:
                 self.fleet.pinned = frozenset((routing.small.id, routing.large.id))
                 self.submit(GenerationRequest(model=routing.large),

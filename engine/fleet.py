@@ -26,8 +26,8 @@ from .catalog.models import LocalModel, ModelStore
 from .errors import OutOfMemory
 from .events import Job
 from .machine.calibration import Calibration
-from .model.host import EngineSettings
-from .model.presets import Keep, Presets
+from .settings import EngineSettings
+from .presets import Keep, Presets
 
 REAP_S = 0.5  # how often idle lanes are checked against their time to live
 

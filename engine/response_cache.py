@@ -25,7 +25,6 @@ from pathlib import Path
 
 from .events import Delta, Event, Finished, GenerationRequest, Job, Started, Usage
 from .llama.backend import build_id
-from .catalog.fingerprint import model_fingerprint
 
 log = logging.getLogger("homerack.response_cache")
 
@@ -57,27 +56,6 @@ class Answer:
 
 def deterministic(request: GenerationRequest) -> bool:
     return request.sampling.temperature <= 0 or request.sampling.seed is not None
-
-
-class Fingerprints:
-    """Model fingerprints, read again only when a file's size or mtime changes (reading
-    8 MiB of a model per request would cost more than the whole cache hit)."""
-
-    def __init__(self):
-        self._known: dict[Path, tuple[tuple[int, int], str]] = {}
-        self._lock = threading.Lock()
-
-    def of(self, path: Path) -> str:
-        stat = path.stat()
-        stamp = (stat.st_size, stat.st_mtime_ns)
-        with self._lock:
-            known = self._known.get(path)
-        if known and known[0] == stamp:
-            return known[1]
-        value = model_fingerprint(path)
-        with self._lock:
-            self._known[path] = (stamp, value)
-        return value
 
 
 def request_key(request: GenerationRequest, prompt: str, fingerprint: str, n_ctx: int,

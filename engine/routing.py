@@ -55,7 +55,7 @@ class Routing:
                     "deep_turns": self.rules.deep_turns}}
 
 
-def pair(store: ModelStore, small: str, large: str, mode: str = "rules",
+def route_between(store: ModelStore, small: str, large: str, mode: str = "rules",
          threshold: float = DEFAULT_THRESHOLD, paths: bool = False) -> Routing:
     """The routing pair of two model ids (or files, with `paths`: the command line),
     checked: two different files that can chat."""

@@ -8,7 +8,7 @@ this checkout's Python (no virtual environment on PATH, no PYTHONPATH):
 2. `homerack self-test`: the engine started from the bundle, the starter model linked
    from it (no download) and loaded, a question answered; time from launch to first token;
 3. a variant below this CPU's best, forced with HOMERACK_CPU_VARIANT, still answers;
-4. `homerack worker` starts its llama.cpp RPC server (`homerack -m engine.machine.rpc`);
+4. `homerack worker` starts its llama.cpp RPC server (`homerack -m engine.llama.rpc`);
 5. the desktop window under Xvfb: the starter model ready to chat, a question typed
    into it answered, a screenshot saved;
 6. the .deb holds /opt/homerack, /usr/bin/homerack, the desktop entry and icons, and
@@ -112,7 +112,7 @@ def check_worker(exe: Path, home: Path) -> str:
             lines.append(line.strip())
         rpc = []
         while time.monotonic() < deadline and not rpc:
-            rpc = subprocess.run(["pgrep", "-f", f"{exe} -m engine.machine.rpc"], capture_output=True,
+            rpc = subprocess.run(["pgrep", "-f", f"{exe} -m engine.llama.rpc"], capture_output=True,
                                  text=True).stdout.split()
             time.sleep(0.5)
         if not rpc or worker.poll() is not None:

@@ -5,7 +5,7 @@
 The bundle cannot be compiled for the machine it lands on, so it carries llama.cpp the
 way llama.cpp's own releases do: the CPU backend in every variant the compiler can make
 (`GGML_CPU_ALL_VARIANTS`), each a module loaded at run time (`GGML_BACKEND_DL`); the
-loader (engine/machine/native.py) asks each for its score on this CPU and keeps the best. The
+loader (engine/llama/native.py) asks each for its score on this CPU and keeps the best. The
 AMX variant (sapphirerapids) is left out: its kernels crash on the first decode on such
 CPUs (llama.cpp #20824, unfixed), so a Xeon with AMX gets the AVX-512 one instead.
 

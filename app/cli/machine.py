@@ -12,7 +12,7 @@ from ..local_models import open_store
 def cmd_hardware(args) -> int:
     import json
 
-    from engine.machine.probe import probe
+    from engine.llama.probe import probe
 
     hardware = probe()
     if args.json:
@@ -32,7 +32,7 @@ def cmd_plan(args) -> int:
     import json
 
     from engine.errors import HomerackError
-    from engine.machine.probe import probe
+    from engine.llama.probe import probe
     from engine.machine.planner import Preferences, auto_context, plan
 
     store = open_store(quiet=True)
@@ -75,7 +75,7 @@ def _plan_cluster(args, shape, prefs) -> int:
     """The preview `serve --workers` would load by: stages, bytes, expected speed."""
     import json
 
-    from engine.machine.probe import probe
+    from engine.llama.probe import probe
 
     from ..cluster import make_cluster
 

@@ -109,7 +109,7 @@ def cmd_pull(args) -> int:
     """A GGUF model from the Hub: every quant's verdict on this machine, then the
     recommended one (or --quant) downloaded, verified and added to the models."""
     from engine.errors import HomerackError
-    from engine.machine.probe import probe
+    from engine.llama.probe import probe
     from engine.hub.repos import download, repo_verdicts
     from engine.machine.planner import Preferences
 

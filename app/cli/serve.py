@@ -58,7 +58,7 @@ def _become_child() -> None:
     thread's Python stack."""
     import faulthandler
 
-    from engine.machine.native import die_with_parent
+    from engine.llama.native import die_with_parent
 
     die_with_parent()
     faulthandler.enable()
@@ -110,7 +110,7 @@ def _serve(args, token: str) -> int:
     try:
         serve(engine, ServeConfig(args.host, args.port, token, args.fd, args.api_docs,
                                   args.generation_only), ready,
-              routers=(hub_routes(store, downloads),), holder=holder)
+              routers=(hub_routes(engine, downloads),), holder=holder)
     finally:
         remove_engine_file(engine_file, os.getpid())
         if cluster:
@@ -119,8 +119,8 @@ def _serve(args, token: str) -> int:
 
 
 def _settings(args):
-    from engine.engine import EngineSettings
-    from engine.llama.runtime import LoadSettings
+    from engine.settings import EngineSettings
+    from engine.settings import LoadSettings
 
     where = paths()
     return EngineSettings(
@@ -147,7 +147,7 @@ def _settings(args):
 def _routing(store, args):
     """The pair of --route, checked before the engine starts."""
     from engine.errors import HomerackError
-    from engine.routing import DEFAULT_THRESHOLD, pair
+    from engine.routing import DEFAULT_THRESHOLD, route_between
 
     if not args.route:
         return None
@@ -156,7 +156,7 @@ def _routing(store, args):
         raise SystemExit("--route takes two models: SMALL,LARGE")
     threshold = DEFAULT_THRESHOLD if args.route_threshold is None else args.route_threshold
     try:
-        return pair(store, *names, args.route_mode, threshold, paths=True)
+        return route_between(store, *names, args.route_mode, threshold, paths=True)
     except HomerackError as exc:
         raise SystemExit(f"--route: {exc.message}") from None
 
@@ -164,7 +164,7 @@ def _routing(store, args):
 def _cache_limits(args):
     import psutil
 
-    from engine.model.prompt_cache import CacheLimits
+    from engine.settings import CacheLimits
 
     if args.no_prompt_cache:
         return None

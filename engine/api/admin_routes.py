@@ -12,12 +12,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from ..engine import Engine
-from ..catalog.sampling_defaults import model_defaults
-from ..formats.families import capabilities
 from ..errors import InvalidRequest, ModelNotFound
 from ..events import Failed
 from ..metrics import prometheus_text
-from ..routing import pair
 from .channel import Channel
 from .schemas import LoadRequest, PresetRequest, RoutingRequest, TokenizeRequest, UnloadRequest
 
@@ -46,29 +43,10 @@ def _status_routes(router: APIRouter, engine: Engine) -> None:
 
     @router.get("/v1/hardware")
     async def hardware():
-        from ..machine.capacity import capacity
-        from ..machine.planner import Preferences
-        from ..machine.probe import probe
-
-        calibration = engine.fleet.calibration
-        found = calibration.steady(await asyncio.to_thread(probe))
-        measured = Preferences(speed_calibration=calibration.speeds())
-        return {**found.as_dict(), "capacity": capacity(found, measured).as_dict()}
+        return await asyncio.to_thread(engine.hardware)
 
 
 def _model_routes(router: APIRouter, engine: Engine) -> None:
-    def _defaults(model) -> dict | None:
-        """The model's sampling defaults, where its file was read already."""
-        if not engine.store.inspector.known(model.path):
-            return None
-        return model_defaults(engine.store.inspector.inspect(model.path)).as_dict()
-
-    def _capabilities(model) -> list[str] | None:
-        """What the model's chat template says it can do, where its file was read."""
-        if not engine.store.inspector.known(model.path):
-            return None
-        return list(capabilities(engine.store.inspector.inspect(model.path).chat_template))
-
     @router.get("/v1/models")
     async def list_models():
         status = engine.status()
@@ -76,34 +54,23 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
                   *status["adapters"]["loaded"])
         # kind: null for a file not inspected yet (parsing one can take seconds)
         models = []
-        for m in engine.store.list():
-            kind = engine.store.kind_of(m, wait=False)
+        for m in engine.models():
+            kind = engine.kind_of(m)
             models.append({
                 "id": m.id, "object": "model", "created": int(m.path.stat().st_mtime),
                 "owned_by": "local", **m.as_dict(), "kind": kind, "loaded": m.id in loaded,
-                **(_adapter(m) if kind == "adapter" else {"sampling_defaults": _defaults(m),
-                                                          "capabilities": _capabilities(m)})})
+                **engine.facts(m, kind)})
         if engine.routing:
             models.insert(0, {"id": "auto", "object": "model", "created": 0,
                               "owned_by": "homerack", "kind": "router",
                               "routing": engine.routing.as_dict()})
         return {"object": "list", "data": models}
 
-    def _adapter(adapter) -> dict:
-        """An adapter's facts and the local models it fits (the first: its base)."""
-        facts = engine.store.inspector.inspect(adapter.path).adapter
-        bases = [m.id for m in engine.store.bases_for(adapter)]
-        return {"base": bases[0] if bases else None, "bases": bases,
-                "use_as": f"{bases[0]}+{adapter.id}" if bases else None,
-                "adapter": {"type": "lora", "rank": facts["rank"], "alpha": facts["alpha"],
-                            "tensors": len(facts["targets"]),
-                            "declared_base": facts["base_names"]}}
-
     @router.get("/lora-adapters")
     async def lora_adapters():
         """llama-server's list: an adapter's index here is its numeric id in "lora"."""
         return [{"id": i, "name": a.id, "path": str(a.path), "scale": 0.0}
-                for i, a in enumerate(engine.store.adapters())]
+                for i, a in enumerate(engine.adapters())]
 
     @router.post("/v1/plan")
     async def preview_plan(body: LoadRequest):
@@ -139,14 +106,14 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
     @router.get("/v1/models/loaded")
     async def loaded_models():
         """The chat models held in memory: where, how much, idle since, time to live."""
-        return {"object": "list", "data": engine.fleet.loaded()}
+        return {"object": "list", "data": engine.loaded()}
 
     @router.post("/v1/models/unload")
     async def unload_model(body: UnloadRequest):
         """Unload a model now: its running requests end with an error saying so."""
         if not await asyncio.to_thread(engine.unload, body.model):
             raise ModelNotFound(f"model '{body.model}' is not loaded", param="model")
-        return {"unloaded": body.model, "loaded": engine.fleet.loaded()}
+        return {"unloaded": body.model, "loaded": engine.loaded()}
 
     @router.put("/v1/models/preset")
     async def put_preset(body: PresetRequest):
@@ -158,12 +125,12 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
             changes["load"] = body.override()
         if body.keep() is not None:
             changes["keep"] = body.keep()
-        return {"model": model.id, **engine.presets.set(model.id, **changes).as_dict()}
+        return {"model": model.id, **engine.set_preset(model.id, **changes).as_dict()}
 
     @router.get("/v1/models/preset")
     async def get_preset(model: str):
         found = engine.resolve(model)
-        return {"model": found.id, **engine.presets.get(found.id).as_dict()}
+        return {"model": found.id, **engine.preset(found.id).as_dict()}
 
 
 def _routing_routes(router: APIRouter, engine: Engine) -> None:
@@ -173,14 +140,14 @@ def _routing_routes(router: APIRouter, engine: Engine) -> None:
         routing = engine.routing
         if routing is None:
             return {"routing": None}
-        plan = await asyncio.to_thread(engine.plan_pair, routing.small, routing.large)
+        plan = await asyncio.to_thread(engine.plan_routing, routing.small, routing.large)
         return {"routing": routing.as_dict(), "plan": plan}
 
     @router.put("/v1/routing")
     async def put_routing(body: RoutingRequest):
         """Turn routing on with this pair: both models load when they fit together; the
         answer's plan says whether they do (when not, each switch swaps the model)."""
-        routing = await asyncio.to_thread(pair, engine.store, body.small, body.large,
+        routing = await asyncio.to_thread(engine.route_between, body.small, body.large,
                                           body.mode, body.threshold)
         plan = await asyncio.to_thread(engine.set_routing, routing)
         return {"routing": routing.as_dict(), "plan": plan}

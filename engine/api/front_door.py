@@ -23,7 +23,7 @@ from typing import Callable
 
 import httpx
 
-from ..cluster.replicas import MachineLoad, Replicas, opening_key
+from ..cluster.replicas import Replicas, opening_key
 from ..engine import Engine
 from .anthropic_routes import is_anthropic
 
@@ -80,21 +80,10 @@ class FrontDoor:
                 yield wanted
             return
         for _ in self.replicas.pairings:
-            machine = self.replicas.choose(model, key, self._local_load())
+            machine = self.replicas.choose(model, key, self.engine.machine_load(self.here))
             if machine is None or machine.local:
                 return
             yield machine.name
-
-    def _local_load(self) -> MachineLoad:
-        held = self.engine.fleet.loaded()
-        store = self.engine.store
-        models = frozenset(m.id for m in store.list()
-                           if store.kind_of(m, wait=False) in ("chat", None))
-        slots = max(1, self.engine.settings.parallel)
-        return MachineLoad(self.here, models, frozenset(m["id"] for m in held),
-                           sum(m["running"] + m["queued"] for m in held) / slots,
-                           {m["id"]: m["decode_tokens_per_s"] for m in held
-                            if m.get("decode_tokens_per_s")}, local=True, slots=slots)
 
     async def _forward(self, name: str, scope, headers: dict, body: bytes, send) -> bool:
         """The request answered by replica `name`; False when it could not be reached

@@ -11,12 +11,10 @@ from typing import Literal
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..engine import Engine
 from ..hub.downloads import Downloads
 from ..errors import InvalidRequest
-from ..machine.probe import probe
-from ..hub.repos import model_card, repo_quants, repo_verdicts, search, suggest_drafts
-from ..catalog.models import ModelStore
-from ..machine.planner import Preferences
+from ..hub.repos import model_card, repo_quants, search, suggest_drafts
 
 
 class DownloadRequest(BaseModel):
@@ -29,9 +27,8 @@ def _token() -> str | None:
     return os.environ.get("HF_TOKEN")
 
 
-def _quants_with_verdicts(store: ModelStore, repo: str, ctx: int) -> dict:
-    base, verdicts, can = repo_verdicts(repo, probe(), Preferences(ctx=ctx), token=_token(),
-                                        fitting=store.fitting)
+def _quants_with_verdicts(engine: Engine, repo: str, ctx: int) -> dict:
+    base, verdicts, can = engine.judge_repo(repo, ctx, _token())
     return {"repo": repo, "n_layers": base.n_layers if base else None, "capabilities": list(can),
             "kind": "model" if base else "adapter", "quants": [
                 {"quant": v.quant.quant, "files": list(v.quant.files),
@@ -41,7 +38,7 @@ def _quants_with_verdicts(store: ModelStore, repo: str, ctx: int) -> dict:
                  "n_gpu_layers": v.plan.n_gpu_layers if v.plan else None} for v in verdicts]}
 
 
-def hub_routes(store: ModelStore, downloads: Downloads) -> APIRouter:
+def hub_routes(engine: Engine, downloads: Downloads) -> APIRouter:
     router = APIRouter()
 
     @router.get("/v1/hub/search")
@@ -58,7 +55,7 @@ def hub_routes(store: ModelStore, downloads: Downloads) -> APIRouter:
 
     @router.get("/v1/hub/repos/{repo:path}/quants")
     async def hub_quants(repo: str, ctx: int = 4096):
-        return await asyncio.to_thread(_quants_with_verdicts, store, repo, ctx)
+        return await asyncio.to_thread(_quants_with_verdicts, engine, repo, ctx)
 
     @router.get("/v1/hub/repos/{repo:path}/card")
     async def hub_card(repo: str):

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..agent.conversation import Choice, Message, ToolCall
 from ..errors import InvalidRequest
 from ..events import SamplingParams
-from ..model.presets import Keep, LoadOverride
+from ..presets import Keep, LoadOverride
 from ..routing import DEFAULT_THRESHOLD
 from .thinking import Thinking
 
@@ -252,7 +252,7 @@ class TokenizeRequest(BaseModel):
 
 
 class PresetRequest(BaseModel):
-    """A model and the user's choices for it (model/presets.py): over the planner's, and
+    """A model and the user's choices for it (presets.py): over the planner's, and
     how long it stays loaded."""
     model_config = ConfigDict(extra="forbid")
     model: str = Field(max_length=1024)

@@ -15,7 +15,6 @@ from ..agent.conversation import Conversation, checked
 from ..agent.json_schema import MAX_GRAMMAR, MAX_NESTING, nesting
 from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
 from ..formats.stream import FormatStream, Reading
-from ..catalog.drafts import check_pair, check_size
 from ..engine import Engine
 from ..errors import HomerackError, InvalidRequest, ModelNotFound
 from ..events import Delta, Failed, Finished, GenerationRequest, Started, Usage
@@ -136,22 +135,21 @@ def request_for(engine: Engine, body, **content) -> GenerationRequest:
                 draft = engine.resolve(body.draft_model)
             except ModelNotFound as exc:
                 raise ModelNotFound(exc.message, param="draft_model") from None
-            check_pair(model, draft, engine.store.inspector)  # the tokenizer's word first
-            check_size(model, draft)
+            engine.check_draft(model, draft)
     return GenerationRequest(model=model, max_tokens=body.token_limit(),
                              sampling=body.sampling(engine.sampling_defaults(model)),
                              stop=body.stop_strings(), grammar=checked_grammar(body.grammar),
                              ignore_eos=body.ignore_eos, speculation=speculation,
                              draft_model=draft, cache_prompt=body.cache_prompt, routed=routed,
                              response_cache=body.response_cache,
-                             adapters=engine.store.adapter_uses(model, adapters + lora_of(
+                             adapters=engine.adapter_uses(model, adapters + lora_of(
                                  engine, body.lora)), **content)
 
 
 def split_model_id(engine: Engine, name: str | None) -> tuple[str | None, list]:
     """A model id `BASE+ADAPTER[+ADAPTER...]` (for clients that send only a model name)
     as the base and its adapters at scale 1; any other id as it is."""
-    if not name or "+" not in name or name in {m.id for m in engine.store.list()}:
+    if not name or "+" not in name or name in {m.id for m in engine.models()}:
         return name, []
     base, *adapters = name.split("+")
     return base, [(adapter, 1.0) for adapter in adapters]
@@ -162,7 +160,7 @@ def lora_of(engine: Engine, choices) -> list[tuple[str, float]]:
     GET /lora-adapters, as llama-server's ids are."""
     if not choices:
         return []
-    listed = engine.store.adapters()
+    listed = engine.adapters()
     out = []
     for choice in choices:
         if isinstance(choice.id, int):
@@ -186,7 +184,7 @@ def conversation_turn(engine: Engine, body, conv: Conversation, http: Request,
     family = engine.chat_format_of(request.model).family
     composed = compose(conv, family, separate=thinking.separate, id_prefix=id_prefix)
     request = replace(request, messages=composed.messages, tools=composed.tools,
-                      grammar=request.grammar or composed.grammar,
+                      grammar=request.grammar or engine.grammar(composed),
                       template_kwargs=thinking.template_kwargs(),
                       thinking_budget=thinking.budget)
     reading = composed.reading

@@ -18,7 +18,8 @@ from typing import Callable
 
 from ..errors import HomerackError, ModelUnloaded, QueueFull
 from ..events import CANCELLED, LOADED, Failed, Job
-from ..model.host import EngineSettings, ModelHost
+from ..model.host import ModelHost
+from ..settings import EngineSettings
 from ..catalog.models import ModelStore
 from .scheduler import Scheduler
 

@@ -21,7 +21,8 @@ from ..events import CANCELLED, Failed, Job, Started, Usage
 from .kv_pool import CellLedger
 from ..llama.runtime import Chunk, NoKVSlot, common_prefix
 from ..llama.sampler import Sampler
-from ..model.host import EngineSettings, ModelHost
+from ..model.host import ModelHost
+from ..settings import EngineSettings
 from .budget import ReasoningBudget
 from .slot import Output, Slot
 from .throughput import Throughput

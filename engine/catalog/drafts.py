@@ -41,7 +41,8 @@ def check_size(target: LocalModel, draft: LocalModel) -> None:
             f"must be at most {MAX_DRAFT_SIZE_RATIO:.0%} of it to be worth running")
 
 
-def check_pair(target: LocalModel, draft: LocalModel, inspector: GGUFInspector) -> None:
+def check_draft_fits(target: LocalModel, draft: LocalModel,
+                     inspector: GGUFInspector) -> None:
     problem = vocab_difference(inspector.inspect(target.path), inspector.inspect(draft.path))
     if problem:
         raise IncompatibleDraft(

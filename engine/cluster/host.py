@@ -11,7 +11,7 @@ from typing import Callable
 
 from ..machine.hardware import Hardware
 from ..machine.planner import AUTO_FLOOR, Plan, Preferences
-from ..machine.rpc import add_worker
+from ..llama.rpc import add_worker
 from ..catalog.shape import ModelShape
 from .link import LinkLoop, WorkerLink
 from .pairing import Pairing

@@ -95,7 +95,7 @@ class ReplicaEngine:
 
 class Worker:
     def __init__(self, config: WorkerConfig):
-        from ..machine.probe import probe
+        from ..llama.probe import probe
 
         self.config = config
         cert, key = ensure_identity(config.folder, config.name)
@@ -138,7 +138,7 @@ class Worker:
 
     def _start_rpc(self) -> subprocess.Popen:
         self.rpc_endpoint = f"127.0.0.1:{free_port()}"  # a new one at each (re)start
-        args = module_command("engine.machine.rpc", self.rpc_endpoint, str(self.config.threads))
+        args = module_command("engine.llama.rpc", self.rpc_endpoint, str(self.config.threads))
         if self.config.cache_dir:
             self.config.cache_dir.mkdir(parents=True, exist_ok=True)
             args.append(str(self.config.cache_dir))

@@ -1,5 +1,5 @@
 """llama.cpp's backend, started once per process: its native libraries (the best build
-for this CPU, machine/native.py) and its log, which is where loads are measured: the
+for this CPU, llama/native.py) and its log, which is where loads are measured: the
 buffer sizes llama.cpp prints are the memory a model really takes, and its allocation
 failures say on which device memory ran out."""
 
@@ -16,8 +16,8 @@ from typing import Iterator
 
 import llama_cpp as llama
 
-from ..machine.native import init as native_init, library_file
-from ..machine.rpc import device_of_buffer
+from .native import init as native_init, library_file
+from .rpc import device_of_buffer
 
 _init_lock = threading.Lock()
 _initialized = False

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import HomerackError, ModelLoadFailed, OutOfMemory
 from ..events import MAX_OUTPUTS
+from ..settings import LoadSettings
 from . import faults
 from .backend import ensure_backend, measured_load
 from .vocab import Tokens, piece_of
@@ -39,32 +40,6 @@ class DecodeFailed(HomerackError):
 
 class NoKVSlot(DecodeFailed):
     """llama.cpp found no cells for the batch (its memory left as it was before it)."""
-
-
-@dataclass(frozen=True)
-class LoadSettings:
-    n_ctx: int = 4096
-    n_batch: int = 512
-    n_threads: int = 2
-    n_gpu_layers: int = 0
-    n_seq_max: int = 1  # sequences sharing the context's one pool of KV cells
-    kv_type: str = "f16"  # or "q8_0" (needs flash attention)
-    devices: tuple[str, ...] = ()  # the GPUs to use, by ggml device name
-    tensor_split: tuple[float, ...] = ()  # their shares of the GPU layers
-    # llama.cpp's extra buffer types: CPU weights repacked for its fastest kernels (AMX
-    # tiles on CPUs that have them). Off after such an evaluation killed an engine.
-    repack: bool = True
-    embeddings: bool = False  # pooled embeddings out instead of logits (embedding models)
-    cpu_moe_layers: int = 0  # leading layers whose routed experts go to expert_device
-    expert_device: str = "CPU"  # this process's RAM, or a worker's device (RPC0)
-    split_mode: str = "layer"  # or "tensor": every layer split across `devices`
-
-    @property
-    def moves_experts(self) -> bool:
-        """Whether routed experts go elsewhere than their layers (with every layer in
-        RAM, only to a worker's device)."""
-        return bool(self.cpu_moe_layers) and (bool(self.n_gpu_layers)
-                                              or self.expert_device != "CPU")
 
 
 @dataclass(frozen=True)
@@ -109,7 +84,7 @@ class LlamaModel(Tokens):
                 lambda fraction, _data: on_progress(fraction) or True)
             mparams.progress_callback = self._progress
         if settings.devices and settings.n_gpu_layers:
-            from ..machine.probe import device_array
+            from .probe import device_array
 
             self._devices = device_array(settings.devices)
             mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
@@ -119,7 +94,7 @@ class LlamaModel(Tokens):
             raise ModelLoadFailed(f"the experts' device {settings.expert_device} is not one "
                                   "of the model's devices")
         if settings.moves_experts:
-            from ..machine.probe import experts_on
+            from .probe import experts_on
 
             self._overrides = experts_on(settings.expert_device, settings.cpu_moe_layers)
             mparams.tensor_buft_overrides = ctypes.cast(self._overrides, ctypes.c_void_p)

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..catalog.models import MAX_ADAPTERS, AdapterUse
 from ..llama.lora import free_adapter, load_adapter, set_adapters
 from ..llama.runtime import LlamaModel
-from ..response_cache import Fingerprints
+from ..catalog.fingerprint import Fingerprints
 
 AdapterSet = tuple[tuple[str, float], ...]  # GenerationRequest.adapter_set
 MAX_HELD = MAX_ADAPTERS  # adapters loaded at once: a request's most

@@ -10,9 +10,10 @@ import threading
 import numpy as np
 
 from ..errors import InvalidRequest, OutOfMemory
-from ..llama.runtime import LlamaModel, LoadSettings
+from ..llama.runtime import LlamaModel
+from ..settings import LoadSettings
 from ..catalog.models import LocalModel, ModelStore
-from ..machine.probe import probe
+from ..llama.probe import probe
 
 SEQUENCES = 16       # inputs evaluated together
 MAX_CONTEXT = 8192   # per input; encoders are trained on 512

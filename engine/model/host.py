@@ -13,63 +13,25 @@ import psutil
 from ..machine.calibration import Calibration
 from ..catalog.chat_format import ChatFormat, chat_format_for
 from ..speculation import cut_draft
-from ..catalog.drafts import check_pair, pick_draft
+from ..catalog.drafts import check_draft_fits, pick_draft
 from ..errors import ContextLengthExceeded, InvalidRequest, OutOfMemory
 from ..events import GenerationRequest, Usage
-from ..llama.runtime import LlamaModel, LoadSettings
+from ..llama.runtime import LlamaModel
 from ..llama.backend import build_id
 from ..catalog.fingerprint import model_fingerprint
 from .adapters import AdapterBank
 from .loader import LoadJournal, load
 from ..catalog.models import LocalModel, ModelStore
 from ..machine.planner import Plan, Preferences, auto_context, draft_bytes, place_draft, plan
-from ..machine.probe import probe
-from .presets import LoadOverride, Presets
-from .prompt_cache import CacheLimits, PromptCache
+from ..llama.probe import probe
+from ..presets import LoadOverride, Presets
+from .prompt_cache import PromptCache
+from ..settings import EngineSettings
 from ..speculation.controller import TIE_MARGIN, SpecController, Speculation, SpecStats
 from ..speculation.drafters import LookupDrafter, ModelDrafter
 from ..speculation.verify import tie_margin
 
 MAX_DRAFTERS = 2  # draft models held per loaded model (requests may name others in turn)
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    load: LoadSettings = LoadSettings()
-    max_queue: int = 16               # requests waiting for a slot
-    parallel: int = 4                 # requests generating at once, in one batch
-    resident: int = 4                 # finished conversations kept in KV memory
-    cache: CacheLimits | None = None  # None: no prompt cache
-    cache_folder: Path | None = None  # None: RAM tier only
-    speculation: str = "off"          # the default for requests that do not say
-    calibration_file: Path | None = None  # measured/predicted memory ratios
-    load_journal: Path | None = None      # the load in progress (see loader.py)
-    no_repack_file: Path | None = None    # models whose repacked weights killed an engine
-    spec_min_speedup: float = 0.95    # below this measured gain speculation turns off
-    draft_folder: Path | None = None  # cut drafts (speculation/cut_draft.py); None: whole
-    ram_budget: int | None = None     # bytes of RAM the plans may use; None: what is free
-    response_cache: Path | None = None  # the answers' SQLite file (response_cache.py)
-    response_cache_bytes: int = 256 << 20
-    cpu_moe_layers: int | None = None  # experts of this many layers in RAM; None: planned
-    batch_invariant: bool = False     # batched greedy equal to solo, at repacking's cost
-    max_models: int = 3               # chat models loaded at once (fleet.py), memory allowing
-    jit_ttl_s: float | None = 900.0   # a model loaded on demand is unloaded this long idle
-    presets_file: Path | None = None  # the user's per-model choices (presets.py)
-    auto_ctx: bool = False            # load.n_ctx not asked: the planner chooses (up to 32k)
-    tensor_parallel: bool = False     # the planner may split every layer across GPUs
-
-    @property
-    def sequences(self) -> int:
-        """KV sequences: the active ones, the resident ones, and one for measurements."""
-        return self.parallel + self.resident + 1
-
-    def load_settings(self) -> LoadSettings:
-        # Repacked 4-bit weights decode 13-20% faster on x86 (measured at the Qwen3 1.7B-8B
-        # shapes), but their kernels round differently for one row than for several
-        # (logit gaps near 2): batch invariance gives them up, when asked.
-        invariant = self.batch_invariant and self.parallel > 1
-        return replace(self.load, n_seq_max=self.sequences,
-                       repack=self.load.repack and not invariant)
 
 
 @dataclass
@@ -423,7 +385,7 @@ class ModelHost:
         if draft is None:
             notes.append("no compatible draft model is installed: speculation is off")
             return None
-        check_pair(loaded.model, draft, self.store.inspector)
+        check_draft_fits(loaded.model, draft, self.store.inspector)
         key = str(draft.path)
         held = loaded.drafters.get(key)
         if held is not None and id(held) in busy:

@@ -22,7 +22,8 @@ from pathlib import Path
 from ..errors import ModelLoadFailed, OutOfMemory
 from ..catalog.gguf_file import GGUFInfo
 from ..machine.hardware import Hardware
-from ..llama.runtime import LlamaModel, LoadSettings
+from ..llama.runtime import LlamaModel
+from ..settings import LoadSettings
 from ..llama.backend import build_id
 from ..machine.planner import Plan, Preferences, back_off, plan
 from ..files import STRINGS, read_json, write_best_effort

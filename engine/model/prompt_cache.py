@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..llama.runtime import common_prefix
+from ..settings import BLOCK, CacheLimits
 
 log = logging.getLogger(__name__)
 
-BLOCK = 32
 MAGIC = b"HRKVSTAT"
 FORMAT = 1
 _HEAD = struct.Struct("<8sII")  # magic, format, header length
@@ -61,13 +61,6 @@ class Entry:
 class Hit:
     entry: Entry
     length: int  # tokens of the prompt the entry covers
-
-
-@dataclass(frozen=True)
-class CacheLimits:
-    ram_bytes: int
-    disk_bytes: int
-    min_tokens: int = BLOCK  # shorter matches are not worth a restore
 
 
 class PromptCache:

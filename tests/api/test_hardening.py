@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from support import ROOT
 from support.engines import api_client, start_engine
-from engine.agent.json_schema import MAX_REPEAT, Branch, check, grammar, nesting, quantifiers
+from engine.agent.json_schema import MAX_REPEAT, Branch, check, nesting, quantifiers
+from engine.llama.grammar import grammar
 from engine.api.guard import host_allowed
 from engine.errors import InvalidRequest
 from engine.api.server import is_loopback
@@ -81,7 +82,7 @@ def test_the_grammars_nesting_is_measured_outside_literals_and_bounded(monkeypat
     assert nesting('root ::= "((((" [(] ( ( x ) ) # (((\nx ::= "a"') == 2
     schema = {"type": "string", "pattern": "^a{0,100}$"}
     assert nesting(grammar([Branch(schema)], "s")) >= 100
-    monkeypatch.setattr("engine.agent.json_schema.MAX_NESTING", 50)
+    monkeypatch.setattr("engine.llama.grammar.MAX_NESTING", 50)
     with pytest.raises(InvalidRequest, match="nests"):
         grammar([Branch(schema)], "s")
 

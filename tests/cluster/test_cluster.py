@@ -388,7 +388,7 @@ def test_the_rpc_server_listens_on_loopback_only(workers):
     process, _ = workers[0]
     time.sleep(1)
     rpc = [c for c in psutil.Process(process.pid).children()
-           if "engine.machine.rpc" in " ".join(c.cmdline())]
+           if "engine.llama.rpc" in " ".join(c.cmdline())]
     assert rpc, "the worker runs llama.cpp's RPC server in a child process"
     listening = [c.laddr for c in rpc[0].net_connections("tcp") if c.status == psutil.CONN_LISTEN]
     assert listening and all(addr.ip == "127.0.0.1" for addr in listening)

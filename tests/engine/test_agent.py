@@ -8,10 +8,11 @@ import pytest
 from support.agent_templates import HERMES, LLAMA3, MISTRAL
 from engine.agent.compose import compose
 from engine.agent.conversation import Choice, Conversation, Message, ToolCall, checked, tool
-from engine.agent.json_schema import Branch, check, grammar
+from engine.agent.json_schema import Branch, check
 from engine.catalog.chat_format import ChatFormat
 from engine.formats.families import detect
 from engine.errors import InvalidRequest
+from engine.llama.grammar import composed_grammar, grammar
 
 WEATHER = tool("get_weather", "Weather in a city",
                {"type": "object", "properties": {"city": {"type": "string"}},
@@ -80,7 +81,7 @@ def test_native_templates_receive_tools_calls_and_results(template, expected):
         list(composed.messages), list(composed.tools))
     for text in expected:
         assert text in prompt
-    assert '"add"' in prompt and composed.grammar is None  # auto: the model writes freely
+    assert '"add"' in prompt and composed_grammar(composed) is None  # auto: the model writes freely
 
 
 def test_a_template_without_tools_gets_them_described_and_json_answers():
@@ -90,19 +91,19 @@ def test_a_template_without_tools_gets_them_described_and_json_answers():
     assert json.loads(composed.messages[2]["content"]) == {
         "tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}}
     assert json.loads(composed.messages[3]["content"])["tool_response"]["tool"] == "get_weather"
-    assert composed.tools is None and "response-kv" in composed.grammar  # auto: call or answer
+    assert composed.tools is None and "response-kv" in composed_grammar(composed)  # auto: call or answer
 
 
 def test_choices_shape_the_grammar():
     def conv(choice):
         return Conversation((Message("user", "hi"),), (WEATHER, ADD), choice)
 
-    named = _compose(conv(Choice("function", "add")), HERMES).grammar
+    named = composed_grammar(_compose(conv(Choice("function", "add")), HERMES))
     assert '"\\"add\\""' in named and "get_weather" not in named
-    assert ")+" in _compose(conv(Choice("required")), HERMES).grammar  # several calls
-    assert ")+" not in _compose(conv(Choice("required", parallel=False)), HERMES).grammar
+    assert ")+" in composed_grammar(_compose(conv(Choice("required")), HERMES))  # several calls
+    assert ")+" not in composed_grammar(_compose(conv(Choice("required", parallel=False)), HERMES))
     assert _compose(conv(Choice("none")), HERMES).tools is None
-    assert _compose(conv(Choice("none")), None).grammar is None
+    assert composed_grammar(_compose(conv(Choice("none")), None)) is None
 
 
 def test_tool_schema_keywords_no_grammar_enforces_are_reported_not_refused():
@@ -113,7 +114,7 @@ def test_tool_schema_keywords_no_grammar_enforces_are_reported_not_refused():
                                 "tools[0].input_schema.properties.retries.minimum")
     conv = Conversation((Message("user", "hi"),), (fetch,), Choice("required"))
     assert "retries.minimum" in conv.notes()[0]
-    assert _compose(conv, None).grammar  # the rest of the schema still holds the call
+    assert composed_grammar(_compose(conv, None))  # the rest of the schema still holds the call
     with pytest.raises(InvalidRequest) as raised:
         tool("f", "", {"type": "object", "properties": {"x": {"type": 3}}}, "tools[1].parameters")
     assert raised.value.param == "tools[1].parameters"
@@ -138,12 +139,12 @@ def test_a_forced_call_is_written_in_the_familys_own_syntax_after_optional_reaso
 
     conv = Conversation((Message("user", "hi"),), (WEATHER,), Choice("required"))
     harmony = compose(conv, FAMILIES["harmony"])
-    assert harmony.tools and "to=functions.get_weather" in harmony.grammar
-    assert "reasoning ::=" in harmony.grammar and "root ::= reasoning?" in harmony.grammar
-    assert compose(Conversation(conv.messages, (WEATHER,)), FAMILIES["harmony"]).grammar is None
-    mistral = compose(conv, FAMILIES["mistral-small-3.2"]).grammar
+    assert harmony.tools and "to=functions.get_weather" in composed_grammar(harmony)
+    assert "reasoning ::=" in composed_grammar(harmony) and "root ::= reasoning?" in composed_grammar(harmony)
+    assert composed_grammar(compose(Conversation(conv.messages, (WEATHER,)), FAMILIES["harmony"])) is None
+    mistral = composed_grammar(compose(conv, FAMILIES["mistral-small-3.2"]))
     assert "[TOOL_CALLS]get_weather[ARGS]" in mistral and "reasoning" not in mistral
-    qwen = compose(conv, FAMILIES["qwen3"]).grammar
+    qwen = composed_grammar(compose(conv, FAMILIES["qwen3"]))
     assert '"<think>"?' in qwen and "<tool_call>" in qwen
     coder = compose(conv, FAMILIES["qwen3-coder"])
-    assert coder.grammar is None and "not enforced" in coder.notes[0]
+    assert composed_grammar(coder) is None and "not enforced" in coder.notes[0]

@@ -13,8 +13,9 @@ import httpx
 import pytest
 
 from support.models import PARIS_QUESTION, STARTER
-from engine.engine import Engine, EngineSettings, LoadOverride
-from engine.llama.runtime import LoadSettings
+from engine.engine import Engine, LoadOverride
+from engine.settings import EngineSettings
+from engine.settings import LoadSettings
 
 MiB = 1 << 20
 
@@ -171,7 +172,7 @@ def test_a_tensor_split_llama_cpp_refuses_is_retried_with_whole_layers(home):
     from engine.catalog.gguf_file import GGUFInspector
     from engine.catalog.models import ModelStore
     from engine.machine.planner import Preferences, plan
-    from engine.machine.probe import probe
+    from engine.llama.probe import probe
     from engine.model.loader import LoadJournal, load
 
     store = ModelStore(home / "data" / "models", GGUFInspector())

@@ -7,9 +7,10 @@ import pytest
 
 from support.engines import GREEDY, Collector, run
 from engine.errors import ContextLengthExceeded, InvalidModelFile, QueueFull
-from engine.engine import Engine, EngineSettings
+from engine.engine import Engine
+from engine.settings import EngineSettings
 from engine.events import Delta, Failed, Finished, GenerationRequest, SamplingParams
-from engine.llama.runtime import LoadSettings
+from engine.settings import LoadSettings
 
 
 @pytest.fixture

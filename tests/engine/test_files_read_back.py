@@ -28,7 +28,7 @@ def test_files_of_the_wrong_shape_give_defaults(tmp_path, content, caplog):
     from engine.hub.downloads import Downloads
     from engine.machine.calibration import Calibration
     from engine.model.loader import LoadJournal
-    from engine.model.presets import Keep, LoadOverride, Presets
+    from engine.presets import Keep, LoadOverride, Presets
 
     path = tmp_path / "file.json"
     path.write_text(content, errors="surrogateescape")

@@ -11,12 +11,13 @@ import time
 import pytest
 
 from support.engines import GREEDY, Collector, run
-from engine.engine import Engine, EngineSettings
+from engine.engine import Engine
+from engine.settings import EngineSettings
 from engine.errors import InvalidModelFile, ModelUnloaded
 from engine.events import Delta, Failed, Finished, GenerationRequest
-from engine.llama.runtime import LoadSettings
-from engine.model.presets import Keep, LoadOverride, Presets
-from engine.model.prompt_cache import CacheLimits
+from engine.settings import LoadSettings
+from engine.presets import Keep, LoadOverride, Presets
+from engine.settings import CacheLimits
 
 LOAD = LoadSettings(n_ctx=256, n_batch=64)
 

@@ -46,8 +46,8 @@ def test_a_model_loads_and_answers_with_no_room_for_its_bookkeeping(full_disk, t
     from engine.catalog.models import ModelStore
     from engine.engine import Engine
     from engine.events import Finished
-    from engine.llama.runtime import LoadSettings
-    from engine.model.host import EngineSettings
+    from engine.settings import LoadSettings
+    from engine.settings import EngineSettings
 
     full = full_disk.path
     full_disk()

@@ -2,7 +2,8 @@
 
 import pytest
 
-from engine.model.prompt_cache import BLOCK, CacheLimits, PromptCache
+from engine.model.prompt_cache import BLOCK, PromptCache
+from engine.settings import CacheLimits
 
 MiB = 1 << 20
 
@@ -129,8 +130,9 @@ def test_disk_budget_evicts_oldest_files(tmp_path):
 
 # -- inside the engine ---------------------------------------------------------------
 
-from engine.engine import Engine, EngineSettings  # noqa: E402
-from engine.llama.runtime import LoadSettings  # noqa: E402
+from engine.engine import Engine  # noqa: E402
+from engine.settings import EngineSettings  # noqa: E402
+from engine.settings import LoadSettings  # noqa: E402
 from engine.events import SamplingParams
 from support.engines import run  # noqa: E402
 

@@ -9,9 +9,10 @@ import pytest
 
 from support.engines import GREEDY, run
 from tiny_gguf import write_tiny_model
-from engine.engine import Engine, EngineSettings
+from engine.engine import Engine
+from engine.settings import EngineSettings
 from engine.events import Finished, SamplingParams
-from engine.llama.runtime import LoadSettings
+from engine.settings import LoadSettings
 
 
 def chat(text: str, system: str = "You are terse.") -> tuple[dict, ...]:
@@ -80,7 +81,7 @@ def test_a_request_that_differs_anywhere_misses(make_engine, tiny_store, change)
 
 
 def test_another_context_size_misses(make_engine, tiny_store):
-    from engine.model.presets import LoadOverride
+    from engine.presets import LoadOverride
 
     engine, model = make_engine(), tiny_store.resolve("tiny")
     ask(engine, model)

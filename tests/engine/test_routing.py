@@ -6,10 +6,11 @@ import pytest
 
 from support.engines import GREEDY, run
 from support.models import with_flat_output
-from engine.engine import Engine, EngineSettings
+from engine.engine import Engine
+from engine.settings import EngineSettings
 from engine.errors import InvalidRequest
 from engine.events import Finished, GenerationRequest
-from engine.llama.runtime import LoadSettings
+from engine.settings import LoadSettings
 from engine.catalog.models import LocalModel
 from engine.routing import Routing, Rules, decide
 
@@ -129,7 +130,7 @@ def test_a_pair_that_cannot_stay_loaded_together_is_said_so(tiny_store, pair, en
     engine = Engine(tiny_store, EngineSettings(LoadSettings(n_ctx=256, n_batch=64),
                                                ram_budget=int(one * 1.7)))  # room for one
     try:
-        plan = engine.plan_pair(flat, tiny)
+        plan = engine.plan_routing(flat, tiny)
         assert engine.plan_for(tiny).fits
         assert not plan["together"] and "swaps the model" in plan["note"]
         engine.set_routing(Routing(flat, tiny, "rules"))

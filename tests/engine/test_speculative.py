@@ -13,11 +13,13 @@ from support.engines import Collector
 from engine.llama.quantize import requantize
 from support.models import GEMMA, STARTER
 from engine.speculation import cut_draft
-from engine.catalog.drafts import IncompatibleDraft, check_pair, pick_draft
-from engine.engine import Engine, EngineSettings
+from engine.catalog.drafts import IncompatibleDraft, check_draft_fits, pick_draft
+from engine.engine import Engine
+from engine.settings import EngineSettings
 from engine.events import Failed, Finished, GenerationRequest, SamplingParams
 from engine.catalog.gguf_file import GGUFInspector
-from engine.llama.runtime import LlamaModel, LoadSettings
+from engine.llama.runtime import LlamaModel
+from engine.settings import LoadSettings
 from engine.llama.vocab import Vocabulary
 from engine.catalog.models import ModelStore
 from engine.speculation.controller import SpecController
@@ -347,7 +349,7 @@ def test_text_outside_the_cut_drafts_tokens_sends_the_draft_back_whole(spec_stor
 
 def test_incompatible_draft_is_refused_naming_the_difference(spec_store):
     with pytest.raises(IncompatibleDraft, match="tokenizer types differ|vocabulary sizes"):
-        check_pair(spec_store.resolve(GEMMA), spec_store.resolve(STARTER),
+        check_draft_fits(spec_store.resolve(GEMMA), spec_store.resolve(STARTER),
                    spec_store.inspector)
     engine = engine_for(spec_store)
     collector = Collector()

@@ -22,11 +22,12 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from engine.catalog.gguf_file import GGUFInspector  # noqa: E402
-from engine.machine.probe import probe  # noqa: E402
-from engine.llama.runtime import LlamaModel, LoadSettings  # noqa: E402
+from engine.llama.probe import probe  # noqa: E402
+from engine.llama.runtime import LlamaModel  # noqa: E402
+from engine.settings import LoadSettings  # noqa: E402
 from engine.model.loader import LoadJournal, load  # noqa: E402
 from engine.machine.planner import Preferences  # noqa: E402
-from engine.machine.rpc import add_worker  # noqa: E402
+from engine.llama.rpc import add_worker  # noqa: E402
 
 
 def free_port() -> int:
@@ -37,7 +38,7 @@ def free_port() -> int:
 
 def start_worker(endpoint: str) -> subprocess.Popen:
     code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); " \
-           f"from engine.machine.rpc import serve; serve({endpoint!r}, 1)"
+           f"from engine.llama.rpc import serve; serve({endpoint!r}, 1)"
     worker = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     host, port = endpoint.split(":")

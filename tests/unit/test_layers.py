@@ -23,6 +23,9 @@ VIOLATIONS = [
     ("the UI never loads llama.cpp", "app/client.py", "import engine.llama.runtime"),
     ("the engine knows no Qt", "engine/metrics.py", "import PySide6"),
     ("the domain plans without llama.cpp", "engine/catalog/fingerprint.py", "import llama_cpp"),
+    ("machine and agent load no llama.cpp", "engine/agent/conversation.py",
+     "from ..llama import grammar"),
+    ("routes go through the Engine", "engine/api/admin_routes.py", "from ..fleet import Fleet"),
     ("the route modules are independent", "engine/api/hub_routes.py", "from . import openai_routes"),
     ("inside the engine", "engine/model/loader.py", "from ..batching import lane"),
 ]

@@ -116,8 +116,9 @@ def test_quant_choice_before_download():
 @pytest.mark.parametrize("ctx", [1024, 4096])
 def test_prediction_matches_llama_cpp_buffers_within_5_percent(starters_dir, real_shapes,
                                                                model, ctx):
-    from engine.llama.runtime import LlamaModel, LoadSettings
-    from engine.machine.probe import probe
+    from engine.llama.runtime import LlamaModel
+    from engine.settings import LoadSettings
+    from engine.llama.probe import probe
 
     result = plan(probe(), real_shapes[model], Preferences(ctx=ctx, min_ctx=ctx))
     loaded = LlamaModel(starters_dir / f"{model}.gguf", LoadSettings(n_ctx=ctx))
@@ -167,8 +168,9 @@ def test_engine_loads_by_the_plan_and_records_its_accuracy(starters_dir, tmp_pat
     from support.engines import run
     from engine.catalog.gguf_file import GGUFInspector
     from engine.catalog.models import ModelStore
-    from engine.engine import Engine, EngineSettings
-    from engine.llama.runtime import LoadSettings
+    from engine.engine import Engine
+    from engine.settings import EngineSettings
+    from engine.settings import LoadSettings
 
     store = ModelStore(starters_dir, GGUFInspector())
     calibration = tmp_path / "calibration.json"

@@ -14,7 +14,7 @@ import threading
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from ..files import dataclass_schema, read_json, write_atomic
+from .files import dataclass_schema, read_json, write_atomic
 
 
 @dataclass(frozen=True)

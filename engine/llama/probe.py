@@ -9,9 +9,9 @@ import os
 
 import psutil
 
-from .bandwidth import gpu_speed, ram_bandwidth
+from ..machine.bandwidth import gpu_speed, ram_bandwidth
 from ..catalog.shape import EXPERT_TENSORS
-from .hardware import KINDS, Device, Hardware
+from ..machine.hardware import KINDS, Device, Hardware
 
 
 def registry_lib():
