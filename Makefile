@@ -37,18 +37,18 @@ $(VENV)/.homerack-deps: pyproject.toml requirements-models.txt | $(PY)
 # platform (apt install xvfb); without it, offscreen (no popups).
 screenshots: setup
 	@if command -v xvfb-run >/dev/null; then \
-		xvfb-run -a -s "-screen 0 1440x900x24" env QT_QPA_PLATFORM=xcb $(PY) -m ui.screenshots build/screenshots; \
+		xvfb-run -a -s "-screen 0 1440x900x24" env QT_QPA_PLATFORM=xcb $(PY) -m ui.shell.screenshots build/screenshots; \
 	else \
 		echo "xvfb-run not found: rendering offscreen"; \
-		QT_QPA_PLATFORM=offscreen $(PY) -m ui.screenshots build/screenshots; \
+		QT_QPA_PLATFORM=offscreen $(PY) -m ui.shell.screenshots build/screenshots; \
 	fi
 
 bench: setup
-	$(PY) bench/suite.py
+	$(PY) -m bench.suite
 
 # llama.cpp's own llama-bench and llama-server, from the commit llama-cpp-python vendors.
 bench-tools: setup
-	$(PY) bench/build_tools.py
+	$(PY) -m bench.build_tools
 
 # The double-click app (README, "Install the app"): dist/homerack/, its .tar.gz and .deb.
 # The first run builds llama.cpp portable (every CPU variant): about 30 minutes on 2 cores.

@@ -1,7 +1,7 @@
 """The cluster, composed for `serve --workers` (and `plan --workers`): the workers named
 resolved to paired ones, and the engine run as a supervised child on the API's socket, so
 a worker lost mid-request (llama.cpp cannot survive it in-process) costs a restart of the
-engine, not the API. The commands that pair and share machines are app/cli/fleet.py."""
+engine, not the API. The commands that pair and share machines are app/cli/sharing.py."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def resolve_workers(spec: str, browse_s: float = 2.0):
 
 
 def make_cluster(args, on_lost):
-    from engine.cluster.host import Cluster
+    from engine.cluster.head import Cluster
 
     pairings = resolve_workers(args.workers)
     split = None

@@ -8,7 +8,7 @@ the anchor.
 Targets: >= 1.7x at 4 and >= 2x at 8 streams on Gemma, >= 1.4x at 4 on SmolLM2, ahead
 of llama-server in the same run.
 
-    python bench/batching.py [--model ID] [--threads 2] [--tokens 128] [--quick]
+    python -m bench.batching [--model ID] [--threads 2] [--tokens 128] [--quick]
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import sys
 import threading
 import time
 
-from common import QUICK_NOTE, arguments, ratio, report, start_engine, stream_times
+from .common import QUICK_NOTE, arguments, ratio, report, start_engine, stream_times
 
-from app.paths import paths  # noqa: E402
-from build_tools import build, llama_server  # noqa: E402
+from app.paths import paths
+from .build_tools import build, llama_server
 
 MODELS = ("gemma-3-270m-q4_k_m", "smollm2-135m-instruct-q4_1")
 PROMPTS = ["The history of Rome", "def fibonacci(n):", "Once upon a time", "The best way to cook rice",

@@ -3,12 +3,13 @@ from the exact commit that the installed llama-cpp-python vendors (its sdist), f
 same CPU choices as that build (packaging/llama_backend.py's stamp: AMX left out where
 it crashes, or the portable build where the native one failed its smoke test).
 
-    python bench/build_tools.py        # prints the bin folder; cached after the first build
+    python -m bench.build_tools        # prints the bin folder; cached after the first build
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import socket
@@ -25,16 +26,22 @@ import httpx
 import llama_cpp
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "packaging"))
-
-from llama_backend import STAMP, compiler_env  # noqa: E402
 TARGETS = ("llama-bench", "llama-server", "ggml-rpc-server")
+
+
+def packaging_module(name: str):
+    """A script of packaging/ as a module (that folder is no package: its name would
+    shadow PyPI's `packaging`)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "packaging" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def installed_build() -> dict:
     """The CMake arguments and extra compiler flags of the installed llama-cpp-python."""
     try:
-        stamp = json.loads(STAMP.read_text())
+        stamp = json.loads(packaging_module("llama_backend").STAMP.read_text())
     except (OSError, ValueError):
         stamp = {}
     return {"cmake_args": stamp.get("cmake_args", "-DGGML_RPC=ON"),
@@ -65,13 +72,20 @@ def build() -> Path:
                         "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_TESTS=OFF",
                         "-DLLAMA_BUILD_EXAMPLES=OFF", *flags["cmake_args"].split(),
                         "-DLLAMA_CURL=OFF", "-DBUILD_SHARED_LIBS=OFF"], check=True,
-                       env=compiler_env(flags["cflags"]))
+                       env=packaging_module("llama_backend").compiler_env(flags["cflags"]))
         subprocess.run(["cmake", "--build", str(build_dir), "-j", str(os.cpu_count() or 2),
                         "--target", *TARGETS], check=True)
         bins.mkdir(parents=True, exist_ok=True)
         for target in TARGETS:
             (build_dir / "bin" / target).replace(bins / target)
     return bins
+
+
+def llama_bench(bins: Path, model: Path, threads: int, *args: str) -> list[dict]:
+    """llama-bench's rows (its JSON output) for `model` with `args` (-p, -n, -d, -r...)."""
+    done = subprocess.run([str(bins / "llama-bench"), "-m", str(model), "-t", str(threads),
+                           *args, "-o", "json"], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
 
 
 @contextmanager

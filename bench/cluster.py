@@ -11,8 +11,8 @@ Targets: stages cost no more than llama.cpp's own RPC (within 5%), the gateway <
 against raw RPC, a cached reload >= 3x faster than a cold one, a lost worker detected in
 <= 2 s and serving resumed in <= 30 s.
 
-    python bench/cluster.py [--model ID] [--tokens 96] [--threads 1]   (root, for the LAN part)
-    python bench/cluster.py --quick    (one worker, Homerack's side only, no anchors)
+    python -m bench.cluster [--model ID] [--tokens 96] [--threads 1]   (root, for the LAN part)
+    python -m bench.cluster --quick    (one worker, Homerack's side only, no anchors)
 """
 
 from __future__ import annotations
@@ -34,13 +34,12 @@ from pathlib import Path
 
 import httpx
 
-from common import QUICK_NOTE, ROOT, arguments, ratio, report, stream_times
+from .common import QUICK_NOTE, ROOT, arguments, ratio, report, stream_times
 
-sys.path.insert(0, str(ROOT / "packaging"))
 
-from app.engine_proc import EngineProcess  # noqa: E402
-from app.paths import paths  # noqa: E402
-from build_tools import build, llama_server  # noqa: E402
+from app.engine_proc import EngineProcess
+from app.paths import paths
+from .build_tools import build, llama_server, packaging_module
 
 MODELS = ("gemma-3-270m-q4_k_m", "smollm2-135m-instruct-q4_1")
 PROMPT = "The history of Rome"
@@ -208,7 +207,7 @@ def inner_decode(args) -> None:
     """In a process of its own (llama.cpp's device registry is per process): Homerack's
     engine over the stages, through the gateways (`gated`: the paired workers) or straight
     to llama.cpp rpc-servers (`raw`: a bench-only cluster without links); prints tok/s."""
-    from engine.cluster.host import Cluster
+    from engine.cluster.head import Cluster
     from engine.cluster.pairing import Pairings
     from engine.cluster.placement import Machine
     from engine.engine import Engine
@@ -480,7 +479,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             return quick(Homes(Path(tmp)), args)
     bins = build()
-    from tiny_gguf import write_tiny_model
+    write_tiny_model = packaging_module("tiny_gguf").write_tiny_model
 
     with tempfile.TemporaryDirectory() as tmp:
         homes = Homes(Path(tmp))

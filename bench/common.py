@@ -6,10 +6,10 @@
   many tokens as asked (`generated`).
 - A ratio is printed only against an anchor measured in the same run, and only when it is
   plausible for the two things compared (`ratio`): an impossible one stops the bench.
-- `--model` runs a bench on another model, or on a shape of bench/shapes.py: a real
+- `--model` runs a bench on another model, or on a shape of fixtures/shapes.py: a real
   model's exact layout and quantization with random weights, which decodes at that
   model's speed (`--model qwen3-8b`). `--json FILE` keeps each figure a bench reports
-  (`report`): bench/suite.py, `make bench`, makes one table of them.
+  (`report`): bench.suite, `make bench`, makes one table of them.
 - `--quick` (what `make test` runs, tests/packaging/test_benches.py): a few tokens, one repetition,
   no anchors; it checks the same invariants and prints no ratio against an anchor. Its
   timings are too short to judge (a 4-token run on a busy 2-core CI machine once came out
@@ -30,11 +30,10 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 # the benches' own models and caches, apart from the user's (HOMERACK_HOME decides)
 os.environ.setdefault("HOMERACK_HOME", str(ROOT / ".cache" / "bench-home"))
 
-from app.engine_proc import EngineProcess  # noqa: E402
+from app.engine_proc import EngineProcess
 
 QUICK_NOTE = "quick mode: anchors not measured, so no ratio is printed"
 DONOR = "smollm2-135m-instruct-q4_1"  # the tokenizer a shape's random weights run with
@@ -65,7 +64,7 @@ def arguments(doc: str | None, sizes: dict, more=lambda _parser: None,
     parser.add_argument("--json", type=Path, help="write the figures reported here to FILE")
     if models:
         parser.add_argument("--model", action="append", default=[], help=(
-            "a model of the models folder, or a shape of bench/shapes.py (random weights "
+            "a model of the models folder, or a shape of fixtures/shapes.py (random weights "
             f"of a real model's layout: {', '.join(RUNNABLE)}); repeatable; default: "
             + ", ".join(models)))
     for name, (default, _in_quick) in sizes.items():
@@ -85,10 +84,10 @@ RUNNABLE = ("qwen3-1.7b", "llama-3.2-3b", "qwen3-8b", "qwen3-30b-a3b-8l")
 
 
 def model_id(name: str) -> str:
-    """A model id of the models folder: `name` itself, or for a shape of bench/shapes.py
+    """A model id of the models folder: `name` itself, or for a shape of fixtures/shapes.py
     its random-weight file (written once, with the starter's tokenizer) linked there."""
     from app.paths import paths
-    from shapes import SHAPES, cached
+    from fixtures.shapes import SHAPES, cached
 
     if name not in SHAPES:
         return name
@@ -102,14 +101,11 @@ def model_id(name: str) -> str:
 
 
 def donor() -> Path:
-    """The starter whose tokenizer runs a shape's random weights."""
-    from app.paths import paths
+    """The starter whose tokenizer runs a shape's random weights: installed into the
+    benches' home first, as `homerack models` would (a fresh clone has nothing to do)."""
+    from app.local_models import open_store
 
-    path = paths().models / f"{DONOR}.gguf"
-    if not path.exists():
-        raise BenchError(f"{path} is missing (its tokenizer runs the shape): run "
-                         "`homerack models` first")
-    return path
+    return open_store().resolve(DONOR).path
 
 
 def report(model: str, figure: str, value: float, unit: str, anchor: float | None = None,
@@ -127,7 +123,7 @@ def report(model: str, figure: str, value: float, unit: str, anchor: float | Non
 
 
 @dataclass
-class Engine:
+class RunningEngine:
     """A `homerack serve` a bench measures, with its model loaded."""
     process: EngineProcess
     url: str
@@ -148,14 +144,14 @@ class Engine:
 
 
 def start_engine(args: list[str], env: dict | None = None, response_cache: bool = False,
-                 loaded=lambda health: health["model"]) -> Engine:
+                 loaded=lambda health: health["model"]) -> RunningEngine:
     """A real engine (`homerack serve ARGS`), once `loaded(its /health)` is true; without
     the response cache unless the bench measures that cache."""
     if not response_cache:
         args = [*args, "--response-cache-mib", "0"]
     process = EngineProcess(args, env=env)
     address = process.wait_ready()
-    engine = Engine(process, address.url, address.token)
+    engine = RunningEngine(process, address.url, address.token)
     deadline = time.monotonic() + 300
     while not loaded(engine.health()):  # loaded before timing
         if time.monotonic() > deadline:

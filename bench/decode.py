@@ -7,36 +7,33 @@
 Prints the ratios against the anchor. Target: api >= 0.97 x llama-bench at realistic
 scale (the Qwen3-1.7B and 8B shapes).
 
-    python bench/decode.py [--model qwen3-8b] [--threads 2] [--tokens 128] [--reps 7] [--quick]
+    python -m bench.decode [--model qwen3-8b] [--threads 2] [--tokens 128] [--reps 7] [--quick]
 """
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
 
-from common import QUICK_NOTE, arguments, ratio, report, start_engine, timed_completion
+from .common import QUICK_NOTE, arguments, ratio, report, start_engine, timed_completion
 
-from app.paths import paths  # noqa: E402
-from engine.catalog.gguf_file import GGUFInspector  # noqa: E402
-from engine.catalog.models import EMBEDDING_MODEL, STARTERS  # noqa: E402
-from engine.machine.bandwidth import memory_bandwidth  # noqa: E402
+from app.paths import paths
+from engine.catalog.gguf_file import GGUFInspector
+from engine.catalog.models import EMBEDDING_MODEL, STARTERS
+from engine.machine.bandwidth import memory_bandwidth
 
 PROMPT = "Once upon a time"
 
 
 def anchor_once(bins: Path, model: Path, threads: int, tokens: int) -> float:
-    result = subprocess.run(
-        [str(bins / "llama-bench"), "-m", str(model), "-t", str(threads), "-p", "0",
-         "-n", str(tokens), "-r", "1", "-o", "json"],
-        capture_output=True, text=True, check=True)
-    return float(json.loads(result.stdout)[0]["avg_ts"])
+    from .build_tools import llama_bench
+
+    return float(llama_bench(bins, model, threads, "-p", "0", "-n", str(tokens),
+                             "-r", "1")[0]["avg_ts"])
 
 
 def direct_once(llm, tokens: int) -> float:
@@ -100,7 +97,7 @@ def measure(bins: Path | None, model_id: str, path: Path, threads: int, tokens: 
 def main() -> int:
     generating = tuple(s.id for s in STARTERS if s.id != EMBEDDING_MODEL)
     args = arguments(__doc__, {"tokens": (128, 8), "reps": (7, 1)}, models=generating)
-    from build_tools import build
+    from .build_tools import build
 
     bins = None if args.quick else build()
     rows = []

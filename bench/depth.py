@@ -11,33 +11,30 @@ depth. Two ways in one run, the same thread count:
 Prints api / llama-bench at each depth. Target: >= 0.95 at 4k and 16k, at the Qwen3-1.7B
 and 8B shapes.
 
-    python bench/depth.py [--model qwen3-1.7b] [--depths 4096,16384] [--tokens 64]
+    python -m bench.depth [--model qwen3-1.7b] [--depths 4096,16384] [--tokens 64]
                           [--reps 3] [--threads 2] [--quick]
 """
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 import httpx
 
-from common import QUICK_NOTE, arguments, ratio, report, start_engine, streamed_completion
+from .common import QUICK_NOTE, arguments, ratio, report, start_engine, streamed_completion
 
-from app.paths import paths  # noqa: E402
+from app.paths import paths
 
 SENTENCE = "The river keeps its course through the valley while the town sleeps. "
 
 
 def anchor_once(bins: Path, model: Path, threads: int, depth: int, tokens: int) -> float:
-    result = subprocess.run(
-        [str(bins / "llama-bench"), "-m", str(model), "-t", str(threads), "-p", "0",
-         "-n", str(tokens), "-d", str(depth), "-r", "1", "-o", "json"],
-        capture_output=True, text=True, check=True)
-    return float(json.loads(result.stdout)[0]["avg_ts"])
+    from .build_tools import llama_bench
+
+    return float(llama_bench(bins, model, threads, "-p", "0", "-n", str(tokens),
+                             "-d", str(depth), "-r", "1")[0]["avg_ts"])
 
 
 def api_once(http: httpx.Client, model_id: str, prompt: str, tokens: int,
@@ -95,7 +92,7 @@ def main() -> int:
         ("qwen3-1.7b", "qwen3-8b")
     args = arguments(__doc__, {"tokens": (64, 8), "reps": (3, 1),
                                "depths": ("4096,16384", "256")}, models=shapes)
-    from build_tools import build
+    from .build_tools import build
 
     bins = None if args.quick else build()
     depths = [int(d) for d in args.depths.split(",")]

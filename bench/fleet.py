@@ -12,7 +12,7 @@
      cache-aware (a turn goes back to the machine holding its KV) against round-robin
      (as LocalAI's federation spreads requests). Target: cache-aware >= 5x faster.
 
-    python bench/fleet.py [--large ID] [--small ID] [--model ID] [--replicas 1] [--quick]
+    python -m bench.fleet [--large ID] [--small ID] [--model ID] [--replicas 1] [--quick]
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from pathlib import Path
 
 import httpx
 
-from common import DONOR, BenchError, arguments, chunks, generated, report, start_engine
+from .common import DONOR, BenchError, arguments, chunks, generated, report, start_engine
 
-from app.paths import paths  # noqa: E402
-from engine.catalog.models import DEFAULT_MODEL  # noqa: E402
+from app.paths import paths
+from engine.catalog.models import DEFAULT_MODEL
 
 ROOT = Path(__file__).resolve().parents[1]
 GEMMA = "gemma-3-270m-q4_k_m"

@@ -8,7 +8,7 @@ agent/json_schema.py), so both runs decode the full --tokens (a grammar that com
 early would end the answer sooner). Each ratio is the median of ratios between
 neighbouring runs: the machine's speed drifts.
 
-    python bench/grammar.py [--model ID] [--threads 2] [--tokens 128] [--reps 5] [--quick]
+    python -m bench.grammar [--model ID] [--threads 2] [--tokens 128] [--reps 5] [--quick]
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import sys
 
 import httpx
 
-from common import BenchError, QUICK_NOTE, arguments, generated, ratio, report, start_engine
+from .common import BenchError, QUICK_NOTE, arguments, generated, ratio, report, start_engine
 
-from app.paths import paths  # noqa: E402
-from build_tools import build, llama_server  # noqa: E402
+from app.paths import paths
+from .build_tools import build, llama_server
 
 MODELS = ("smollm2-135m-instruct-q4_1", "gemma-3-270m-q4_k_m")  # 49k and 262k tokens
 PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse keeper, as JSON."}]

@@ -12,10 +12,10 @@ the model, and mixed traffic, through the API of a real engine.
 3. Mixed traffic: 4 streams under 2 adapters (2 each) against 4 streams under one: each
    adapter set gets decode steps of its own, so mixing costs batching.
 
-The adapter is written for the model (bench/adapter_files.py): rank 16 on every attention
+The adapter is written for the model (fixtures/adapter_files.py): rank 16 on every attention
 and feed-forward matrix, as PEFT's usual target list.
 
-    python bench/lora.py [--model ID] [--threads 2] [--tokens 64] [--quick]
+    python -m bench.lora [--model ID] [--threads 2] [--tokens 64] [--quick]
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ import time
 
 import httpx
 
-from common import (DONOR, QUICK_NOTE, BenchError, arguments, generated, ratio, report,
+from .common import (DONOR, QUICK_NOTE, BenchError, arguments, generated, ratio, report,
                     start_engine, stream_times)
 
-from adapter_files import LoraSpec, base_facts, write_shaped  # noqa: E402
-from app.paths import paths  # noqa: E402
-from build_tools import build, llama_server  # noqa: E402
+from fixtures.adapter_files import LoraSpec, base_facts, write_shaped
+from app.paths import paths
+from .build_tools import build, llama_server
 
 TARGETS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."

@@ -1,4 +1,4 @@
-"""Mixture-of-experts placement, measured on a random-weight Qwen3-MoE (bench/shapes.py:
+"""Mixture-of-experts placement, measured on a random-weight Qwen3-MoE (fixtures/shapes.py:
 16 experts, top-4, valid Q4_K/Q6_K blocks; it runs at the speed of real weights):
 
   decode, prompt   through the API (streaming, client-timed decode; the engine's prompt
@@ -14,25 +14,23 @@
 On a machine without a GPU every tensor is on the CPU and the expert override changes
 nothing; it is passed all the same, and the plan says so.
 
-    python bench/moe.py [--model qwen3-30b-a3b-8l] [--threads 2] [--tokens 128] [--prompt 256] [--reps 3] [--quick]
+    python -m bench.moe [--model qwen3-30b-a3b-8l] [--threads 2] [--tokens 128] [--prompt 256] [--reps 3] [--quick]
 """
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from common import (QUICK_NOTE, BenchError, arguments, ratio, report, start_engine,
+from .common import (QUICK_NOTE, BenchError, arguments, ratio, report, start_engine,
                     stream_times, timed_completion)
 
-from app.paths import paths  # noqa: E402
-from bench.shapes import RUNNABLE_MOE, SHAPES, cached  # noqa: E402
+from app.paths import paths
+from fixtures.shapes import RUNNABLE_MOE, SHAPES, cached
 
 REAL = ("gpt-oss-120b", "qwen3-30b-a3b", "qwen3-235b-a22b", "glm-4.5-air", "llama-3.3-70b",
         "qwen3-8b")
@@ -51,13 +49,11 @@ def anchor(bins: Path, model: Path, args, experts_in_ram: int) -> tuple[float, f
     tokens), experts placed as the plan placed them. The API's tokens follow a prompt of
     that many: their like is the last (attention over 256 more cells costs this MoE
     about 7% here)."""
-    done = subprocess.run(
-        [str(bins / "llama-bench"), "-m", str(model), "-t", str(args.threads),
-         "-p", str(args.prompt), "-n", str(args.tokens), "-d", f"0,{args.prompt}",
-         "-r", str(args.reps),
-         *experts_override(experts_in_ram), "-o", "json"],
-        capture_output=True, text=True, check=True)
-    rows = json.loads(done.stdout)
+    from .build_tools import llama_bench
+
+    rows = llama_bench(bins, model, args.threads, "-p", str(args.prompt), "-n", str(args.tokens),
+                       "-d", f"0,{args.prompt}", "-r", str(args.reps),
+                       *experts_override(experts_in_ram))
     return (next(r["avg_ts"] for r in rows if r["n_prompt"] and not r["n_depth"]),
             next(r["avg_ts"] for r in rows if r["n_gen"] and not r["n_depth"]),
             next(r["avg_ts"] for r in rows if r["n_gen"] and r["n_depth"]))
@@ -78,7 +74,7 @@ def served_by_llama(bins: Path, model: Path, args, experts_in_ram: int) -> float
     """llama-server's streamed decode tok/s on the same file, prompts and placement, timed
     by the same client: what streaming over HTTP costs llama.cpp itself on this machine
     (its HTTP threads and the client share the cores that the decode threads fill)."""
-    from build_tools import llama_server
+    from .build_tools import llama_server
 
     server = ["-m", str(model), "-t", str(args.threads), "-c", "2048", "-np", "1",
               *experts_override(experts_in_ram)]
@@ -145,7 +141,7 @@ def main() -> int:
     model = (paths().models / f"{args.models[0]}.gguf").resolve()
     bins = None
     if not args.quick:
-        from build_tools import build
+        from .build_tools import build
 
         bins = build()
     with tempfile.TemporaryDirectory(prefix="homerack-moe-") as home:

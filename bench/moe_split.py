@@ -1,6 +1,6 @@
 """Experts in RAM against a whole-layer split, at the same GPU memory: the device check of
 the mixture-of-experts placement. A random-weight MoE of a real model's shape
-(bench/shapes.py, default Qwen3-30B-A3B with the donor's smaller vocabulary) is planned
+(fixtures/shapes.py, default Qwen3-30B-A3B with the donor's smaller vocabulary) is planned
 for a GPU held to --vram GiB two ways — the planner's choice (every layer on the GPU,
 the routed experts of the first N layers in RAM) and the best whole-layer split — and
 llama-bench runs both (-ngl/-ncmoe as planned), printing measured and forecast tokens/s.
@@ -10,19 +10,17 @@ It needs a GPU build of llama-bench for figures that mean anything (--bins; the 
 is the CPU build from build_tools.py, on which both runs are the same). Without a GPU
 it plans for a simulated one of --vram GiB, so the script is exercised end to end.
 
-    python bench/moe_split.py [--vram 8] [--shape qwen3-30b-a3b] [--bins DIR] [--quick]
+    python -m bench.moe_split [--vram 8] [--shape qwen3-30b-a3b] [--bins DIR] [--quick]
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 from pathlib import Path
 
-from common import QUICK_NOTE, BenchError, arguments, donor, ratio
+from .common import QUICK_NOTE, BenchError, arguments, donor, ratio
 
-from bench.shapes import RUNNABLE_MOE, SHAPES, cached  # noqa: E402
+from fixtures.shapes import RUNNABLE_MOE, SHAPES, cached
 
 GiB = 1 << 30
 QUICK_VRAM = 0.08  # GiB: the small MoE's attention and part of its experts fit
@@ -67,12 +65,11 @@ def plans(model: Path, machine, ctx: int):
 
 def bench(bins: Path, model: Path, threads: int, plan, tokens: int, prompt: int, reps: int):
     """llama-bench's (pp, tg) tokens/s with the plan's layers and experts."""
-    done = subprocess.run(
-        [str(bins / "llama-bench"), "-m", str(model), "-t", str(threads), "-p", str(prompt),
-         "-n", str(tokens), "-r", str(reps), "-ngl", str(plan.n_gpu_layers),
-         "-ncmoe", str(plan.cpu_moe_layers), "-o", "json"],
-        capture_output=True, text=True, check=True)
-    rows = json.loads(done.stdout)
+    from .build_tools import llama_bench
+
+    rows = llama_bench(bins, model, threads, "-p", str(prompt), "-n", str(tokens),
+                       "-r", str(reps), "-ngl", str(plan.n_gpu_layers),
+                       "-ncmoe", str(plan.cpu_moe_layers))
     return (next(r["avg_ts"] for r in rows if r["n_prompt"]),
             next(r["avg_ts"] for r in rows if r["n_gen"]))
 
@@ -82,7 +79,7 @@ def measure(args, model: Path, planned: dict) -> dict[str, float]:
     if args.bins:
         bins = args.bins
     else:
-        from build_tools import build
+        from .build_tools import build
 
         bins = build()
     measured = {}

@@ -3,8 +3,8 @@ this machine (the anchor, measured in the same run): the variant the loader pick
 lower ones forced with HOMERACK_CPU_VARIANT. A portable build must not cost speed where
 the best variant matches the CPU.
 
-    make package && .venv/bin/python bench/portable.py [--runs 5] [--tokens 128]
-    .venv/bin/python bench/portable.py --quick   (the native build alone: no bundle needed)
+    make package && .venv/bin/python -m bench.portable [--runs 5] [--tokens 128]
+    .venv/bin/python -m bench.portable --quick   (the native build alone: no bundle needed)
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 
-from common import BenchError, QUICK_NOTE, ROOT, arguments, ratio
+from .common import BenchError, QUICK_NOTE, ROOT, arguments, ratio
 
 BUNDLE = ROOT / "dist" / "homerack" / "homerack"
 PROMPT = "Write a short story about a robot who learns to paint."

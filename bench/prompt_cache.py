@@ -16,7 +16,7 @@ Every timed answer is checked: generated (not replayed), and its prompt evaluate
 (cold: at most a tenth from the cache) or taken from the cache (the others: at least
 nine tenths).
 
-    python bench/prompt_cache.py [--model ID] [--threads 2] [--quick]
+    python -m bench.prompt_cache [--model ID] [--threads 2] [--quick]
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from pathlib import Path
 
 import httpx
 
-from common import (BenchError, QUICK_NOTE, arguments, chunks, generated, ratio, report,
+from .common import (BenchError, QUICK_NOTE, arguments, chunks, generated, ratio, report,
                     start_engine)
 
-from build_tools import build, llama_server  # noqa: E402
-from app.paths import paths  # noqa: E402
-from engine.catalog.models import DEFAULT_MODEL  # noqa: E402
+from .build_tools import build, llama_server
+from app.paths import paths
+from engine.catalog.models import DEFAULT_MODEL
 
 TOPICS = {
     "A": "the history of bridges, rivers, and the towns that grew around river crossings",

@@ -2,7 +2,7 @@
 one run of one engine (greedy requests through the API; each cold prompt is new, so it
 is generated, then asked again, so it is replayed).
 
-    python bench/response_cache.py [--model ID] [--requests 20] [--tokens 64] [--quick]
+    python -m bench.response_cache [--model ID] [--requests 20] [--tokens 64] [--quick]
 
 Reported: client round trip per cold request and per hit (p50/p95), their ratio, and a
 streamed hit's time to its last chunk; then the engine's side alone, in-process: from
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import httpx
 
-from common import BenchError, arguments, generated, ratio, report, start_engine
+from .common import BenchError, arguments, generated, ratio, report, start_engine
 
-from app.paths import paths  # noqa: E402
+from app.paths import paths
 
 MODEL = "smollm2-135m-instruct-q4_1"
 

@@ -10,7 +10,7 @@ threshold, the share and score the cascade would have had, from the small model'
 measured confidence on each prompt and both models' scores on it. And the rules'
 decision cost, in-process.
 
-    python bench/routing.py [--small M] [--large M] [--threshold T] [--limit N] [--quick]
+    python -m bench.routing [--small M] [--large M] [--threshold T] [--limit N] [--quick]
 
 Scoring: `contains` (a reference answer appears), `number` (the first number equals it),
 `keywords` (the share of key terms present), `python_tests` (the answer's code passes the
@@ -32,11 +32,11 @@ from pathlib import Path
 
 import httpx
 
-from common import ROOT, arguments, generated, start_engine
+from .common import ROOT, arguments, generated, start_engine
 
-from engine.events import GenerationRequest  # noqa: E402
-from engine.catalog.models import LocalModel  # noqa: E402
-from engine.routing import DEFAULT_THRESHOLD, Routing, decide  # noqa: E402
+from engine.events import GenerationRequest
+from engine.catalog.models import LocalModel
+from engine.routing import DEFAULT_THRESHOLD, Routing, decide
 
 PROMPTS = ROOT / "bench" / "routing_prompts.jsonl"
 WAYS = ("small", "large", "rules", "cascade")

@@ -16,7 +16,7 @@ Targets: draft >= 1.8x on code, ahead of the anchor; never below 0.95x (auto-off
 Every timed answer is checked: generated (not replayed), all its tokens, and drafted by
 the configuration it stands for (a speculative run that drafted nothing stops the bench).
 
-    python bench/speculative.py [--threads 2] [--tokens 128] [--reps 2] [--quick]
+    python -m bench.speculative [--threads 2] [--tokens 128] [--reps 2] [--quick]
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ from pathlib import Path
 
 import httpx
 
-from common import BenchError, QUICK_NOTE, arguments, generated, ratio, start_engine
+from .common import BenchError, QUICK_NOTE, arguments, generated, ratio, start_engine
 
-from build_tools import build, llama_server  # noqa: E402
-from app.paths import paths  # noqa: E402
-from engine.llama.quantize import requantize  # noqa: E402
-from engine.catalog.gguf_file import GGUFInspector  # noqa: E402
-from engine.catalog.models import ModelStore  # noqa: E402
+from .build_tools import build, llama_server
+from app.paths import paths
+from engine.llama.quantize import requantize
+from engine.catalog.gguf_file import GGUFInspector
+from engine.catalog.models import ModelStore
 
 DRAFT = "gemma-3-270m-q4_k_m"
 TARGET = "gemma-3-270m-f32"

@@ -1,9 +1,9 @@
 """The benchmarks at the scale people run (`make bench`): each bench on random-weight
-models of real layouts (bench/shapes.py; they decode at the real models' speed), its
+models of real layouts (fixtures/shapes.py; they decode at the real models' speed), its
 anchor measured in the same run, and one table of every figure, in markdown and JSON.
 
-    python bench/suite.py [--only decode,batching] [--out build/bench] [--threads 2]
-    python bench/suite.py --quick      (each bench's quick mode, on the starters)
+    python -m bench.suite [--only decode,batching] [--out build/bench] [--threads 2]
+    python -m bench.suite --quick      (each bench's quick mode, on the starters)
 
 A bench that fails is in the table as failed, with its last line; the others still run.
 The first run writes the shapes' files (about 10 GB under .cache/shapes, some minutes).
@@ -20,19 +20,9 @@ import sys
 import time
 from pathlib import Path
 
+from . import SUITE
+
 ROOT = Path(__file__).resolve().parents[1]
-# (bench, the models it runs at realistic scale, its own options)
-SUITE = (
-    ("decode", ("qwen3-1.7b", "llama-3.2-3b", "qwen3-8b"), ()),
-    ("batching", ("qwen3-1.7b",), ("--tokens", "64")),
-    ("prompt_cache", ("qwen3-1.7b",), ()),
-    ("grammar", ("qwen3-1.7b",), ()),
-    ("response_cache", ("qwen3-1.7b",), ()),
-    ("lora", ("qwen3-1.7b",), ()),
-    ("moe", ("qwen3-30b-a3b-8l",), ()),
-    ("cluster", ("qwen3-1.7b",), ()),  # as root, for its shaped LAN
-    ("fleet", ("smollm2-135m-instruct-q4_1",), ()),  # replicas share this machine's cores
-)
 
 
 def run_bench(bench: str, models: tuple[str, ...], extra: tuple[str, ...], out: Path,
@@ -40,7 +30,7 @@ def run_bench(bench: str, models: tuple[str, ...], extra: tuple[str, ...], out: 
     """One bench in a process of its own, its output in out/BENCH.log: how it ended."""
     figures = out / f"{bench}.json"
     figures.unlink(missing_ok=True)
-    command = [sys.executable, str(ROOT / "bench" / f"{bench}.py"), "--threads", str(threads),
+    command = [sys.executable, "-m", f"bench.{bench}", "--threads", str(threads),
                "--json", str(figures), *extra]
     command += ["--quick"] if quick else [arg for m in models for arg in ("--model", m)]
     start = time.monotonic()
@@ -105,18 +95,19 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=min(os.cpu_count() or 2, 8))
     parser.add_argument("--quick", action="store_true", help="each bench's quick mode")
     args = parser.parse_args()
-    wanted = set(args.only.split(",")) if args.only else {bench for bench, _, _ in SUITE}
-    unknown = wanted - {bench for bench, _, _ in SUITE}
+    wanted = set(args.only.split(",")) if args.only else {b.name for b in SUITE}
+    unknown = wanted - {b.name for b in SUITE}
     if unknown:
         parser.error(f"not in the suite: {', '.join(sorted(unknown))}")
     args.out.mkdir(parents=True, exist_ok=True)
-    sys.path.insert(0, str(ROOT))
     host = machine(args.threads)
     runs = []
-    for bench, models, extra in SUITE:
-        if bench in wanted:
-            print(f"{bench} on {', '.join(models)}: log in {args.out / bench}.log", flush=True)
-            runs.append(run_bench(bench, models, extra, args.out, args.threads, args.quick))
+    for b in SUITE:
+        if b.name in wanted:
+            print(f"{b.name} on {', '.join(b.suite_models)}: log in {args.out / b.name}.log",
+                  flush=True)
+            runs.append(run_bench(b.name, b.suite_models, b.suite_options, args.out,
+                                  args.threads, args.quick))
             print(f"  {'done' if not runs[-1]['exit'] else 'FAILED'} in {runs[-1]['seconds']} s: "
                   f"{runs[-1]['last_line']}", flush=True)
     (args.out / "results.json").write_text(json.dumps({"machine": host, "runs": runs}, indent=1))

@@ -35,7 +35,7 @@ from .machine.capacity import capacity
 from .machine.planner import Preferences
 from .llama.vocab import Vocabulary
 from .model.embeddings import Embedder
-from .model.host import prompt_tokens, render_chat
+from .model.loaded import prompt_tokens, render_chat
 from .settings import EngineSettings
 from .presets import Keep, LoadOverride, Preset, Presets
 from .catalog.fingerprint import Fingerprints

@@ -48,7 +48,7 @@ def home(tmp_path_factory, starters_dir) -> Path:
 
 def _write_adapters(starters_dir: Path, models: Path) -> None:
     """A LoRA adapter for the starter (ADAPTER) and one for Gemma, beside the models."""
-    from bench.adapter_files import LoraSpec, write_lora, write_shaped
+    from fixtures.adapter_files import LoraSpec, write_lora, write_shaped
 
     write_lora(starters_dir / f"{STARTER}.gguf", models / f"{ADAPTER}.gguf",
                # strong enough to change the greedy answer (measured: 0.2 over 8 layers

@@ -11,9 +11,9 @@ import sys
 from engine.spawn import follow_parent
 
 from ..paths import make_private, paths
-from . import chat, desktop, fleet, machine, models, serve
+from . import chat, desktop, machine, models, serve, sharing
 
-GROUPS = (serve, fleet, chat, models, machine, desktop)  # the order of `homerack --help`
+GROUPS = (serve, sharing, chat, models, machine, desktop)  # the order of `homerack --help`
 
 
 def build_parser() -> argparse.ArgumentParser:

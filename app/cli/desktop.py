@@ -30,7 +30,7 @@ def launch_desktop(terminal_chat: Callable[[], int]) -> int:
         if problem:
             print(problem, file=sys.stderr)
             raise ImportError("a system library is missing")
-        from ui.launch import main as gui_main  # composition: the CLI starts the app
+        from ui.shell.launch import main as gui_main  # composition: the CLI starts the app
     except ImportError as exc:
         print(f"the desktop app is unavailable ({exc}); chatting in the terminal",
               file=sys.stderr)
@@ -43,7 +43,7 @@ def cmd_self_test(args) -> int:
 
     prompt = args.prompt or PROMPT
     if args.gui:
-        from ui.self_test import check_window  # composition: the CLI starts the app
+        from ui.shell.self_test import check_window  # composition: the CLI starts the app
 
         return check_window(args.gui, prompt, args.timeout)
     return check_engine(prompt, args.timeout)

@@ -2,6 +2,6 @@
 Anthropic's Messages, the engine's own and the Hub's, over the engine (factory.py puts them
 together; server.py serves them)."""
 
-from .factory import create_app, error_body
+from .factory import create_app
 
-__all__ = ["create_app", "error_body"]
+__all__ = ["create_app"]

@@ -33,7 +33,7 @@ def is_anthropic(path: str) -> bool:
     return path.startswith("/v1/messages")
 
 
-def error_body(status: int, message: str, param: str | None = None) -> dict:
+def anthropic_error(status: int, message: str, param: str | None = None) -> dict:
     error = {"type": _ERROR_TYPES.get(status, "api_error"), "message": message}
     if param:
         error["param"] = param
@@ -162,7 +162,7 @@ def router(engine: Engine) -> APIRouter:
         try:
             started = await turn.start()
         except asyncio.CancelledError:
-            return JSONResponse(error_body(499, "client disconnected"), 499)
+            return JSONResponse(anthropic_error(499, "client disconnected"), 499)
         message_id = f"msg_{uuid.uuid4().hex[:24]}"
         head = {"id": message_id, "type": "message", "role": "assistant",
                 "model": started.model, "stop_sequence": None}
@@ -173,7 +173,7 @@ def router(engine: Engine) -> APIRouter:
         try:
             got = await turn.collect()
         except asyncio.CancelledError:
-            return JSONResponse(error_body(499, "client disconnected"), 499)
+            return JSONResponse(anthropic_error(499, "client disconnected"), 499)
         content = [{"type": "thinking", "thinking": got.reasoning, "signature": ""}] \
             if got.reasoning else []
         content += [{"type": "text", "text": got.text}] if got.text or not got.calls else []
@@ -210,7 +210,7 @@ def _event(kind: str, data: dict) -> str:
 
 
 def _error_event(error: HomerackError) -> str:
-    return _event("error", {"error": error_body(error.status, error.message,
+    return _event("error", {"error": anthropic_error(error.status, error.message,
                                                 error.param)["error"]})
 
 

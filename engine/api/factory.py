@@ -25,7 +25,7 @@ from ..errors import HomerackError, QueueFull, Unauthorized
 from . import admin_routes, anthropic_routes, embeddings_routes, openai_routes, responses_routes
 from .front_door import FrontDoor
 from .guard import GENERATION_ONLY, BodyTooLarge, RequestGuard
-from .wire import error_body
+from .wire import openai_error
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
@@ -39,8 +39,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 
 def _body_for(path: str, status: int, message: str, kind: str, param: str | None) -> dict:
     if anthropic_routes.is_anthropic(path):
-        return anthropic_routes.error_body(status, message, param)
-    return error_body(message, kind, param)
+        return anthropic_routes.anthropic_error(status, message, param)
+    return openai_error(message, kind, param)
 
 
 def _error_response(request: Request, status: int, message: str, kind: str,
@@ -76,7 +76,7 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
     if engine.replicas is not None:  # inside the guard: bodies capped, Host checked first
         app.add_middleware(FrontDoor, engine=engine, replicas=engine.replicas,
                            token_given=token_in)
-    app.add_middleware(RequestGuard, names=host_names, error_body=lambda path, status, message:
+    app.add_middleware(RequestGuard, names=host_names, error_for=lambda path, status, message:
                        _body_for(path, status, message, "invalid_request_error", None),
                        routes=GENERATION_ONLY if generation_only else None)
 

@@ -47,13 +47,13 @@ def host_allowed(host_header: str, names: frozenset[str] = frozenset()) -> bool:
 class RequestGuard:
     """ASGI middleware: 421 for a Host that is not ours, 413 for a body over the cap
     (announced: refused here; counted as it arrives: BodyTooLarge), 404 for a route
-    outside `routes` when given. `error_body(path, status, message)` gives the body in
+    outside `routes` when given. `error_for(path, status, message)` gives the body in
     the route's error shape."""
 
-    def __init__(self, app, error_body: Callable[[str, int, str], dict],
+    def __init__(self, app, error_for: Callable[[str, int, str], dict],
                  names: frozenset[str] = frozenset(), max_body: int = MAX_BODY_BYTES,
                  routes: frozenset[tuple[str, str]] | None = None):
-        self.app, self.error_body, self.names, self.max_body = app, error_body, names, max_body
+        self.app, self.error_for, self.names, self.max_body = app, error_for, names, max_body
         self.routes = routes
 
     async def __call__(self, scope, receive, send):
@@ -86,7 +86,7 @@ class RequestGuard:
         return f"the request body is over {self.max_body // (1024 * 1024)} MiB"
 
     async def _refuse(self, scope, send, status: int, message: str) -> None:
-        body = json.dumps(self.error_body(scope.get("path", ""), status, message)).encode()
+        body = json.dumps(self.error_for(scope.get("path", ""), status, message)).encode()
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(body)).encode()),

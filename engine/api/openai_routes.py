@@ -18,7 +18,7 @@ from ..engine import Engine
 from ..events import Started, Usage
 from .schemas import ChatCompletionRequest, CompletionRequest, answer_schema, tool_choice
 from .turns import Done, Turn, conversation_turn, guarded, request_for
-from .wire import cancelled, error_body, extension
+from .wire import cancelled, openai_error, extension
 
 FINGERPRINT = "homerack-0.1"
 
@@ -49,7 +49,7 @@ def sse(payload: dict) -> str:
 
 
 def error_event(error) -> str:
-    return sse(error_body(error.message, error.kind, error.param))
+    return sse(openai_error(error.message, error.kind, error.param))
 
 
 def chat_conversation(body: ChatCompletionRequest) -> Conversation:

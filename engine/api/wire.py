@@ -15,10 +15,10 @@ def extension(started: Started, notes: list[str] = ()) -> dict:
             "route": started.route, "adapters": list(started.adapters)}
 
 
-def error_body(message: str, kind: str, param: str | None = None) -> dict:
+def openai_error(message: str, kind: str, param: str | None = None) -> dict:
     """OpenAI's error shape (every route but Anthropic's answers errors in it)."""
     return {"error": {"message": message, "type": kind, "param": param, "code": kind}}
 
 
 def cancelled() -> JSONResponse:
-    return JSONResponse(error_body("client disconnected", "cancelled"), 499)
+    return JSONResponse(openai_error("client disconnected", "cancelled"), 499)

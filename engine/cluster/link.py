@@ -5,7 +5,7 @@ the worker's gateway and counts them.
 When the worker goes (the link breaks, or no heartbeat answer for LOST_AFTER_S), the
 forwarder keeps llama.cpp's socket open and silent: llama.cpp would abort the process on
 a closed one, a silent one only blocks it, so the engine can answer the request in flight
-with an error naming the worker before it restarts (cluster/host.py)."""
+with an error naming the worker before it restarts (cluster/head.py)."""
 
 from __future__ import annotations
 

@@ -92,7 +92,7 @@ def compute_bytes(shape: ModelShape, n_ctx: int, holds_output: bool,
                   cpu_moe: int = 0) -> int:
     """With every expert in RAM and no dense layer, a GPU runs attention only: its layer
     stage is about 7 x n_embd floats per token (q, k, v, the output projection and the
-    residual; fitted on the random Qwen3-MoE on an RPC device, see bench/shapes.py)."""
+    residual; fitted on the random Qwen3-MoE on an RPC device, see fixtures/shapes.py)."""
     attention_only = cpu_moe >= shape.n_layers and shape.expert_bytes and all(shape.expert_bytes)
     ffn = shape.n_embd if attention_only else shape.n_ff
     layers = UBATCH * (3 * ffn + 4 * shape.n_embd) * 4 + UBATCH * n_ctx * 2

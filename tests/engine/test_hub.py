@@ -321,7 +321,7 @@ def test_search_marks_embedding_models(starters_dir, tmp_path, monkeypatch):
 
 def test_adapter_repositories_are_found_judged_against_local_models_and_downloaded(
         hub, tmp_path, starters_dir):
-    from bench.adapter_files import LoraSpec, write_lora
+    from fixtures.adapter_files import LoraSpec, write_lora
     from engine.catalog.gguf_file import GGUFInspector
     from engine.catalog.models import ModelStore
     from engine.hub.repos import repo_verdicts

@@ -11,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from bench.adapter_files import LoraSpec, merged, write_lora
+from fixtures.adapter_files import LoraSpec, merged, write_lora
 from engine.catalog.gguf_file import GGUFInspector
 from engine.catalog.models import ModelStore
 from engine.engine import Engine

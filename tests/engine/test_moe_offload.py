@@ -1,4 +1,4 @@
-"""Proof on real llama.cpp: a random-weight Qwen3-MoE (bench/shapes.py: 16 experts, top-4,
+"""Proof on real llama.cpp: a random-weight Qwen3-MoE (fixtures/shapes.py: 16 experts, top-4,
 valid Q4_K/Q6_K blocks) loaded with every layer on a second device — a llama.cpp RPC
 worker on 127.0.0.1 standing in for a GPU — and the routed experts of the first layers
 kept in this process's RAM by tensor buffer overrides, as the plan says. Its logits equal
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from bench.shapes import RUNNABLE_MOE, cached
+from fixtures.shapes import RUNNABLE_MOE, cached
 from support import ROOT
 from support.models import STARTER
 

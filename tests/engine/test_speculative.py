@@ -254,7 +254,7 @@ def test_sampling_with_a_draft_keeps_the_target_distribution(spec_store, cut_dra
                  speculation="draft", draft_model=draft)  # times the plain baseline
         plain = second_tokens("off", range(0, 150))
         speculative = second_tokens("draft", range(1000, 1150))
-        controller = next(iter(engine.host._controllers.values()))
+        controller = next(iter(engine.host.drafts.controllers.values()))
     finally:
         engine.close()
     assert controller.spec_rounds > 100  # the samples really went through verification

@@ -18,8 +18,8 @@ def gui_home(tmp_path, home, monkeypatch):
 def open_window(qtbot, gui_home, monkeypatch):
     """A window over its engine; `engine=False`: a window whose engine never starts, for
     what needs no model (layout, keys, conversations, names): a process start saved."""
-    from ui.engine_link import EngineLink
-    from ui.launch import create_window
+    from ui.shell.engine_link import EngineLink
+    from ui.shell.launch import create_window
 
     windows = []
 
@@ -32,7 +32,7 @@ def open_window(qtbot, gui_home, monkeypatch):
         window.show()
         windows.append(window)
         if wait:
-            qtbot.waitUntil(lambda: window.client is not None, timeout=90_000)
+            qtbot.waitUntil(lambda: window.engine.client is not None, timeout=90_000)
         return window
 
     yield make

@@ -1,8 +1,8 @@
-"""The cluster table's rows (ui/cluster_panel.py: machine_rows): this machine with the
+"""The cluster table's rows (ui/cluster/cluster_panel.py: machine_rows): this machine with the
 models it holds, the pipeline stages, and the replicas with their models or why they are
 left out."""
 
-from ui.cluster_panel import machine_rows
+from ui.cluster.cluster_panel import machine_rows
 
 
 def test_rows_show_this_machines_models_and_the_replicas():

@@ -18,12 +18,12 @@ LONG = "Write a very long story about a dragon who learns to bake bread."
 
 
 def messages(window):
-    return window.history.messages(window.conversation.id)
+    return window.history.messages(window.state.now.conversation.id)
 
 
 def replying(window):
     """The reply on its way in the shown conversation (None when there is none)."""
-    return window.sessions.reply(window.conversation.id if window.conversation else None)
+    return window.chat.sessions.reply(window.state.now.conversation.id if window.state.now.conversation else None)
 
 
 def reply_text(window) -> str:
@@ -32,7 +32,7 @@ def reply_text(window) -> str:
 
 
 def wait_reply(qtbot, window, timeout=90_000):
-    qtbot.waitUntil(lambda: not window.sessions.running(), timeout=timeout)
+    qtbot.waitUntil(lambda: not window.chat.sessions.running(), timeout=timeout)
 
 
 def set_long_replies(window):
@@ -51,17 +51,17 @@ def test_prompt_streams_an_answer(qtbot, open_window):
     window = open_window()
     window.settings.temperature.setValue(0)
     seen = []
-    qtbot.keyClicks(window.composer, PARIS)
-    qtbot.keyClick(window.composer, Qt.Key_Return)
+    qtbot.keyClicks(window.chat.composer, PARIS)
+    qtbot.keyClick(window.chat.composer, Qt.Key_Return)
     assert replying(window) is not None
     replying(window).task.signals.progress.connect(
-        lambda _p: seen.append(window.view.toPlainText()))
+        lambda _p: seen.append(window.chat.view.toPlainText()))
     wait_reply(qtbot, window)
     assert len(seen) > 1, "the reply did not stream"
     assert any("Paris" not in text for text in seen)  # shown before it was complete
     reply = messages(window)[-1]
     assert reply.role == "assistant" and "Paris" in reply.content and reply.status == "complete"
-    assert "Paris" in window.view.toPlainText()
+    assert "Paris" in window.chat.view.toPlainText()
     assert "tokens/s: " in window.metrics.text("speed") and "–" not in window.metrics.text("speed")
     assert "/ 2048" in window.metrics.text("context")
     assert "of" in window.metrics.text("cache")
@@ -69,19 +69,19 @@ def test_prompt_streams_an_answer(qtbot, open_window):
 
 def test_shift_enter_inserts_a_newline_and_ctrl_n_starts_a_chat(qtbot, open_window):
     window = open_window()
-    qtbot.keyClicks(window.composer, "line one")
-    qtbot.keyClick(window.composer, Qt.Key_Return, Qt.ShiftModifier)
-    qtbot.keyClicks(window.composer, "line two")
-    assert window.composer.toPlainText() == "line one\nline two"
+    qtbot.keyClicks(window.chat.composer, "line one")
+    qtbot.keyClick(window.chat.composer, Qt.Key_Return, Qt.ShiftModifier)
+    qtbot.keyClicks(window.chat.composer, "line two")
+    assert window.chat.composer.toPlainText() == "line one\nline two"
     assert replying(window) is None
     qtbot.keyClick(window, Qt.Key_N, Qt.ControlModifier)
-    assert window.conversation is not None and messages(window) == []
+    assert window.state.now.conversation is not None and messages(window) == []
 
 
 def test_stop_mid_stream_keeps_the_partial_reply(qtbot, open_window):
     window = open_window()
     set_long_replies(window)
-    window.send(LONG)
+    window.chat.send(LONG)
     qtbot.waitUntil(lambda: len(reply_text(window)) > 40, timeout=60_000)
     qtbot.keyClick(window, Qt.Key_Escape)
     wait_reply(qtbot, window, timeout=10_000)
@@ -98,7 +98,7 @@ def test_stop_mid_stream_keeps_the_partial_reply(qtbot, open_window):
 def test_regenerate_and_edit_and_resend(qtbot, open_window):
     window = open_window()
     window.settings.max_tokens.setValue(20)
-    window.send("Name a fruit.")
+    window.chat.send("Name a fruit.")
     wait_reply(qtbot, window)
     first = messages(window)
     window.chat.regenerate()
@@ -106,15 +106,15 @@ def test_regenerate_and_edit_and_resend(qtbot, open_window):
     second = messages(window)
     assert len(second) == len(first) == 2
     assert second[-1].id != first[-1].id and second[-1].role == "assistant"
-    assert second[-1].variant == (2, 2) and "2/2" in window.view.toPlainText()
-    window.view.anchorClicked.emit(QUrl(f"prev:{second[-1].id}"))  # ‹: the first answer
-    assert messages(window)[-1].id == first[-1].id and "1/2" in window.view.toPlainText()
+    assert second[-1].variant == (2, 2) and "2/2" in window.chat.view.toPlainText()
+    window.chat.view.anchorClicked.emit(QUrl(f"prev:{second[-1].id}"))  # ‹: the first answer
+    assert messages(window)[-1].id == first[-1].id and "1/2" in window.chat.view.toPlainText()
 
     window.chat.edit()
-    assert window.composer.toPlainText() == "Name a fruit."
+    assert window.chat.composer.toPlainText() == "Name a fruit."
     assert messages(window) == []
-    window.composer.setPlainText("Name a vegetable.")
-    qtbot.keyClick(window.composer, Qt.Key_Return)
+    window.chat.composer.setPlainText("Name a vegetable.")
+    qtbot.keyClick(window.chat.composer, Qt.Key_Return)
     wait_reply(qtbot, window)
     assert [m.content for m in messages(window)][0] == "Name a vegetable."
     assert messages(window)[-1].role == "assistant"
@@ -125,26 +125,26 @@ def test_two_conversations_generate_at_once(qtbot, open_window):
     window = open_window()
     set_long_replies(window)
     window.settings.max_tokens.setValue(60)
-    window.send("Tell me a story about a lighthouse.")
-    first = window.conversation.id
+    window.chat.send("Tell me a story about a lighthouse.")
+    first = window.state.now.conversation.id
     qtbot.waitUntil(lambda: len(reply_text(window)) > 5, timeout=60_000)
     qtbot.keyClick(window, Qt.Key_N, Qt.ControlModifier)
-    window.send("Tell me a story about a mountain.")
-    second = window.conversation.id
+    window.chat.send("Tell me a story about a mountain.")
+    second = window.state.now.conversation.id
     # both replies are on their way at the same time, each in its own conversation
-    qtbot.waitUntil(lambda: len(window.sessions.running()) == 2
-                    and all(r.pieces > 3 for r in window.sessions.running()), timeout=60_000)
+    qtbot.waitUntil(lambda: len(window.chat.sessions.running()) == 2
+                    and all(r.pieces > 3 for r in window.chat.sessions.running()), timeout=60_000)
     # the status area says what the engine does for both
     qtbot.waitUntil(lambda: "2 generating" in window.metrics.text("batch"), timeout=10_000)
     seen_status = window.metrics.text("batch")
     window.open_conversation(first)
-    assert "lighthouse" in window.view.toPlainText() and window.chat.bar.stop.isEnabled()
+    assert "lighthouse" in window.chat.view.toPlainText() and window.chat.bar.stop.isEnabled()
     wait_reply(qtbot, window)
     for conversation in (first, second):
         stored = window.history.messages(conversation)
         assert [m.role for m in stored] == ["user", "assistant"]
         assert stored[-1].status == "complete" and stored[-1].content
-    assert "mountain" not in window.view.toPlainText()
+    assert "mountain" not in window.chat.view.toPlainText()
     health = engine_health(window)
     assert health["batching"]["requests"] >= 2
     assert "tok/s" in seen_status, seen_status
@@ -153,15 +153,15 @@ def test_two_conversations_generate_at_once(qtbot, open_window):
 def test_conversations_persist_and_switch(qtbot, open_window):
     window = open_window()
     window.settings.max_tokens.setValue(12)
-    window.send("First conversation question")
+    window.chat.send("First conversation question")
     wait_reply(qtbot, window)
-    first_id = window.conversation.id
+    first_id = window.state.now.conversation.id
     qtbot.keyClick(window, Qt.Key_N, Qt.ControlModifier)
-    window.send("Second conversation question")
+    window.chat.send("Second conversation question")
     wait_reply(qtbot, window)
     window.open_conversation(first_id)
-    assert "First conversation question" in window.view.toPlainText()
-    assert "Second conversation" not in window.view.toPlainText()
+    assert "First conversation question" in window.chat.view.toPlainText()
+    assert "Second conversation" not in window.chat.view.toPlainText()
     window.close()
 
     reopened = open_window()
@@ -176,31 +176,31 @@ def test_conversations_persist_and_switch(qtbot, open_window):
 
 def test_killed_engine_is_survived_and_restarted(qtbot, open_window):
     window = open_window()
-    window.send("Say hello.")
+    window.chat.send("Say hello.")
     wait_reply(qtbot, window)
     set_long_replies(window)
-    window.send(LONG)
+    window.chat.send(LONG)
     qtbot.waitUntil(lambda: len(reply_text(window)) > 20, timeout=60_000)
     old_pid = window.supervisor.pid()
     os.kill(old_pid, signal.SIGKILL)
     qtbot.waitUntil(lambda: window.banner.isVisible()
                     and "killed" in window.banner.label.text(), timeout=10_000)
     wait_reply(qtbot, window, timeout=10_000)
-    qtbot.waitUntil(lambda: window.client is not None, timeout=90_000)
+    qtbot.waitUntil(lambda: window.engine.client is not None, timeout=90_000)
     assert window.supervisor.pid() != old_pid
     assert "restarted" in window.banner.label.text()
     history = messages(window)
     assert [m.status for m in history] == ["complete", "complete", "complete", "interrupted"]
-    assert "interrupted" in window.view.toPlainText()
+    assert "interrupted" in window.chat.view.toPlainText()
 
     window.settings.max_tokens.setValue(30)
     window.settings.temperature.setValue(0)
-    window.send("Say hello again.")  # the same conversation carries on
+    window.chat.send("Say hello again.")  # the same conversation carries on
     wait_reply(qtbot, window)
     assert messages(window)[-1].status == "complete" and messages(window)[-1].content
     # A fresh conversation, so the answer does not depend on where the story was cut.
     qtbot.keyClick(window, Qt.Key_N, Qt.ControlModifier)
-    window.send(PARIS)
+    window.chat.send(PARIS)
     wait_reply(qtbot, window)
     assert messages(window)[-1].status == "complete"
     assert "Paris" in messages(window)[-1].content
@@ -214,12 +214,12 @@ def test_a_crash_in_the_first_evaluation_restarts_without_repacked_weights(qtbot
     monkeypatch.setenv("HOMERACK_FAULT", "repacked-eval")
     # one sequence at a time: concurrent engines load without repacked weights anyway
     window = open_window(("--model", STARTER, "--ctx", "2048", "--parallel", "1"))
-    window.send(PARIS)
+    window.chat.send(PARIS)
     qtbot.waitUntil(lambda: "SIGSEGV" in window.banner.label.text(), timeout=30_000)
     qtbot.waitUntil(lambda: "restarted" in window.banner.label.text(), timeout=90_000)
     assert "without repacked weights" in window.banner.label.text()
     window.settings.temperature.setValue(0)
-    window.send(PARIS)
+    window.chat.send(PARIS)
     wait_reply(qtbot, window)
     assert "Paris" in messages(window)[-1].content
 
@@ -239,7 +239,7 @@ def test_event_loop_stays_responsive_while_streaming(qtbot, open_window):
 
     ticker.timeout.connect(tick)
     ticker.start()
-    window.send(LONG)
+    window.chat.send(LONG)
     wait_reply(qtbot, window)
     ticker.stop()
     assert len(messages(window)[-1].content) > 200 and len(gaps) > 50
@@ -259,7 +259,7 @@ def test_engine_that_fails_to_start_offers_retry(qtbot, open_window):
     assert window.banner.action.isVisible() and window.banner.action.text() == "Retry"
     window.supervisor.serve_args = ["--model", STARTER]
     window.banner.action.click()
-    qtbot.waitUntil(lambda: window.client is not None, timeout=90_000)
+    qtbot.waitUntil(lambda: window.engine.client is not None, timeout=90_000)
 
 
 def test_code_blocks_render_with_copy_links(qtbot, open_window):
@@ -267,13 +267,13 @@ def test_code_blocks_render_with_copy_links(qtbot, open_window):
 
     window = open_window(wait=False, engine=False)
     code = "def add(a, b):\n    return a + b\n"
-    window.view.show_messages([
+    window.chat.view.show_messages([
         Shown("1", "user", "Show me a function and a table."),
         Shown("2", "assistant", f"Here:\n\n```python\n{code}```\n\n| a | b |\n|---|---|\n"
                                 "| 1 | 2 |\n\n- one\n- two")])
-    html = window.view.toHtml()
+    html = window.chat.view.toHtml()
     assert "copycode:0" in html and "copymsg:2" in html
-    window.view.anchorClicked.emit(QUrl("copycode:0"))
+    window.chat.view.anchorClicked.emit(QUrl("copycode:0"))
     assert QGuiApplication.clipboard().text() == code
 
 
@@ -281,9 +281,9 @@ def test_screenshot_of_a_finished_conversation(qtbot, open_window, tmp_path_fact
     window = open_window()
     window.settings.temperature.setValue(0)
     window.settings.max_tokens.setValue(60)
-    window.send(PARIS)
+    window.chat.send(PARIS)
     wait_reply(qtbot, window)
-    window.send("Write a Python function that adds two numbers, in a code block.")
+    window.chat.send("Write a Python function that adds two numbers, in a code block.")
     wait_reply(qtbot, window)
     path = tmp_path_factory.getbasetemp() / "homerack-main-window.png"
     assert window.grab().save(str(path))
@@ -307,11 +307,11 @@ def test_speculation_setting_reaches_the_engine_and_the_status_bar(qtbot, open_w
     assert window.settings.speculation.findData(f"draft:{STARTER}") >= 0  # local models offered
     window.settings.speculation.setCurrentIndex(window.settings.speculation.findData("lookup"))
     window.settings.max_tokens.setValue(40)
-    window.send("Repeat after me: one two three, one two three, one two three.")
+    window.chat.send("Repeat after me: one two three, one two three, one two three.")
     wait_reply(qtbot, window)
     assert window.metrics.text("speculation").startswith("speculation: lookup")
     window.settings.speculation.setCurrentIndex(window.settings.speculation.findData("draft:gemma-3-270m-q4_k_m"))
-    window.send("Hello again.")
+    window.chat.send("Hello again.")
     wait_reply(qtbot, window)
     assert "tokenizer" in window.banner.label.text()  # an incompatible draft, said plainly
 
@@ -329,8 +329,8 @@ def test_memory_plan_shows_bars_and_loads_with_the_users_context(qtbot, open_win
     assert "KV" in panel.reasons.text() or "CPU memory" in panel.reasons.text()
     qtbot.mouseClick(panel.load_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: "planned" in window.metrics.text("device")
-                    and window.client.health()["n_ctx"] == 1024, timeout=60_000)
-    assert window.control.health["model"] == STARTER  # the default model
+                    and window.engine.client.health()["n_ctx"] == 1024, timeout=60_000)
+    assert window.state.now.health["model"] == STARTER  # the default model
 
 
 def test_model_wizard_searches_judges_downloads_and_selects(qtbot, open_window, hub):
@@ -387,7 +387,7 @@ def test_model_wizard_explains_a_gated_repo(qtbot, open_window, hub):
 
 
 def test_the_status_area_describes_the_batch():
-    from ui.metrics import describe_batching
+    from ui.shell.metrics import describe_batching
 
     assert describe_batching({"active": 0, "resident": 3}) == "idle · 3 resident"
     assert describe_batching({"active": 2, "prefilling": 1, "generated_tokens_per_s": 61.25}) \
@@ -405,31 +405,31 @@ def test_cluster_panel_shares_pairs_uses_workers_and_shows_the_machines(qtbot, o
     panel = window.cluster
     panel.share.setChecked(True)
     qtbot.waitUntil(lambda: "pairing code" in panel.sharing.text(), timeout=30_000)
-    assert window.shared and window.shared.address.startswith("127.0.0.1:")
-    panel.address.setText(window.shared.address)
-    panel.code.setText("000000" if window.shared.code != "000000" else "111111")
+    assert window.cluster.shared and window.cluster.shared.address.startswith("127.0.0.1:")
+    panel.address.setText(window.cluster.shared.address)
+    panel.code.setText("000000" if window.cluster.shared.code != "000000" else "111111")
     pair_button = [b for b in panel.findChildren(type(window.chat.bar.send)) if b.text() == "Pair"][0]
     pair_button.click()
     qtbot.waitUntil(lambda: "Pairing failed" in window.banner.findChild(
         type(panel.speed)).text(), timeout=15_000)
-    panel.code.setText(window.shared.code)
+    panel.code.setText(window.cluster.shared.code)
     pair_button.click()
     qtbot.waitUntil(lambda: "Paired with worker attic" in window.banner.findChild(
         type(panel.speed)).text(), timeout=15_000)
     assert panel.pair_again.isEnabled()  # the code was used: pairing closed after one host
     panel.pair_again.click()  # one more host, without the command line
     qtbot.waitUntil(lambda: "until" in panel.sharing.text(), timeout=10_000)
-    assert window.shared.code in panel.sharing.text()
+    assert window.cluster.shared.code in panel.sharing.text()
     from app.sharing import pair_worker
 
-    again, _digits = pair_worker(window.shared.address, window.shared.code, replace=True)
+    again, _digits = pair_worker(window.cluster.shared.address, window.cluster.shared.code, replace=True)
     assert again.name == "attic"  # the new code opened pairing again
     panel.use.setChecked(True)  # restarts the engine with the paired worker
-    qtbot.waitUntil(lambda: window.client is not None, timeout=90_000)
+    qtbot.waitUntil(lambda: window.engine.client is not None, timeout=90_000)
     assert "--workers" in window.supervisor.serve_args
     window.settings.temperature.setValue(0)
     window.settings.max_tokens.setValue(16)
-    window.send(PARIS)
+    window.chat.send(PARIS)
     wait_reply(qtbot, window)
     assert "Paris" in messages(window)[-1].content
     qtbot.waitUntil(lambda: panel.table.rowCount() == 2
@@ -449,7 +449,7 @@ def test_cluster_panel_shares_pairs_uses_workers_and_shows_the_machines(qtbot, o
     assert window.grab().save(str(path))
     print(f"\nscreenshot: {path}")
     panel.share.setChecked(False)
-    qtbot.waitUntil(lambda: window.shared is None, timeout=5_000)
+    qtbot.waitUntil(lambda: window.cluster.shared is None, timeout=5_000)
 
 
 def test_routing_and_the_response_cache_are_shown_per_message(qtbot, open_window):
@@ -466,16 +466,16 @@ def test_routing_and_the_response_cache_are_shown_per_message(qtbot, open_window
     window.settings.max_tokens.setValue(12)
     window.new_conversation()
     window.bar.auto_route.setChecked(True)
-    assert window.history.get(window.conversation.id).routed
+    assert window.history.get(window.state.now.conversation.id).routed
     assert not window.bar.box.isEnabled()  # "auto" chooses for each reply
-    window.send("What is the capital of Italy?")
+    window.chat.send("What is the capital of Italy?")
     wait_reply(qtbot, window)
-    window.send("Write a Python function that adds two numbers.")
+    window.chat.send("Write a Python function that adds two numbers.")
     wait_reply(qtbot, window)
     small, large = [m for m in messages(window) if m.role == "assistant"]
     assert small.model == STARTER and "auto (rules)" in small.detail
     assert large.model == GEMMA and "code" in large.detail
-    shown = window.view.toPlainText()
+    shown = window.chat.view.toPlainText()
     assert STARTER in shown and GEMMA in shown
     # the same question again, in a new conversation without routing: from the cache
     window.bar.auto_route.setChecked(False)
@@ -483,13 +483,13 @@ def test_routing_and_the_response_cache_are_shown_per_message(qtbot, open_window
     window.new_conversation()
     window.bar.box.setCurrentIndex(window.bar.box.findData(STARTER))
     for _ in range(2):
-        window.send("Name a planet.")
+        window.chat.send("Name a planet.")
         wait_reply(qtbot, window)
-        window.history.rewind(window.conversation.id, messages(window)[0].id)
-    window.send("Name a planet.")
+        window.history.rewind(window.state.now.conversation.id, messages(window)[0].id)
+    window.chat.send("Name a planet.")
     wait_reply(qtbot, window)
     assert "from the response cache" in messages(window)[-1].detail
-    assert "from the response cache" in window.view.toPlainText()
+    assert "from the response cache" in window.chat.view.toPlainText()
     window.chat.regenerate()  # Regenerate never takes the cached answer
     wait_reply(qtbot, window)
     assert "from the response cache" not in messages(window)[-1].detail
@@ -502,11 +502,11 @@ def test_the_experts_slider_moves_the_plan_and_its_forecast(qtbot, tmp_path):
     """A mixture-of-experts plan (the real planner's, for gpt-oss-120b's header on a
     simulated 24 GiB GPU): the panel shows the planner's experts in RAM, and moving the
     slider asks for a plan with the user's count; its answer shows the new forecast."""
-    from bench.shapes import SHAPES, write_header_only
+    from fixtures.shapes import SHAPES, write_header_only
     from engine.catalog.gguf_file import GGUFInspector
     from engine.machine.hardware import simulated
     from engine.machine.planner import Preferences, plan
-    from ui.plan_panel import PlanPanel
+    from ui.models.plan_panel import PlanPanel
 
     shape = GGUFInspector().inspect(
         write_header_only(SHAPES["gpt-oss-120b"], tmp_path / "gpt-oss.gguf")).shape
@@ -548,17 +548,17 @@ def test_a_reasoning_models_thinking_streams_in_its_own_section(qtbot, open_wind
         window = open_window(("--model", model.stem, "--ctx", "2048"))
         window.settings.temperature.setValue(0)
         window.settings.max_tokens.setValue(24)
-        window.send("Is 1001 a prime number?")
-        qtbot.waitUntil(lambda: not window.sessions.running()
+        window.chat.send("Is 1001 a prime number?")
+        qtbot.waitUntil(lambda: not window.chat.sessions.running()
                         or bool(replying(window) and replying(window).reasoning),
                         timeout=60_000)
         if replying(window) is not None:  # still thinking: the section is open, live
-            live = window.view.messages()[-1]
+            live = window.chat.view.messages()[-1]
             assert live.thinking and live.reasoning and not live.content
         wait_reply(qtbot, window)
         saved = messages(window)[-1]
         assert saved.reasoning and saved.thought_s is not None
-        shown = window.view.toPlainText()
+        shown = window.chat.view.toPlainText()
         assert "Thought for" in shown and saved.reasoning.strip()[:30] not in shown
         qtbot.waitUntil(lambda: window.bar.thinking.isVisible(), timeout=10_000)
         assert window.bar.thinking.findData("none") >= 0  # its template can turn it off

@@ -10,8 +10,8 @@ import time
 import pytest
 from PySide6.QtWidgets import QLabel
 
-from ui.chat_view import ChatView
-from ui.download_wizard import ModelWizard
+from ui.chat.chat_view import ChatView
+from ui.models.download_wizard import ModelWizard
 from ui.markdown import Shown, document, render
 from ui.theme import LIGHT
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 
 def wait_reply(qtbot, window, timeout=90_000):
-    qtbot.waitUntil(lambda: not window.sessions.running(), timeout=timeout)
+    qtbot.waitUntil(lambda: not window.chat.sessions.running(), timeout=timeout)
 
 
 def active(qtbot, window):
@@ -29,7 +29,7 @@ def active(qtbot, window):
 def test_first_run_welcomes_focuses_the_composer_and_answers_a_suggestion(qtbot, open_window):
     window = open_window()
     window.activateWindow()
-    qtbot.waitUntil(window.composer.hasFocus, timeout=5_000)  # typing goes to the message
+    qtbot.waitUntil(window.chat.composer.hasFocus, timeout=5_000)  # typing goes to the message
     assert window.chat.stack.currentWidget() is window.chat.welcome
     qtbot.waitUntil(lambda: "fit at Q4" in window.chat.welcome.machine.text(), timeout=10_000)
     assert "GB RAM" in window.chat.welcome.machine.text()
@@ -39,20 +39,20 @@ def test_first_run_welcomes_focuses_the_composer_and_answers_a_suggestion(qtbot,
     assert "134M model" in window.settings.defaults_note.text()
     window.chat.welcome.chips[0].click()  # "What is the capital of France?"
     wait_reply(qtbot, window)
-    answer = window.history.messages(window.conversation.id)[-1]
+    answer = window.history.messages(window.state.now.conversation.id)[-1]
     # (what the 135M starter answers to the bare question opens at a near tie, English
     # or French: support/models.py's PARIS_QUESTION is the one whose answer is checked)
     assert answer.content.strip() and "tokens/s" in answer.stats
     assert window.windowTitle() == "What is the capital of France? — Homerack"
-    assert window.chat.stack.currentWidget() is window.view
+    assert window.chat.stack.currentWidget() is window.chat.view
     # the model's greedy default leaves sampling out; Regenerate asks for another answer
-    assert "temperature" not in window.control.request_options(window.conversation)
-    assert window.control.request_options(window.conversation, another=True)["temperature"] > 0
+    assert "temperature" not in window.state.now.request_options()
+    assert window.state.now.request_options(another=True)["temperature"] > 0
     window.bar.box.setCurrentIndex(window.bar.box.findData(GEMMA))  # not loaded: its plan
     window.control.choose(GEMMA)
     qtbot.waitUntil(lambda: "would run on CPU · about" in window.bar.state.text(), timeout=30_000)
     assert window.drawer.page == "Memory"  # what loading it will take
-    window.send("Name a colour.")
+    window.chat.send("Name a colour.")
     wait_reply(qtbot, window)  # Gemma loads on demand beside the starter, which stays
     qtbot.waitUntil(lambda: "Loaded beside the default model" in window.bar.state.text(),
                     timeout=30_000)
@@ -64,8 +64,8 @@ def test_streaming_follows_the_bottom_unless_the_reader_scrolled_up(qtbot, open_
     from ui.markdown import Shown
 
     window = open_window(wait=False, engine=False)
-    window.chat.stack.setCurrentWidget(window.view)
-    view, bar = window.view, window.view.verticalScrollBar()
+    window.chat.stack.setCurrentWidget(window.chat.view)
+    view, bar = window.chat.view, window.chat.view.verticalScrollBar()
     long = "\n\n".join(f"Paragraph {i}." for i in range(200))
     view.show_messages([Shown("1", "user", "Tell me everything."),
                         Shown("streaming", "assistant", long)])
@@ -108,7 +108,7 @@ def test_rename_in_place_delete_with_undo_and_search(qtbot, open_window):
     assert window.sidebar.titles() == ["New chat"]
     assert window.banner.action.text() == "Undo"
     window.banner.action.click()
-    assert window.sidebar.titles()[0] == "Rail trip" and window.conversation.id == first.id
+    assert window.sidebar.titles()[0] == "Rail trip" and window.state.now.conversation.id == first.id
     window.sidebar.search.setText("marseille")
     assert window.sidebar.titles() == ["Rail trip"]
     window.sidebar.search.setText("nowhere")
@@ -158,9 +158,9 @@ def test_attachments_join_the_message_and_a_long_one_offers_its_start(qtbot, ope
     window.chat.attach([str(notes)])
     qtbot.waitUntil(lambda: bool(window.chat.attachments), timeout=10_000)
     window.settings.max_tokens.setValue(8)
-    window.send("What is on the list?")
+    window.chat.send("What is on the list?")
     wait_reply(qtbot, window)
-    question = window.history.messages(window.conversation.id)[0].content
+    question = window.history.messages(window.state.now.conversation.id)[0].content
     assert question.startswith("Attached file notes.md:\n```\n# Shopping")
     assert question.endswith("What is on the list?") and window.chat.attachments == []
 
@@ -169,7 +169,7 @@ def test_zoom_is_kept_for_the_next_start(qtbot, open_window):
     window = active(qtbot, open_window(wait=False, engine=False))
     qtbot.keyClick(window, Qt.Key_Plus, Qt.ControlModifier)
     qtbot.keyClick(window, Qt.Key_Plus, Qt.ControlModifier)
-    assert window.view.zoom == 2
+    assert window.chat.view.zoom == 2
     window.close()
     assert open_window(wait=False, engine=False).view.zoom == 2
 
@@ -209,7 +209,7 @@ def test_make_screenshots_renders_every_state(gui_home, tmp_path):
 
     out = tmp_path / "shots"
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    subprocess.run([sys.executable, "-m", "ui.screenshots", str(out)], env=env, check=True,
+    subprocess.run([sys.executable, "-m", "ui.shell.screenshots", str(out)], env=env, check=True,
                    timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     shots = sorted(p.name for p in out.glob("*.png"))
     assert shots == ["1-first-run.png", "2-chat-with-code-and-table.png", "4-cluster.png",

@@ -1,4 +1,4 @@
-"""The suite's table (bench/suite.py, `make bench`): every figure with its anchor and
+"""The suite's table (bench.suite, `make bench`): every figure with its anchor and
 ratio, an unanchored one without a ratio, and a failed bench said as failed."""
 
 from bench.suite import table

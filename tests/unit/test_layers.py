@@ -22,6 +22,7 @@ VIOLATIONS = [
     ("the UI talks to the engine", "ui/tasks.py", "import engine.errors"),
     ("the UI never loads llama.cpp", "app/client.py", "import engine.llama.runtime"),
     ("the engine knows no Qt", "engine/metrics.py", "import PySide6"),
+    ("the window's shell over its wings", "ui/chat/composer.py", "from ..models import model_bar"),
     ("the domain plans without llama.cpp", "engine/catalog/fingerprint.py", "import llama_cpp"),
     ("machine and agent load no llama.cpp", "engine/agent/conversation.py",
      "from ..llama import grammar"),
@@ -74,6 +75,16 @@ def test_the_engine_layers_name_every_room():
     rooms = {f"engine.{p.stem}" for p in (ROOT / "engine").glob("*.py") if p.stem != "__init__"}
     rooms |= {f"engine.{p.parent.name}" for p in (ROOT / "engine").glob("*/__init__.py")}
     assert named == rooms
+
+
+def test_the_ui_layers_name_every_wing_and_floor_module():
+    layers = CONTRACTS["the window's shell over its wings, the wings over the floor they "
+                       "share"]["layers"]
+    named = {room.strip() for layer in layers for room in layer.split("|")}
+    ui = ROOT / "ui"
+    found = {f"ui.{p.stem}" for p in ui.glob("*.py") if p.stem != "__init__"}
+    found |= {f"ui.{p.parent.name}" for p in ui.glob("*/__init__.py")}
+    assert named == found
 
 
 def test_the_pure_tests_and_the_fixtures_load_no_llama_cpp_and_no_qt():

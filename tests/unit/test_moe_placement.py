@@ -1,5 +1,5 @@
 """Mixture-of-experts models on shapes no one can download here: header-only GGUFs with
-the real metadata and tensor infos (bench/shapes.py), read by the catalog and planned for
+the real metadata and tensor infos (fixtures/shapes.py), read by the catalog and planned for
 simulated machines. Every plan is checked against the bytes rule (recomputed here from
 the shape, independently of the planner) and against the placements users report."""
 
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from bench.shapes import SHAPES, write_header_only
+from fixtures.shapes import SHAPES, write_header_only
 from engine.catalog.gguf_file import GGUFInspector, open_gguf
 from engine.machine.forecast import forecast
 from engine.machine.hardware import simulated

@@ -1,0 +1,110 @@
+"""A loaded model and what comes with it (its chat format, the tokens that end its turn
+or carry its format's markers, its prompt cache, adapters and drafters), and rendering a
+request's prompt into its tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..catalog.chat_format import ChatFormat
+from ..catalog.models import LocalModel
+from ..errors import ContextLengthExceeded, InvalidRequest
+from ..events import GenerationRequest
+from ..llama.runtime import LlamaModel
+from ..machine.planner import Plan
+from ..presets import LoadOverride
+from ..speculation.drafters import ModelDrafter
+from .adapters import AdapterBank
+from .prompt_cache import PromptCache
+
+
+@dataclass
+class Loaded:
+    model: LocalModel
+    llama: LlamaModel
+    chat_format: ChatFormat
+    turn_end_tokens: frozenset[int]
+    cache: PromptCache | None
+    memory: dict | None = None  # the plan, and its prediction against llama.cpp's buffers
+    plan: Plan | None = None  # what it was loaded by
+    override: LoadOverride | None = None  # the user's context / GPU layers
+    notes: tuple[str, ...] = ()  # what the out-of-memory back-off changed
+    drafters: dict = field(default_factory=dict)  # draft model path or "lookup" -> drafter
+    evaluated: bool = False  # its first request ran (the load journal's watch ends)
+    tie_margin: float | None = None  # measured on its first greedy draft (speculation/verify.py)
+    adapters: AdapterBank | None = None  # its LoRA adapters, loaded on first use
+    marker_tokens: frozenset[int] = frozenset()  # control tokens its format's reader reads
+
+    def close(self) -> None:
+        if self.cache:
+            self.cache.flush()  # states being written survive a clean shutdown
+        for drafter in self.drafters.values():
+            drafter.close()
+        self.llama.close()
+
+    def reset_drafters(self) -> None:
+        """After a failure a draft's KV may not match its token list."""
+        for drafter in self.drafters.values():
+            if isinstance(drafter, ModelDrafter):
+                drafter.llama.forget(0, 0)
+                drafter.tokens = []
+
+    def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], list[str]]:
+        return prompt_tokens(request, self.chat_format, self.llama)
+
+    def budget(self, request: GenerationRequest, n_prompt: int) -> tuple[int, list[str]]:
+        """max_tokens, clamped to what the context holds after the prompt."""
+        n_ctx = self.llama.n_ctx
+        room = n_ctx - n_prompt
+        if room <= 0:
+            raise ContextLengthExceeded(
+                f"the prompt has {n_prompt} tokens but the context holds {n_ctx}; "
+                "shorten the conversation")
+        wanted = request.max_tokens or room
+        if wanted > room:
+            return room, [f"max_tokens {wanted} does not fit the {n_ctx}-token context after "
+                          f"the {n_prompt}-token prompt; clamped to {room}"]
+        return wanted, []
+
+
+def render_chat(request: GenerationRequest, chat_format: ChatFormat) -> str:
+    """The request's messages (and tools) as prompt text, in the model's chat format."""
+    tools = list(request.tools) if request.tools else None
+    return chat_format.render(list(request.messages), tools, request.template_kwargs)
+
+
+def prompt_tokens(request: GenerationRequest, chat_format: ChatFormat,
+                  tokenizer) -> tuple[list[int], list[str]]:
+    """The request's prompt as tokens (a chat rendered with the model's format), and notes
+    for the answer. `tokenizer`: the loaded model, or its Vocabulary alone (counting)."""
+    notes = []
+    if request.messages is not None:
+        text = request.rendered_prompt
+        if text is None:
+            text = render_chat(request, chat_format)
+        if chat_format.fallback:
+            notes.append(f"chat format: {chat_format.describe()}")
+        tokens = tokenizer.tokenize(text, add_special=False, parse_special=True)
+        if tokenizer.add_bos and (not tokens or tokens[0] != tokenizer.bos):
+            tokens.insert(0, tokenizer.bos)
+    else:
+        tokens = tokenizer.tokenize(request.prompt or "", add_special=True, parse_special=True)
+    if not tokens:
+        raise InvalidRequest("the prompt is empty", param="prompt")
+    return tokens, notes
+
+
+def single_tokens(llama, texts) -> frozenset[int]:
+    """The tokens that are each of these texts whole (a turn's end, a format's marker)."""
+    found = set()
+    for text in texts:
+        ids = llama.tokenize(text, add_special=False, parse_special=True)
+        if len(ids) == 1:
+            found.add(ids[0])
+    return frozenset(found)
+
+
+def control_tokens(llama, texts) -> frozenset[int]:
+    """Of the markers, those the vocabulary holds as control tokens (which render as
+    nothing unless asked: gpt-oss's `<|end|>`, a model's own `<|channel|>`)."""
+    return frozenset(t for t in single_tokens(llama, texts) if not llama.piece(t))

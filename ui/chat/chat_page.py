@@ -1,0 +1,279 @@
+"""The chat in the centre: the welcome or the conversation, and the composer; sending,
+streaming, stopping, regenerating, editing, the alternatives ‹ n/m ›, and attachments.
+Replies stream in tasks (ui.tasks); what each has so far lives Qt-free in app.session.
+The open conversation is the window's state's (ui/state.py): the page shows it and
+writes what it changes there."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Callable
+
+from PySide6.QtCore import Signal
+from PySide6.QtGui import QAccessible, QAccessibleAnnouncementEvent, QGuiApplication
+from PySide6.QtWidgets import QStackedWidget, QVBoxLayout, QWidget
+
+from app.attachments import Attachment, AttachmentError, fitted, read_text
+from app.client import EngineClient, StreamedReply
+from app.history import History, SavedConversation
+from app.session import NotSaved, Sessions
+
+from ..markdown import Shown
+from ..safe_text import ask
+from ..state import WindowState
+from ..tasks import Task, start_task
+from .chat_view import ChatView
+from .composer import ComposerBar
+from .welcome import Welcome
+
+STREAM_KEY = "streaming"
+CONTEXT_SHARE = 0.75  # of the context an attachment may take: the rest for the chat
+
+
+def _receive_reply(task: Task, client: EngineClient, messages: list[dict],
+                   options: dict) -> StreamedReply:
+    reply = StreamedReply()  # the client's record of the stream: finish reason, usage
+    for piece in client.stream_chat(messages, reply, should_stop=task.cancelled.is_set, **options):
+        task.report(piece)
+    return reply
+
+
+def _read_attachments(_task: Task, client: EngineClient, paths: list[str], model: str | None,
+                      budget: int) -> list[tuple[Attachment, int]]:
+    """Each file's text, its tokens counted by the model's vocabulary, cut to `budget`."""
+    from pathlib import Path
+
+    read = []
+    for path in paths:
+        text = read_text(Path(path))
+        tokens = client.count_tokens(text, model)
+        read.append((fitted(Path(path).name, text, tokens, budget), tokens))
+    return read
+
+
+class ChatPage(QWidget):
+    error = Signal(str)
+    copied = Signal(str)  # what was copied, in words
+    finished = Signal(object)  # StreamedReply, of the conversation shown
+    changed = Signal()  # messages or state changed: the window updates titles, buttons
+
+    def __init__(self, history: History, state: WindowState, engine,
+                 new_conversation: Callable[[], SavedConversation], parent=None):
+        super().__init__(parent)
+        # engine: the window's link to it (its client, and why it last died)
+        self.history, self.state, self.engine = history, state, engine
+        self.new_conversation = new_conversation
+        self.sessions = Sessions(history)  # replies being generated, by conversation
+        self.attachments: list[Attachment] = []
+        self.welcome = Welcome()
+        self.welcome.suggestion.connect(self.send)
+        self.view = ChatView()
+        self.view.action.connect(self._on_action)
+        self.view.copied.connect(lambda _text: self.copied.emit("Copied"))
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.welcome)
+        self.stack.addWidget(self.view)
+        self.bar = ComposerBar()
+        self.composer = self.bar.edit
+        self.composer.submitted.connect(self.send)
+        self.bar.send.clicked.connect(lambda: self.send(self.composer.toPlainText().strip()))
+        self.bar.stop.clicked.connect(self.stop)
+        self.bar.attach_requested.connect(self.attach)
+        self.bar.detach_requested.connect(lambda: self._set_attachments([]))
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.stack, 1)
+        layout.addWidget(self.bar)
+
+    # -- what is shown ----------------------------------------------------------------
+
+    @property
+    def conversation(self) -> SavedConversation | None:
+        return self.state.now.conversation
+
+    def show_conversation(self, conversation: SavedConversation | None) -> None:
+        self.state.update(conversation=conversation)
+        self.refresh()
+
+    def refresh(self) -> None:
+        saved = self.history.messages(self.conversation.id) if self.conversation else []
+        last_answer = saved[-1].id if saved and saved[-1].role == "assistant" else None
+        shown = [Shown(str(m.id), m.role, m.content, m.status,
+                       " · ".join(p for p in (m.model, m.detail) if p), m.stats, m.variant,
+                       m.id == last_answer, m.reasoning, m.thought_s) for m in saved]
+        reply = self.current_reply()
+        if reply:
+            shown.append(_streaming(reply))
+        elif kept := self.sessions.unsaved(self.conversation.id if self.conversation else None):
+            shown.append(Shown(STREAM_KEY, "assistant", kept.text, status="unsaved",
+                               reasoning=kept.reasoning))
+        self.view.show_messages(shown)
+        self.stack.setCurrentWidget(self.view if shown else self.welcome)
+        self.update_buttons()
+        self.changed.emit()
+
+    def update_buttons(self) -> None:
+        streaming = self.current_reply() is not None
+        self.bar.send.setEnabled(self.engine.client is not None and not streaming)
+        self.bar.stop.setEnabled(streaming)
+
+    def current_reply(self):
+        return self.sessions.reply(self.conversation.id if self.conversation else None)
+
+    # -- chatting: each conversation can have a reply on its way, all at once ----------
+
+    def send(self, text: str) -> None:
+        if not text or self.engine.client is None or self.current_reply():
+            return
+        conversation = self.conversation or self.new_conversation()
+        content = "\n\n".join([a.as_context() for a in self.attachments] + [text])
+        try:
+            self.history.add_message(conversation.id, "user", content)
+            if conversation.title == "New chat":
+                self.history.update(conversation.id, title=text.splitlines()[0][:48])
+        except (OSError, sqlite3.Error) as exc:  # a full disk: the question stays typed
+            self.error.emit(f"The message could not be saved ({exc}): it is still in the box.")
+            return
+        self.state.update(conversation=self.history.get(conversation.id))
+        self.composer.clear()
+        self._set_attachments([])
+        self.generate()
+
+    def generate(self, fresh: bool = False) -> None:
+        """Ask for the conversation's next reply; `fresh`: another answer, never the
+        cached one."""
+        conversation = self.conversation
+        options = {**self.state.now.request_options(another=fresh),
+                   "response_cache": "refresh" if fresh else None}
+        reply = self.sessions.start(conversation.id)
+        key = conversation.id
+        reply.task = start_task(_receive_reply, self.engine.client,
+                                self.sessions.request(conversation), options,
+                                on_progress=lambda piece: self._on_piece(key, piece),
+                                on_done=lambda done: self._on_reply(key, done),
+                                on_error=lambda error: self._on_failed(key, error), owner=self)
+        self.refresh()
+
+    def _on_piece(self, conversation_id: int, piece: tuple[str, str]) -> None:
+        kind, text = piece
+        reply = self.sessions.feed(conversation_id, text, kind)
+        if reply and self.conversation and self.conversation.id == conversation_id:
+            self.view.set_last(_streaming(reply))
+
+    def _on_reply(self, conversation_id: int, done: StreamedReply) -> None:
+        status = "stopped" if done.finish_reason == "stopped" else "complete"
+        self._finish(conversation_id, status, done.model, done.detail(), _stats(done),
+                     done.thought_s)
+        if self.conversation and self.conversation.id == conversation_id:
+            self.finished.emit(done)
+            QAccessible.updateAccessibility(QAccessibleAnnouncementEvent(
+                self.view, "The reply is complete: " + done.text[:300]))
+
+    def _on_failed(self, conversation_id: int, error) -> None:
+        self._finish(conversation_id, "interrupted")
+        if self.engine.client is not None and self.engine.last_death is None:
+            self.error.emit(f"The reply failed: {error}")
+
+    def _finish(self, conversation_id: int, status: str, model: str | None = None,
+                detail: str = "", stats: str = "", thought_s: float | None = None) -> None:
+        try:
+            self.sessions.finish(conversation_id, status, model, detail, stats, thought_s)
+        except NotSaved as exc:  # a full disk: the answer stays on screen, said why
+            self.error.emit(str(exc))
+        if self.conversation and self.conversation.id == conversation_id:
+            self.refresh()
+
+    def stop(self) -> bool:
+        reply = self.current_reply()
+        if reply:
+            reply.task.cancel()
+        return reply is not None
+
+    def regenerate(self) -> None:
+        """A new answer beside the last one (kept: ‹ 1/2 ›)."""
+        if not self.conversation or self.current_reply() or self.engine.client is None:
+            return
+        messages = self.history.messages(self.conversation.id)
+        if messages and messages[-1].role == "assistant":
+            self.history.rewind(self.conversation.id, messages[-1].id)
+        if self.history.messages(self.conversation.id):
+            self.generate(fresh=True)  # a new answer, not the cached one
+
+    def edit(self, message_id: int | None = None) -> None:
+        """Put a question (the last one by default) back into the composer; what is sent
+        next goes beside it, the old branch kept."""
+        if not self.conversation or self.current_reply():
+            return
+        users = [m for m in self.history.messages(self.conversation.id) if m.role == "user"]
+        chosen = next((m for m in users if m.id == message_id), users[-1] if users else None)
+        if chosen:
+            self.history.rewind(self.conversation.id, chosen.id)
+            self.composer.setPlainText(chosen.content)
+            self.composer.setFocus()
+            self.refresh()
+
+    def _on_action(self, action: str, key: str) -> None:
+        if not key.isdigit() or self.current_reply():
+            return
+        if action == "edit":
+            self.edit(int(key))
+        elif action == "regen":
+            self.regenerate()
+        else:
+            self.history.switch(self.conversation.id, int(key), -1 if action == "prev" else 1)
+            self.refresh()
+
+    def copy_last_answer(self) -> None:
+        saved = self.history.messages(self.conversation.id) if self.conversation else []
+        answer = next((m.content for m in reversed(saved) if m.role == "assistant"), "")
+        if answer:
+            QGuiApplication.clipboard().setText(answer)
+            self.copied.emit("Copied the last answer")
+
+    # -- attachments ---------------------------------------------------------------------
+
+    def attach(self, paths: list[str]) -> None:
+        client = self.engine.client
+        if client is None:
+            return
+        budget = int(self.state.now.context_size() * CONTEXT_SHARE)
+        start_task(_read_attachments, client, paths, self.state.now.model, budget,
+                   on_done=self._on_read, on_error=lambda e: self.error.emit(
+                       str(e) if isinstance(e, AttachmentError) else f"Attaching failed: {e}"),
+                   owner=self)
+
+    def _on_read(self, read: list[tuple[Attachment, int]]) -> None:
+        kept = []
+        for attachment, tokens in read:
+            if attachment.truncated and not ask(
+                    self, "Too long for the context",
+                    f"{attachment.name} has {tokens:,} tokens; the model's context holds "
+                    f"{self.state.now.context_size():,}. Attach its first {attachment.tokens:,} "
+                    "tokens?"):
+                continue
+            kept.append(attachment)
+        self._set_attachments(self.attachments + kept)
+
+    def _set_attachments(self, attachments: list[Attachment]) -> None:
+        self.attachments = attachments
+        self.bar.show_attached(" · ".join(
+            f"{a.name} ({a.tokens:,} tokens{', its start' if a.truncated else ''})"
+            for a in attachments))
+
+
+def _streaming(reply) -> Shown:
+    """The reply on its way: its thinking shown open until its answer begins."""
+    return Shown(STREAM_KEY, "assistant", reply.text, reasoning=reply.reasoning,
+                 thinking=bool(reply.reasoning) and not reply.text)
+
+
+def _stats(done: StreamedReply) -> str:
+    """An answer's figures, for the tooltip on its model line."""
+    usage = done.usage or {}
+    timings = usage.get("timings") or {}
+    parts = [f"{usage['completion_tokens']} tokens"] if usage.get("completion_tokens") else []
+    if timings.get("decode_tokens_per_s"):
+        parts.append(f"{timings['decode_tokens_per_s']:.1f} tokens/s")
+    if timings.get("time_to_first_token_s") is not None:
+        parts.append(f"first token after {timings['time_to_first_token_s']:.2f} s")
+    return " · ".join(parts)

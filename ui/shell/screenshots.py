@@ -1,0 +1,143 @@
+"""`make screenshots`: the window's main states rendered into a folder, to look at one by
+one (python -m ui.shell.screenshots OUT). Under Xvfb with the real xcb platform it grabs the
+screen, so popups and menus show; offscreen it grabs the window.
+
+It runs in a HOMERACK_HOME of its own (the user's models linked in, none of their
+conversations), over a real engine with the starter model. The chat with code and a
+table is a sample answer written into the history, since the 135M starter rarely writes
+one; the first answer shown is the model's own."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SAMPLE = """Here is a function and what it returns:
+
+```python
+def mean(values: list[float]) -> float:
+    \"\"\"The arithmetic mean; raises on an empty list.\"\"\"
+    return sum(values) / len(values)
+```
+
+| input | mean |
+|---|---|
+| `[1, 2, 3]` | 2.0 |
+| `[10]` | 10.0 |
+
+> An empty list raises `ZeroDivisionError`: check before calling.
+
+1. Import it.
+2. Call `mean([...])`."""
+
+
+THOUGHT = ("The user asks whether 1,001 is prime. It is odd, so not divisible by 2. "
+           "Digit sum 2: not divisible by 3. It does not end in 0 or 5. Try 7: 7 × 143 = "
+           "1,001. So it is composite; 143 = 11 × 13, so 1,001 = 7 × 11 × 13.")
+THOUGHT_ANSWER = "No. **1,001 = 7 × 11 × 13**, so it has divisors besides 1 and itself."
+
+
+def _home() -> Path:
+    """A private HOMERACK_HOME sharing this user's models."""
+    from app.paths import paths
+
+    models = paths().models
+    home = Path(tempfile.mkdtemp(prefix="homerack-shots-"))
+    (home / "data").mkdir()
+    if models.exists():
+        (home / "data" / "models").symlink_to(models)
+    os.environ["HOMERACK_HOME"] = str(home)
+    return home
+
+
+def main(out: str) -> int:
+    home = _home()
+    try:
+        return _shoot_all(out)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _shoot_all(out: str) -> int:
+    from PySide6.QtCore import QUrl
+    from PySide6.QtGui import QGuiApplication
+    from PySide6.QtWidgets import QApplication
+
+    from .launch import create_window
+
+    app = QApplication.instance() or QApplication(sys.argv)
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    window = create_window()
+    window.resize(1280, 800)
+    window.show()
+    offscreen = QGuiApplication.platformName() == "offscreen"
+
+    def wait(condition, seconds: float = 120) -> None:
+        deadline = time.monotonic() + seconds
+        while not condition():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the window did not get there in time")
+            app.processEvents()
+            time.sleep(0.02)
+
+    def shoot(name: str) -> None:
+        for _ in range(20):
+            app.processEvents()
+            time.sleep(0.02)
+        area = window.frameGeometry()
+        image = window.grab() if offscreen else window.screen().grabWindow(
+            0, area.x(), area.y(), area.width(), area.height())
+        image.save(str(folder / f"{name}.png"))
+        print(folder / f"{name}.png", flush=True)
+
+    wait(lambda: window.engine.client is not None and "fit at Q4" in window.chat.welcome.machine.text())
+    shoot("1-first-run")
+    window.chat.welcome.chips[0].click()
+    wait(lambda: not window.chat.sessions.running())
+    history, conversation = window.history, window.state.now.conversation
+    history.add_message(conversation.id, "user", "Write a mean function, with a table of examples.")
+    history.add_message(conversation.id, "assistant", SAMPLE, model="(sample answer)")
+    window.open_conversation(conversation.id)
+    wait(lambda: all(m.get("kind") for m in window.state.now.models))  # headers read
+    shoot("2-chat-with-code-and-table")
+    thinking = window.new_conversation()
+    history.add_message(thinking.id, "user", "Is 1,001 a prime number?")
+    history.add_message(thinking.id, "assistant", THOUGHT_ANSWER, model="(sample answer)",
+                        reasoning=THOUGHT, thought_s=12.4)
+    window.open_conversation(thinking.id)
+    shoot("7-thinking-collapsed")
+    answer = history.messages(thinking.id)[-1]
+    window.chat.view.anchorClicked.emit(QUrl(f"think:{answer.id}"))
+    shoot("7-thinking-open")
+    window.open_conversation(conversation.id)
+    if not offscreen:
+        window.bar.box.showPopup()
+        shoot("3-model-picker")
+        window.bar.box.hidePopup()
+    if not offscreen and window.bar.adapters.isVisible():  # the user has a fitting adapter
+        from PySide6.QtCore import QTimer
+
+        menu = window.bar.adapters.menu()
+        QTimer.singleShot(300, lambda: (shoot("3-adapters"), menu.close()))
+        menu.exec(window.bar.adapters.mapToGlobal(window.bar.adapters.rect().bottomLeft()))
+    for page in ("Memory", "Cluster", "Settings"):
+        window.drawer.open_page(page)
+        shoot(f"4-{page.lower()}")
+    window.drawer.close_page()
+    window.set_theme("dark")
+    shoot("5-dark")
+    window.set_theme("system")
+    window.resize(1024, 700)
+    window.drawer.open_page("Memory")
+    shoot("6-narrow-1024x700")
+    window.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "build/screenshots"))
