@@ -1,1 +1,22 @@
-"""Composition: CLI, paths, settings and engine supervision."""
+"""Composition, Qt-free: the command line (cli/), where things live, the engine's
+process, and what the window keeps (its own UI lives in ui/).
+
+  paths.py         where Homerack keeps things, per platform
+  settings.py      the app's settings files (sampling, the routing pair)
+  chat_state.py    what the window shows and sends with, as one frozen value
+  history.py       conversations and their messages, in SQLite
+  session.py       the replies being generated, several conversations at once
+  transcripts.py   conversations out as Markdown or JSON, and back in
+  attachments.py   files attached to a message, read to text
+  pdf_text.py      a PDF's text, in a child process with limits
+  client.py        a small client of the engine API
+  engine_proc.py   finding, starting and stopping this user's engine
+  supervisor.py    an engine kept available to the window
+  local_models.py  the models folder as the app and the CLI reach it
+  cluster.py       the cluster composed for `serve --workers`
+  sharing.py       pairing and sharing from the UI's process, without llama.cpp
+  self_test.py     `homerack self-test`
+  desktop.py       the desktop entry and icon
+  qt_check.py      whether Qt's X11 plugin can load here
+  __main__.py      `python -m app`
+"""

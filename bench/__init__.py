@@ -5,7 +5,7 @@ those with models at realistic scale, the quick-mode test (tests/packaging/test_
 runs every one, and docs/benchmarks.md lists them as `python -m bench` prints them
 (a test compares). The models they run that no one can download here are fixtures/'s.
 
-Helpers, not benches: common.py (engines, checks, figures), build_tools.py (llama.cpp's
+`python -m bench` (__main__.py) prints that list. Helpers, not benches: common.py (engines, checks, figures), build_tools.py (llama.cpp's
 llama-bench, llama-server and rpc-server from the vendored commit: `build`,
 `llama_bench`, `llama_server`), suite.py (the table of figures), routing_prompts.jsonl
 (routing.py's labelled prompts)."""

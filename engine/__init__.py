@@ -1,1 +1,17 @@
-"""Homerack's inference engine. Knows nothing of Qt."""
+"""Homerack's inference engine. Knows nothing of Qt. Rooms, each with its own map:
+agent/, api/, batching/, catalog/, cluster/, formats/, hub/, llama/, machine/, model/,
+speculation/; and on the floor beside them:
+
+  engine.py          the front door the API calls: submit, load, models, routing
+  fleet.py           the models one engine holds at once, a lane each, as a difference
+  cascade.py         routed requests the small model answers first, escalated if unsure
+  routing.py         the small/large pair behind model "auto", and its rules
+  response_cache.py  whole answers to deterministic requests, replayed
+  events.py          requests, jobs and the events a job emits
+  errors.py          one error hierarchy, each with its HTTP status
+  settings.py        what the engine is started with (frozen values, at the bottom)
+  presets.py         the user's choices per model, kept in a file
+  metrics.py         the status as Prometheus metrics
+  files.py           small files written whole, read back checked
+  spawn.py           starting one of this installation's modules as a child
+"""

@@ -1,5 +1,13 @@
-"""The `homerack` command line (docs/cli.md). One module per group of
-commands, each adding its own to the parser (`add_commands`); `main` runs one."""
+"""The `homerack` command line (docs/cli.md). One module per group of commands, each
+adding its own to the parser (`add_commands`); `main` runs one.
+
+  serve.py    `serve`: the engine and its API
+  sharing.py  `worker`, `pair`, `workers`: sharing machines with the home's others
+  chat.py     `chat`: a terminal chat
+  models.py   `models`, `pull`: local models and the Hub's
+  machine.py  `hardware`, `plan`: this machine, and how a model would run on it
+  desktop.py  no command (the window), `self-test`, `install-desktop`
+"""
 
 from __future__ import annotations
 

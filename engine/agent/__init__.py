@@ -1,3 +1,8 @@
-"""What programs need on top of chat: JSON-schema constraints (grammars for llama.cpp's
-sampler), tool calls in the formats chat templates use, and one shape for the OpenAI,
-Anthropic and Responses conversations. No HTTP here: the API's routes translate."""
+"""What programs need on top of chat, with no HTTP and no llama.cpp (the API's routes
+translate; llama/grammar.py turns branches into a grammar):
+
+  conversation.py  one shape for the OpenAI, Anthropic and Responses conversations
+  tool_formats.py  tools given to a model in its family's form, and the forced call
+  compose.py       a conversation made ready: messages, tools, branches, how it is read
+  json_schema.py   JSON Schema checked (whole or refused) and the branches of a grammar
+"""

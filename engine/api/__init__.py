@@ -1,6 +1,21 @@
-"""The engine's HTTP API: OpenAI's chat, completions, embeddings and Responses routes and
-Anthropic's Messages, the engine's own and the Hub's, over the engine (factory.py puts them
-together; server.py serves them)."""
+"""The engine's HTTP API over `Engine` (routes go through its methods; a contract says so):
+
+  factory.py            the app put together: routes, errors in each wire's shape, guard
+  server.py             uvicorn on a socket bound here
+  guard.py              Host, body size and route checked before FastAPI reads a request
+  front_door.py         the replicas' gateway: a request answered here or on a paired machine
+  openai_routes.py      OpenAI's chat completions and completions
+  anthropic_routes.py   Anthropic's Messages
+  responses_routes.py   OpenAI's Responses
+  embeddings_routes.py  OpenAI's embeddings
+  admin_routes.py       the engine's own: models, loading, plans, routing, health, metrics
+  hub_routes.py         the Hub: search, quants and verdicts, cards, downloads
+  turns.py              one generation as the routes see it
+  thinking.py           a request's reasoning settings, as each API states them
+  schemas.py            request bodies (pydantic names bad fields)
+  wire.py               what the routes share on the wire
+  channel.py            events from the worker thread into a request's event loop
+"""
 
 from .factory import create_app
 

@@ -1,4 +1,10 @@
-"""Continuous batching: one lane per loaded model (lane.py: its queue and the worker
-thread that owns its llama.cpp context), whose scheduler (scheduler.py) admits requests
-into slots (slot.py) and steps them all in one batch, with KV cells accounted for in
-kv_pool.py and token bytes turned into text in text_stream.py."""
+"""Continuous batching, one lane per loaded model:
+
+  lane.py         a loaded model, its bounded queue and the worker thread that owns it
+  scheduler.py    admit requests into slots and step them all in one batch
+  slot.py         one sequence of the shared KV memory and the request it serves
+  kv_pool.py      the KV cells accounted for, as llama.cpp's unified cache holds them
+  budget.py       where an answer's reasoning is, token by token (reasoning budgets)
+  text_stream.py  token bytes turned into text safe to send
+  throughput.py   a lane's figures: totals, tokens per second, mean request time
+"""

@@ -1,4 +1,14 @@
-"""The models on disk: the store of installed GGUF files (models.py), their metadata and
-shapes read without loading them (gguf_file.py), chat formats (chat_format.py), draft
-pairing (drafts.py), file fingerprints (fingerprint.py), and the BERT converter for the
-starter embedding model (bert_gguf.py). No llama.cpp here."""
+"""The models on disk, read without loading them. No llama.cpp here.
+
+  models.py              the models folder, the offline starters, user-added files
+  gguf_file.py           GGUF files validated, their metadata read with `gguf`
+  shape.py               a model's shape as the planner needs it, from its header
+  chat_format.py         the model's own chat template, rendered
+  template_polyfills.py  what a template lacks, supplied as llama.cpp's engine does
+  sampling_defaults.py   each model's own sampling defaults
+  facts.py               what a header says, as /v1/models lists it
+  adapters.py            LoRA adapters: what a file holds and which models it fits
+  drafts.py              draft models: which pairs fit, which draft to pick
+  fingerprint.py         a file's identity, cheap to take, what caches key on
+  bert_gguf.py           BERT sentence encoders written as GGUF (the starter embedder)
+"""

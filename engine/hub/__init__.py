@@ -1,3 +1,6 @@
-"""Models from the Hugging Face Hub: search, quants and their verdicts on this machine,
-verified downloads (repos.py), and the background downloads the app watches
-(downloads.py)."""
+"""Models from the Hugging Face Hub:
+
+  repos.py              search, quants and their verdicts on this machine, downloads
+  downloads.py          background downloads the app watches, verified, resumable
+  generation_config.py  a downloaded model's sampling defaults from its repository
+"""

@@ -1,5 +1,15 @@
-"""llama.cpp through llama-cpp-python's low-level API: the backend and its measured log
-(backend.py), a loaded context (runtime.py), the tokenizer (vocab.py), token sampling
-(sampler.py), requantizing files (quantize.py), and the crash tests' fault injection
-(faults.py). The only room that calls
-the binding for generation; nothing here imports the rooms above it."""
+"""llama.cpp, through llama-cpp-python's low-level API and ctypes: the only room that
+loads it (contracts keep the planner, the agent and the routes off it).
+
+  native.py    the native libraries: the best build for this CPU, found and loaded
+  backend.py   the backend, started once, and its log (where loads are measured)
+  probe.py     the devices as llama.cpp sees them (ctypes on ggml's registry)
+  rpc.py       llama.cpp's RPC server and client devices, for workers
+  runtime.py   a loaded model and its context
+  vocab.py     a model's tokenizer, with or without its weights
+  sampler.py   the next token: sampler chains, greedy argmax, grammars
+  grammar.py   JSON Schema -> GBNF with the binding's converter
+  lora.py      LoRA adapters loaded once, switched per evaluation
+  quantize.py  requantizing a model file
+  faults.py    fault injection for the crash-journal tests
+"""

@@ -1,4 +1,10 @@
-"""This machine and how a model fits on it: the native libraries picked for the CPU
-(native.py), the devices as llama.cpp sees them (probe.py) as frozen facts
-(hardware.py), the placement planner, a pure function (planner.py), its calibration by
-measured loads (calibration.py), and llama.cpp's RPC server for workers (rpc.py)."""
+"""This machine and how a model fits on it, pure (the facts are read by llama/probe.py):
+
+  hardware.py     the machine as a frozen value: devices, RAM, cores
+  planner.py      the planner: (hardware, shape, preferences) -> a frozen Plan
+  memory.py       the bytes a placement puts on each device
+  forecast.py     how fast a placement will run, before it loads
+  bandwidth.py    how fast a device streams weights (RAM measured, GPUs by table)
+  calibration.py  what past loads measured against the predictions
+  capacity.py     the largest model that fits, in one line for a new user
+"""

@@ -1,3 +1,10 @@
-"""A loaded model: the host (host.py) that loads by plan (loader.py, with the crash
-journal and out-of-memory back-off) and holds the model, its drafts and its prompt cache
-(prompt_cache.py); and the embedding model beside it (embeddings.py)."""
+"""A loaded model and what comes with it, driven from its lane's worker thread:
+
+  host.py          loads by plan and holds the loaded model; measures it against the plan
+  loader.py        loading with the crash journal and the out-of-memory back-off
+  loaded.py        the loaded model (format, turn ends, caches) and its prompt's tokens
+  drafts.py        the drafters that speculate for it, and their controllers
+  adapters.py      its LoRA adapters, loaded on first use
+  prompt_cache.py  prompts' KV states kept in RAM and on disk
+  embeddings.py    the embedding model beside it
+"""

@@ -168,7 +168,7 @@ def test_conversations_persist_and_switch(qtbot, open_window):
     titles = reopened.sidebar.titles()
     assert titles == ["Second conversation question", "First conversation question"]
     reopened.sidebar.select_row(1)
-    assert "First conversation question" in reopened.view.toPlainText()
+    assert "First conversation question" in reopened.chat.view.toPlainText()
     assert len(messages(reopened)) == 2
     reopened.sidebar.search.setText("Second")
     assert reopened.sidebar.titles() == ["Second conversation question"]

@@ -171,7 +171,7 @@ def test_zoom_is_kept_for_the_next_start(qtbot, open_window):
     qtbot.keyClick(window, Qt.Key_Plus, Qt.ControlModifier)
     assert window.chat.view.zoom == 2
     window.close()
-    assert open_window(wait=False, engine=False).view.zoom == 2
+    assert open_window(wait=False, engine=False).chat.view.zoom == 2
 
 
 def test_every_control_has_a_name_for_screen_readers(qtbot, open_window):

@@ -36,11 +36,11 @@ def build_menus(window, chat, sidebar, models) -> None:
     _action(edit, "&Rename conversation", sidebar.rename_current, "F2")
     _action(edit, "&Delete conversation", window.delete_conversation, "Ctrl+Shift+Backspace")
 
-    chat = bar.addMenu("&Chat")
-    _action(chat, "&Stop the reply / close the panel", window.escape, "Esc")
-    _action(chat, "&Regenerate the answer", chat.regenerate, "Ctrl+R")
-    _action(chat, "&Edit the last question", chat.edit, "Ctrl+Shift+E")
-    _action(chat, "&Attach files…", chat.bar.attach.click, "Ctrl+Shift+A")
+    replies = bar.addMenu("&Chat")
+    _action(replies, "&Stop the reply / close the panel", window.escape, "Esc")
+    _action(replies, "&Regenerate the answer", chat.regenerate, "Ctrl+R")
+    _action(replies, "&Edit the last question", chat.edit, "Ctrl+Shift+E")
+    _action(replies, "&Attach files…", chat.bar.attach.click, "Ctrl+Shift+A")
 
     view = bar.addMenu("&View")
     for page, shortcut in (("Memory", "Ctrl+1"), ("Cluster", "Ctrl+2"),
