@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .common import QUICK_NOTE, BenchError, arguments, donor, ratio
+from .common import QUICK_NOTE, BenchError, arguments, donor, ratio, report
 
 from fixtures.shapes import RUNNABLE_MOE, SHAPES, cached
 
@@ -103,6 +103,8 @@ def main() -> int:
         print(f"{name:<15} ngl {plan.n_gpu_layers:3} experts of {plan.cpu_moe_layers:3} layers "
               f"in RAM: forecast tg {plan.forecast.decode_tps:7.1f} t/s, "
               f"pp {plan.forecast.prompt_tps:7.1f} t/s")
+    for name, plan in planned.items():
+        report(model.stem, f"forecast decode, {name}", plan.forecast.decode_tps, "tok/s")
     if args.quick:  # llama-bench is built from source: minutes a fresh checkout can skip
         print(QUICK_NOTE)
         return 0
@@ -113,6 +115,8 @@ def main() -> int:
     gain = ratio(measured["experts in RAM"], measured["whole layers"], "experts / layers",
                  0.5, 50)
     print(f"experts in RAM / whole layers: {gain:.2f}x generating")
+    report(model.stem, "decode, experts in RAM", measured["experts in RAM"], "tok/s",
+           measured["whole layers"], "llama-bench, whole layers", "> 1")
     return 0
 
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 
-from .common import BenchError, QUICK_NOTE, ROOT, arguments, ratio
+from .common import BenchError, QUICK_NOTE, ROOT, arguments, ratio, report
 
 BUNDLE = ROOT / "dist" / "homerack" / "homerack"
 PROMPT = "Write a short story about a robot who learns to paint."
@@ -60,6 +60,9 @@ def main() -> int:
         against = "" if args.quick else \
             f"   {ratio(median, anchor, name, 0.05, 1.5):5.2f}x"  # a variant is no faster
         print(f"  {name:<36} {median:7.1f} tok/s{against}")
+        report("smollm2-135m-instruct-q4_1", f"decode, {name}", median, "tok/s",
+               None if args.quick or values is speeds[builds[0][0]] else anchor,
+               "the native build", ">= 0.95 for the best variant")
     if args.quick:
         print(QUICK_NOTE)
     return 0

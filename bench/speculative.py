@@ -30,7 +30,7 @@ from pathlib import Path
 
 import httpx
 
-from .common import BenchError, QUICK_NOTE, arguments, generated, ratio, start_engine
+from .common import BenchError, QUICK_NOTE, arguments, generated, ratio, report, start_engine
 
 from .build_tools import build, llama_server
 from app.paths import paths
@@ -178,6 +178,8 @@ def main() -> int:
         for (config, kind), runs in sorted(results.items()):
             print(f"{config:8}{kind:7}" + "  ".join(f"{r[0]:.1f} t/s ({r[2]}/{r[1]} accepted)"
                                                      for r in runs))
+            report(TARGET, f"decode, {config} ({kind})", statistics.median(r[0] for r in runs),
+                   "tok/s")
         print(QUICK_NOTE)
         return 0
     print(f"\nspeculative decoding, {TARGET} target, greedy, {args.tokens} tokens, "
@@ -196,6 +198,11 @@ def main() -> int:
               f"{whole[0]:>8.1f}{whole[1]:>6.2f}x{lookup[0]:>8.1f}{lookup[1]:>6.2f}x"
               f"{server[0]:>15.1f}{server_draft[0]:>8.1f}"
               f"{server_draft[1]:>6.2f}x{server_draft[2] or 0:>8.2f}")
+        for config, (rate, _x, _accept) in (("draft", draft), ("whole", whole), ("lookup", lookup)):
+            report(TARGET, f"decode, {config} ({kind})", rate, "tok/s", plain[0],
+                   "plain decode, same engine", "> 1")
+        report(TARGET, f"decode, llama-server +draft ({kind})", server_draft[0], "tok/s",
+               server[0], "llama-server plain", "")
     for config in ("draft", "whole", "lookup"):
         # a draft of 8 tokens cannot give more than 9 tokens per target step
         ratios = [ratio(r[0], b[0], f"{config} ({kind})", 0.1, 9) for kind in PROMPTS

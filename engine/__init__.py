@@ -11,6 +11,7 @@ speculation/; and on the floor beside them:
   errors.py          one error hierarchy, each with its HTTP status
   settings.py        what the engine is started with (frozen values, at the bottom)
   presets.py         the user's choices per model, kept in a file
+  status.py          the engine's figures as /health answers them
   metrics.py         the status as Prometheus metrics
   files.py           small files written whole, read back checked
   spawn.py           starting one of this installation's modules as a child

@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections import OrderedDict
 from dataclasses import replace
 from typing import Callable
 
@@ -33,18 +32,18 @@ from .llama.grammar import composed_grammar
 from .llama.probe import probe
 from .machine.capacity import capacity
 from .machine.planner import Preferences
-from .llama.vocab import Vocabulary
 from .model.embeddings import Embedder
+from .model.vocabularies import Vocabularies
 from .model.loaded import prompt_tokens, render_chat
 from .settings import EngineSettings
 from .presets import Keep, LoadOverride, Preset, Presets
 from .catalog.fingerprint import Fingerprints
 from .response_cache import Recording, ResponseCache, deterministic, replay, request_key
 from .routing import Decision, Routing, decide, route_between
+from . import status
 
 log = logging.getLogger("homerack.engine")
 
-MAX_VOCABS = 4  # tokenizers kept for counting: a 262k vocabulary holds tens of MB
 
 
 class Engine:
@@ -62,8 +61,7 @@ class Engine:
                         if settings.response_cache else None)
         self._fingerprints = Fingerprints()
         self._ids = itertools.count(1)
-        self._vocabs: OrderedDict = OrderedDict()  # model path -> Vocabulary (MAX_VOCABS)
-        self._vocab_lock = threading.Lock()
+        self.vocabularies = Vocabularies(store)  # tokenizers for counting, unloaded models
         self._routing_lock = threading.Lock()
 
     @property
@@ -187,26 +185,13 @@ class Engine:
     def count_prompt_tokens(self, request: GenerationRequest) -> int:
         """The tokens the request's prompt will take, counted with the model's vocabulary
         alone (the model need not be loaded; the count equals its usage.prompt_tokens)."""
-        with self._vocab_lock:
-            vocab = self._vocab(request.model)
+        with self.vocabularies.of(request.model) as vocab:
             return len(prompt_tokens(request, self.chat_format_of(request.model), vocab)[0])
 
     def tokenize(self, model: LocalModel, text: str) -> list[int]:
         """`text` as the model's tokens (no special tokens added), the model not loaded."""
-        with self._vocab_lock:
-            return self._vocab(model).tokenize(text)
-
-    def _vocab(self, model: LocalModel) -> Vocabulary:
-        """The model's tokenizer, for counting (under _vocab_lock); the few most recently
-        used are kept: a request may name any model of the folder, one after another."""
-        vocab = self._vocabs.get(model.path)
-        if vocab is None:
-            self.store.inspector.inspect(model.path)  # a bad file fails before llama.cpp
-            vocab = self._vocabs[model.path] = Vocabulary(model.path)
-            while len(self._vocabs) > MAX_VOCABS:
-                self._vocabs.popitem(last=False)[1].close()
-        self._vocabs.move_to_end(model.path)
-        return vocab
+        with self.vocabularies.of(model) as vocab:
+            return vocab.tokenize(text)
 
     # -- what the routes read: through these, never around the engine -------------------
 
@@ -288,22 +273,8 @@ class Engine:
         return self._routing().large
 
     def plan_routing(self, small: LocalModel, large: LocalModel) -> dict:
-        """Whether the pair fits in memory together, by the planner: the small model first,
-        then the large one beside it."""
-        base = {"CPU": self.embedder.bytes}
-        small_plan = self.host.plan_for(small, taken=base)
-        if small_plan is None:
-            return {"together": False, "note": f"{small.id}: the planner cannot read its shape"}
-        taken = dict(base)
-        for use in small_plan.uses:
-            taken[use.device] = taken.get(use.device, 0) + use.total
-        large_plan = self.host.plan_for(large, taken=taken)
-        together = bool(small_plan.fits and large_plan and large_plan.fits)
-        note = (f"{small.id} and {large.id} stay loaded together" if together else
-                f"{small.id} and {large.id} do not fit in memory together: each switch "
-                "between them swaps the model (seconds per routed request)")
-        return {"together": together, "note": note, "small": small_plan.as_dict(),
-                "large": large_plan.as_dict() if large_plan else None}
+        """Whether the pair fits in memory together (fleet.py's plan of the two)."""
+        return self.fleet.plan_together(small, large)
 
     def set_routing(self, routing: Routing | None) -> dict | None:
         """Turn routing on with a pair (both loaded and pinned when they fit together),
@@ -365,36 +336,14 @@ class Engine:
     # -- figures ------------------------------------------------------------------------
 
     def status(self) -> dict:
-        loaded = self.host.loaded
-        batching = dict(self.main.published)
-        companion, routing = self.companion, self.routing
-        return {
-            "model": _model_id(loaded),
-            "n_ctx": loaded.llama.n_ctx if loaded else None,
-            "offload": self._offload(loaded),
-            "busy": bool(batching.get("active")),
-            "memory": loaded.memory if loaded else None,
-            "load_notes": list(loaded.notes) if loaded else [],
-            "load_error": self.host.load_error,
-            "loading": None if self.host.loading is None else {
-                "model": self.host.loading[0], "progress": round(self.host.loading[1], 3)},
-            "prompt_cache": self.cache_status(),
-            "queued": self.main.queued,
-            "max_queue": self.settings.max_queue,
-            "batching": batching,
-            "embedding_model": self.embedder.model.id if self.embedder.model else None,
-            "models": self.fleet.loaded(),
-            "replicas": self.replicas.status() if self.replicas else [],
-            "adapters": {"loaded": loaded.adapters.loaded() if loaded else [],
-                         "switches": loaded.adapters.switches if loaded else 0},
-            "response_cache": self.answers.status() if self.answers else None,
-            "routing": None if routing is None else {
-                **routing.as_dict(), "together": companion is not None,
-                "companion": None if companion is None else {
-                    "model": _model_id(companion.host.loaded),
-                    "load_error": companion.host.load_error,
-                    "batching": dict(companion.published)}},
-        }
+        """What the engine holds and does (GET /health): status.py puts it together."""
+        return status.engine_status(self)
+
+    def cluster_status(self) -> dict | None:
+        return status.cluster_status(self.host.cluster, self.main)
+
+    def cache_status(self) -> dict | None:
+        return status.cache_status(self.host.loaded)
 
     def abandon(self, error: HomerackError) -> None:
         """From another thread, when the loaded model can run no more (a worker holding
@@ -404,33 +353,6 @@ class Engine:
         self.main.host.end_load_watch()
         self.main.abandon(error)
 
-    def _offload(self, loaded) -> str:
-        """Where the layers run, in a few words."""
-        cluster = self.host.cluster
-        machines = {s.machine for s in cluster.last.stages} if cluster and cluster.last else ()
-        if loaded and len(machines) > 1:
-            return f"{len(machines)} machines"
-        n_gpu_layers = loaded.llama.settings.n_gpu_layers if loaded else 0
-        return f"{n_gpu_layers} layers on GPU" if n_gpu_layers else "CPU"
-
-    def cluster_status(self) -> dict | None:
-        cluster = self.host.cluster
-        if cluster is None:
-            return None
-        published = self.main.published
-        return {**cluster.status(self.main.evaluated_tokens()),
-                "plan": cluster.last.as_dict() if cluster.last else None,
-                "tokens_per_s": published.get("generated_tokens_per_s"),
-                "generated_tokens": published.get("generated_tokens")}
-
-    def cache_status(self) -> dict | None:
-        loaded = self.host.loaded
-        if not loaded or not loaded.cache:
-            return None
-        cache = loaded.cache
-        return {"entries": len(cache.entries()), "ram_bytes": cache.ram_bytes(),
-                "disk_bytes": cache.disk_bytes(), **cache.stats}
-
     def close(self) -> None:
         if self.replicas:
             self.replicas.close()
@@ -438,10 +360,7 @@ class Engine:
         if self.answers:
             self.answers.flush()
         self.embedder.close()
-
-
-def _model_id(loaded) -> str | None:
-    return loaded.model.id if loaded else None
+        self.vocabularies.close()
 
 
 def _routed(request: GenerationRequest, decision: Decision) -> GenerationRequest:

@@ -118,6 +118,24 @@ class Fleet:
                     taken[device] = taken.get(device, 0) + size
         return taken
 
+    def plan_together(self, small: LocalModel, large: LocalModel) -> dict:
+        """Whether the pair fits in memory together, by the planner: the small model first,
+        then the large one beside it."""
+        base = dict(self._also_held())
+        small_plan = self.main.host.plan_for(small, taken=base)
+        if small_plan is None:
+            return {"together": False, "note": f"{small.id}: the planner cannot read its shape"}
+        taken = dict(base)
+        for use in small_plan.uses:
+            taken[use.device] = taken.get(use.device, 0) + use.total
+        large_plan = self.main.host.plan_for(large, taken=taken)
+        together = bool(small_plan.fits and large_plan and large_plan.fits)
+        note = (f"{small.id} and {large.id} stay loaded together" if together else
+                f"{small.id} and {large.id} do not fit in memory together: each switch "
+                "between them swaps the model (seconds per routed request)")
+        return {"together": together, "note": note, "small": small_plan.as_dict(),
+                "large": large_plan.as_dict() if large_plan else None}
+
     def loaded(self) -> list[dict]:
         """The models held (or loading), for status, /v1/models/loaded and the app."""
         out = []

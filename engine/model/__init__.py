@@ -7,4 +7,5 @@
   adapters.py      its LoRA adapters, loaded on first use
   prompt_cache.py  prompts' KV states kept in RAM and on disk
   embeddings.py    the embedding model beside it
+  vocabularies.py  tokenizers without weights, for counting prompts
 """

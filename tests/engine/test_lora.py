@@ -260,13 +260,13 @@ def test_adapters_beyond_the_bound_are_freed_least_recently_used_first(engine, s
 
 
 def test_tokenizers_kept_for_counting_are_bounded(store, folder, monkeypatch):
-    monkeypatch.setattr("engine.engine.MAX_VOCABS", 1)
+    monkeypatch.setattr("engine.model.vocabularies.MAX_VOCABS", 1)
     engine = Engine(store, EngineSettings(LoadSettings(n_ctx=256)))
     try:
         shutil.copy(folder / "tiny.gguf", folder / "tiny-copy.gguf")
         counts = [engine.tokenize(store.resolve(name), "the cat sat") for name in
                   ("tiny", "tiny-copy", "tiny")]
-        assert counts[0] == counts[1] == counts[2] and len(engine._vocabs) == 1
+        assert counts[0] == counts[1] == counts[2] and len(engine.vocabularies) == 1
     finally:
         engine.close()
         (folder / "tiny-copy.gguf").unlink()

@@ -443,7 +443,7 @@ def test_controller_adapts_the_draft_length_and_turns_itself_off():
 def test_drafters_beyond_the_bound_are_closed_least_recently_used_first(spec_store,
                                                                         monkeypatch):
     """Requests may name a new draft each: a model keeps MAX_DRAFTERS of them."""
-    monkeypatch.setattr("engine.model.host.MAX_DRAFTERS", 1)
+    monkeypatch.setattr("engine.model.drafts.MAX_DRAFTERS", 1)
     engine = engine_for(spec_store)
     target, draft = spec_store.resolve("gemma-f32"), spec_store.resolve(GEMMA)
     try:

@@ -1,0 +1,72 @@
+"""The engine's figures as its status routes answer them (GET /health, /v1/cluster): what
+is loaded where, what it measured against the plan, the queues, caches, adapters,
+routing and replicas. Read from the engine's parts; nothing here changes them."""
+
+from __future__ import annotations
+
+
+def engine_status(engine) -> dict:
+    """The engine's status, as GET /health answers it."""
+    loaded = engine.host.loaded
+    batching = dict(engine.main.published)
+    companion, routing = engine.companion, engine.routing
+    return {
+        "model": _model_id(loaded),
+        "n_ctx": loaded.llama.n_ctx if loaded else None,
+        "offload": offload(loaded, engine.host.cluster),
+        "busy": bool(batching.get("active")),
+        "memory": loaded.memory if loaded else None,
+        "load_notes": list(loaded.notes) if loaded else [],
+        "load_error": engine.host.load_error,
+        "loading": None if engine.host.loading is None else {
+            "model": engine.host.loading[0], "progress": round(engine.host.loading[1], 3)},
+        "prompt_cache": cache_status(loaded),
+        "queued": engine.main.queued,
+        "max_queue": engine.settings.max_queue,
+        "batching": batching,
+        "embedding_model": engine.embedder.model.id if engine.embedder.model else None,
+        "models": engine.fleet.loaded(),
+        "replicas": engine.replicas.status() if engine.replicas else [],
+        "adapters": {"loaded": loaded.adapters.loaded() if loaded else [],
+                     "switches": loaded.adapters.switches if loaded else 0},
+        "response_cache": engine.answers.status() if engine.answers else None,
+        "routing": None if routing is None else {
+            **routing.as_dict(), "together": companion is not None,
+            "companion": None if companion is None else {
+                "model": _model_id(companion.host.loaded),
+                "load_error": companion.host.load_error,
+                "batching": dict(companion.published)}},
+    }
+
+
+def offload(loaded, cluster) -> str:
+    """Where the layers run, in a few words."""
+    machines = {s.machine for s in cluster.last.stages} if cluster and cluster.last else ()
+    if loaded and len(machines) > 1:
+        return f"{len(machines)} machines"
+    n_gpu_layers = loaded.llama.settings.n_gpu_layers if loaded else 0
+    return f"{n_gpu_layers} layers on GPU" if n_gpu_layers else "CPU"
+
+
+def cluster_status(cluster, main) -> dict | None:
+    """The cluster's machines and stages with the main lane's figures; None without one."""
+    if cluster is None:
+        return None
+    published = main.published
+    return {**cluster.status(main.evaluated_tokens()),
+            "plan": cluster.last.as_dict() if cluster.last else None,
+            "tokens_per_s": published.get("generated_tokens_per_s"),
+            "generated_tokens": published.get("generated_tokens")}
+
+
+def cache_status(loaded) -> dict | None:
+    """The loaded model's prompt cache: entries, bytes in RAM and on disk, hits."""
+    if not loaded or not loaded.cache:
+        return None
+    cache = loaded.cache
+    return {"entries": len(cache.entries()), "ram_bytes": cache.ram_bytes(),
+            "disk_bytes": cache.disk_bytes(), **cache.stats}
+
+
+def _model_id(loaded) -> str | None:
+    return loaded.model.id if loaded else None
