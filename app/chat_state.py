@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .history import SavedConversation
-from .settings import RoutingPair, Sampling
+from .settings import RoutingChoice, Sampling
 
 REGENERATE_TEMPERATURE = 0.6
 # models of these kinds are not offered in the picker: embedding models cannot chat,
@@ -24,7 +24,7 @@ class ChatState:
     adapters: tuple[dict, ...] = ()  # LoRA adapters, with the models they fit
     health: dict = field(default_factory=dict)  # the engine's /health
     sampling: Sampling = Sampling()
-    routing: RoutingPair = RoutingPair()
+    routing: RoutingChoice = RoutingChoice()
     reasoning: str | None = None  # the effort chosen; None: the model's default
 
     @property

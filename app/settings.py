@@ -40,7 +40,7 @@ class UiState:
 
 
 @dataclass(frozen=True)
-class RoutingPair:
+class RoutingChoice:
     """The models behind model "auto" (engine/routing.py); empty: routing off."""
     small: str = ""
     large: str = ""

@@ -158,12 +158,14 @@ class Lane:
         """Start queued requests while there is a free slot and memory for them."""
         while self.scheduler.has_room() and not (self._stopping and not self._drain):
             job = self._pending or self._take()
-            self._pending = None
             if job is None:
                 return
+            # first in line until it has started: the lane stays busy meanwhile, so the
+            # reaper never retires one whose first load is still probing and planning
+            self._pending = job
             if not self._start(job):
-                self._pending = job
                 return
+            self._pending = None
             self._publish(force=True)
 
     def _take(self) -> Job | None:

@@ -14,8 +14,7 @@ import pytest
 
 from support.models import PARIS_QUESTION, STARTER
 from engine.engine import Engine, LoadOverride
-from engine.settings import EngineSettings
-from engine.settings import LoadSettings
+from engine.settings import EngineSettings, LoadSettings
 
 MiB = 1 << 20
 

@@ -12,12 +12,11 @@ import pytest
 from support.engines import GREEDY, Collector, run, start_engine
 from support.models import STARTER
 from engine.engine import Engine
-from engine.settings import EngineSettings
+from engine.settings import EngineSettings, LoadSettings
 from engine.batching.lane import PUBLISH_S
 from engine.errors import MemoryFull, QueueFull
 from engine.events import Failed, Finished, GenerationRequest
 from engine.batching.kv_pool import CellLedger
-from engine.settings import LoadSettings
 from engine.batching.scheduler import plan_batch
 from engine.batching.slot import Slot
 

@@ -8,9 +8,8 @@ import pytest
 from support.engines import GREEDY, Collector, run
 from engine.errors import ContextLengthExceeded, InvalidModelFile, QueueFull
 from engine.engine import Engine
-from engine.settings import EngineSettings
+from engine.settings import EngineSettings, LoadSettings
 from engine.events import Delta, Failed, Finished, GenerationRequest, SamplingParams
-from engine.settings import LoadSettings
 
 
 @pytest.fixture

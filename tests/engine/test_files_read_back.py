@@ -22,7 +22,7 @@ WRONG = [[], "text", 3, None, {"x": [1, 2]}, {"memory": "lots"}, [{"id": "one"}]
 @pytest.mark.parametrize("content", [json.dumps(w) for w in WRONG] + ["{not json", "\udcff"])
 def test_files_of_the_wrong_shape_give_defaults(tmp_path, content, caplog):
     from app.engine_proc import read_engine_file
-    from app.settings import RoutingPair, Sampling, UiState, load_settings
+    from app.settings import RoutingChoice, Sampling, UiState, load_settings
     from engine.catalog.gguf_file import GGUFInspector
     from engine.cluster.pairing import Grants, Pairings, PairingWindow
     from engine.hub.downloads import Downloads
@@ -38,7 +38,7 @@ def test_files_of_the_wrong_shape_give_defaults(tmp_path, content, caplog):
         presets = Presets(path)
         assert presets.get("m").load is None and presets.get("m").keep is None
         presets.set("m", LoadOverride(n_ctx=4096), Keep(ttl_s=60.0))  # still works
-        for kind in (Sampling, UiState, RoutingPair):
+        for kind in (Sampling, UiState, RoutingChoice):
             assert load_settings(path, kind) == kind()
         path.write_text(content, errors="surrogateescape")
         assert Downloads(tmp_path / "models", path).list() == []

@@ -12,12 +12,11 @@ import pytest
 
 from support.engines import GREEDY, Collector, run
 from engine.engine import Engine
-from engine.settings import EngineSettings
+from engine.settings import CacheLimits, EngineSettings, LoadSettings
 from engine.errors import InvalidModelFile, ModelUnloaded
 from engine.events import Delta, Failed, Finished, GenerationRequest
-from engine.settings import LoadSettings
+from engine.model.host import ModelHost
 from engine.presets import Keep, LoadOverride, Presets
-from engine.settings import CacheLimits
 
 LOAD = LoadSettings(n_ctx=256, n_batch=64)
 
@@ -171,6 +170,31 @@ def test_an_idle_model_is_unloaded_after_its_time_to_live(tiny_store, models):
         wait_for(lambda: set(held(engine)) == {"tiny"})  # the default one stays
         ask(engine, second)  # loaded again on demand
         assert "second" in held(engine)
+    finally:
+        engine.close()
+
+
+def test_a_model_whose_first_load_is_still_probing_is_not_reaped(tiny_store, models,
+                                                                 monkeypatch):
+    """A lane beside the default one that holds nothing is retired (its load failed), but
+    not while its first request is probing the machine before the load begins: the
+    request is still in line, the lane busy. (The lane used to look idle then, and a slow
+    probe let the reaper retire it: the model answered and was unloaded at once.)"""
+    tiny, second, _ = models
+    probe = ModelHost._probe
+
+    def slow_probe(host, *args, **kwargs):
+        time.sleep(0.6)
+        return probe(host, *args, **kwargs)
+
+    monkeypatch.setattr("engine.fleet.REAP_S", 0.05)
+    monkeypatch.setattr(ModelHost, "_probe", slow_probe)
+    engine = engine_with(tiny_store)
+    try:
+        ask(engine, tiny)
+        ask(engine, second)
+        time.sleep(0.3)  # the reaper looks several times
+        assert set(held(engine)) == {"tiny", "second"}
     finally:
         engine.close()
 

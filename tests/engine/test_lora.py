@@ -15,11 +15,9 @@ from fixtures.adapter_files import LoraSpec, merged, write_lora
 from engine.catalog.gguf_file import GGUFInspector
 from engine.catalog.models import ModelStore
 from engine.engine import Engine
-from engine.settings import EngineSettings
+from engine.settings import CacheLimits, EngineSettings, LoadSettings
 from engine.errors import InvalidModelFile, InvalidRequest, ModelNotFound
 from engine.events import Finished
-from engine.settings import LoadSettings
-from engine.settings import CacheLimits
 from support.engines import GREEDY, Collector, run
 from tiny_gguf import write_tiny_model
 

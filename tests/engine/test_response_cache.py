@@ -10,9 +10,8 @@ import pytest
 from support.engines import GREEDY, run
 from tiny_gguf import write_tiny_model
 from engine.engine import Engine
-from engine.settings import EngineSettings
+from engine.settings import EngineSettings, LoadSettings
 from engine.events import Finished, SamplingParams
-from engine.settings import LoadSettings
 
 
 def chat(text: str, system: str = "You are terse.") -> tuple[dict, ...]:

@@ -7,10 +7,9 @@ import pytest
 from support.engines import GREEDY, run
 from support.models import with_flat_output
 from engine.engine import Engine
-from engine.settings import EngineSettings
+from engine.settings import EngineSettings, LoadSettings
 from engine.errors import InvalidRequest
 from engine.events import Finished, GenerationRequest
-from engine.settings import LoadSettings
 from engine.catalog.models import LocalModel
 from engine.routing import Routing, Rules, decide
 

@@ -15,11 +15,10 @@ from support.models import GEMMA, STARTER
 from engine.speculation import cut_draft
 from engine.catalog.drafts import IncompatibleDraft, check_draft_fits, pick_draft
 from engine.engine import Engine
-from engine.settings import EngineSettings
+from engine.settings import EngineSettings, LoadSettings
 from engine.events import Failed, Finished, GenerationRequest, SamplingParams
 from engine.catalog.gguf_file import GGUFInspector
 from engine.llama.runtime import LlamaModel
-from engine.settings import LoadSettings
 from engine.llama.vocab import Vocabulary
 from engine.catalog.models import ModelStore
 from engine.speculation.controller import SpecController

@@ -12,7 +12,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout,
                                QPlainTextEdit, QPushButton, QSpinBox, QWidget)
 
-from app.settings import RoutingPair, Sampling, load_sampling, load_settings, save_settings
+from app.settings import RoutingChoice, Sampling, load_sampling, load_settings, save_settings
 
 from ..safe_text import Label
 from ..state import WindowState
@@ -22,13 +22,13 @@ UNSET = {"temperature": -0.05, "top_p": 0.0}  # the spin boxes' "model default" 
 
 class SettingsPage(QWidget):
     system_prompt_changed = Signal(str)
-    routing_chosen = Signal(object)  # RoutingPair
+    routing_chosen = Signal(object)  # RoutingChoice
 
     def __init__(self, data: Path, state: WindowState, parent=None):
         super().__init__(parent)
         self.data, self._state = data, state
         state.update(sampling=load_sampling(data / "settings.json"),
-                     routing=load_settings(data / "routing.json", RoutingPair))
+                     routing=load_settings(data / "routing.json", RoutingChoice))
         self.system_prompt = QPlainTextEdit(placeholderText="System prompt for this conversation",
                                             accessibleName="System prompt")
         self.system_prompt.setMaximumHeight(90)
@@ -155,12 +155,12 @@ class SettingsPage(QWidget):
             box.setCurrentIndex(max(box.findData(chosen), 0))
 
     def _choose_routing(self) -> None:
-        routing = RoutingPair(self.route_small.currentData() or "",
+        routing = RoutingChoice(self.route_small.currentData() or "",
                               self.route_large.currentData() or "", self.route_mode.currentData())
         save_settings(self.data / "routing.json", routing)
         self._state.update(routing=routing)
         self.routing_chosen.emit(routing)
 
     def routing_failed(self) -> None:
-        self._state.update(routing=RoutingPair())
+        self._state.update(routing=RoutingChoice())
         self.route_state.setText("Routing is off.")
