@@ -184,7 +184,7 @@ def test_a_model_whose_first_load_is_still_probing_is_not_reaped(tiny_store, mod
     probe = ModelHost._probe
 
     def slow_probe(host, *args, **kwargs):
-        time.sleep(0.6)
+        time.sleep(0.25)  # five of the reaper's looks
         return probe(host, *args, **kwargs)
 
     monkeypatch.setattr("engine.fleet.REAP_S", 0.05)
@@ -193,7 +193,7 @@ def test_a_model_whose_first_load_is_still_probing_is_not_reaped(tiny_store, mod
     try:
         ask(engine, tiny)
         ask(engine, second)
-        time.sleep(0.3)  # the reaper looks several times
+        time.sleep(0.15)  # the reaper looks again
         assert set(held(engine)) == {"tiny", "second"}
     finally:
         engine.close()
