@@ -14,7 +14,7 @@ import itertools
 import logging
 import threading
 from dataclasses import replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .agent.compose import Composed
 from .catalog.chat_format import ChatFormat, chat_format_for
@@ -25,12 +25,9 @@ from .cascade import Cascade
 from .catalog.models import LocalModel, ModelStore
 from .errors import HomerackError, InvalidRequest
 from .events import LOADED, Event, GenerationRequest, Job, SamplingParams
-from .cluster.replicas import MachineLoad
 from .fleet import Fleet
-from .hub.repos import repo_verdicts
 from .llama.grammar import composed_grammar
 from .llama.probe import probe
-from .machine.capacity import capacity
 from .machine.planner import Preferences
 from .model.embeddings import Embedder
 from .model.vocabularies import Vocabularies
@@ -41,6 +38,9 @@ from .catalog.fingerprint import Fingerprints
 from .response_cache import Recording, ResponseCache, deterministic, replay, request_key
 from .routing import Decision, Routing, decide, route_between
 from . import status
+
+if TYPE_CHECKING:  # imported where used: the engine starts without the Hub or replicas
+    from .cluster.replicas import MachineLoad
 
 log = logging.getLogger("homerack.engine")
 
@@ -233,9 +233,10 @@ class Engine:
     def machine_load(self, here: str) -> MachineLoad:
         """This machine as the replicas' chooser sees it: the chat models it has and
         holds, how busy they are, how fast each decodes (cluster/replicas.py)."""
-        held = self.fleet.loaded()
-        models = frozenset(m.id for m in self.store.list()
-                           if self.store.kind_of(m, wait=False) in ("chat", None))
+        from .cluster.replicas import MachineLoad
+
+        held = self.loaded()
+        models = frozenset(m.id for m in self.models() if self.kind_of(m) in ("chat", None))
         slots = max(1, self.settings.parallel)
         return MachineLoad(here, models, frozenset(m["id"] for m in held),
                            sum(m["running"] + m["queued"] for m in held) / slots,
@@ -245,12 +246,16 @@ class Engine:
     def hardware(self) -> dict:
         """This machine as llama.cpp sees it, steadied by measured loads, and what it can
         run (machine/capacity.py). Probes: call off the event loop."""
+        from .machine.capacity import capacity
+
         found = self.fleet.calibration.steady(probe())
         measured = Preferences(speed_calibration=self.fleet.calibration.speeds())
         return {**found.as_dict(), "capacity": capacity(found, measured).as_dict()}
 
     def judge_repo(self, repo: str, ctx: int, token: str | None):
         """A Hub repository's quants judged for this machine (hub/repos.py)."""
+        from .hub.repos import repo_verdicts
+
         return repo_verdicts(repo, probe(), Preferences(ctx=ctx), token=token,
                              fitting=self.store.fitting)
 
