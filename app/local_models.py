@@ -11,13 +11,20 @@ from .paths import bundled_models, paths
 
 def open_store(quiet: bool = False):
     from engine.catalog.gguf_file import GGUFInspector
+    from engine.catalog.in_place import InPlace
     from engine.catalog.models import ModelStore
 
     where = paths()
-    store = ModelStore(where.models, GGUFInspector(where.gguf_cache), bundled_models())
+    store = ModelStore(where.models, GGUFInspector(where.gguf_cache), bundled_models(),
+                       InPlace.of_this_machine(sources_file()))
     store.install_starters(log=(lambda _m: None) if quiet else
                            (lambda m: print(m, file=sys.stderr, flush=True)))
     return store
+
+
+def sources_file():
+    """The user's choices of where models are found besides the models folder."""
+    return paths().data / "sources.json"
 
 
 def import_model(path: str) -> dict:

@@ -63,6 +63,7 @@ class Engine:
         self._ids = itertools.count(1)
         self.vocabularies = Vocabularies(store)  # tokenizers for counting, unloaded models
         self._routing_lock = threading.Lock()
+        self.watch = None  # catalog.watch.ModelWatch, once watch_models started it
 
     @property
     def main(self):
@@ -122,6 +123,7 @@ class Engine:
         worker renders again and reports why, as for any request it cannot start)."""
         if request.messages is None:
             return request
+        request = with_system(request)
         try:
             text = render_chat(request, self.chat_format_of(request.model))
         except Exception as exc:
@@ -173,7 +175,7 @@ class Engine:
 
     def sampling_defaults(self, model: LocalModel) -> SamplingParams:
         """What a request for `model` that leaves sampling out is sampled with."""
-        chosen = model_defaults(self.store.inspector.inspect(model.path))
+        chosen = model_defaults(self.store.inspector.inspect(model.path), model.params)
         return SamplingParams(chosen.temperature, chosen.top_p, chosen.top_k, chosen.min_p,
                               frequency_penalty=chosen.frequency_penalty)
 
@@ -198,6 +200,36 @@ class Engine:
     def models(self) -> list[LocalModel]:
         """The models folder's files, adapters and embedding models among them."""
         return self.store.list()
+
+    def unusable(self) -> list[LocalModel]:
+        """Models found in other apps' folders that cannot be used, each with why."""
+        return self.store.unusable()
+
+    def sources(self) -> list[dict]:
+        """Where models are found besides the models folder (catalog/in_place.py)."""
+        return self.store.elsewhere.describe() if self.store.elsewhere else []
+
+    def choose_sources(self, source: str | None = None, enabled: bool | None = None
+                       ) -> list[dict]:
+        """A source turned on or off; the user's choices read again (the app adds
+        folders: the API takes no paths) and the folders looked at again."""
+        if self.store.elsewhere is None:
+            raise InvalidRequest("this engine reads its models folder only")
+        self.store.elsewhere.choose(source, enabled)
+        if self.watch is not None:
+            self.watch.changed()
+        return self.sources()
+
+    def watch_models(self) -> None:
+        """Find and inspect models as files come and go (catalog/watch.py)."""
+        from .catalog.watch import ModelWatch
+
+        self.watch = ModelWatch(self.store).start()
+
+    def on_this_machine(self, repo: str, files: tuple[str, ...], sha256: tuple[str, ...]
+                ) -> LocalModel | None:
+        """The model on this machine that is a Hub repository's file, wherever it lies."""
+        return self.store.on_this_machine(repo, files, sha256)
 
     def adapters(self) -> list[LocalModel]:
         """The LoRA adapters, in llama-server's order (a numeric id is an index here)."""
@@ -359,6 +391,8 @@ class Engine:
         self.main.abandon(error)
 
     def close(self) -> None:
+        if self.watch is not None:
+            self.watch.close()
         if self.replicas:
             self.replicas.close()
         self.fleet.close()
@@ -376,3 +410,13 @@ def _routed(request: GenerationRequest, decision: Decision) -> GenerationRequest
                    speculation="off" if cascade else request.speculation)
 
 
+
+
+def with_system(request: GenerationRequest) -> GenerationRequest:
+    """A chat with the system prompt its model's app keeps for it (Ollama's system
+    layer) first, when the chat has none of its own."""
+    system = request.model.system
+    if not system or any(m.get("role") == "system" for m in request.messages):
+        return request
+    return replace(request, messages=({"role": "system", "content": system},
+                                      *request.messages))

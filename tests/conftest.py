@@ -14,6 +14,10 @@ from support.engines import api_client, start_engine
 from support.models import ADAPTER, GEMMA_REPO, SMOL, STARTER
 from tiny_gguf import write_tiny_model  # packaging/, shared with the build smoke test
 
+# the other apps' folders of the machine running the tests are not read (their models
+# would change what the tests see); tests of those sources build their own
+os.environ["HOMERACK_MODEL_SOURCES"] = "none"
+
 
 def pytest_collection_modifyitems(items):
     """A test on the real starter models (assembled, checked and loaded: seconds each) is

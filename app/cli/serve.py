@@ -8,7 +8,6 @@ import os
 import secrets
 import signal
 import sys
-import threading
 
 from ..engine_proc import EngineAddress, find_running, remove_engine_file, write_engine_file
 from ..paths import paths
@@ -101,9 +100,9 @@ def _serve(args, token: str) -> int:
         if routing:
             pair = engine.set_routing(routing)
             print(f"routing: {pair['note']}", file=sys.stderr, flush=True)
-        # every model's kind and defaults known soon (/v1/models does not wait for a parse)
-        threading.Thread(target=lambda: [store.kind_of(m) for m in store.list()],
-                         name="homerack-inspect", daemon=True).start()
+        # every model's kind and defaults known soon (/v1/models does not wait for a
+        # parse), and those that appear later within seconds
+        engine.watch_models()
 
     # uvicorn re-raises the signal it stopped on; exit through `finally` to clean up.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

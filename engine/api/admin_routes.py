@@ -2,6 +2,7 @@
 /v1/cluster, /v1/hardware), the models and loading them by a plan the user may change
 (/v1/models, /v1/plan, /v1/models/load), those loaded and unloading them
 (/v1/models/loaded, /v1/models/unload), the user's presets per model (/v1/models/preset),
+where models are found besides the models folder (/v1/sources),
 and the routing pair behind model "auto" (/v1/routing). /health, which answers without the token, is the factory's."""
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from ..errors import InvalidRequest, ModelNotFound
 from ..events import Failed
 from ..metrics import prometheus_text
 from .channel import Channel
-from .schemas import LoadRequest, PresetRequest, RoutingRequest, TokenizeRequest, UnloadRequest
+from .schemas import (LoadRequest, PresetRequest, RoutingRequest, SourceRequest, TokenizeRequest,
+                      UnloadRequest)
 
 
 def router(engine: Engine) -> APIRouter:
@@ -57,14 +59,29 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
         for m in engine.models():
             kind = engine.kind_of(m)
             models.append({
-                "id": m.id, "object": "model", "created": int(m.path.stat().st_mtime),
-                "owned_by": "local", **m.as_dict(), "kind": kind, "loaded": m.id in loaded,
-                **engine.facts(m, kind)})
+                "id": m.id, "object": "model", "created": _created(m), "owned_by": "local",
+                **m.as_dict(), "kind": kind, "loaded": m.id in loaded, **engine.facts(m, kind)})
+        models += [{"id": m.id, "object": "model", "created": _created(m), "owned_by": "local",
+                    **m.as_dict(), "kind": "unreadable", "loaded": False}
+                   for m in engine.unusable()]
         if engine.routing:
             models.insert(0, {"id": "auto", "object": "model", "created": 0,
                               "owned_by": "homerack", "kind": "router",
                               "routing": engine.routing.as_dict()})
         return {"object": "list", "data": models}
+
+    @router.get("/v1/sources")
+    async def sources():
+        """Where models are found besides the models folder: other apps' folders and
+        those the user added, each on or off, with its models and its problems."""
+        return {"object": "list", "data": await asyncio.to_thread(engine.sources)}
+
+    @router.put("/v1/sources")
+    async def choose_source(body: SourceRequest):
+        """A source turned on or off (and the user's choices read again: the app adds
+        folders, as the API takes no paths)."""
+        return {"object": "list", "data": await asyncio.to_thread(
+            engine.choose_sources, body.source, body.enabled)}
 
     @router.get("/lora-adapters")
     async def lora_adapters():
@@ -131,6 +148,13 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
     async def get_preset(model: str):
         found = engine.resolve(model)
         return {"model": found.id, **engine.preset(found.id).as_dict()}
+
+
+def _created(model) -> int:
+    try:
+        return int(model.path.stat().st_mtime)
+    except OSError:  # an unusable model's file may be gone
+        return 0
 
 
 def _routing_routes(router: APIRouter, engine: Engine) -> None:

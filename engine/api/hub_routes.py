@@ -12,6 +12,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..engine import Engine
+from ..catalog.elsewhere import LABELS
 from ..hub.downloads import Downloads
 from ..errors import InvalidRequest
 from ..hub.repos import model_card, repo_quants, search, suggest_drafts
@@ -35,7 +36,16 @@ def _quants_with_verdicts(engine: Engine, repo: str, ctx: int) -> dict:
                  "size_bytes": v.quant.size, "fit": v.fit, "verdict": v.words,
                  "recommended": v.recommended,
                  "n_ctx": v.plan.n_ctx if v.plan else None,
-                 "n_gpu_layers": v.plan.n_gpu_layers if v.plan else None} for v in verdicts]}
+                 "n_gpu_layers": v.plan.n_gpu_layers if v.plan else None,
+                 "on_this_machine": _here(engine.on_this_machine(repo, v.quant.files,
+                                                                 v.quant.sha256))}
+                for v in verdicts]}
+
+
+def _here(model) -> dict | None:
+    """The model on this machine that is this quant's file, and where it lies."""
+    return None if model is None else {"id": model.id, "source": model.source,
+                                       "source_label": LABELS[model.source]}
 
 
 def hub_routes(engine: Engine, downloads: Downloads) -> APIRouter:

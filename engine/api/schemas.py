@@ -281,6 +281,14 @@ class LoadRequest(PresetRequest):
     default: bool = True
 
 
+class SourceRequest(BaseModel):
+    """A source of models (catalog/elsewhere.py: "ollama", "lmstudio", …) on or off;
+    with neither field, the user's choices read again."""
+    model_config = ConfigDict(extra="forbid")
+    source: str | None = Field(None, max_length=32)
+    enabled: bool | None = None
+
+
 class UnloadRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str = Field(max_length=1024)

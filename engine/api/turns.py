@@ -138,7 +138,8 @@ def request_for(engine: Engine, body, **content) -> GenerationRequest:
             engine.check_draft(model, draft)
     return GenerationRequest(model=model, max_tokens=body.token_limit(),
                              sampling=body.sampling(engine.sampling_defaults(model)),
-                             stop=body.stop_strings(), grammar=checked_grammar(body.grammar),
+                             stop=body.stop_strings() or model.stops(),
+                             grammar=checked_grammar(body.grammar),
                              ignore_eos=body.ignore_eos, speculation=speculation,
                              draft_model=draft, cache_prompt=body.cache_prompt, routed=routed,
                              response_cache=body.response_cache,

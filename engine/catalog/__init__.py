@@ -1,6 +1,10 @@
 """The models on disk, read without loading them. No llama.cpp here.
 
   models.py              the models folder, the offline starters, user-added files
+  elsewhere.py           the models other apps keep (Ollama, LM Studio, the Hub's cache,
+                         llama.cpp, Jan, GPT4All), found in their folders' layouts
+  in_place.py            those models listed once beside the folder's, the sources chosen
+  watch.py               the folders watched: files that come and go found in seconds
   gguf_file.py           GGUF files validated, their metadata read with `gguf`
   shape.py               a model's shape as the planner needs it, from its header
   chat_format.py         the model's own chat template, rendered

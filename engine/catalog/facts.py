@@ -17,7 +17,7 @@ def describe(store: ModelStore, model: LocalModel, kind: str | None) -> dict:
     if not store.inspector.known(model.path):
         return {"sampling_defaults": None, "capabilities": None}
     facts = store.inspector.inspect(model.path)
-    return {"sampling_defaults": model_defaults(facts).as_dict(),
+    return {"sampling_defaults": model_defaults(facts, model.params).as_dict(),
             "capabilities": list(capabilities(facts.chat_template))}
 
 

@@ -1,8 +1,9 @@
-"""Local models: the models folder, the offline starter models, and user-added files.
+"""Local models: the models folder, the offline starter models, user-added files, and
+the models other apps keep (in_place.py), used where they lie.
 
-A model's id is its file name without `.gguf`. User files added by path are linked into
-the folder, not copied (models are large). Only complete `.gguf` files are listed: every
-install writes to a temporary name, verifies, then renames atomically.
+A folder model's id is its file name without `.gguf`. User files added by path are linked
+into the folder, not copied (models are large). Only complete `.gguf` files are listed:
+every install writes to a temporary name, verifies, then renames atomically.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from types import SimpleNamespace
 
 from ..errors import InvalidModelFile, InvalidRequest, ModelNotFound, StarterModelMissing
 from .adapters import declares, misfit
+from .elsewhere import LABELS
 from .gguf_file import GGUFInspector
+from .in_place import InPlace
 
 
 @dataclass(frozen=True)
@@ -81,10 +84,31 @@ class LocalModel:
     path: Path
     size_bytes: int
     starter: bool
+    source: str = "homerack"  # or where another app keeps it (elsewhere.LABELS)
+    label: str = ""           # its name there: "qwen3:30b-a3b"
+    projector: Path | None = None  # a vision projector kept with it
+    params: tuple = ()        # Ollama's parameters for it: (key, value) pairs
+    system: str | None = None    # Ollama's system prompt for it
+    template: str | None = None  # Ollama's chat template for it (shown; the GGUF's renders)
+    problem: str | None = None   # why it cannot be used
+    also_at: tuple[str, ...] = ()  # the same file, found in other apps' places too
+    digest: str | None = None  # its sha256, where its place names it
+
+    def param(self, key: str, default=None):
+        return dict(self.params).get(key, default)
+
+    def stops(self) -> tuple[str, ...]:
+        """The stop strings its app gives it (Ollama's "stop" parameter)."""
+        stop = self.param("stop", ())
+        return (stop,) if isinstance(stop, str) else tuple(s for s in stop if isinstance(s, str))
 
     def as_dict(self) -> dict:
         return {"id": self.id, "path": str(self.path), "size_bytes": self.size_bytes,
-                "starter": self.starter}
+                "starter": self.starter, "source": self.source,
+                "source_label": LABELS[self.source], "name_there": self.label or None,
+                "projector": str(self.projector) if self.projector else None,
+                "also_at": list(self.also_at), **({"problem": self.problem}
+                                                  if self.problem else {})}
 
 
 @dataclass(frozen=True)
@@ -130,13 +154,24 @@ def _bundled_records(folder: Path) -> dict:
 
 
 class ModelStore:
-    def __init__(self, folder: Path, inspector: GGUFInspector, bundled: Path | None = None):
+    def __init__(self, folder: Path, inspector: GGUFInspector, bundled: Path | None = None,
+                 elsewhere: InPlace | None = None):
         self.folder = folder
         self.inspector = inspector
         self.bundled = bundled  # the packaged app's starter files (read-only, checked at build)
+        self.elsewhere = elsewhere  # other apps' models; None: the folder's only
         folder.mkdir(parents=True, exist_ok=True)
 
     def list(self) -> list[LocalModel]:
+        """The models that can be used: the folder's, then those found elsewhere."""
+        own = self._own()
+        return self.elsewhere.models(own)[0] if self.elsewhere else own
+
+    def unusable(self) -> list[LocalModel]:
+        """Models found elsewhere that cannot be used, each with its problem."""
+        return self.elsewhere.models(self._own())[1] if self.elsewhere else []
+
+    def _own(self) -> list[LocalModel]:
         starters = {s.id for s in STARTERS}
         found = []
         for path in sorted(self.folder.glob("*.gguf")):
@@ -152,20 +187,48 @@ class ModelStore:
         files) also a path to a .gguf file. Over HTTP never a path: whatever holds the
         token (an agent, a paired host) would make the engine open any file it names."""
         name = name or DEFAULT_MODEL
-        for model in self.list():
-            if model.id == name:
-                return model
+        found = self._named(name)
+        if found is None and self.elsewhere is not None:
+            self.elsewhere.refresh()  # a model that appeared a moment ago
+            found = self._named(name)
+        if found is not None:
+            if found.problem:
+                raise InvalidModelFile(f"model '{name}' cannot be used: {found.problem}",
+                                       param="model")
+            return found
         candidate = _local_file(Path(name)) if paths else None
         if candidate is not None and candidate.suffix == ".gguf":
             return LocalModel(candidate.stem, candidate, candidate.stat().st_size, False)
         known = ", ".join(m.id for m in self.list()) or "none"
         raise ModelNotFound(f"model '{name}' not found (local models: {known})")
 
+    def on_this_machine(self, repo: str, files: tuple[str, ...], sha256: tuple[str, ...]
+                ) -> LocalModel | None:
+        """The model that is `repo`'s file `files[0]` (a split model's first part): the
+        same sha256 where its place names one (Ollama's, the Hub cache's), else the same
+        repository and file name (LM Studio's tree, the Hub cache), or the same file name
+        in the models folder (where the wizard downloads)."""
+        first = f"{repo}/{files[0]}".lower()
+        for model in self.list():
+            if (model.digest and model.digest in sha256[:1]) or model.label.lower() == first \
+                    or (model.source == "homerack" and model.path.name == files[0]):
+                return model
+        return None
+
+    def _named(self, name: str) -> LocalModel | None:
+        """The model of id `name`, or of its name in its app ("qwen3:8b")."""
+        models = self.list() + self.unusable()
+        ollama = name if ":" in name else f"{name}:latest"  # as Ollama reads a bare name
+        return next((m for m in models if m.id == name), None) or \
+            next((m for m in models if m.label in (name, ollama)), None)
+
     def kind_of(self, model: LocalModel, wait: bool = True) -> str | None:
         """"embedding" for an embedding model, "chat" for any other, "unreadable" for a
         file that is not a valid GGUF model; without `wait`, None while the file has not
         been inspected yet (a large vocabulary takes seconds to parse the first time; files
         are inspected when installed, added, downloaded, planned or loaded)."""
+        if model.problem:
+            return "unreadable"
         if not wait and not self.inspector.known(model.path):
             return None
         try:

@@ -7,7 +7,8 @@ starter answers "What is the capital of France?" with nonsense. Even its authors
 token is a near tie (The 0.19, La 0.17, Le 0.16, L' 0.11), and any temperature lets the
 French openings win. Greedy decoding with a light frequency penalty (it stops the loops a
 tiny greedy model falls into) answers it right and writes readable prose. So the defaults
-come, in this order, from the model file's
+come, in this order, from the parameters Ollama keeps for the model (its `params` layer,
+for a model used in place from Ollama's folder), from the model file's
 `general.sampling.*` keys (llama.cpp's LLAMA_MODEL_META_KEY_SAMPLING_*), from the Hub
 repository's `generation_config.json` (kept beside the file when downloaded), or from a
 conservative choice by the model's size. Pure: no llama.cpp.
@@ -59,9 +60,14 @@ def by_size(n_params: float) -> ModelDefaults:
                          f"Homerack's default for a {billions} model")
 
 
-def model_defaults(info: GGUFInfo) -> ModelDefaults:
-    """The defaults for the model `info` describes (see the module's docstring)."""
+def model_defaults(info: GGUFInfo, params: tuple = ()) -> ModelDefaults:
+    """The defaults for the model `info` describes, with its app's `params` ((key, value)
+    pairs, Ollama's names) when it has them (see the module's docstring)."""
     base = by_size(_n_params(info))
+    from_app = _chosen(dict(params), CONFIG_KEYS)
+    if from_app:
+        return replace(base, frequency_penalty=0.0, **from_app,
+                       source="the parameters Ollama keeps for it")
     from_file = _chosen(info.sampling or {}, FILE_KEYS)
     # the authors' values replace the size rule's recipe, its penalty (for greedy) too
     if from_file:

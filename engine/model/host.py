@@ -58,7 +58,13 @@ class ModelHost:
         self._default = model
 
     def override_for(self, model: LocalModel) -> LoadOverride | None:
-        return self.presets.get(model.id).load
+        """The user's choices for `model`, or the context its app keeps for it (Ollama's
+        num_ctx)."""
+        chosen = self.presets.get(model.id).load
+        n_ctx = model.param("num_ctx")
+        if chosen is None and isinstance(n_ctx, int) and n_ctx >= 256:
+            return LoadOverride(n_ctx=n_ctx)
+        return chosen
 
     def end_load_watch(self) -> None:
         """The loaded model stops for a reason other than a crash of its load (a worker
