@@ -256,6 +256,21 @@ class Engine:
         """The chat models held: where, how much, idle since, time to live."""
         return self.fleet.loaded()
 
+    def keep_alive(self, model: LocalModel, keep: Keep) -> None:
+        """How long `model` stays loaded once idle, as a request asks (Ollama's
+        keep_alive): until another asks otherwise; the user's preset still wins."""
+        self.fleet.asked[model.id] = keep
+
+    def header(self, model: LocalModel):
+        """What `model`'s header says (catalog.gguf_file.GGUFInfo); None while it is
+        still being read, or when it cannot be."""
+        if model.problem or not self.store.inspector.known(model.path):
+            return None
+        try:
+            return self.store.inspector.inspect(model.path)
+        except HomerackError:
+            return None
+
     def preset(self, model_id: str) -> Preset:
         return self.presets.get(model_id)
 

@@ -55,6 +55,12 @@ class InvalidRequest(HomerackError):
     kind = "invalid_request_error"
 
 
+class NotSupported(HomerackError):
+    """A route or field of another API that this engine does not offer."""
+    status = 501
+    kind = "not_supported"
+
+
 class ContextLengthExceeded(InvalidRequest):
     kind = "context_length_exceeded"
     param = "messages"

@@ -38,6 +38,7 @@ class Fleet:
         self.store, self.settings, self.cluster, self.presets = store, settings, cluster, presets
         self.calibration = Calibration(settings.calibration_file)  # one writer for all lanes
         self.pinned: frozenset[str] = frozenset()  # model ids pinned for routing's pair
+        self.asked: dict[str, Keep] = {}  # by model id: the last keep_alive a request sent
         self._also_held = also_held  # bytes per device held outside the lanes (embeddings)
         self._lock = threading.RLock()
         self._names = itertools.count(1)
@@ -98,13 +99,16 @@ class Fleet:
         return True
 
     def keep_of(self, lane: Lane) -> Keep:
-        """How long the lane's model stays: the user's preset; else pinned while it is
+        """How long the lane's model stays: the user's preset; else what a request last
+        asked (Ollama's keep_alive); else pinned while it is
         one of routing's pair; else never unloaded for idleness in the main lane, and
         after settings.jit_ttl_s beside it."""
         model = lane.model
         preset = self.presets.get(model.id).keep if model else None
         if preset is not None:
             return preset
+        if model is not None and model.id in self.asked:
+            return self.asked[model.id]
         if model is not None and model.id in self.pinned:
             return Keep(pinned=True)
         return Keep(ttl_s=None if lane is self.main else self.settings.jit_ttl_s)

@@ -1,11 +1,12 @@
 """The engine's HTTP API, put together: the routes of each wire format (openai_routes.py,
-anthropic_routes.py, responses_routes.py, embeddings_routes.py), the engine's own
+anthropic_routes.py, responses_routes.py, embeddings_routes.py, ollama_routes.py), the
+engine's own
 (admin_routes.py) and the Hub's (hub_routes.py, given by `serve`).
 
 Every route needs the token, as `Authorization: Bearer` or `x-api-key` (what Anthropic's
 clients send), except /health, which without it says only that the engine is alive.
 Errors answer in OpenAI's shape ({"error": {"message", "type", "param", "code"}}), or
-Anthropic's on its routes, mapped here in one place. Every request first passes
+Anthropic's or Ollama's on their routes, mapped here in one place. Every request first passes
 guard.RequestGuard (its Host, its body's size); the OpenAPI schema and /docs are served
 only when asked for (`serve --api-docs`).
 """
@@ -22,7 +23,8 @@ from fastapi.responses import JSONResponse
 
 from ..engine import Engine
 from ..errors import HomerackError, QueueFull, Unauthorized
-from . import admin_routes, anthropic_routes, embeddings_routes, openai_routes, responses_routes
+from . import (admin_routes, anthropic_routes, embeddings_routes, ollama_routes, openai_routes,
+               responses_routes)
 from .front_door import FrontDoor
 from .guard import GENERATION_ONLY, BodyTooLarge, RequestGuard
 from .wire import openai_error
@@ -40,6 +42,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 def _body_for(path: str, status: int, message: str, kind: str, param: str | None) -> dict:
     if anthropic_routes.is_anthropic(path):
         return anthropic_routes.anthropic_error(status, message, param)
+    if ollama_routes.is_ollama(path):
+        return ollama_routes.ollama_error(message)
     return openai_error(message, kind, param)
 
 
@@ -109,7 +113,7 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
     guarded = [Depends(require_token)]
     for router in (*routers, openai_routes.router(engine), anthropic_routes.router(engine),
                    responses_routes.router(engine), embeddings_routes.router(engine),
-                   admin_routes.router(engine)):
+                   ollama_routes.router(engine), admin_routes.router(engine)):
         app.include_router(router, dependencies=guarded)
 
     @app.get("/health")

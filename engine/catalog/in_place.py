@@ -50,7 +50,7 @@ class SourceChoices:
 class _Listed:
     model: object  # models.LocalModel
     digest: str | None
-    also_at: list[str] = field(default_factory=list)
+    also_at: list[tuple[str, str]] = field(default_factory=list)
 
 
 class InPlace:
@@ -165,7 +165,7 @@ class InPlace:
                 continue
             twin = next((e for e in listed if self._same(e, item)), None)
             if twin is not None:
-                twin.also_at.append(f"{LABELS[item.source]}: {item.name}")
+                twin.also_at.append((item.source, item.name))
                 continue
             taken.add(model_id)
             listed.append(_Listed(LocalModel(

@@ -91,7 +91,7 @@ class LocalModel:
     system: str | None = None    # Ollama's system prompt for it
     template: str | None = None  # Ollama's chat template for it (shown; the GGUF's renders)
     problem: str | None = None   # why it cannot be used
-    also_at: tuple[str, ...] = ()  # the same file, found in other apps' places too
+    also_at: tuple[tuple[str, str], ...] = ()  # (source, name): the same file elsewhere too
     digest: str | None = None  # its sha256, where its place names it
 
     def param(self, key: str, default=None):
@@ -107,7 +107,8 @@ class LocalModel:
                 "starter": self.starter, "source": self.source,
                 "source_label": LABELS[self.source], "name_there": self.label or None,
                 "projector": str(self.projector) if self.projector else None,
-                "also_at": list(self.also_at), **({"problem": self.problem}
+                "also_at": [f"{LABELS[source]}: {name}" for source, name in self.also_at],
+                **({"problem": self.problem}
                                                   if self.problem else {})}
 
 
@@ -220,7 +221,8 @@ class ModelStore:
         models = self.list() + self.unusable()
         ollama = name if ":" in name else f"{name}:latest"  # as Ollama reads a bare name
         return next((m for m in models if m.id == name), None) or \
-            next((m for m in models if m.label in (name, ollama)), None)
+            next((m for m in models if {m.label, *(n for _, n in m.also_at)} & {name, ollama}),
+                 None)
 
     def kind_of(self, model: LocalModel, wait: bool = True) -> str | None:
         """"embedding" for an embedding model, "chat" for any other, "unreadable" for a

@@ -44,7 +44,7 @@ def run(engine, **request):
     return collector.result()
 
 
-def start_engine(home: Path, name: str, args: list[str]):
+def start_engine(home: Path, name: str, args: list[str], env: dict | None = None):
     """A real `homerack serve` with a HOMERACK_HOME of its own under `home`, sharing the
     starter models: (its process, the address it listens on, its models folder).
 
@@ -54,7 +54,7 @@ def start_engine(home: Path, name: str, args: list[str]):
 
     if "--response-cache-mib" not in args:
         args = [*args, "--response-cache-mib", "0"]
-    env = dict(os.environ, HOMERACK_HOME=str(home / name))
+    env = dict(os.environ, HOMERACK_HOME=str(home / name), **(env or {}))
     (home / name / "data").mkdir(parents=True, exist_ok=True)
     models = home / name / "data" / "models"
     if not models.exists():

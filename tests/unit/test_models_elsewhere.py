@@ -102,9 +102,10 @@ def test_the_same_file_found_in_several_places_is_one_model(tmp_path, ggufs):
     store = ModelStore(own, GGUFInspector(), elsewhere=InPlace(places, env={}))
     models = {m.id: m for m in store.list()}
     assert set(models) == {"mine", "tiny:latest"}
-    assert models["mine"].also_at == ("GPT4All: b-copy.gguf",)
-    assert set(models["tiny:latest"].also_at) == {"the Hugging Face cache: org/Tiny/a.gguf",
-                                                  "LM Studio: p/r/a-linked.gguf"}
+    assert models["mine"].as_dict()["also_at"] == ["GPT4All: b-copy.gguf"]
+    assert set(models["tiny:latest"].as_dict()["also_at"]) == {
+        "the Hugging Face cache: org/Tiny/a.gguf", "LM Studio: p/r/a-linked.gguf"}
+    assert store.resolve("p/r/a-linked.gguf").id == "tiny:latest"  # by its name there too
     assert models["tiny:latest"].as_dict()["source_label"] == "Ollama"
     assert store.resolve("tiny").id == "tiny:latest"  # a bare name is its "latest", as Ollama reads it
 
