@@ -256,10 +256,14 @@ class Engine:
         """The chat models held: where, how much, idle since, time to live."""
         return self.fleet.loaded()
 
-    def keep_alive(self, model: LocalModel, keep: Keep) -> None:
-        """How long `model` stays loaded once idle, as a request asks (Ollama's
-        keep_alive): until another asks otherwise; the user's preset still wins."""
-        self.fleet.asked[model.id] = keep
+    def ask(self, model: LocalModel, n_ctx: int | None = None, keep: Keep | None = None) -> None:
+        """What a request asks for `model` (Ollama's num_ctx, keep_alive): its context
+        (a different one reloads it) and how long it stays loaded once idle; until
+        another asks otherwise, and the user's preset still wins (presets.py)."""
+        if n_ctx is not None:
+            self.presets.ask(model.id, load=LoadOverride(n_ctx=n_ctx))
+        if keep is not None:
+            self.presets.ask(model.id, keep=keep)
 
     def header(self, model: LocalModel):
         """What `model`'s header says (catalog.gguf_file.GGUFInfo); None while it is

@@ -38,7 +38,6 @@ class Fleet:
         self.store, self.settings, self.cluster, self.presets = store, settings, cluster, presets
         self.calibration = Calibration(settings.calibration_file)  # one writer for all lanes
         self.pinned: frozenset[str] = frozenset()  # model ids pinned for routing's pair
-        self.asked: dict[str, Keep] = {}  # by model id: the last keep_alive a request sent
         self._also_held = also_held  # bytes per device held outside the lanes (embeddings)
         self._lock = threading.RLock()
         self._names = itertools.count(1)
@@ -107,8 +106,9 @@ class Fleet:
         preset = self.presets.get(model.id).keep if model else None
         if preset is not None:
             return preset
-        if model is not None and model.id in self.asked:
-            return self.asked[model.id]
+        asked = self.presets.asked(model.id).keep if model else None
+        if asked is not None:
+            return asked
         if model is not None and model.id in self.pinned:
             return Keep(pinned=True)
         return Keep(ttl_s=None if lane is self.main else self.settings.jit_ttl_s)

@@ -4,6 +4,10 @@ planner's choice) and how long it stays (pinned: never unloaded to make room or 
 idleness; a time to live when idle). Kept in a small private JSON file by model id, so a
 model loaded on demand gets the same settings as one loaded by hand, after restarts too.
 
+What a request asks for a model beside the user's presets (Ollama's `num_ctx` and
+`keep_alive`) is kept too, in memory only, until a request asks otherwise: the user's
+preset wins over it, and it wins over the engine's defaults.
+
 Lanes' worker threads read while API threads write: one lock keeps the table and the
 file to one writer at a time."""
 
@@ -53,6 +57,7 @@ class Presets:
         self.path = path
         self._lock = threading.Lock()
         self._table: dict[str, Preset] = {}
+        self._asked: dict[str, Preset] = {}  # by requests, not kept
         # an unreadable file loses the presets, not the engine
         for model_id, entry in (read_json(path, _SCHEMA) or {}).items():
             self._table[model_id] = Preset(_parsed(LoadOverride, entry.get("load")),
@@ -61,6 +66,17 @@ class Presets:
     def get(self, model_id: str) -> Preset:
         with self._lock:
             return self._table.get(model_id, Preset())
+
+    def asked(self, model_id: str) -> Preset:
+        with self._lock:
+            return self._asked.get(model_id, Preset())
+
+    def ask(self, model_id: str, load: LoadOverride | None = ..., keep: Keep | None = ...) -> None:
+        """What a request asks for the model (a part left out stays as it was)."""
+        with self._lock:
+            old = self._asked.get(model_id, Preset())
+            self._asked[model_id] = Preset(old.load if load is ... else load,
+                                           old.keep if keep is ... else keep)
 
     def set(self, model_id: str, load: LoadOverride | None = ..., keep: Keep | None = ...) -> Preset:
         """Replace what is given (None clears it; a part left out stays as it was)."""

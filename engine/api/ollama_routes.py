@@ -5,7 +5,8 @@ clients) expect it: /api/tags, /api/show, /api/ps, /api/version, /api/chat and
 A request becomes the same turn an OpenAI one does (turns.py): its `options` the
 sampling fields, `format` ("json" or a JSON Schema) a response format, `tools` and
 `tool_calls` the conversation's, `think` the reasoning settings; `keep_alive` how long
-the model stays loaded (0 unloads it once idle, a negative value keeps it). A model is
+the model stays loaded (0 unloads it once idle, a negative value keeps it), and
+`options.num_ctx` its context (a different one reloads it, as Ollama does). A model is
 named by its id or as Ollama names it ("qwen3:30b-a3b", "qwen3" for "qwen3:latest").
 Errors answer in Ollama's shape, {"error": "..."} (factory.py)."""
 
@@ -179,11 +180,12 @@ def _thinking(think: bool | str | None) -> Thinking:
 
 async def _answer(engine: Engine, body, turn: Turn, field: str):
     started = time.monotonic()
+    # before it starts: a context other than the loaded one reloads the model
+    engine.ask(turn.request.model, body.options.num_ctx, keep_of(body.keep_alive))
     try:
         await turn.start()
     except asyncio.CancelledError:
         return cancelled()
-    _keep(engine, turn, body.keep_alive)
     if body.stream is not False:
         return StreamingResponse(_chunks(turn, body.model, field, started),
                                  media_type="application/x-ndjson")
@@ -198,12 +200,6 @@ async def _answer(engine: Engine, body, turn: Turn, field: str):
                      **({"tool_calls": calls} if calls else {})}}
     return {"model": body.model, "created_at": _now(), **answer, "done": True,
             "done_reason": _reason(got.done.reason), **_durations(got.done, started)}
-
-
-def _keep(engine: Engine, turn: Turn, keep_alive) -> None:
-    keep = keep_of(keep_alive)
-    if keep is not None:
-        engine.keep_alive(turn.request.model, keep)
 
 
 async def _chunks(turn: Turn, name: str, field: str, started: float) -> AsyncIterator[str]:
@@ -279,13 +275,12 @@ async def _load_or_unload(engine: Engine, body: OllamaGenerate, http: Request) -
         from ..events import Failed
         from .channel import Channel
 
+        engine.ask(model, body.options.num_ctx, keep)
         channel = Channel()
         job = await asyncio.to_thread(engine.preload, model, channel.emit, False)
         event = await channel.next(job, http)
         if isinstance(event, Failed):
             raise event.error
-        if keep is not None:
-            engine.keep_alive(model, keep)
         reason = "load"
     return {"model": body.model, "created_at": _now(), "response": "", "done": True,
             "done_reason": reason}

@@ -84,7 +84,8 @@ class ModelWatch:
         observer = Observer()
         for folder in folders:
             try:
-                observer.schedule(Changed(), str(folder), recursive=True)
+                # the folder itself, not a link to it (inotify does not follow one)
+                observer.schedule(Changed(), str(folder.resolve()), recursive=True)
             except OSError as exc:  # too many watches, a folder gone meanwhile
                 log.warning("cannot watch %s (%s): looking every %.0f s", folder, exc,
                             self.every_s)

@@ -58,9 +58,10 @@ class ModelHost:
         self._default = model
 
     def override_for(self, model: LocalModel) -> LoadOverride | None:
-        """The user's choices for `model`, or the context its app keeps for it (Ollama's
-        num_ctx)."""
-        chosen = self.presets.get(model.id).load
+        """The user's choices for `model`; else what a request asked (Ollama's num_ctx);
+        else the context its app keeps for it (Ollama's num_ctx parameter). A change
+        reloads the model at its next request."""
+        chosen = self.presets.get(model.id).load or self.presets.asked(model.id).load
         n_ctx = model.param("num_ctx")
         if chosen is None and isinstance(n_ctx, int) and n_ctx >= 256:
             return LoadOverride(n_ctx=n_ctx)

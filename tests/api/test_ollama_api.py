@@ -122,6 +122,8 @@ def test_a_tool_call_and_its_result_through_the_ollama_client(client):
                         options={"num_predict": 40})
     [call] = reply.message.tool_calls
     assert call.function.name == "get_weather"
+    held = {m.model: m.context_length for m in client.ps().models}
+    assert held["smol-tools:latest"] == 1024  # the num_ctx its Ollama parameters give
     assert isinstance(call.function.arguments["city"], str)
     answered = asked + [reply.message, {"role": "tool", "tool_name": "get_weather",
                                         "content": "sunny, 21 C"}]
@@ -151,10 +153,12 @@ def test_embeddings_through_both_routes(client):
     assert max(abs(a - b) for a, b in zip(single, vectors[0])) < 1e-4
 
 
-def test_keep_alive_zero_unloads_and_a_load_answers_load(client):
+def test_num_ctx_reloads_keep_alive_zero_unloads_and_a_load_answers_load(client):
     loaded = client.generate(model=GEMMA, prompt="")
     assert loaded.done_reason == "load"
-    assert GEMMA in {m.model for m in client.ps().models}
+    assert {m.model: m.context_length for m in client.ps().models}[GEMMA] == 2048
+    client.generate(model=GEMMA, prompt="Hi", options={"num_ctx": 768, "num_predict": 1})
+    assert {m.model: m.context_length for m in client.ps().models}[GEMMA] == 768
     assert client.generate(model=GEMMA, prompt="", keep_alive=0).done_reason == "unload"
     assert GEMMA not in {m.model for m in client.ps().models}
 
