@@ -108,7 +108,7 @@ def _serve(args, token: str) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         serve(engine, ServeConfig(args.host, args.port, token, args.fd, args.api_docs,
-                                  args.generation_only), ready,
+                                  args.generation_only, args.ollama_port), ready,
               routers=(hub_routes(engine, downloads),), holder=holder)
     finally:
         remove_engine_file(engine_file, os.getpid())
@@ -251,5 +251,9 @@ def add_commands(sub) -> None:
     serve.add_argument("--route-mode", choices=["rules", "cascade"], default="rules")
     serve.add_argument("--route-threshold", type=float,
                        help="cascade: the small model's confidence under which the large answers")
+    serve.add_argument("--ollama-port", type=int, metavar="PORT",
+                       help="also serve Ollama's API on 127.0.0.1:PORT WITHOUT the token, "
+                            "for apps that cannot send one (Ollama's own port: 11434); any "
+                            "program on this machine can then use the models. Off by default")
     serve.add_argument("--fd", type=int, help=argparse.SUPPRESS)  # a supervised engine child
     serve.set_defaults(func=cmd_serve)

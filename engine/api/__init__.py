@@ -8,6 +8,8 @@
   anthropic_routes.py   Anthropic's Messages
   responses_routes.py   OpenAI's Responses
   embeddings_routes.py  OpenAI's embeddings
+  ollama_routes.py      Ollama's API (tags, show, ps, chat, generate, embed), for the apps
+                        that speak it; ollama_schemas.py: its request bodies
   admin_routes.py       the engine's own: models, loading, plans, routing, health, metrics
   hub_routes.py         the Hub: search, quants and verdicts, cards, downloads
   turns.py              one generation as the routes see it
@@ -17,6 +19,6 @@
   channel.py            events from the worker thread into a request's event loop
 """
 
-from .factory import create_app
+from .factory import create_app, create_ollama_app
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "create_ollama_app"]

@@ -89,6 +89,24 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
             raise Unauthorized("missing or wrong API token (Authorization: Bearer <token>, "
                                "or x-api-key: <token>)")
 
+    _answer_errors(app)
+
+    guarded = [Depends(require_token)]
+    for router in (*routers, openai_routes.router(engine), anthropic_routes.router(engine),
+                   responses_routes.router(engine), embeddings_routes.router(engine),
+                   ollama_routes.router(engine), admin_routes.router(engine)):
+        app.include_router(router, dependencies=guarded)
+
+    @app.get("/health")
+    async def health(request: Request):
+        """Alive, to anyone; the engine's status (models, paths, errors) with the token."""
+        return {"status": "ok", **engine.status()} if token_given(request) else {"status": "ok"}
+
+    return app
+
+
+def _answer_errors(app: FastAPI) -> None:
+    """Every error answered in its route's API's shape, with its status."""
     @app.exception_handler(HomerackError)
     async def _homerack_error(request: Request, exc: HomerackError):
         headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, QueueFull) else None
@@ -110,15 +128,16 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
         message, param = _validation_message(exc)
         return _error_response(request, 400, message, "invalid_request_error", param)
 
-    guarded = [Depends(require_token)]
-    for router in (*routers, openai_routes.router(engine), anthropic_routes.router(engine),
-                   responses_routes.router(engine), embeddings_routes.router(engine),
-                   ollama_routes.router(engine), admin_routes.router(engine)):
-        app.include_router(router, dependencies=guarded)
 
-    @app.get("/health")
-    async def health(request: Request):
-        """Alive, to anyone; the engine's status (models, paths, errors) with the token."""
-        return {"status": "ok", **engine.status()} if token_given(request) else {"status": "ok"}
-
+def create_ollama_app(engine: Engine) -> FastAPI:
+    """Ollama's routes alone and without the token, for apps that cannot send one
+    (`serve --ollama-port`, off by default): served on loopback only, the Host header
+    checked (a web page cannot reach it through DNS rebinding), bodies capped."""
+    app = FastAPI(title="Homerack engine (Ollama's API)", openapi_url=None, docs_url=None,
+                  redoc_url=None)
+    app.add_middleware(RequestGuard, names=frozenset(), error_for=lambda path, status, message:
+                       ollama_routes.ollama_error(message))
+    _answer_errors(app)
+    app.include_router(ollama_routes.router(engine))
     return app
+

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from ..agent.conversation import Conversation, Message, ToolCall, tool
 from ..engine import Engine
@@ -48,6 +48,10 @@ def ollama_error(message: str) -> dict:
 
 def router(engine: Engine) -> APIRouter:
     api = APIRouter()
+
+    @api.api_route("/", methods=["GET", "HEAD"], response_class=PlainTextResponse)
+    async def alive():
+        return "Ollama is running"  # what apps check before they use the API
 
     @api.get("/api/version")
     async def version():

@@ -4,14 +4,16 @@ and the real address is known before the first request."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import socket
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
 import uvicorn
 
-from . import create_app
+from . import create_app, create_ollama_app
 from .guard import LOOPBACK_NAMES, host_name
 from ..engine import Engine
 
@@ -24,6 +26,7 @@ class ServeConfig:
     fd: int | None = None  # a socket already listening, handed over by a supervisor
     api_docs: bool = False  # serve /openapi.json and /docs
     generation_only: bool = False  # a worker's replica engine (factory.GENERATION_ONLY)
+    ollama_port: int | None = None  # Ollama's routes without the token on 127.0.0.1 here
 
     def host_names(self) -> frozenset[str]:
         """The name requests may address the engine by besides loopback and IP literals."""
@@ -57,8 +60,12 @@ def serve(engine: Engine, config: ServeConfig, on_ready: Callable[[str], None],
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
     loop = {}
 
+    beside = _ollama_door(engine, config.ollama_port)
+
     def started() -> None:
         loop["loop"] = asyncio.get_running_loop()
+        if beside is not None:
+            loop["ollama"] = loop["loop"].create_task(beside[0].serve(sockets=[beside[1]]))
         on_ready(url)
 
     app = create_app(engine, config.token, on_startup=started, routers=routers,
@@ -73,3 +80,30 @@ def serve(engine: Engine, config: ServeConfig, on_ready: Callable[[str], None],
         server.run(sockets=[sock])
     finally:
         engine.close()
+
+
+class _Beside(uvicorn.Server):
+    """A second server on the main one's event loop: the main one takes the signals."""
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+
+def _ollama_door(engine: Engine, port: int | None):
+    """(server, socket) of Ollama's routes without the token on 127.0.0.1:`port`; None
+    when not asked, or when the port is taken (Ollama itself may run there): said, and
+    the engine serves on without it."""
+    if port is None:
+        return None
+    try:
+        sock = bind("127.0.0.1", port)
+    except OSError as exc:
+        print(f"Ollama's API is not served on 127.0.0.1:{port} without a token: "
+              f"{exc.strerror} (is Ollama running?)", file=sys.stderr, flush=True)
+        return None
+    print(f"Ollama's API without a token on http://127.0.0.1:{port}", file=sys.stderr,
+          flush=True)
+    server = _Beside(uvicorn.Config(create_ollama_app(engine), log_level="warning",
+                                    access_log=False, timeout_graceful_shutdown=2))
+    return server, sock
+

@@ -7,6 +7,7 @@ generation; embeddings; keep_alive; files that appear while the engine runs."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 
 import httpx
@@ -49,9 +50,17 @@ def machine(tmp_path_factory, starters_dir):
 
 
 @pytest.fixture(scope="module")
-def engine(home, machine):
+def door_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def engine(home, machine, door_port):
     env = {"HOME": str(machine), "HOMERACK_MODEL_SOURCES": ""}
-    process, address, _ = start_engine(home, "moving-in", ["--ctx", "2048"], env)
+    process, address, _ = start_engine(home, "moving-in", [
+        "--ctx", "2048", "--ollama-port", str(door_port)], env)
     yield address
     process.stop()
 
@@ -207,3 +216,30 @@ def test_files_that_appear_are_listed_with_their_kind_within_seconds(engine, mac
         adapter.unlink()  # the folder is the other tests' too
     assert models["fresh-adapter"]["kind"] == "adapter"
     assert "Ollama: gemma3:270m" in models[GEMMA]["also_at"]
+
+
+def test_the_tokenless_door_serves_ollamas_routes_only_on_loopback(engine, door_port):
+    """`serve --ollama-port`: apps that cannot send a token (Ollama's own port); nothing
+    but Ollama's routes, and only to requests addressed to this machine."""
+    open_door = ollama.Client(host=f"http://127.0.0.1:{door_port}", timeout=60)
+    assert STARTER in {m.model for m in open_door.list().models}
+    reply = open_door.chat(model=STARTER, messages=[{"role": "user", "content": "Hi"}],
+                           options={"num_predict": 3})
+    assert reply.done
+    assert httpx.get(f"http://127.0.0.1:{door_port}/").text == "Ollama is running"
+    assert httpx.get(f"http://127.0.0.1:{door_port}/v1/models").status_code == 404
+    assert httpx.post(f"http://127.0.0.1:{door_port}/v1/models/unload",
+                      json={"model": STARTER}).status_code in (404, 405)
+    rebound = httpx.get(f"http://127.0.0.1:{door_port}/api/tags",
+                        headers={"Host": "attacker.example:11434"})
+    assert rebound.status_code == 421 and "error" in rebound.json()
+
+
+def test_a_taken_port_leaves_the_engine_serving_without_the_door(capsys):
+    from engine.api.server import _ollama_door
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        assert _ollama_door(None, taken.getsockname()[1]) is None
+    assert "is Ollama running?" in capsys.readouterr().err
