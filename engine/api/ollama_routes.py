@@ -120,7 +120,8 @@ def router(engine: Engine) -> APIRouter:
                                 "`homerack pull`)"),
                        ("push", "push models"), ("create", "create models"),
                        ("copy", "copy models"), ("delete", "delete models")):
-        api.add_api_route(f"/api/{path}", _not_here(verb), methods=["POST", "DELETE"])
+        api.add_api_route(f"/api/{path}", _not_here(verb), methods=["POST", "DELETE"],
+                          include_in_schema=False)  # refusals, not routes
     return api
 
 

@@ -336,11 +336,15 @@ class Scheduler:
         if not self._make_room(min(slot.spec.controller.k, room) + 1, spare=None):
             self._outgrown([slot])
             return
-        tokens = speculative_step(llama, slot.tokens, slot.last, slot.spec, slot.sampler,
-                                  slot.seq_id, room) if room >= 2 else []
-        self.ledger.hold(slot.seq_id, len(slot.tokens))
-        if not tokens:  # the next token needs a plain step
-            self._evaluate([Chunk(slot.seq_id, len(slot.tokens), (slot.last,), True)])
+        try:
+            tokens = speculative_step(llama, slot.tokens, slot.last, slot.spec, slot.sampler,
+                                      slot.seq_id, room) if room >= 2 else []
+            self.ledger.hold(slot.seq_id, len(slot.tokens))
+            if not tokens:  # the next token needs a plain step
+                self._evaluate([Chunk(slot.seq_id, len(slot.tokens), (slot.last,), True)])
+                return
+        except NoKVSlot:  # as in a plain step: the sequence ends, the engine goes on
+            self._outgrown([slot])
             return
         slot.last = None
         for token in tokens:
