@@ -102,6 +102,17 @@ class EngineClient:
                                json={"model": model, "pinned": pinned, "ttl_s": ttl_s})
         return self._checked(reply).json()
 
+    def sources(self) -> list[dict]:
+        """Where the engine finds models besides its folder (other apps', added folders)."""
+        return self._checked(self._http.get("/v1/sources")).json()["data"]
+
+    def choose_source(self, source: str | None = None, enabled: bool | None = None
+                      ) -> list[dict]:
+        """A source on or off; with neither, the engine reads the user's choices again
+        (after the app added or removed a folder)."""
+        body = {k: v for k, v in (("source", source), ("enabled", enabled)) if v is not None}
+        return self._checked(self._http.put("/v1/sources", json=body)).json()["data"]
+
     # -- the Hub and downloads (run in the engine) ------------------------------------
 
     def hub_search(self, text: str, sort: str = "downloads") -> list[dict]:

@@ -1,6 +1,7 @@
 """The models folder as the desktop app and the command line reach it in their own
-process: the store opened (starters installed), a user's file linked in, a file the
-command line names turned into its id. The engine's API takes model ids only."""
+process: the store opened (starters installed, other apps' models beside), a user's file
+linked in, a folder of models added, a file the command line names turned into its id.
+The engine's API takes model ids only, never paths."""
 
 from __future__ import annotations
 
@@ -11,12 +12,11 @@ from .paths import bundled_models, paths
 
 def open_store(quiet: bool = False):
     from engine.catalog.gguf_file import GGUFInspector
-    from engine.catalog.in_place import InPlace
     from engine.catalog.models import ModelStore
 
     where = paths()
     store = ModelStore(where.models, GGUFInspector(where.gguf_cache), bundled_models(),
-                       InPlace.of_this_machine(sources_file()))
+                       in_place())
     store.install_starters(log=(lambda _m: None) if quiet else
                            (lambda m: print(m, file=sys.stderr, flush=True)))
     return store
@@ -25,6 +25,30 @@ def open_store(quiet: bool = False):
 def sources_file():
     """The user's choices of where models are found besides the models folder."""
     return paths().data / "sources.json"
+
+
+def in_place():
+    """This machine's other apps' models and the user's choices of them."""
+    from engine.catalog.in_place import InPlace
+
+    return InPlace.of_this_machine(sources_file())
+
+
+def set_folder(path: str, add: bool) -> list[str]:
+    """A folder of GGUF models added to (or removed from) where models are found, here
+    and not through the engine's API, which takes no paths: nothing holding its token can
+    make the engine read a folder it names. The engine reads the choice again when told
+    (PUT /v1/sources). Returns the folders now added."""
+    from pathlib import Path
+
+    from engine.errors import InvalidRequest
+
+    found = Path(path).expanduser().resolve()
+    if add and not found.is_dir():
+        raise InvalidRequest(f"{path} is not a folder", param="path")
+    places = in_place()
+    folders = [f for f in places.choices.folders if f != found] + ([found] if add else [])
+    return [str(f) for f in places.choose(folders=folders).folders]
 
 
 def import_model(path: str) -> dict:

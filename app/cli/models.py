@@ -14,10 +14,13 @@ def cmd_models(args) -> int:
     from pathlib import Path
 
     from engine.errors import HomerackError
+    from engine.catalog.elsewhere import LABELS
     from engine.catalog.models import DEFAULT_MODEL
 
     if args.action in ("loaded", "unload", "keep"):
         return _in_the_engine(args)
+    if args.action in ("sources", "folder"):
+        return cmd_sources(args)
     store = open_store(quiet=args.quiet)
     if args.action == "add":
         try:
@@ -37,13 +40,76 @@ def cmd_models(args) -> int:
         mark = "*" if model.id == DEFAULT_MODEL else " "
         where = f"  [{held_text(held[model.id])}]" if model.id in held else ""
         print(f"{mark} {model.id:<32} {kind:<10} "
-              f"{model.size_bytes / 2**20:8.1f} MiB  {model.path}{where}")
+              f"{model.size_bytes / 2**20:8.1f} MiB  {place_text(model)}{where}")
+        for source, name in model.also_at:
+            print(f"  {'':<32} {'':<10} {'':>12}  also in {LABELS[source]}: {name}")
     for adapter in [model for model, kind in kinds.items() if kind == "adapter"]:
         bases = store.bases_for(adapter)
         fits = f"adapts {bases[0].id} (use {bases[0].id}+{adapter.id})" if bases else \
             "fits no local model"
         print(f"  {adapter.id:<32} {'adapter':<10} {adapter.size_bytes / 2**20:8.1f} MiB  {fits}")
+    for model in store.unusable():
+        print(f"! {model.id:<32} {'unusable':<10} {'':>12}  {place_text(model)}: "
+              f"{model.problem}")
     return 0
+
+
+def place_text(model) -> str:
+    """Where a model lives, in words: its path, or "from Ollama: qwen3:8b"."""
+    from engine.catalog.elsewhere import LABELS
+
+    return str(model.path) if model.source == "homerack" else \
+        f"from {LABELS[model.source]}: {model.label}"
+
+
+def cmd_sources(args) -> int:
+    """`models sources [on|off SOURCE]`, `models folder add|remove PATH`: where models
+    are found besides the models folder; a running engine reads the choice again."""
+    from engine.errors import HomerackError
+
+    from ..local_models import in_place, set_folder
+
+    words = [w for w in (args.target, *args.more) if w]
+    try:
+        if args.action == "folder":
+            if len(words) != 2 or words[0] not in ("add", "remove"):
+                print("usage: homerack models folder add|remove PATH", file=sys.stderr)
+                return 2
+            set_folder(words[1], words[0] == "add")
+        elif words:
+            if len(words) != 2 or words[0] not in ("on", "off"):
+                print("usage: homerack models sources [on|off SOURCE]", file=sys.stderr)
+                return 2
+            in_place().choose(words[1], enabled=words[0] == "on")
+    except HomerackError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 1
+    _tell_the_engine()
+    for source in in_place().describe():
+        state = "on " if source["enabled"] else "off"
+        count = f"{source['models']} models" if source["enabled"] else ""
+        print(f"{state} {source['label']:<24} {count:<11} "
+              f"{', '.join(source['present']) or 'not on this machine'}")
+        for problem in source["problems"]:
+            print(f"      ! {problem['name']}: {problem['problem']}")
+    return 0
+
+
+def _tell_the_engine() -> None:
+    """A running engine reads the user's choices of sources again."""
+    from ..client import EngineClient, EngineError
+    from ..engine_proc import find_running
+
+    address = find_running(paths().engine_file)
+    if address is None:
+        return
+    client = EngineClient(address)
+    try:
+        client.choose_source()
+    except (EngineError, OSError):
+        pass
+    finally:
+        client.close()
 
 
 def _loaded() -> list[dict]:
@@ -140,12 +206,18 @@ def cmd_pull(args) -> int:
 
 def add_commands(sub) -> None:
     """Adds `models`, `pull` to the parser."""
-    models = sub.add_parser("models", help="list local models, add one, or see and control "
-                                           "those a running engine holds")
+    models = sub.add_parser("models", help="list local models (other apps' too), add one, "
+                                           "choose where models are found, or see and "
+                                           "control those a running engine holds")
     models.add_argument("action", nargs="?", default="list",
-                        choices=["list", "add", "loaded", "unload", "keep"])
+                        choices=["list", "add", "loaded", "unload", "keep", "sources",
+                                 "folder"])
     models.add_argument("target", nargs="?",
-                        help="add: a .gguf file; unload, keep: a model id")
+                        help="add: a .gguf file; unload, keep: a model id; sources: on or "
+                             "off; folder: add or remove")
+    models.add_argument("more", nargs="*",
+                        help="sources on|off: a source (ollama, lmstudio, huggingface, "
+                             "llama.cpp, jan, gpt4all); folder add|remove: a folder")
     models.add_argument("--pin", action="store_true",
                         help="keep: never unload it to make room or for idleness")
     models.add_argument("--ttl", type=float, metavar="MIN",

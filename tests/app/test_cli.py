@@ -13,8 +13,8 @@ from support.models import GEMMA, PARIS_QUESTION, STARTER
 pytestmark = pytest.mark.slow
 
 
-def homerack(*args, home, timeout=180, **kwargs):
-    env = dict(os.environ, HOMERACK_HOME=str(home))
+def homerack(*args, home, timeout=180, env=None, **kwargs):
+    env = dict(os.environ, HOMERACK_HOME=str(home), **(env or {}))
     return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, env=env, text=True,
                           capture_output=True, timeout=timeout, **kwargs)
 
@@ -39,6 +39,35 @@ def test_models_add_accepts_a_gguf_and_refuses_junk(tmp_path, tiny_model, starte
     assert added.returncode == 0, added.stderr
     assert "tiny" in homerack("models", home=home).stdout
     (starters_dir / "tiny.gguf").unlink()
+
+
+def test_models_lists_other_apps_models_and_the_sources_are_chosen(tmp_path, tiny_model,
+                                                                   starters_dir):
+    from fixtures.other_apps import hub_cache_model, ollama_model, tree_model
+
+    home, machine = tmp_path / "home", tmp_path / "machine"
+    (home / "data").mkdir(parents=True)
+    (home / "data" / "models").symlink_to(starters_dir)
+    ollama_model(machine / ".ollama" / "models", tiny_model, "tiny", "1b")
+    ollama_model(machine / ".ollama" / "models", starters_dir / f"{STARTER}.gguf", "smollm2")
+    hub_cache_model(machine / ".cache" / "huggingface" / "hub", tiny_model, "org/Tiny-GGUF",
+                    "tiny-Q4_0.gguf")
+    tree_model(machine / "usb", tiny_model, "shelf/tiny-copy.gguf", copy=True)
+    env = {"HOME": str(machine), "HOMERACK_MODEL_SOURCES": ""}
+    listed = homerack("models", home=home, env=env).stdout
+    assert "tiny:1b" in listed and "from Ollama: tiny:1b" in listed
+    assert "also in the Hugging Face cache: org/Tiny-GGUF/tiny-Q4_0.gguf" in listed
+    assert "also in Ollama: smollm2:latest" in listed  # the starter's own file: one model
+    added = homerack("models", "folder", "add", str(machine / "usb"), home=home, env=env)
+    assert added.returncode == 0 and "a folder you added       1 models" in added.stdout
+    assert "also in a folder you added: shelf/tiny-copy.gguf" in \
+        homerack("models", home=home, env=env).stdout
+    off = homerack("models", "sources", "off", "ollama", home=home, env=env)
+    assert off.returncode == 0 and "off Ollama" in off.stdout
+    listed = homerack("models", home=home, env=env).stdout
+    assert "tiny:1b" not in listed and "tiny-Q4_0" in listed  # now the Hub cache's
+    bad = homerack("models", "sources", "off", "napster", home=home, env=env)
+    assert bad.returncode == 1 and "unknown source 'napster'" in bad.stderr
 
 
 def test_chat_starts_an_engine_and_seed_repeats(home):
