@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     make_private(paths())
     if args.command is None:
         return desktop.launch_desktop(lambda: chat.cmd_chat(build_parser().parse_args(["chat"])))
-    needs_target = args.action not in ("list", "loaded", "sources")
-    if args.command == "models" and needs_target and not args.target:
+    if args.command == "models" and args.action not in ("list", "loaded", "sources") \
+            and not args.target:
         build_parser().error(f"models {args.action} needs a "
                              f"{'path' if args.action == 'add' else 'model id'}")
     from engine.errors import HomerackError

@@ -367,6 +367,11 @@ def test_model_wizard_searches_judges_downloads_and_selects(qtbot, open_window, 
     window.toggle_page("Downloads")
     qtbot.waitUntil(lambda: "(100%)" in window.downloads_panel.findChildren(
         type(page.text))[-1].text(), timeout=10_000)
+    files.initializePage()  # the same repository again: the file is here now
+    qtbot.waitUntil(lambda: files.table.rowCount() == 2, timeout=30_000)
+    assert files.table.item(1, 2).text().startswith("already on this machine (Homerack)")
+    files.table.selectRow(1)
+    assert not files.isComplete()  # not downloaded twice
 
 
 def test_model_wizard_explains_a_gated_repo(qtbot, open_window, hub):

@@ -165,7 +165,7 @@ class FilesPage(QWizardPage):
         self.table.setRowCount(len(self.quants))
         for row, q in enumerate(self.quants):
             cells = [("★ " if q["recommended"] else "") + q["quant"], size_text(q["size_bytes"]),
-                     q["verdict"]]
+                     already_here(q.get("on_this_machine")) or q["verdict"]]
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setBackground(QBrush(QColor(FIT_COLORS[q["fit"]])))
@@ -189,12 +189,22 @@ class FilesPage(QWizardPage):
         return self.quants[rows[0].row()] if rows and self.quants else None
 
     def isComplete(self) -> bool:
+        """A file that fits, and is not on this machine already (no second download)."""
         chosen = self.chosen()
-        return chosen is not None and chosen["fit"] != "no"
+        return chosen is not None and chosen["fit"] != "no" and \
+            not chosen.get("on_this_machine")
 
     def validatePage(self) -> bool:
         self.wiz.quant = self.chosen()["quant"]
         return True
+
+
+def already_here(model: dict | None) -> str:
+    """A quant the user has already, where it lies, in words ("" when it is not here)."""
+    if not model:
+        return ""
+    return f"already on this machine ({model['source_label']}): choose {model['id']} " \
+        "in the model list"
 
 
 class DownloadPage(QWizardPage):
