@@ -1,4 +1,5 @@
-"""The desktop app's settings (sampling, the routing pair), each kept in a small JSON file."""
+"""The desktop app's settings (sampling, the routing pair), each kept in a small JSON file;
+and whether the engine it starts opens Ollama's API without the token (a flag file)."""
 
 from __future__ import annotations
 
@@ -74,3 +75,20 @@ def load_sampling(path: Path) -> Sampling:
 
 def save_settings(path: Path, settings) -> None:
     write_atomic(path, json.dumps(asdict(settings)))
+
+
+OLLAMA_DOOR_FLAG = "ollama-without-token"
+OLLAMA_PORT = 11434  # Ollama's own: the apps that cannot send a token look there
+
+
+def ollama_door(data: Path) -> bool:
+    """Whether the app's engine serves Ollama's API without the token on 127.0.0.1."""
+    return (data / OLLAMA_DOOR_FLAG).exists()
+
+
+def set_ollama_door(data: Path, on: bool) -> None:
+    flag = data / OLLAMA_DOOR_FLAG
+    if on:
+        flag.touch()
+    else:
+        flag.unlink(missing_ok=True)

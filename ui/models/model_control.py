@@ -144,6 +144,15 @@ class ModelControl(QObject):
         start_task(lambda _t: {"health": client.health(), "models": client.models()},
                    on_done=done, on_error=lambda e: self.error.emit(str(e)), owner=self)
 
+    def sources_changed(self) -> None:
+        """The user changed where models are found: the engine reads the choice again and
+        looks; then the list shows what it found (an engine not started yet reads it when
+        it starts)."""
+        client = self.client()
+        if client is not None:
+            start_task(lambda _t: client.choose_source(), on_done=lambda _s: self.refresh(),
+                       on_error=lambda e: self.error.emit(str(e)), owner=self)
+
     # -- the routing pair ----------------------------------------------------------------
 
     def apply_routing(self) -> None:

@@ -1,2 +1,3 @@
 """The Settings page (settings_page.py): the system prompt, sampling, speculation and the
-routing pair."""
+routing pair; and where models are found besides Homerack's folder, with the choice to
+open Ollama's API without the token (sources_panel.py)."""

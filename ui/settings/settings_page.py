@@ -1,8 +1,8 @@
 """Settings: the conversation's system prompt, sampling (each model's own defaults unless
-the user picks a value), speculative decoding and the routing pair. It keeps its own
-files (settings.json, routing.json) and puts what they hold into the window's state
-(ui/state.py), which it observes for the conversation and the models; the window hands
-the routing pair to the engine."""
+the user picks a value), speculative decoding, the routing pair, and where models are
+found (sources_panel.py). It keeps its own files (settings.json, routing.json) and puts
+what they hold into the window's state (ui/state.py), which it observes for the
+conversation and the models; the window hands the routing pair to the engine."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from app.settings import RoutingChoice, Sampling, load_sampling, load_settings, 
 
 from ..safe_text import Label
 from ..state import WindowState
+from .sources_panel import SourcesPanel
 
 UNSET = {"temperature": -0.05, "top_p": 0.0}  # the spin boxes' "model default" values
 
@@ -58,6 +59,8 @@ class SettingsPage(QWidget):
         form.addRow(Label("Seed"), self.seed)
         form.addRow(Label("Speculative decoding"), self.speculation)
         self._build_routing(form)
+        self.sources = SourcesPanel(data)
+        form.addRow(Label("Models elsewhere"), self.sources)
         self.fill_models([])
         state.changed.connect(self._on_changed)
 

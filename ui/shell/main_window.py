@@ -112,6 +112,8 @@ class MainWindow(QMainWindow):
         self.chat.copied.connect(lambda what: self.statusBar().showMessage(what, 2000))
         self.settings.system_prompt_changed.connect(self._on_system_prompt)
         self.settings.routing_chosen.connect(lambda _pair: self.control.apply_routing())
+        self.settings.sources.changed.connect(self.control.sources_changed)
+        self.settings.sources.error.connect(self.show_error)
         self.plan_panel.preview_requested.connect(self.control.preview_plan)
         self.plan_panel.load_requested.connect(self.control.load)
         self.downloads_panel.action_requested.connect(self.control.control_download)

@@ -1,0 +1,103 @@
+"""Where models are found besides Homerack's folder: each other app's folder on or off
+(with what it holds), folders the user adds, and the choice to open Ollama's API without
+the token for apps that cannot send one. The choices are kept by the app
+(app.local_models, app.settings); `changed` asks the window to have the engine read them
+again. Looking through the folders runs off the UI thread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QPushButton, QVBoxLayout,
+                               QWidget)
+
+from app.local_models import in_place, set_folder
+from app.settings import OLLAMA_PORT, ollama_door, set_ollama_door
+
+from ..safe_text import Label
+from ..tasks import start_task
+
+
+class SourcesPanel(QWidget):
+    changed = Signal()  # the sources or folders changed: the engine should look again
+    error = Signal(str)
+
+    def __init__(self, data: Path, parent=None):
+        super().__init__(parent)
+        self.data = data
+        self.rows = QVBoxLayout()
+        self.add_folder = QPushButton("Add a folder of models…",
+                                      accessibleName="Add a folder of models")
+        self.add_folder.clicked.connect(self._pick_folder)
+        self.door = QCheckBox(f"Serve Ollama's API without the token on 127.0.0.1:{OLLAMA_PORT}",
+                              accessibleName="Serve Ollama's API without the token")
+        self.door.setChecked(ollama_door(data))
+        self.door.toggled.connect(lambda on: set_ollama_door(self.data, on))
+        door_note = Label(
+            "For apps that cannot send a token (Open WebUI, editor plugins…): any program on "
+            "this computer can then use your models, and other computers cannot. Off by "
+            "default; applies the next time Homerack starts.", objectName="muted",
+            wordWrap=True)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(Label("Models already on this computer, used where they are "
+                               "(never copied):", wordWrap=True))
+        layout.addLayout(self.rows)
+        layout.addWidget(self.add_folder)
+        layout.addWidget(self.door)
+        layout.addWidget(door_note)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Look through the folders again (off the UI thread) and show what they hold."""
+        start_task(lambda _t: in_place().describe(), on_done=self.show_sources,
+                   on_error=lambda e: self.error.emit(f"Could not look for models: {e}"),
+                   owner=self)
+
+    def show_sources(self, sources: list[dict]) -> None:
+        while self.rows.count():
+            widget = self.rows.takeAt(0).widget()
+            if widget is not None:
+                widget.deleteLater()
+        for source in sources:
+            self.rows.addWidget(self._row(source))
+
+    def _row(self, source: dict) -> QWidget:
+        held = f"{source['models']} model{'s' if source['models'] != 1 else ''} in " \
+            f"{', '.join(source['present'])}" if source["present"] else "not on this computer"
+        row = QWidget()
+        line = QHBoxLayout(row)
+        line.setContentsMargins(0, 0, 0, 0)
+        if source["source"] == "folder":
+            line.addWidget(Label(f"Your folder: {held}", wordWrap=True), 1)
+            remove = QPushButton("Remove", accessibleName=f"Remove {source['folders'][0]}")
+            remove.clicked.connect(lambda _c=False, f=source["folders"][0]: self._folder(f, False))
+            line.addWidget(remove)
+        else:
+            box = QCheckBox(f"{source['label']}: {held}", accessibleName=source["label"])
+            box.setChecked(source["enabled"])
+            box.toggled.connect(lambda on, s=source["source"]: self._choose(s, on))
+            line.addWidget(box, 1)
+        for problem in source["problems"]:
+            line.addWidget(Label(f"cannot use {problem['name']}: {problem['problem']}",
+                                 objectName="muted", wordWrap=True))
+        return row
+
+    def _choose(self, source: str, on: bool) -> None:
+        start_task(lambda _t: in_place().choose(source, enabled=on),
+                   on_done=lambda _c: self._done(), on_error=lambda e: self.error.emit(str(e)),
+                   owner=self)
+
+    def _pick_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "A folder of GGUF models")
+        if folder:
+            self._folder(folder, True)
+
+    def _folder(self, folder: str, add: bool) -> None:
+        start_task(lambda _t: set_folder(folder, add), on_done=lambda _f: self._done(),
+                   on_error=lambda e: self.error.emit(str(e)), owner=self)
+
+    def _done(self) -> None:
+        self.changed.emit()
+        self.refresh()
