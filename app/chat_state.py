@@ -72,5 +72,6 @@ class ChatState:
 
 def listed(models: list[dict]) -> tuple[tuple[dict, ...], tuple[dict, ...]]:
     """The engine's /v1/models split into the picker's chat models and the adapters."""
-    return (tuple(m for m in models if m.get("kind") not in NOT_PICKED),
+    return (tuple(m for m in models if m.get("kind") not in NOT_PICKED
+                  and not m.get("problem")),  # another app's model that cannot be used
             tuple(m for m in models if m.get("kind") == "adapter"))

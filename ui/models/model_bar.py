@@ -160,8 +160,10 @@ class ModelBar(QWidget):
         self.box.clear()
         for model in models:  # a loaded model marked first: a long id is cut at the end
             loaded = LOADED_MARK if model.get("loaded") else ""
-            self.box.addItem(f"{loaded}{model['id']}  ({model['size_bytes'] / 2**20:,.0f} MiB)"
-                             f"{badges(model.get('capabilities'))}", model["id"])
+            there = f", from {model['source_label']}" if model.get("source", "homerack") \
+                != "homerack" else ""
+            self.box.addItem(f"{loaded}{model['id']}  ({model['size_bytes'] / 2**20:,.0f} MiB"
+                             f"{there}){badges(model.get('capabilities'))}", model["id"])
         self.box.setCurrentIndex(max(self.box.findData(current), 0))
 
     def show_reasoning(self, capabilities: list[str] | None) -> None:
