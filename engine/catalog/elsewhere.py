@@ -121,6 +121,9 @@ def _find_in(source: str, root: Path) -> list[Found]:
 def ollama_models(root: Path) -> Iterator[Found]:
     manifests = root / "manifests"
     for path in _files_under(manifests, depth=4):
+        if isinstance(path, Unreadable):
+            yield _unreadable("ollama", path)
+            continue
         parts = path.relative_to(manifests).parts
         if len(parts) == 4:
             yield _ollama_model(root, ollama_name(*parts), path)
@@ -202,7 +205,9 @@ def gguf_files(source: str, root: Path, name_of) -> Iterator[Found]:
     only with every part."""
     by_folder: dict[Path, list[Path]] = {}
     for path in _files_under(root, MAX_DEPTH):
-        if path.name.lower().endswith(".gguf") and not path.name.startswith("incomplete-"):
+        if isinstance(path, Unreadable):
+            yield _unreadable(source, path)
+        elif path.name.lower().endswith(".gguf") and not path.name.startswith("incomplete-"):
             by_folder.setdefault(path.parent, []).append(path)
     for paths in by_folder.values():
         projectors = [p for p in paths if "mmproj" in p.name.lower()]
@@ -218,6 +223,10 @@ def gguf_files(source: str, root: Path, name_of) -> Iterator[Found]:
                           _blob_digest(path), projectors[0] if projectors else None)
             yield Found(source, found.name, path, problem=f"{missing[0]} is missing (a split "
                         "model needs every part)") if missing else _checked(found)
+
+
+def _unreadable(source: str, error: Unreadable) -> Found:
+    return Found(source, str(error.path), error.path, problem=str(error))
 
 
 def _parts(path: Path, split) -> list[Path]:
@@ -247,15 +256,33 @@ def _with_problem(found: Found, problem: str) -> Found:
     return Found(found.source, found.name, found.path, problem=problem)
 
 
-def _files_under(root: Path, depth: int) -> Iterator[Path]:
-    """Files (and links to files) at most `depth` folders below `root`, in name order;
-    links to folders are not followed (no loops)."""
-    for folder, dirs, files in os.walk(root, followlinks=False):
+class Unreadable(Exception):
+    """A folder under a root that cannot be listed."""
+
+    def __init__(self, path: Path, why: str):
+        super().__init__(f"cannot read {path}: {why}")
+        self.path = path
+
+
+def _files_under(root: Path, depth: int) -> Iterator[Path | Unreadable]:
+    """Files (and links to files) at most `depth` folders below `root`, in name order,
+    and each folder that cannot be listed; links to folders are not followed (no loops)."""
+    unreadable: list[Unreadable] = []
+
+    def note(error: OSError) -> None:
+        if isinstance(error, FileNotFoundError):
+            return  # not there (yet, or any more): nothing to say
+        unreadable.append(Unreadable(Path(error.filename or root), error.strerror or str(error)))
+
+    for folder, dirs, files in os.walk(root, followlinks=False, onerror=note):
+        yield from unreadable
+        unreadable.clear()
         dirs.sort()
         if len(Path(folder).relative_to(root).parts) >= depth:
             dirs.clear()
         for name in sorted(files):
             yield Path(folder) / name
+    yield from unreadable
 
 
 def _blob_digest(path: Path) -> str | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
@@ -67,6 +68,7 @@ class InPlace:
         self._lock = threading.Lock()
         self._found: list[Found] | None = None
         self._generation = 0  # of what was found
+        self._looked = float("-inf")  # when it was last forgotten
         self._merged: tuple[tuple, list] | None = None
 
     @classmethod
@@ -137,6 +139,13 @@ class InPlace:
         with self._lock:
             self._found, self._merged = None, None
             self._generation += 1
+            self._looked = time.monotonic()
+
+    def refresh_if_stale(self, age_s: float = 1.0) -> None:
+        """refresh, unless that was done less than `age_s` ago (a request naming a model
+        nobody has looks once, not on every retry)."""
+        if time.monotonic() - self._looked >= age_s:
+            self.refresh()
 
     def models(self, own: list) -> tuple[list, list]:
         """(usable, unusable): `own` and every model found elsewhere, each file once;

@@ -190,7 +190,7 @@ class ModelStore:
         name = name or DEFAULT_MODEL
         found = self._named(name)
         if found is None and self.elsewhere is not None:
-            self.elsewhere.refresh()  # a model that appeared a moment ago
+            self.elsewhere.refresh_if_stale()  # a model that appeared a moment ago
             found = self._named(name)
         if found is not None:
             if found.problem:

@@ -211,3 +211,28 @@ def test_sources_turned_off_are_not_read_and_the_choice_is_kept(tmp_path, ggufs)
     assert not again.enabled("ollama") and again.enabled("lmstudio")
     assert [s["enabled"] for s in again.describe() if s["source"] == "ollama"] == [False]
     assert InPlace(places, None, env={"HOMERACK_MODEL_SOURCES": "none"}).found() == []
+
+
+def test_an_unreadable_folder_is_listed_with_why_and_the_rest_is_found(tmp_path, ggufs,
+                                                                       monkeypatch):
+    import os
+
+    a, _ = ggufs
+    places = machine(tmp_path)
+    lms = places["lmstudio"][0]
+    tree_model(lms, a, "open/r/a.gguf")
+    tree_model(lms, a, "locked/r/b.gguf", copy=True)
+    ollama_model(places["ollama"][0], a, "fine")
+    locked = {lms / "locked", places["ollama"][0] / "manifests" / "registry.ollama.ai"}
+    real = os.scandir
+
+    def scandir(path="."):  # as a folder of another user's (tests run as root, too)
+        if Path(path) in locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    store = ModelStore(tmp_path / "own", GGUFInspector(), elsewhere=InPlace(places, env={}))
+    assert [m.id for m in store.list()] == ["a"]
+    problems = sorted(m.problem for m in store.unusable())
+    assert problems == [f"cannot read {p}: Permission denied" for p in sorted(map(str, locked))]
