@@ -60,7 +60,8 @@ class SettingsPage(QWidget):
         form.addRow(Label("Speculative decoding"), self.speculation)
         self._build_routing(form)
         self.sources = SourcesPanel(data)
-        form.addRow(Label("Models elsewhere"), self.sources)
+        form.addRow(Label("Models elsewhere"))
+        form.addRow(self.sources)
         self.fill_models([])
         state.changed.connect(self._on_changed)
 

@@ -30,19 +30,21 @@ class SourcesPanel(QWidget):
         self.add_folder = QPushButton("Add a folder of models…",
                                       accessibleName="Add a folder of models")
         self.add_folder.clicked.connect(self._pick_folder)
-        self.door = QCheckBox(f"Serve Ollama's API without the token on 127.0.0.1:{OLLAMA_PORT}",
+        self.door = QCheckBox("Ollama's API without the token",  # short: it cannot wrap
                               accessibleName="Serve Ollama's API without the token")
         self.door.setChecked(ollama_door(data))
         self.door.toggled.connect(lambda on: set_ollama_door(self.data, on))
         door_note = Label(
-            "For apps that cannot send a token (Open WebUI, editor plugins…): any program on "
-            "this computer can then use your models, and other computers cannot. Off by "
-            "default; applies the next time Homerack starts.", objectName="muted",
+            f"On 127.0.0.1:{OLLAMA_PORT}, Ollama's port, for apps that cannot send a token "
+            "(Open WebUI, editor plugins…): any program on this computer can then use your "
+            "models; other computers cannot. Off by default; applies the next time Homerack "
+            "starts.", objectName="muted",
             wordWrap=True)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(Label("Models already on this computer, used where they are "
-                               "(never copied):", wordWrap=True))
+        layout.addWidget(Label("Models other apps downloaded, used where they are (never "
+                               "copied). Hover a line for its folders.", objectName="muted",
+                               wordWrap=True))
         layout.addLayout(self.rows)
         layout.addWidget(self.add_folder)
         layout.addWidget(self.door)
@@ -64,24 +66,33 @@ class SourcesPanel(QWidget):
             self.rows.addWidget(self._row(source))
 
     def _row(self, source: dict) -> QWidget:
-        held = f"{source['models']} model{'s' if source['models'] != 1 else ''} in " \
-            f"{', '.join(source['present'])}" if source["present"] else "not on this computer"
+        """One source: its switch (or a folder's Remove) and what it holds in words; the
+        folders in its tooltip (a long path would widen the page past the drawer)."""
+        count = source["models"]
+        held = "not read" if not source["enabled"] else \
+            f"{count} model{'s' if count != 1 else ''}" if source["present"] \
+            else "not on this computer"
         row = QWidget()
-        line = QHBoxLayout(row)
-        line.setContentsMargins(0, 0, 0, 0)
+        row.setToolTip("\n".join(source["folders"]))
+        column = QVBoxLayout(row)
+        column.setContentsMargins(0, 0, 0, 0)
+        line = QHBoxLayout()
         if source["source"] == "folder":
-            line.addWidget(Label(f"Your folder: {held}", wordWrap=True), 1)
+            line.addWidget(Label(f"{Path(source['folders'][0]).name or source['folders'][0]}"
+                                 f": {held}", wordWrap=True), 1)
             remove = QPushButton("Remove", accessibleName=f"Remove {source['folders'][0]}")
             remove.clicked.connect(lambda _c=False, f=source["folders"][0]: self._folder(f, False))
             line.addWidget(remove)
         else:
-            box = QCheckBox(f"{source['label']}: {held}", accessibleName=source["label"])
+            box = QCheckBox(source["label"], accessibleName=source["label"])
             box.setChecked(source["enabled"])
             box.toggled.connect(lambda on, s=source["source"]: self._choose(s, on))
-            line.addWidget(box, 1)
+            line.addWidget(box)
+            line.addWidget(Label(held, objectName="muted"), 1)
+        column.addLayout(line)
         for problem in source["problems"]:
-            line.addWidget(Label(f"cannot use {problem['name']}: {problem['problem']}",
-                                 objectName="muted", wordWrap=True))
+            column.addWidget(Label(f"cannot use {problem['name']}: {problem['problem']}",
+                                   objectName="muted", wordWrap=True))
         return row
 
     def _choose(self, source: str, on: bool) -> None:
