@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Callable
 from .agent.compose import Composed
 from .catalog.chat_format import ChatFormat, chat_format_for
 from .catalog.drafts import check_draft_fits, check_size
-from .catalog.facts import describe
 from .catalog.sampling_defaults import model_defaults
 from .cascade import Cascade
 from .catalog.models import LocalModel, ModelStore
+from .catalog.shelf import Shelf
 from .errors import HomerackError, InvalidRequest
 from .events import LOADED, Event, GenerationRequest, Job, SamplingParams
 from .fleet import Fleet
@@ -63,7 +63,7 @@ class Engine:
         self._ids = itertools.count(1)
         self.vocabularies = Vocabularies(store)  # tokenizers for counting, unloaded models
         self._routing_lock = threading.Lock()
-        self.watch = None  # catalog.watch.ModelWatch, once watch_models started it
+        self.shelf = Shelf(store)  # what the routes read about the models on disk
 
     @property
     def main(self):
@@ -197,53 +197,6 @@ class Engine:
 
     # -- what the routes read: through these, never around the engine -------------------
 
-    def models(self) -> list[LocalModel]:
-        """The models folder's files, adapters and embedding models among them."""
-        return self.store.list()
-
-    def unusable(self) -> list[LocalModel]:
-        """Models found in other apps' folders that cannot be used, each with why."""
-        return self.store.unusable()
-
-    def sources(self) -> list[dict]:
-        """Where models are found besides the models folder (catalog/in_place.py)."""
-        return self.store.elsewhere.describe() if self.store.elsewhere else []
-
-    def choose_sources(self, source: str | None = None, enabled: bool | None = None
-                       ) -> list[dict]:
-        """A source turned on or off; the user's choices read again (the app adds
-        folders: the API takes no paths) and the folders looked at again."""
-        if self.store.elsewhere is None:
-            raise InvalidRequest("this engine reads its models folder only")
-        self.store.elsewhere.choose(source, enabled)
-        if self.watch is not None:
-            self.watch.changed()
-        return self.sources()
-
-    def watch_models(self) -> None:
-        """Find and inspect models as files come and go (catalog/watch.py)."""
-        from .catalog.watch import ModelWatch
-
-        self.watch = ModelWatch(self.store).start()
-
-    def on_this_machine(self, repo: str, files: tuple[str, ...], sha256: tuple[str, ...]
-                ) -> LocalModel | None:
-        """The model on this machine that is a Hub repository's file, wherever it lies."""
-        return self.store.on_this_machine(repo, files, sha256)
-
-    def adapters(self) -> list[LocalModel]:
-        """The LoRA adapters, in llama-server's order (a numeric id is an index here)."""
-        return self.store.adapters()
-
-    def kind_of(self, model: LocalModel) -> str | None:
-        """chat, embedding or adapter; None while its header is still being read."""
-        return self.store.kind_of(model, wait=False)
-
-    def facts(self, model: LocalModel, kind: str | None) -> dict:
-        """What the file's header says (catalog/facts.py): sampling defaults and
-        capabilities, or an adapter's rank and the models it fits."""
-        return describe(self.store, model, kind)
-
     def check_draft(self, model: LocalModel, draft: LocalModel) -> None:
         """Raise InvalidRequest unless `draft` can speculate for `model`."""
         check_draft_fits(model, draft, self.store.inspector)  # the tokenizer's word first
@@ -264,16 +217,6 @@ class Engine:
             self.presets.ask(model.id, load=LoadOverride(n_ctx=n_ctx))
         if keep is not None:
             self.presets.ask(model.id, keep=keep)
-
-    def header(self, model: LocalModel):
-        """What `model`'s header says (catalog.gguf_file.GGUFInfo); None while it is
-        still being read, or when it cannot be."""
-        if model.problem or not self.store.inspector.known(model.path):
-            return None
-        try:
-            return self.store.inspector.inspect(model.path)
-        except HomerackError:
-            return None
 
     def preset(self, model_id: str) -> Preset:
         return self.presets.get(model_id)
@@ -410,8 +353,7 @@ class Engine:
         self.main.abandon(error)
 
     def close(self) -> None:
-        if self.watch is not None:
-            self.watch.close()
+        self.shelf.close()
         if self.replicas:
             self.replicas.close()
         self.fleet.close()

@@ -102,7 +102,7 @@ def _serve(args, token: str) -> int:
             print(f"routing: {pair['note']}", file=sys.stderr, flush=True)
         # every model's kind and defaults known soon (/v1/models does not wait for a
         # parse), and those that appear later within seconds
-        engine.watch_models()
+        engine.shelf.start_watching()
 
     # uvicorn re-raises the signal it stopped on; exit through `finally` to clean up.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

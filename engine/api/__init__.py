@@ -1,4 +1,5 @@
-"""The engine's HTTP API over `Engine` (routes go through its methods; a contract says so):
+"""The engine's HTTP API over `Engine` (routes go through its methods and its `shelf` of
+models on disk; a contract says so):
 
   factory.py            the app put together: routes, errors in each wire's shape, guard
   server.py             uvicorn on a socket bound here

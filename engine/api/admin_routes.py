@@ -56,14 +56,14 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
                   *status["adapters"]["loaded"])
         # kind: null for a file not inspected yet (parsing one can take seconds)
         models = []
-        for m in engine.models():
-            kind = engine.kind_of(m)
+        for m in engine.shelf.models():
+            kind = engine.shelf.kind_of(m)
             models.append({
                 "id": m.id, "object": "model", "created": _created(m), "owned_by": "local",
-                **m.as_dict(), "kind": kind, "loaded": m.id in loaded, **engine.facts(m, kind)})
+                **m.as_dict(), "kind": kind, "loaded": m.id in loaded, **engine.shelf.facts(m, kind)})
         models += [{"id": m.id, "object": "model", "created": _created(m), "owned_by": "local",
                     **m.as_dict(), "kind": "unreadable", "loaded": False}
-                   for m in engine.unusable()]
+                   for m in engine.shelf.unusable()]
         if engine.routing:
             models.insert(0, {"id": "auto", "object": "model", "created": 0,
                               "owned_by": "homerack", "kind": "router",
@@ -74,20 +74,20 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
     async def sources():
         """Where models are found besides the models folder: other apps' folders and
         those the user added, each on or off, with its models and its problems."""
-        return {"object": "list", "data": await asyncio.to_thread(engine.sources)}
+        return {"object": "list", "data": await asyncio.to_thread(engine.shelf.sources)}
 
     @router.put("/v1/sources")
     async def choose_source(body: SourceRequest):
         """A source turned on or off (and the user's choices read again: the app adds
         folders, as the API takes no paths)."""
         return {"object": "list", "data": await asyncio.to_thread(
-            engine.choose_sources, body.source, body.enabled)}
+            engine.shelf.choose_sources, body.source, body.enabled)}
 
     @router.get("/lora-adapters")
     async def lora_adapters():
         """llama-server's list: an adapter's index here is its numeric id in "lora"."""
         return [{"id": i, "name": a.id, "path": str(a.path), "scale": 0.0}
-                for i, a in enumerate(engine.adapters())]
+                for i, a in enumerate(engine.shelf.adapters())]
 
     @router.post("/v1/plan")
     async def preview_plan(body: LoadRequest):

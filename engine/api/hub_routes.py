@@ -37,7 +37,7 @@ def _quants_with_verdicts(engine: Engine, repo: str, ctx: int) -> dict:
                  "recommended": v.recommended,
                  "n_ctx": v.plan.n_ctx if v.plan else None,
                  "n_gpu_layers": v.plan.n_gpu_layers if v.plan else None,
-                 "on_this_machine": _here(engine.on_this_machine(repo, v.quant.files,
+                 "on_this_machine": _here(engine.shelf.on_this_machine(repo, v.quant.files,
                                                                  v.quant.sha256))}
                 for v in verdicts]}
 

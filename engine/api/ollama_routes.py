@@ -59,8 +59,8 @@ def router(engine: Engine) -> APIRouter:
 
     @api.get("/api/tags")
     async def tags():
-        return {"models": [_listed(engine, m) for m in engine.models()
-                           if engine.kind_of(m) in ("chat", "embedding", None)]}
+        return {"models": [_listed(engine, m) for m in engine.shelf.models()
+                           if engine.shelf.kind_of(m) in ("chat", "embedding", None)]}
 
     @api.post("/api/show")
     async def show(body: OllamaShow):
@@ -304,7 +304,7 @@ def _name(model) -> str:
 
 
 def _details(engine: Engine, model) -> dict:
-    facts = engine.header(model)
+    facts = engine.shelf.header(model)
     arch = facts.architecture if facts else None
     n_params = facts.shape.n_params if facts and facts.shape else None
     quant = _QUANT.search(model.label.rsplit(":", 1)[-1] or model.path.name) or \
@@ -316,9 +316,9 @@ def _details(engine: Engine, model) -> dict:
 
 
 def _shown(engine: Engine, model) -> dict:
-    facts = engine.header(model)
-    kind = engine.kind_of(model) or "chat"
-    can = set(engine.facts(model, kind).get("capabilities") or ())
+    facts = engine.shelf.header(model)
+    kind = engine.shelf.kind_of(model) or "chat"
+    can = set(engine.shelf.facts(model, kind).get("capabilities") or ())
     capabilities = ["embedding"] if kind == "embedding" else \
         ["completion", *(["tools"] if "tools" in can else []),
          *(["thinking"] if "reasoning" in can else [])]

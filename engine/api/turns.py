@@ -150,7 +150,7 @@ def request_for(engine: Engine, body, **content) -> GenerationRequest:
 def split_model_id(engine: Engine, name: str | None) -> tuple[str | None, list]:
     """A model id `BASE+ADAPTER[+ADAPTER...]` (for clients that send only a model name)
     as the base and its adapters at scale 1; any other id as it is."""
-    if not name or "+" not in name or name in {m.id for m in engine.models()}:
+    if not name or "+" not in name or name in {m.id for m in engine.shelf.models()}:
         return name, []
     base, *adapters = name.split("+")
     return base, [(adapter, 1.0) for adapter in adapters]
@@ -161,7 +161,7 @@ def lora_of(engine: Engine, choices) -> list[tuple[str, float]]:
     GET /lora-adapters, as llama-server's ids are."""
     if not choices:
         return []
-    listed = engine.adapters()
+    listed = engine.shelf.adapters()
     out = []
     for choice in choices:
         if isinstance(choice.id, int):

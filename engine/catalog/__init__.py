@@ -5,6 +5,7 @@
                          llama.cpp, Jan, GPT4All), found in their folders' layouts
   in_place.py            those models listed once beside the folder's, the sources chosen
   watch.py               the folders watched: files that come and go found in seconds
+  shelf.py               what the routes read of the models on disk (Engine.shelf)
   gguf_file.py           GGUF files validated, their metadata read with `gguf`
   shape.py               a model's shape as the planner needs it, from its header
   chat_format.py         the model's own chat template, rendered
