@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import InvalidRequest
 from ..presets import Keep
-from .schemas import ChatCompletionRequest
+from .schemas import ChatCompletionRequest, FunctionDef
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns))+$")
 _UNIT_S = {"h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
@@ -54,17 +54,11 @@ class ChatMessage(BaseModel):
     tool_name: str | None = None
 
 
-class ToolFunction(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    name: str = Field(pattern=r"^[a-zA-Z0-9_.-]{1,64}$")
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-
-
 class ToolDef(BaseModel):
+    """OpenAI's tool definition, its `type` optional (Ollama's clients may leave it out)."""
     model_config = ConfigDict(extra="ignore")
     type: Literal["function"] = "function"
-    function: ToolFunction
+    function: FunctionDef
 
 
 class Generating(BaseModel):
