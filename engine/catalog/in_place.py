@@ -7,8 +7,9 @@ then the sources in elsewhere.SOURCES' order) and lists the others as `also_at`.
 places hold the same file when they are one file (a link, the same inode), when the
 names their apps give them carry the same sha256 (Ollama's blobs, the Hub cache's), or
 when their sizes agree and their fingerprints (first and last 4 MiB) too. A model's id
-is its name in Ollama ("qwen3:30b-a3b"), or its file's name without `.gguf` for the
-others, with `@source` added when that id is taken already.
+is its name in Ollama ("qwen3:30b-a3b"), its folder's in Jan (which keeps
+`<id>/model.gguf`), or its file's name without `.gguf` for the others, with `@source`
+added when that id is taken already.
 
 What was found is kept until something changes (watch.py rescans), so listing the models
 for every request reads directories once, not every time.
@@ -218,6 +219,8 @@ def _forced(value: str | None) -> frozenset[str] | None:
 def _id_for(item: Found) -> str:
     if item.source == "ollama":
         return item.name
+    if item.source == "jan" and len(Path(item.name).parts) > 1:
+        return Path(item.name).parent.name  # Jan keeps <model id>/model.gguf
     name = Path(item.name).name
     split = SPLIT_PART.search(name)
     return name[:split.start()] if split else name[:-5] if name.lower().endswith(".gguf") \

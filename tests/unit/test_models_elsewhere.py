@@ -88,6 +88,10 @@ def test_every_source_is_found_named_as_its_app_names_it(tmp_path, ggufs):
     assert found["huggingface", "org/Tiny-GGUF/tiny-Q8_0.gguf"].digest == sha256_file(b)
     lms = found["lmstudio", "lmstudio-community/Tiny-GGUF/Tiny-Q4_K_M.gguf"]
     assert lms.projector.name == "mmproj-Tiny-f16.gguf"  # a projector, not a model
+    from engine.catalog.in_place import _id_for
+
+    assert _id_for(found["jan", "tiny-jan/model.gguf"]) == "tiny-jan"  # Jan's: its folder
+    assert _id_for(found["llama.cpp", "org_Tiny-GGUF_tiny-Q5.gguf"]) == "org_Tiny-GGUF_tiny-Q5"
 
 
 def test_the_same_file_found_in_several_places_is_one_model(tmp_path, ggufs):
