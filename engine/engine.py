@@ -230,7 +230,8 @@ class Engine:
         from .cluster.replicas import MachineLoad
 
         held = self.loaded()
-        models = frozenset(m.id for m in self.models() if self.kind_of(m) in ("chat", None))
+        models = frozenset(m.id for m in self.shelf.models()
+                           if self.shelf.kind_of(m) in ("chat", None))
         slots = max(1, self.settings.parallel)
         return MachineLoad(here, models, frozenset(m["id"] for m in held),
                            sum(m["running"] + m["queued"] for m in held) / slots,

@@ -18,6 +18,7 @@ from fixtures.other_apps import hub_cache_model, ollama_model, tree_model
 from support.agent_templates import HERMES
 from support.engines import api_client, start_engine
 from support.models import PARIS_QUESTION, STARTER, with_template
+from tiny_gguf import CHATML
 
 pytestmark = pytest.mark.slow
 
@@ -44,6 +45,9 @@ def machine(tmp_path_factory, starters_dir):
     ollama_model(ollama, tools, "broken").write_text("{ not json")
     hub_cache_model(home / ".cache" / "huggingface" / "hub", starters_dir / f"{GEMMA}.gguf",
                     "unsloth/gemma-3-270m-it-GGUF", "gemma-3-270m-it-Q4_K_M.gguf")
+    hub_cache_model(home / ".cache" / "huggingface" / "hub", with_template(  # only there
+        starters_dir / f"{STARTER}.gguf", home / "smol-chatml.gguf", CHATML),
+        "someone/Smol-ChatML-GGUF", "smol-chatml-Q4_1.gguf")
     tree_model(home / ".lmstudio" / "models", starters_dir / f"{EMBEDDER}.gguf",
                "second-state/MiniLM-GGUF/all-MiniLM-L6-v2-F16.gguf", copy=True)
     return home
@@ -139,6 +143,15 @@ def test_a_tool_call_and_its_result_through_the_ollama_client(client):
     after = client.chat(model="smol-tools", messages=answered, tools=[WEATHER],
                         stream=False, options={"num_predict": 20})
     assert after.done and (after.message.content or after.message.tool_calls)
+
+
+def test_a_model_only_in_the_hub_cache_loads_and_answers_where_it_lies(client, engine):
+    entry = inspected(engine)["smol-chatml-Q4_1"]
+    assert entry["source"] == "huggingface" and entry["path"].endswith(
+        "snapshots/0123456789abcdef0123456789abcdef01234567/smol-chatml-Q4_1.gguf")
+    reply = client.chat(model="someone/Smol-ChatML-GGUF/smol-chatml-Q4_1.gguf", stream=False,
+                        messages=[{"role": "user", "content": "Hi"}], options={"num_predict": 4})
+    assert reply.done and reply.eval_count <= 4
 
 
 def test_generate_raw_templated_and_structured(client):
