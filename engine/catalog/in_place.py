@@ -119,7 +119,7 @@ class InPlace:
                     (source != FOLDER or _under(f.path, roots[0]))]
             out.append({"source": source, "label": LABELS[source],
                         "folders": [str(r) for r in roots], "present": [str(r) for r in roots
-                                                                        if _is_dir(r)],
+                                                                        if is_dir(r)],
                         "enabled": source == FOLDER or self.enabled(source),
                         "models": sum(1 for f in mine if not f.problem),
                         "problems": [{"name": f.name, "problem": f.problem}
@@ -236,7 +236,8 @@ def _free_id(wanted: str, source: str, taken: set[str]) -> str:
     return candidate
 
 
-def _is_dir(path: Path) -> bool:
+def is_dir(path: Path) -> bool:
+    """Whether `path` is a folder now; False where it cannot be asked (a dead mount)."""
     try:
         return path.is_dir()
     except OSError:

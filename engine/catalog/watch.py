@@ -14,6 +14,8 @@ import logging
 import threading
 from pathlib import Path
 
+from .in_place import is_dir
+
 log = logging.getLogger("homerack.models")
 
 
@@ -63,7 +65,7 @@ class ModelWatch:
 
     def _folders(self) -> set[Path]:
         roots = self.store.elsewhere.roots() if self.store.elsewhere is not None else []
-        return {folder for folder in (self.store.folder, *roots) if _is_dir(folder)}
+        return {folder for folder in (self.store.folder, *roots) if is_dir(folder)}
 
     def _watch(self, folders: set[Path]) -> None:
         """Watch `folders` (with watchdog's observer of this platform) from now on."""
@@ -93,9 +95,3 @@ class ModelWatch:
         observer.start()
         self._observer, self._watched = observer, folders
 
-
-def _is_dir(path: Path) -> bool:
-    try:
-        return path.is_dir()
-    except OSError:
-        return False
