@@ -68,7 +68,9 @@ def router(engine: Engine) -> APIRouter:
 
     @api.get("/api/ps")
     async def running():
-        return {"models": [_running(engine, entry) for entry in engine.loaded()]}
+        listed = {m.id: m for m in engine.shelf.models()}
+        return {"models": [_running(engine, entry, listed.get(entry["id"]))
+                           for entry in engine.loaded()]}
 
     @api.post("/api/chat")
     async def chat(body: OllamaChat, http: Request):
@@ -338,14 +340,17 @@ def _shown(engine: Engine, model) -> dict:
             "capabilities": capabilities, "modified_at": _modified(model)}
 
 
-def _running(engine: Engine, entry: dict) -> dict:
-    model = engine.resolve(entry["id"])
+def _running(engine: Engine, entry: dict, model) -> dict:
+    """A loaded model as /api/ps shows it; `model` None when its file is no longer
+    listed (deleted, its source turned off) while it is still loaded."""
     memory = entry["memory"]
     ttl = entry["ttl_s"]
     expires = "0001-01-01T00:00:00Z" if entry["pinned"] or ttl is None else \
         _iso(time.time() + max(0.0, ttl - entry["idle_s"]))
-    return {"name": _name(model), "model": _name(model), "size": sum(memory.values()),
-            "digest": model.digest or _pseudo_digest(model), "details": _details(engine, model),
+    name = _name(model) if model else entry["id"]
+    return {"name": name, "model": name, "size": sum(memory.values()),
+            "digest": (model.digest or _pseudo_digest(model)) if model else "",
+            "details": _details(engine, model) if model else {"format": "gguf"},
             "expires_at": expires,
             "size_vram": sum(v for k, v in memory.items() if k != "CPU"),
             "context_length": entry["n_ctx"]}

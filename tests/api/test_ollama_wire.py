@@ -102,3 +102,13 @@ def test_a_models_own_system_prompt_and_stops_apply_when_a_request_has_none(tmp_
                                                    {"role": "user", "content": "hi"}))
     assert with_system(own).messages == own.messages
     assert model.stops() == ("<|im_end|>",)
+
+
+def test_a_loaded_model_whose_file_is_no_longer_listed_still_shows_in_ps():
+    from engine.api.ollama_routes import _running
+
+    entry = {"id": "gone:7b", "memory": {"CPU": 1000, "CUDA0": 3000}, "ttl_s": None,
+             "pinned": False, "idle_s": 3.0, "n_ctx": 4096}
+    shown = _running(None, entry, None)  # its source turned off while it is loaded
+    assert shown["name"] == "gone:7b" and shown["size"] == 4000 and shown["size_vram"] == 3000
+    assert shown["context_length"] == 4096 and shown["expires_at"].startswith("0001")
