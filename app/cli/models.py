@@ -84,7 +84,7 @@ def cmd_sources(args) -> int:
     except HomerackError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1
-    _tell_the_engine()
+    _ask_the_engine(lambda client: client.choose_source(), None)  # it reads them again
     for source in in_place().describe():
         state = "on " if source["enabled"] else "off"
         count = f"{source['models']} models" if source["enabled"] else ""
@@ -95,36 +95,25 @@ def cmd_sources(args) -> int:
     return 0
 
 
-def _tell_the_engine() -> None:
-    """A running engine reads the user's choices of sources again."""
-    from ..client import EngineClient, EngineError
-    from ..engine_proc import find_running
-
-    address = find_running(paths().engine_file)
-    if address is None:
-        return
-    client = EngineClient(address)
-    try:
-        client.choose_source()
-    except (EngineError, OSError):
-        pass
-    finally:
-        client.close()
-
-
 def _loaded() -> list[dict]:
     """What this user's running engine holds; nothing when none runs."""
+    return _ask_the_engine(lambda client: client.loaded(), [])
+
+
+def _ask_the_engine(ask, otherwise):
+    """`ask(client)` of this user's running engine; `otherwise` when none runs or it
+    cannot answer (the command's own work is done either way)."""
     from ..client import EngineClient, EngineError
     from ..engine_proc import find_running
 
     address = find_running(paths().engine_file)
     if address is None:
-        return []
+        return otherwise
     client = EngineClient(address)
     try:
-        return client.loaded()
+        return ask(client)
     except (EngineError, OSError):
-        return []
+        return otherwise
     finally:
         client.close()
 

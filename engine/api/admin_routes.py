@@ -55,15 +55,10 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
         loaded = (status["embedding_model"], *(m["id"] for m in status["models"]),
                   *status["adapters"]["loaded"])
         # kind: null for a file not inspected yet (parsing one can take seconds)
-        models = []
-        for m in engine.shelf.models():
-            kind = engine.shelf.kind_of(m)
-            models.append({
-                "id": m.id, "object": "model", "created": _created(m), "owned_by": "local",
-                **m.as_dict(), "kind": kind, "loaded": m.id in loaded, **engine.shelf.facts(m, kind)})
-        models += [{"id": m.id, "object": "model", "created": _created(m), "owned_by": "local",
-                    **m.as_dict(), "kind": "unreadable", "loaded": False}
-                   for m in engine.shelf.unusable()]
+        shelf = engine.shelf
+        models = [{**_entry(m, kind := shelf.kind_of(m)), "loaded": m.id in loaded,
+                   **shelf.facts(m, kind)} for m in shelf.models()]
+        models += [{**_entry(m, "unreadable"), "loaded": False} for m in shelf.unusable()]
         if engine.routing:
             models.insert(0, {"id": "auto", "object": "model", "created": 0,
                               "owned_by": "homerack", "kind": "router",
@@ -150,11 +145,14 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
         return {"model": found.id, **engine.preset(found.id).as_dict()}
 
 
-def _created(model) -> int:
+def _entry(model, kind: str | None) -> dict:
+    """A model as OpenAI's list shows one, with what Homerack knows of it."""
     try:
-        return int(model.path.stat().st_mtime)
+        created = int(model.path.stat().st_mtime)
     except OSError:  # an unusable model's file may be gone
-        return 0
+        created = 0
+    return {"id": model.id, "object": "model", "created": created, "owned_by": "local",
+            **model.as_dict(), "kind": kind}
 
 
 def _routing_routes(router: APIRouter, engine: Engine) -> None:

@@ -108,8 +108,7 @@ class LocalModel:
                 "source_label": LABELS[self.source], "name_there": self.label or None,
                 "projector": str(self.projector) if self.projector else None,
                 "also_at": [f"{LABELS[source]}: {name}" for source, name in self.also_at],
-                **({"problem": self.problem}
-                                                  if self.problem else {})}
+                **({"problem": self.problem} if self.problem else {})}
 
 
 @dataclass(frozen=True)
@@ -165,12 +164,16 @@ class ModelStore:
 
     def list(self) -> list[LocalModel]:
         """The models that can be used: the folder's, then those found elsewhere."""
-        own = self._own()
-        return self.elsewhere.models(own)[0] if self.elsewhere else own
+        return self._listing()[0]
 
     def unusable(self) -> list[LocalModel]:
         """Models found elsewhere that cannot be used, each with its problem."""
-        return self.elsewhere.models(self._own())[1] if self.elsewhere else []
+        return self._listing()[1]
+
+    def _listing(self) -> tuple[list[LocalModel], list[LocalModel]]:
+        """(usable, unusable), the folder read once."""
+        own = self._own()
+        return self.elsewhere.models(own) if self.elsewhere else (own, [])
 
     def _own(self) -> list[LocalModel]:
         starters = {s.id for s in STARTERS}
@@ -204,7 +207,7 @@ class ModelStore:
         raise ModelNotFound(f"model '{name}' not found (local models: {known})")
 
     def on_this_machine(self, repo: str, files: tuple[str, ...], sha256: tuple[str, ...]
-                ) -> LocalModel | None:
+                        ) -> LocalModel | None:
         """The model that is `repo`'s file `files[0]` (a split model's first part): the
         same sha256 where its place names one (Ollama's, the Hub cache's), else the same
         repository and file name (LM Studio's tree, the Hub cache), or the same file name
@@ -218,7 +221,8 @@ class ModelStore:
 
     def _named(self, name: str) -> LocalModel | None:
         """The model of id `name`, or of its name in its app ("qwen3:8b")."""
-        models = self.list() + self.unusable()
+        usable, unusable = self._listing()
+        models = usable + unusable
         ollama = name if ":" in name else f"{name}:latest"  # as Ollama reads a bare name
         return next((m for m in models if m.id == name), None) or \
             next((m for m in models if {m.label, *(n for _, n in m.also_at)} & {name, ollama}),
