@@ -52,6 +52,7 @@ class GenerationRequest:
     adapters: tuple[AdapterUse, ...] = ()  # LoRA adapters over `model`, checked, sorted
     template_kwargs: dict = field(default_factory=dict)  # to the chat template (thinking...)
     thinking_budget: int | None = None  # reasoning tokens at most, then its closing marker
+    pictures: tuple = ()  # agent.images.Picture, in the order of the markers in the messages
 
     @property
     def adapter_set(self) -> tuple[tuple[str, float], ...]:
@@ -99,6 +100,8 @@ class Usage:
     shared_streams: int = 1  # the most sequences that shared a step with this one
     confidence: float | None = None  # geometric mean probability of the sampled tokens
     from_response_cache: bool = False  # replayed: no model ran
+    images: int = 0  # image chunks its prompt held (an idefics3 image is its tiles)
+    image_encode_s: float = 0.0  # their time in the vision tower (0 when all were kept)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ class LoadOverride:
     n_ctx: int | None = None
     gpu_layers: int | None = None
     cpu_moe_layers: int | None = None  # leading layers whose routed experts stay in RAM
+    vision: bool | None = None  # False: its projector is not loaded (its memory given back)
 
 
 @dataclass(frozen=True)

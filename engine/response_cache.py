@@ -77,6 +77,9 @@ def request_key(request: GenerationRequest, prompt: str, fingerprint: str, n_ctx
     }
     if adapters:  # absent for the model alone: keys stored before adapters stay valid
         inputs["adapters"] = list(adapters)
+    if request.pictures:  # with the projector's fingerprint: what sees them
+        inputs["images"] = [p.digest for p in request.pictures]
+        inputs["projector"] = request.model.projector_fingerprint
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 

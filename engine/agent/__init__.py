@@ -5,4 +5,5 @@ translate; llama/grammar.py turns branches into a grammar):
   tool_formats.py  tools given to a model in its family's form, and the forced call
   compose.py       a conversation made ready: messages, tools, branches, how it is read
   json_schema.py   JSON Schema checked (whole or refused) and the branches of a grammar
+  images.py        images a request carries, checked and decoded to pixels by Pillow
 """

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import InvalidRequest
+from .images import Picture
 from .json_schema import check
 
 
@@ -25,6 +26,7 @@ class Message:
     call_id: str | None = None        # a tool result: the call it answers
     where: str = "messages"           # its place in the request, for errors
     reasoning: str = ""               # an assistant's reasoning, for templates that keep it
+    pictures: tuple[Picture, ...] = ()  # its images, in the order of MARKER in `content`
 
 
 @dataclass(frozen=True)

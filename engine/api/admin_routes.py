@@ -133,7 +133,7 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
         field left out keeps its value; loading settings apply at its next load)."""
         model = engine.resolve(body.model)
         changes = {}
-        if {"n_ctx", "gpu_layers", "cpu_moe_layers"} & body.model_fields_set:
+        if {"n_ctx", "gpu_layers", "cpu_moe_layers", "vision"} & body.model_fields_set:
             changes["load"] = body.override()
         if body.keep() is not None:
             changes["keep"] = body.keep()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 import json
 import uuid
 from typing import Any, AsyncIterator, Literal
@@ -16,7 +17,8 @@ from ..agent.conversation import Choice, Conversation, Message, ToolCall, tool
 from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
 from ..engine import Engine
 from ..errors import HomerackError, InvalidRequest
-from .schemas import SamplingFields, text_of
+from ..agent.images import MARKER
+from .schemas import SamplingFields, content_of, text_of
 from .thinking import Thinking
 from .turns import Done, conversation_turn, guarded
 from .wire import extension
@@ -125,11 +127,15 @@ def _messages(message: AnthropicMessage, where: str) -> list[Message]:
     the assistant's calls."""
     if isinstance(message.content, str):
         return [Message(message.role, message.content, where=where)]
-    text, thoughts, calls, results = [], [], [], []
+    text, thoughts, calls, results, pictures = [], [], [], [], []
     for j, block in enumerate(message.content):
         kind, at = block.get("type"), f"{where}.content[{j}]"
         if kind == "text":
-            text.append(str(block.get("text", "")))
+            text.append(str(block.get("text", "")).replace(MARKER, ""))
+        elif kind == "image" and message.role == "user":
+            part, found = content_of([block], f"{where}.content", ("text",))
+            text.append(part)
+            pictures += found
         elif kind == "thinking" and message.role == "assistant":
             thoughts.append(str(block.get("thinking", "")))
         elif kind == "tool_use" and message.role == "assistant":
@@ -142,13 +148,12 @@ def _messages(message: AnthropicMessage, where: str) -> list[Message]:
             results.append(Message("tool", content, call_id=block.get("tool_use_id"),
                                    where=f"{at}.tool_use_id"))
         elif kind not in _SKIPPED:
-            raise InvalidRequest(f"{at}: content of type {kind!r} is not supported here"
-                                 f"{' (no vision yet)' if kind in ('image', 'document') else ''}",
+            raise InvalidRequest(f"{at}: content of type {kind!r} is not supported here",
                                  param=at)
     out = results
     if text or calls or thoughts:
         out.append(Message(message.role, "".join(text), tuple(calls), where=where,
-                           reasoning="".join(thoughts)))
+                           reasoning="".join(thoughts), pictures=tuple(pictures)))
     return out
 
 
@@ -157,7 +162,7 @@ def router(engine: Engine) -> APIRouter:
 
     @api.post("/v1/messages")
     async def messages(body: MessagesRequest, http: Request):
-        turn = await asyncio.to_thread(conversation_turn, engine, body, conversation(body),
+        turn = await asyncio.to_thread(conversation_turn, engine, body, partial(conversation, body),
                                        http, "tool_choice", "toolu_", body.reasoning())
         try:
             started = await turn.start()

@@ -13,6 +13,7 @@ Errors answer in Ollama's shape, {"error": "..."} (factory.py)."""
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 import json
 import re
 import time
@@ -22,7 +23,9 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
+from ..agent import images
 from ..agent.conversation import Conversation, Message, ToolCall, tool
+from ..agent.images import MARKER
 from ..engine import Engine
 from ..errors import InvalidRequest, NotSupported
 from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
@@ -75,7 +78,7 @@ def router(engine: Engine) -> APIRouter:
     @api.post("/api/chat")
     async def chat(body: OllamaChat, http: Request):
         turn = await asyncio.to_thread(conversation_turn, engine, openai_body(body),
-                                       _conversation(body),
+                                       partial(_conversation, body),
                                        http, thinking=_thinking(body.think))
         return await _answer(engine, body, turn, "message")
 
@@ -89,11 +92,14 @@ def router(engine: Engine) -> APIRouter:
         if not body.prompt and not body.images:
             return await _load_or_unload(engine, body, http)
         if body.raw:  # the prompt as it is, no template
+            if body.images:
+                raise InvalidRequest("images: a raw prompt cannot carry images (the "
+                                     "model's template places them)", param="images")
             turn = Turn(engine, request_for(engine, openai_body(body), prompt=body.prompt),
                         http)
         else:
             turn = await asyncio.to_thread(conversation_turn, engine, openai_body(body),
-                                           _prompt_conversation(body), http,
+                                           partial(_prompt_conversation, body), http,
                                            thinking=_thinking(body.think))
         return await _answer(engine, body, turn, "response")
 
@@ -141,9 +147,6 @@ def _conversation(body: OllamaChat) -> Conversation:
     messages, waiting, n = [], [], 0
     for i, m in enumerate(body.messages):
         where = f"messages[{i}]"
-        if m.images:
-            raise InvalidRequest(f"{where}.images: this engine has no vision yet",
-                                 param=f"{where}.images")
         calls = []
         for call in m.tool_calls or ():
             n += 1
@@ -158,8 +161,9 @@ def _conversation(body: OllamaChat) -> Conversation:
                                      param=where)
             waiting.remove(match)
             call_id = match.id
-        messages.append(Message(m.role, m.content or "", tuple(calls), call_id, where,
-                                m.thinking or ""))
+        text, pictures = _with_images(m.content or "", m.images, f"{where}.images")
+        messages.append(Message(m.role, text, tuple(calls), call_id, where,
+                                m.thinking or "", pictures))
     if not messages:
         raise InvalidRequest("messages is empty", param="messages")
     return Conversation(messages=tuple(messages), tools=_tools(body.tools),
@@ -168,8 +172,18 @@ def _conversation(body: OllamaChat) -> Conversation:
 
 def _prompt_conversation(body: OllamaGenerate) -> Conversation:
     system = (Message("system", body.system, where="system"),) if body.system else ()
-    return Conversation(messages=(*system, Message("user", body.prompt, where="prompt")),
+    text, pictures = _with_images(body.prompt or "", body.images, "images")
+    return Conversation(messages=(*system, Message("user", text, where="prompt",
+                                                   pictures=pictures)),
                         choice=tool_choice(None), schema=body.schema())
+
+
+def _with_images(text: str, given: list[str] | None, where: str) -> tuple[str, tuple]:
+    """A message's text with its images (base64, as Ollama sends them) before it, as
+    Ollama places them."""
+    pictures = tuple(images.from_base64(data, f"{where}[{i}]")
+                     for i, data in enumerate(given or ()))
+    return MARKER * len(pictures) + text.replace(MARKER, ""), pictures
 
 
 def _tools(tools) -> tuple:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 import json
 import time
 import uuid
@@ -41,6 +42,8 @@ def usage_json(usage: Usage) -> dict:
         **({"speculative": usage.speculative} if usage.speculative else {}),
         **({"response_cache": "hit"} if usage.from_response_cache else {}),
         **({"confidence": usage.confidence} if usage.confidence is not None else {}),
+        **({"images": {"chunks": usage.images, "encode_s": usage.image_encode_s}}
+           if usage.images else {}),
     }
 
 
@@ -75,7 +78,7 @@ def router(engine: Engine) -> APIRouter:
     @api.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, http: Request):
         turn = await asyncio.to_thread(conversation_turn, engine, body,
-                                       chat_conversation(body), http,
+                                       partial(chat_conversation, body), http,
                                        thinking=body.thinking())
         try:
             started = await turn.start()

@@ -5,6 +5,7 @@ function tools, text.format and its streaming events (what Codex's
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 import json
 from dataclasses import replace
 import time
@@ -20,7 +21,7 @@ from ..agent.json_schema import check
 from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
 from ..engine import Engine
 from ..errors import HomerackError, InvalidRequest
-from .schemas import SamplingFields, text_of
+from .schemas import SamplingFields, content_of, text_of
 from .thinking import Thinking
 from .turns import Done, Turn, conversation_turn, guarded
 from .wire import cancelled, extension
@@ -98,8 +99,11 @@ def _message(item: dict, where: str) -> list[Message]:
         if role not in ("system", "user", "assistant"):
             raise InvalidRequest(f"{where}.role must be user, assistant, system or developer",
                                  param=f"{where}.role")
-        return [Message(role, text_of(item.get("content"), f"{where}.content", _TEXT_PARTS),
-                        where=where)]
+        if role != "user":
+            return [Message(role, text_of(item.get("content"), f"{where}.content", _TEXT_PARTS),
+                            where=where)]
+        text, pictures = content_of(item.get("content"), f"{where}.content", _TEXT_PARTS)
+        return [Message(role, text, where=where, pictures=pictures)]
     if kind == "function_call":
         try:
             arguments = json.loads(item.get("arguments") or "{}")
@@ -209,7 +213,7 @@ def router(engine: Engine) -> APIRouter:
 
     @api.post("/v1/responses")
     async def responses(body: ResponsesRequest, http: Request):
-        turn = await asyncio.to_thread(conversation_turn, engine, body, conversation(body),
+        turn = await asyncio.to_thread(conversation_turn, engine, body, partial(conversation, body),
                                        http, thinking=body.thinking())
         try:
             started = await turn.start()

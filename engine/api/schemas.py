@@ -7,7 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..agent import images
 from ..agent.conversation import Choice, Message, ToolCall
+from ..agent.images import MARKER, Picture
 from ..errors import InvalidRequest
 from ..events import SamplingParams
 from ..presets import Keep, LoadOverride
@@ -16,19 +18,58 @@ from .thinking import Thinking
 
 
 def text_of(content, where: str, text_types: tuple[str, ...] = ("text",)) -> str:
-    """The text of a message's content: a string, or a list of text parts. Anything
-    else (an image) is refused, naming the part: there is no vision here yet."""
+    """The text of content that can hold text only (a system prompt, a tool's result)."""
+    text, pictures = content_of(content, where, text_types)
+    if pictures:
+        raise InvalidRequest(f"{where}: images go in a user message, not here", param=where)
+    return text
+
+
+def content_of(content, where: str, text_types: tuple[str, ...] = ("text",)
+               ) -> tuple[str, tuple[Picture, ...]]:
+    """A message's content: a string, or a list of text and image parts. Each image
+    becomes a marker in the text (where the model sees it) and a Picture, in order;
+    anything else is refused, naming the part."""
     if content is None or isinstance(content, str):
-        return content or ""
-    parts = []
+        return content or "", ()
+    parts, pictures = [], []
     for i, part in enumerate(content):
+        at = f"{where}[{i}]"
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in text_types or not isinstance(part.get("text"), str):
-            raise InvalidRequest(f"{where}[{i}]: content of type {kind!r} is not supported "
-                                 "(text only; this engine has no vision yet)",
-                                 param=f"{where}[{i}]")
-        parts.append(part["text"])
-    return "".join(parts)
+        if kind in text_types and isinstance(part.get("text"), str):
+            parts.append(part["text"].replace(MARKER, ""))  # a marker is the engine's alone
+        elif kind in _IMAGE_PARTS:
+            pictures.append(_picture(part, kind, at))
+            parts.append(MARKER)
+        else:
+            raise InvalidRequest(f"{at}: content of type {kind!r} is not supported (text "
+                                 "and images)", param=at)
+    return "".join(parts), tuple(pictures)
+
+
+_IMAGE_PARTS = ("image_url", "input_image", "image")
+
+
+def _picture(part: dict, kind: str, where: str) -> Picture:
+    """An image part in any API's shape: OpenAI's `image_url` ({"url"} or a string),
+    the Responses API's `input_image` (`image_url`), Anthropic's `image` (a base64 source)."""
+    if kind == "image":
+        source = part.get("source")
+        if not isinstance(source, dict) or source.get("type") != "base64" \
+                or not isinstance(source.get("data"), str):
+            raise InvalidRequest(f"{where}.source: an image needs a base64 source (URLs "
+                                 "are not fetched)", param=f"{where}.source")
+        return images.from_base64(source["data"], f"{where}.source.data")
+    url = part.get("image_url")
+    if isinstance(url, dict):
+        url = url.get("url")
+    if not isinstance(url, str):
+        raise InvalidRequest(f"{where}.image_url: an image needs a URL", param=f"{where}.image_url")
+    if url.startswith(("http://", "https://")):
+        raise InvalidRequest(f"{where}.image_url: this engine does not fetch images from the "
+                             "web; send the image as a data URL (data:image/png;base64,...)",
+                             param=f"{where}.image_url")
+    return images.from_data_url(url, f"{where}.image_url")
 
 
 class FunctionCall(BaseModel):
@@ -58,8 +99,11 @@ class ChatMessage(BaseModel):
                                  param=f"{where}.tool_call_id")
         calls = tuple(_call(c, f"{where}.tool_calls[{i}]")
                       for i, c in enumerate(self.tool_calls or ()))
-        return Message(role, text_of(self.content, f"{where}.content"), calls,
-                       self.tool_call_id, where, self.reasoning_content or "")
+        reader = content_of if role == "user" else text_of
+        content = reader(self.content, f"{where}.content")
+        text, pictures = content if role == "user" else (content, ())
+        return Message(role, text, calls, self.tool_call_id, where,
+                       self.reasoning_content or "", pictures)
 
 
 def _call(call: ToolCallIn, where: str) -> ToolCall:
@@ -259,13 +303,15 @@ class PresetRequest(BaseModel):
     n_ctx: int | None = Field(None, ge=256)
     gpu_layers: int | None = Field(None, ge=0)
     cpu_moe_layers: int | None = Field(None, ge=0, le=1024)  # experts of N layers in RAM
+    vision: bool | None = None  # false: its projector is not loaded
     pinned: bool | None = None
     ttl_s: float | None = Field(None, ge=0, le=366 * 86400, allow_inf_nan=False)  # null: never
 
     def override(self) -> LoadOverride | None:
-        if self.n_ctx is None and self.gpu_layers is None and self.cpu_moe_layers is None:
+        if self.n_ctx is None and self.gpu_layers is None and self.cpu_moe_layers is None \
+                and self.vision is None:
             return None
-        return LoadOverride(self.n_ctx, self.gpu_layers, self.cpu_moe_layers)
+        return LoadOverride(self.n_ctx, self.gpu_layers, self.cpu_moe_layers, self.vision)
 
     def keep(self) -> Keep | None:
         """The Keep asked for; None when neither field was sent (the engine's default:

@@ -174,17 +174,21 @@ def lora_of(engine: Engine, choices) -> list[tuple[str, float]]:
     return out
 
 
-def conversation_turn(engine: Engine, body, conv: Conversation, http: Request,
+def conversation_turn(engine: Engine, body, conv: Conversation | Callable[[], Conversation],
+                      http: Request,
                       choice_param: str = "tool_choice", id_prefix: str = "call_",
                       thinking: Thinking = Thinking()) -> Turn:
     """A turn of a conversation, with or without tools: rendered in the form of the
     model's family (engine/formats), its output constrained where the choice, the schema
-    or the request's own grammar demands it, and read back in that family's format."""
-    conv = checked(conv, choice_param)
+    or the request's own grammar demands it, and read back in that family's format.
+    `conv` may be the function that reads it from the body: its images are decoded here,
+    on a worker thread, not on the event loop."""
+    conv = checked(conv() if callable(conv) else conv, choice_param)
     request = request_for(engine, body)
     family = engine.chat_format_of(request.model).family
     composed = compose(conv, family, separate=thinking.separate, id_prefix=id_prefix)
     request = replace(request, messages=composed.messages, tools=composed.tools,
+                      pictures=tuple(p for m in conv.messages for p in m.pictures),
                       grammar=request.grammar or engine.grammar(composed),
                       template_kwargs=thinking.template_kwargs(),
                       thinking_budget=thinking.budget)

@@ -19,9 +19,10 @@ from dataclasses import replace
 from ..errors import MemoryFull
 from ..events import CANCELLED, Failed, Job, Started, Usage
 from .kv_pool import CellLedger
-from ..llama.runtime import Chunk, NoKVSlot, common_prefix
+from ..llama.runtime import Chunk, DecodeFailed, NoKVSlot, common_prefix
 from ..llama.sampler import Sampler
 from ..model.host import ModelHost
+from ..model.loaded import Prompt
 from ..settings import EngineSettings
 from .budget import ReasoningBudget
 from .slot import Output, Slot
@@ -47,12 +48,20 @@ def plan_batch(slots: list[Slot], n_batch: int,
     tokens = [Chunk(s.seq_id, len(s.tokens), (s.last,), True) for s in slots if s.decoding]
     room = min(n_batch - len(tokens), prefill_share) if tokens else n_batch
     calls = [tokens] if tokens else []
+    full = room
     for slot in sorted((s for s in slots if s.prefilling), key=lambda s: s.admitted):
         if room <= 0:
             break
-        rest = slot.pending()
-        take = rest[:room]
-        calls.append([Chunk(slot.seq_id, len(slot.tokens), tuple(take), len(take) == len(rest))])
+        start, rest = len(slot.tokens), slot.pending()
+        image = slot.images.get(start)
+        if image is not None:  # whole, in a call of its own, when the step has its share left
+            if room == full:
+                calls.append([Chunk(slot.seq_id, start, tuple(rest[:image.n_pos]), False, image)])
+                room = 0
+            break
+        upto = min((at - start for at in slot.images if at > start), default=len(rest))
+        take = rest[:min(room, upto)]
+        calls.append([Chunk(slot.seq_id, start, tuple(take), len(take) == len(rest))])
         room -= len(take)
     return calls
 
@@ -107,12 +116,24 @@ class Scheduler:
     def admit(self, job: Job) -> bool:
         """Give `job` a sequence, its prompt's prefix taken from the best source; False
         (the job not taken) when the KV memory cannot hold the prompt until others end."""
+        held = self.host.loaded.prompt(job.request)
+        try:
+            admitted = self._admit(job, held)
+        except BaseException:
+            held.close()
+            raise
+        if not admitted:
+            held.close()
+        return admitted
+
+    def _admit(self, job: Job, held: Prompt) -> bool:
         loaded, request = self.host.loaded, job.request
-        prompt, notes = loaded.prompt_tokens(request)
+        prompt, notes = held.tokens, held.notes
         max_tokens, clamped = loaded.budget(request, len(prompt))
         busy = [s for s in self.slots.values() if s.active]  # what they use stays loaded
         budget = reasoning_budget(request, loaded)
-        spec = None if budget and budget.limit else self.host.speculation(  # forced: no drafts
+        # a forced ending, or images (their spans are no tokens a drafter could read): no drafts
+        spec = None if budget and budget.limit or held.images else self.host.speculation(
             request, notes, self.scratch, busy={id(s.spec.drafter) for s in busy if s.spec})
         # a file llama.cpp refuses fails this job alone
         for stale in loaded.adapters.ready(request.adapters,
@@ -134,7 +155,7 @@ class Scheduler:
         if request.cache_prompt:
             self._restore_longer(slot, prompt)
         self._trim(slot, common_prefix(slot.tokens, prompt[:-1]))
-        slot.begin(job, prompt, sampler, spec, Output(
+        slot.begin(job, held, sampler, spec, Output(
             job, loaded.llama, loaded.chat_format.turn_ends, loaded.turn_end_tokens, max_tokens,
             loaded.marker_tokens if request.messages is not None else frozenset(), budget))
         answering = "+".join([loaded.model.id, *(use.adapter.id for use in request.adapters)])
@@ -290,6 +311,9 @@ class Scheduler:
 
     def _evaluate(self, call: list[Chunk]) -> None:
         """One llama_decode, then the picks of the slots it computed logits for."""
+        if call[0].image is not None:
+            self._evaluate_image(call[0])
+            return
         ends = self.host.loaded.llama.decode_chunks(call)
         picks = []
         for chunk, end in zip(call, ends):
@@ -303,6 +327,22 @@ class Scheduler:
             if chunk.logits:
                 picks.append((slot, end))
         self._sample(picks)
+
+    def _evaluate_image(self, chunk: Chunk) -> None:
+        """An image into its sequence: its embeddings kept or encoded now, then decoded."""
+        loaded, slot = self.host.loaded, self.slots[chunk.seq_id]
+        sight = loaded.sight
+        started = time.perf_counter()
+        embeddings = sight.images.embeddings(sight.projector, chunk.image)
+        slot.encode_s += time.perf_counter() - started
+        end = sight.projector.decode(loaded.llama, chunk.image, embeddings, chunk.start,
+                                     chunk.seq_id)
+        if end != chunk.start + len(chunk.tokens):
+            raise DecodeFailed(f"an image took {end - chunk.start} positions, not "
+                               f"{len(chunk.tokens)}")
+        slot.tokens.extend(chunk.tokens)
+        self.ledger.hold(slot.seq_id, len(slot.tokens))
+        self.figures.count(prompt=len(chunk.tokens))
 
     def _sample(self, picks: list[tuple[Slot, int]]) -> None:
         """Each slot samples at its own batch index."""

@@ -18,6 +18,7 @@ import numpy as np
 from ..events import Delta, Finished, Job, Started, Usage
 from ..llama.runtime import LlamaModel
 from ..llama.sampler import Sampler
+from ..model.loaded import Prompt
 from ..speculation.controller import Speculation
 from .budget import ReasoningBudget
 from .text_stream import TextStream
@@ -40,6 +41,8 @@ class Slot:
     peers: int = 1           # most sequences in one of its steps
     started: Started | None = None  # emitted with the first token
     adapters: tuple = ()     # the LoRA adapters its cells were computed under (adapter_set)
+    held: Prompt | None = None  # the request's prompt, with its images' chunks
+    encode_s: float = 0.0    # its images' time in the vision tower (0: kept ones)
 
     @property
     def active(self) -> bool:
@@ -70,17 +73,23 @@ class Slot:
             decode_tokens_per_s=round((produced - 1) / decode_s, 2)
             if produced > 1 and decode_s > 0 else 0.0,
             inter_token_p50_s=round(p50, 4), inter_token_p95_s=round(p95, 4),
-            shared_streams=self.peers, confidence=output.confidence())
+            shared_streams=self.peers, confidence=output.confidence(),
+            images=len(self.images), image_encode_s=round(self.encode_s, 4))
 
     def pending(self) -> list[int]:
         """The prompt tokens its memory still lacks."""
         return self.prompt[len(self.tokens):]
 
-    def begin(self, job: Job, prompt: list[int], sampler: Sampler,
+    @property
+    def images(self) -> dict:
+        """Its prompt's images by where each starts."""
+        return self.held.images if self.held is not None else {}
+
+    def begin(self, job: Job, held: Prompt, sampler: Sampler,
               spec: Speculation | None, output: "Output") -> None:
         """Take a request whose prompt starts with what the memory holds now."""
-        self.n_cached = len(self.tokens)
-        self.job, self.prompt, self.admitted = job, prompt, time.perf_counter()
+        self.n_cached, self.held, self.encode_s = len(self.tokens), held, 0.0
+        self.job, self.prompt, self.admitted = job, held.tokens, time.perf_counter()
         self.sampler, self.spec, self.output, self.peers = sampler, spec, output, 1
 
     def end(self) -> None:
@@ -90,6 +99,9 @@ class Slot:
         self.job = self.sampler = self.output = self.spec = self.last = None
         self.started = None
         self.prompt = []
+        if self.held is not None:
+            self.held.close()
+            self.held = None
         self.used = time.monotonic()
         self.saved = False
 

@@ -13,6 +13,7 @@
   sampling_defaults.py   each model's own sampling defaults
   facts.py               what a header says, as /v1/models lists it
   adapters.py            LoRA adapters: what a file holds and which models it fits
+  projectors.py          vision projectors: which model each belongs to, what it costs
   drafts.py              draft models: which pairs fit, which draft to pick
   fingerprint.py         a file's identity, cheap to take, what caches key on
   bert_gguf.py           BERT sentence encoders written as GGUF (the starter embedder)

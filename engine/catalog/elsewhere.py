@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from .projectors import is_projector, projector_for
+
 # every source, in the order the same model found twice is credited to
 SOURCES = {"ollama": "Ollama", "lmstudio": "LM Studio", "huggingface": "the Hugging Face cache",
            "llama.cpp": "llama.cpp's cache", "jan": "Jan", "gpt4all": "GPT4All"}
@@ -210,7 +212,7 @@ def gguf_files(source: str, root: Path, name_of) -> Iterator[Found]:
         elif path.name.lower().endswith(".gguf") and not path.name.startswith("incomplete-"):
             by_folder.setdefault(path.parent, []).append(path)
     for paths in by_folder.values():
-        projectors = [p for p in paths if "mmproj" in p.name.lower()]
+        projectors = [p for p in paths if is_projector(p)]
         for path in paths:
             if path in projectors:
                 continue
@@ -220,7 +222,7 @@ def gguf_files(source: str, root: Path, name_of) -> Iterator[Found]:
             parts = _parts(path, split)
             missing = [p.name for p in parts[1:] if not p.exists()]
             found = Found(source, name_of(path), path, sum(_size(p) for p in parts),
-                          _blob_digest(path), projectors[0] if projectors else None)
+                          _blob_digest(path), projector_for(path, projectors, flat=source == FOLDER))
             yield Found(source, found.name, path, problem=f"{missing[0]} is missing (a split "
                         "model needs every part)") if missing else _checked(found)
 

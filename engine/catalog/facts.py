@@ -5,7 +5,12 @@ inspected says None."""
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
+from ..errors import InvalidModelFile
 from ..formats.families import capabilities
+from .projectors import ProjectorFacts, read_projector
 from .models import LocalModel, ModelStore
 from .sampling_defaults import model_defaults
 
@@ -17,8 +22,37 @@ def describe(store: ModelStore, model: LocalModel, kind: str | None) -> dict:
     if not store.inspector.known(model.path):
         return {"sampling_defaults": None, "capabilities": None}
     facts = store.inspector.inspect(model.path)
-    return {"sampling_defaults": model_defaults(facts, model.params).as_dict(),
-            "capabilities": list(capabilities(facts.chat_template))}
+    out = {"sampling_defaults": model_defaults(facts, model.params).as_dict(),
+           "capabilities": list(capabilities(facts.chat_template))}
+    if model.projector:
+        sees, projector = vision_of(model, facts.shape.n_embd if facts.shape else None)
+        out["projector"] = projector
+        out["capabilities"] += ["vision"] if sees else []
+    return out
+
+
+def vision_of(model: LocalModel, hidden: int | None) -> tuple[bool, dict]:
+    """Whether the model's projector fits it, and what it is (or why not)."""
+    try:
+        facts = projector_facts(model.projector)
+    except InvalidModelFile as exc:
+        return False, {"file": model.projector.name, "problem": exc.message}
+    problem = facts.misfit(hidden) if hidden else None
+    return problem is None, {**facts.as_dict(), **({"problem": problem} if problem else {})}
+
+
+def projector_facts(path: Path) -> ProjectorFacts:
+    """A projector's header, read again only when the file changes."""
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise InvalidModelFile(f"{path.name} cannot be read: {exc.strerror}") from None
+    return _projector_facts(path, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _projector_facts(path: Path, _size: int, _mtime: int) -> ProjectorFacts:
+    return read_projector(path)
 
 
 def _adapter(store: ModelStore, adapter: LocalModel) -> dict:

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 from ..errors import InvalidModelFile, InvalidRequest, ModelNotFound, StarterModelMissing
 from .adapters import declares, misfit
 from .elsewhere import LABELS
+from .projectors import is_projector, projector_for
 from .gguf_file import GGUFInspector
 from .in_place import InPlace
 
@@ -177,13 +178,14 @@ class ModelStore:
 
     def _own(self) -> list[LocalModel]:
         starters = {s.id for s in STARTERS}
+        paths = sorted(p for p in self.folder.glob("*.gguf") if p.is_file())  # no dangling links
+        projectors = [p for p in paths if is_projector(p)]
         found = []
-        for path in sorted(self.folder.glob("*.gguf")):
-            if _LATER_PART.search(path.name):
+        for path in paths:
+            if _LATER_PART.search(path.name) or path in projectors:
                 continue  # a split model is loaded from its first part
-            if path.is_file():  # skips dangling links
-                found.append(LocalModel(path.stem, path, path.stat().st_size,
-                                        path.stem in starters))
+            found.append(LocalModel(path.stem, path, path.stat().st_size, path.stem in starters,
+                                    projector=projector_for(path, projectors, flat=True)))
         return found
 
     def resolve(self, name: str | None, paths: bool = False) -> LocalModel:

@@ -33,6 +33,7 @@ def build_id() -> str:
 
 
 _BUFFER_LINE = re.compile(r"(\S+)\s+(model|KV|compute|output) buffer size =\s+([\d.]+) MiB")
+_PROJECTOR_LINE = re.compile(r"load_hparams: model size:\s+([\d.]+) MiB")  # libmtmd's weights
 _NO_MEMORY_LINE = re.compile(r"(?:failed|unable) to allocate (\S+) buffer")
 
 
@@ -87,6 +88,8 @@ def _log(level: int, text: bytes, _user_data) -> None:
         if match:
             device, kind, mib = match.groups()
             listening.buffers.append((_device(device), kind, int(float(mib) * (1 << 20))))
+        elif match := _PROJECTOR_LINE.search(line):  # its device is the projector's own
+            listening.buffers.append(("projector", "model", int(float(match[1]) * (1 << 20))))
         elif match := _NO_MEMORY_LINE.search(line):
             listening.no_memory.append(_device(match.group(1)))
     if os.environ.get("HOMERACK_LLAMA_VERBOSE"):

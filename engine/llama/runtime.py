@@ -49,6 +49,7 @@ class Chunk:
     start: int
     tokens: tuple[int, ...]
     logits: bool  # keep the last token's logits (it will be sampled)
+    image: object = None  # vision.ImagePiece: `tokens` are its span, decoded by the projector
 
 
 class LlamaModel(Tokens):

@@ -25,7 +25,7 @@ The byte model follows what llama.cpp allocates in this engine's contexts:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..catalog.shape import ModelShape
 from ..events import MAX_OUTPUTS
@@ -67,6 +67,7 @@ class Preferences:
     # user's choice; None: the planner picks by forecast speed.
     cpu_moe_layers: int | None = None
     speed_calibration: tuple[tuple[str, float], ...] = ()  # (phase/device/model, ratio)
+    projector_bytes: int = 0        # a vision projector's weights and compute buffer
     tensor_parallel: bool = False   # may split every layer across GPUs: llama.cpp's experimental
                                     # mode, unmeasured here, so only when asked (--split-mode tensor)
 
@@ -83,10 +84,11 @@ class DeviceUse:
     # another device holds): in its buffer size, read once at load, then reclaimable
     # page cache, so not counted against the budget.
     mapped_gaps: int = 0
+    projector: int = 0  # the vision projector, when it runs here
 
     @property
     def total(self) -> int:
-        return self.weights + self.kv + self.compute + self.output
+        return self.weights + self.kv + self.compute + self.output + self.projector
 
 def compute_bytes(shape: ModelShape, n_ctx: int, holds_output: bool,
                   cpu_moe: int = 0) -> int:
@@ -101,8 +103,17 @@ def compute_bytes(shape: ModelShape, n_ctx: int, holds_output: bool,
 
 
 def budgets(hw: Hardware, prefs: Preferences) -> tuple[list[tuple[str, int]], int]:
-    """Usable bytes per GPU, and on the CPU; where past loads measured more than was
-    predicted (calibration), the budget shrinks by that ratio."""
+    """Usable bytes per GPU, and on the CPU, for the model: where past loads measured
+    more than was predicted (calibration), the budget shrinks by that ratio, and the
+    device that takes the vision projector has its share taken out."""
+    gpus, cpu = _free(hw, prefs)
+    where = projector_device(gpus, prefs.projector_bytes)
+    if where == "CPU":
+        cpu -= prefs.projector_bytes
+    return [(name, b - prefs.projector_bytes if name == where else b) for name, b in gpus], cpu
+
+
+def _free(hw: Hardware, prefs: Preferences) -> tuple[list[tuple[str, int]], int]:
     ratio, caps = dict(prefs.calibration), dict(prefs.caps)
     margin = prefs.margin
 
@@ -115,6 +126,31 @@ def budgets(hw: Hardware, prefs: Preferences) -> tuple[list[tuple[str, int]], in
     if hw.unified_memory:  # the GPU draws on the same RAM
         cpu -= sum(b for _, b in gpus)
     return gpus, cpu
+
+
+PROJECTOR_SHARE = 4  # a GPU takes the projector when it is under a quarter of its budget
+
+
+def projector_device(gpus: list[tuple[str, int]], size: int) -> str | None:
+    """Where a vision projector runs (None: there is none): the largest GPU when it
+    leaves most of that GPU to the model, else the CPU (llama-server puts it on the
+    GPU unless told not to; a small GPU is better spent on layers)."""
+    if not size:
+        return None
+    largest = max(gpus, key=lambda g: g[1], default=None)
+    return largest[0] if largest and largest[1] >= PROJECTOR_SHARE * size else "CPU"
+
+
+def where_projector(hw: Hardware, prefs: Preferences) -> str | None:
+    return projector_device(_free(hw, prefs)[0], prefs.projector_bytes)
+
+
+def with_projector(uses: tuple[DeviceUse, ...], hw: Hardware,
+                   prefs: Preferences) -> tuple[DeviceUse, ...]:
+    """The uses with the projector counted on its device."""
+    where = where_projector(hw, prefs)
+    return tuple(replace(u, projector=prefs.projector_bytes) if u.device == where else u
+                 for u in uses)
 
 
 @dataclass(frozen=True)
@@ -159,8 +195,8 @@ def place(shape: ModelShape, hw: Hardware, n_ctx: int, kv_type: str,
     used = [i for i in reversed(order) if fills[i].layers]
     split = tuple(round(fills[i].layers / placed, 4) for i in used) if len(used) > 1 else ()
     layout = _layout(shape, [(gpu_budgets[i][0], fills[i].layers) for i in order], cpu_moe)
-    return Placement(placed, tuple(gpu_budgets[i][0] for i in used), split, (*uses, cpu),
-                     layout)
+    return Placement(placed, tuple(gpu_budgets[i][0] for i in used), split,
+                     with_projector((*uses, cpu), hw, prefs), layout)
 
 
 def _layout(shape: ModelShape, filled: list[tuple[str, int]], cpu_moe: int) -> Layout:

@@ -39,7 +39,7 @@ class Plan:
                 "kv_type": self.kv_type, "flash_attn": self.flash_attn, "fits": self.fits,
                 "devices": [{"device": u.device, "budget": u.budget, "weights": u.weights,
                              "kv": u.kv, "compute": u.compute, "output": u.output,
-                             "mapped_gaps": u.mapped_gaps,
+                             "projector": u.projector, "mapped_gaps": u.mapped_gaps,
                              "total": u.total} for u in self.uses],
                 "reasons": list(self.reasons), "cpu_moe_layers": self.cpu_moe_layers,
                 "forecast": self.forecast.as_dict() if self.forecast else None,

@@ -5,21 +5,23 @@ it are drafts.py's. Used from the engine's worker thread only."""
 
 from __future__ import annotations
 
-
+from pathlib import Path
 
 from ..machine.calibration import Calibration
 from ..catalog.chat_format import chat_format_for
 from ..catalog.drafts import pick_draft
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, ModelLoadFailed
 from ..events import GenerationRequest, Usage
 from ..llama.runtime import LlamaModel
 from ..llama.backend import build_id
 from ..catalog.fingerprint import model_fingerprint
 from .drafts import Drafts
 from .adapters import AdapterBank
-from .loaded import Loaded, control_tokens, single_tokens
+from .loaded import Loaded, Sight, control_tokens, single_tokens
+from .vision import ImageCache, load_projector, wanted_projector
 from .loader import LoadJournal, load
 from ..catalog.models import LocalModel, ModelStore
+from ..machine.memory import where_projector
 from ..machine.planner import Preferences, auto_context, plan
 from ..llama.probe import probe
 from ..presets import LoadOverride, Presets
@@ -125,9 +127,10 @@ class ModelHost:
         if self._hardware is None or self.cluster:
             self._hardware = self._probe()
         self.loading = (model.id, 0.0)
+        prefs = self._preferences(info, override, model)
         try:
             outcome = load(model.path, info, self.settings.load_settings(), self._hardware,
-                           self._preferences(info, override, model), self._journal,
+                           prefs, self._journal,
                            self.cluster.place if self.cluster else plan,
                            lambda fraction: setattr(self, "loading", (model.id, fraction)))
         except Exception as exc:
@@ -139,13 +142,31 @@ class ModelHost:
         self.loads += 1
         llama = outcome.llama
         fmt = chat_format_for(info)
+        sight = self._eyes(model, llama, override, prefs)
         self.loaded = Loaded(model, llama, fmt, single_tokens(llama, fmt.turn_ends),
                              self._prompt_cache(model),
-                             self._compare(outcome.plan, llama, info.architecture),
+                             self._compare(outcome.plan, llama, info.architecture, sight.projector),
                              plan=outcome.plan, override=override, notes=outcome.notes,
                              adapters=AdapterBank(llama),
-                             marker_tokens=control_tokens(llama, fmt.family.markers()))
+                             marker_tokens=control_tokens(llama, fmt.family.markers()),
+                             sight=sight)
         return self.loaded
+
+    def _eyes(self, model: LocalModel, llama: LlamaModel, override: LoadOverride | None,
+              prefs: Preferences) -> Sight:
+        """The model's projector, loaded where the plan counted it (a projector that
+        fails to load leaves the model without vision, saying why)."""
+        facts, why = wanted_projector(model, llama.n_embd, override)
+        if facts is None:
+            return Sight(None, why)
+        device = (where_projector(self._hardware, prefs) if self._hardware else None) or "CPU"
+        try:
+            projector = load_projector(facts, llama, device, self.settings.load.n_threads)
+        except ModelLoadFailed as exc:
+            return Sight(None, exc.message)
+        folder = self.settings.cache_folder
+        return Sight(projector, None, ImageCache(
+            folder / "images" / model_fingerprint(Path(facts.path)) if folder else None))
 
     def held(self) -> dict[str, int]:
         """Bytes per device the loaded model was planned to take (others plan around them)."""
@@ -175,7 +196,9 @@ class ModelHost:
         cpu_moe = self.settings.cpu_moe_layers
         if override and override.cpu_moe_layers is not None:
             cpu_moe = override.cpu_moe_layers
+        eyes, _ = wanted_projector(model, info.shape.n_embd if info.shape else None, override)
         chosen = dict(gpu_layers=override.gpu_layers if override else None, draft=draft,
+                      projector_bytes=eyes.total_bytes if eyes else 0,
                       calibration=self._calibration.for_architecture(info.architecture),
                       cpu_moe_layers=cpu_moe, speed_calibration=self._calibration.speeds(),
                       tensor_parallel=self.settings.tensor_parallel)
@@ -206,12 +229,13 @@ class ModelHost:
         return self._calibration.steady(probe()).within(self.settings.ram_budget).reserving(
             self.reserved() if taken is None else taken)
 
-    def _compare(self, planned, llama: LlamaModel, arch: str) -> dict | None:
+    def _compare(self, planned, llama: LlamaModel, arch: str, projector=None) -> dict | None:
         """Measured against predicted bytes per device; the ratios calibrate later plans."""
         if planned is None:
             return None
         measured: dict[str, int] = {}
-        for (device, _kind), size in llama.buffers.items():
+        extra = projector.buffers if projector else {}
+        for (device, _kind), size in [*llama.buffers.items(), *extra.items()]:
             measured[device] = measured.get(device, 0) + size
         devices = []
         for use in planned.uses:

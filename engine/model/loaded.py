@@ -14,8 +14,34 @@ from ..llama.runtime import LlamaModel
 from ..machine.planner import Plan
 from ..presets import LoadOverride
 from ..speculation.drafters import ModelDrafter
+from ..agent.images import MARKER
+from ..llama.vision import ImagePrompt, Projector
 from .adapters import AdapterBank
 from .prompt_cache import PromptCache
+from .vision import ImageCache
+
+
+@dataclass(frozen=True)
+class Sight:
+    """The loaded model's vision: its projector and the images it has encoded, or why
+    it has none (said to a request that brings an image)."""
+    projector: Projector | None = None
+    why_not: str | None = None
+    images: ImageCache | None = None
+
+
+@dataclass
+class Prompt:
+    """A request's prompt: its tokens, its images' spans by where they start (vision.py),
+    and notes for the answer."""
+    tokens: list[int]
+    notes: list[str]
+    images: dict = field(default_factory=dict)
+    owner: ImagePrompt | None = None  # holds the images' chunks until the prompt is held
+
+    def close(self) -> None:
+        if self.owner is not None:
+            self.owner.close()
 
 
 @dataclass
@@ -34,12 +60,15 @@ class Loaded:
     tie_margin: float | None = None  # measured on its first greedy draft (speculation/verify.py)
     adapters: AdapterBank | None = None  # its LoRA adapters, loaded on first use
     marker_tokens: frozenset[int] = frozenset()  # control tokens its format's reader reads
+    sight: Sight = field(default_factory=Sight)
 
     def close(self) -> None:
         if self.cache:
             self.cache.flush()  # states being written survive a clean shutdown
         for drafter in self.drafters.values():
             drafter.close()
+        if self.sight.projector:
+            self.sight.projector.close()
         self.llama.close()
 
     def reset_drafters(self) -> None:
@@ -49,8 +78,26 @@ class Loaded:
                 drafter.llama.forget(0, 0)
                 drafter.tokens = []
 
-    def prompt_tokens(self, request: GenerationRequest) -> tuple[list[int], list[str]]:
-        return prompt_tokens(request, self.chat_format, self.llama)
+    def prompt(self, request: GenerationRequest) -> Prompt:
+        """The request's prompt as tokens, its images through the projector."""
+        if not request.pictures:
+            return Prompt(*prompt_tokens(request, self.chat_format, self.llama))
+        projector = self.sight.projector
+        if projector is None:
+            raise InvalidRequest(f"{self.model.id} cannot see images: {self.sight.why_not}",
+                                 param="messages")
+        texts = render_chat(request, self.chat_format).split(MARKER) \
+            if request.rendered_prompt is None else request.rendered_prompt.split(MARKER)
+        if len(texts) != len(request.pictures) + 1:
+            raise InvalidRequest(f"the chat template placed {len(texts) - 1} of the "
+                                 f"{len(request.pictures)} images", param="messages")
+        owner = projector.tokenize(texts, list(request.pictures),
+                                   self.llama.bos if self.llama.add_bos else None)
+        if not owner.tokens or owner.tokens[-1] < 0:
+            owner.close()
+            raise InvalidRequest("the prompt ends with an image: text must follow it",
+                                 param="messages")
+        return Prompt(owner.tokens, [], owner.images, owner)
 
     def budget(self, request: GenerationRequest, n_prompt: int) -> tuple[int, list[str]]:
         """max_tokens, clamped to what the context holds after the prompt."""

@@ -1,0 +1,92 @@
+"""Images in a conversation: read from what a request carries (a data URL, base64, a URL
+when the user allows it), checked and decoded by Pillow before anything native sees them.
+
+libmtmd would decode a buffer itself with stb_image, in the engine's process; here only
+pixels reach it. Pillow reads PNG, JPEG, WebP, GIF (its first frame) and BMP; the EXIF
+orientation a phone writes is applied; anything else, a file cut short, a file that
+claims to be what it is not, or one too large (in bytes, or in pixels before a single
+one is decoded: a decompression bomb) is refused with a message naming the part."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import io
+import re
+import warnings
+from dataclasses import dataclass
+
+from ..errors import InvalidRequest
+
+MARKER = "<__media__>"  # where an image goes in a message's text (libmtmd's default marker)
+MAX_BYTES = 20 * 1024 * 1024   # one image's file (OpenAI's limit)
+MAX_PIXELS = 50_000_000         # one image's pixels (Pillow warns at 89 M, refuses at 179 M)
+FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
+_DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)?(?:;[^,;]*)*;base64,(?P<data>.*)",
+                       re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Picture:
+    """An image ready for a projector: RGB pixels, row by row, and the hash of the file it
+    came from (its identity: the same file is encoded once)."""
+    digest: str
+    width: int
+    height: int
+    rgb: bytes = b""
+
+    def __repr__(self) -> str:  # never the pixels in a log
+        return f"Picture({self.digest[:12]}, {self.width}x{self.height})"
+
+
+def from_data_url(url: str, where: str) -> Picture:
+    """An image given as `data:image/png;base64,...`."""
+    match = _DATA_URL.fullmatch(url.strip())
+    if not match:
+        raise InvalidRequest(f"{where}: an image must be a data URL "
+                             "(data:image/png;base64,...)", param=where)
+    return from_base64(match.group("data"), where)
+
+
+def from_base64(text: str, where: str) -> Picture:
+    if len(text) > MAX_BYTES * 4 // 3 + 4:
+        raise InvalidRequest(f"{where}: the image is over {MAX_BYTES // 2**20} MiB", param=where)
+    try:
+        data = base64.b64decode(re.sub(r"\s+", "", text), validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest(f"{where}: the image's base64 is not valid", param=where) from None
+    return read_image(data, where)
+
+
+def read_image(data: bytes, where: str) -> Picture:
+    """The image in `data` as pixels, or a 400 naming `where`."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    if not data:
+        raise InvalidRequest(f"{where}: the image is empty", param=where)
+    if len(data) > MAX_BYTES:
+        raise InvalidRequest(f"{where}: the image is {len(data) / 2**20:.1f} MiB; at most "
+                             f"{MAX_BYTES // 2**20} MiB", param=where)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data), formats=FORMATS) as image:
+                width, height = image.size
+                if width * height > MAX_PIXELS:  # known from the header: nothing decoded yet
+                    raise InvalidRequest(
+                        f"{where}: the image is {width}×{height} pixels; at most "
+                        f"{MAX_PIXELS // 1_000_000} megapixels", param=where)
+                image.seek(0)  # an animation's first frame
+                upright = ImageOps.exif_transpose(image).convert("RGB")
+    except InvalidRequest:
+        raise
+    except (UnidentifiedImageError, Image.DecompressionBombError,
+            Image.DecompressionBombWarning):
+        raise InvalidRequest(f"{where}: not an image this engine reads "
+                             f"({', '.join(FORMATS)})", param=where) from None
+    except (OSError, ValueError, SyntaxError, EOFError, MemoryError) as exc:
+        raise InvalidRequest(f"{where}: the image cannot be decoded ({exc})", param=where) \
+            from None
+    return Picture(hashlib.sha256(data).hexdigest(), upright.width, upright.height,
+                   upright.tobytes())
