@@ -169,3 +169,17 @@ def tiny_bert(tmp_path_factory) -> Path:
             tensors[p + norm + ".bias"] = np.zeros(hidden, np.float32)
     return write_bert(tmp_path_factory.mktemp("bert") / "tiny-bert.gguf", config, tensors,
                       vocab, "tiny BERT")
+
+
+@pytest.fixture(scope="session")
+def vision_dir(tmp_path_factory, starters_dir) -> Path:
+    """A models folder holding a model that sees: SmolVLM-256M's decoder shape (the
+    starter with SmolVLM's image tokens) and a 2-block SmolVLM projector beside it, paired
+    by name as a flat folder pairs them."""
+    from fixtures.projectors import SMOLVLM_QUICK, write_projector, write_vision_decoder
+
+    folder = tmp_path_factory.mktemp("vision") / "models"
+    folder.mkdir()
+    write_vision_decoder(starters_dir / f"{STARTER}.gguf", folder / "smolvlm-256m.gguf")
+    write_projector(SMOLVLM_QUICK, folder / "mmproj-smolvlm-256m-f16.gguf")
+    return folder

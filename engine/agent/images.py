@@ -81,8 +81,10 @@ def read_image(data: bytes, where: str) -> Picture:
                 upright = ImageOps.exif_transpose(image).convert("RGB")
     except InvalidRequest:
         raise
-    except (UnidentifiedImageError, Image.DecompressionBombError,
-            Image.DecompressionBombWarning):
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise InvalidRequest(f"{where}: the image has too many pixels; at most "
+                             f"{MAX_PIXELS // 1_000_000} megapixels", param=where) from None
+    except UnidentifiedImageError:
         raise InvalidRequest(f"{where}: not an image this engine reads "
                              f"({', '.join(FORMATS)})", param=where) from None
     except (OSError, ValueError, SyntaxError, EOFError, MemoryError) as exc:

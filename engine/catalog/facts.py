@@ -26,7 +26,7 @@ def describe(store: ModelStore, model: LocalModel, kind: str | None) -> dict:
            "capabilities": list(capabilities(facts.chat_template))}
     if model.projector:
         sees, projector = vision_of(model, facts.shape.n_embd if facts.shape else None)
-        out["projector"] = projector
+        out["vision"] = projector
         out["capabilities"] += ["vision"] if sees else []
     return out
 

@@ -1,0 +1,172 @@
+"""A model that sees, through a real `homerack serve` and the official clients: an image
+reaches it through OpenAI's chat, Anthropic's Messages, the Responses API and Ollama's
+API; a repeated image is not encoded again; bad images get a 400 and the engine lives;
+a model without a projector, or with vision turned off, says why.
+
+The model is SmolVLM-256M's shape with random projector weights (fixtures/projectors.py):
+its answers mean nothing, so the tests read what the engine reports (image chunks,
+prompt tokens, encode time), never the text."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import anthropic
+import httpx
+import ollama
+import openai
+import pytest
+from PIL import Image
+
+from support.engines import api_client, start_engine
+from support.models import STARTER
+
+pytestmark = pytest.mark.slow
+
+MODEL = "smolvlm-256m"
+
+
+def png(width: int = 640, height: int = 480, color=(200, 40, 40)) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), color).save(out, "PNG")
+    return out.getvalue()
+
+
+def data_url(data: bytes, kind: str = "png") -> str:
+    return f"data:image/{kind};base64,{base64.b64encode(data).decode()}"
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory, vision_dir, starters_dir):
+    home = tmp_path_factory.mktemp("vision-home")
+    (home / "seer" / "data").mkdir(parents=True)
+    models = home / "seer" / "data" / "models"
+    models.mkdir()
+    for path in vision_dir.iterdir():
+        (models / path.name).symlink_to(path)
+    (models / f"{STARTER}.gguf").symlink_to(starters_dir / f"{STARTER}.gguf")
+    process, address, _ = start_engine(home, "seer", ["--model", MODEL, "--parallel", "2"])
+    yield address
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def http(engine):
+    with api_client(engine) as client:
+        yield client
+
+
+def chat(http, content, model=MODEL, **extra) -> httpx.Response:
+    return http.post("/v1/chat/completions", json={
+        "model": model, "max_tokens": 4, "temperature": 0,
+        "messages": [{"role": "user", "content": content}], **extra})
+
+
+def test_the_model_is_listed_as_seeing_and_its_projector_is_no_model(http):
+    models = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
+    assert not any("mmproj" in name for name in models)
+    seer = models[MODEL]
+    assert "vision" in seer["capabilities"]
+    assert seer["vision"]["type"] == "idefics3"
+    assert seer["projector"].endswith("mmproj-smolvlm-256m-f16.gguf")
+    assert "vision" not in (models[STARTER]["capabilities"] or [])
+
+
+def test_an_image_reaches_the_model_through_openai_and_is_encoded_once(engine):
+    client = openai.OpenAI(base_url=f"{engine.url}/v1", api_key=engine.token)
+    image = {"type": "image_url", "image_url": {"url": data_url(png(color=(1, 2, 3)))}}
+
+    def ask(question):
+        return client.chat.completions.create(model=MODEL, max_tokens=3, temperature=0,
+                                              messages=[{"role": "user", "content": [
+                                                  image, {"type": "text", "text": question}]}])
+    first = ask("What is in this picture?")
+    images = first.usage.model_extra["images"]
+    assert images["chunks"] == 2  # idefics3 at this size: one tile and the overview
+    assert images["encode_s"] > 0
+    assert first.usage.prompt_tokens > 2 * 64  # each chunk is 64 image tokens
+    again = ask("And what colour is it?")  # the same picture, another question
+    assert again.usage.model_extra["images"]["encode_s"] == 0  # kept: no second encode
+    assert again.usage.prompt_tokens_details.cached_tokens > 2 * 64  # the prompt cache too
+
+
+def test_several_images_in_one_message_each_count(http):
+    reply = chat(http, [{"type": "text", "text": "Compare"},
+                        {"type": "image_url", "image_url": {"url": data_url(png(color=(9, 9, 9)))}},
+                        {"type": "text", "text": "with"},
+                        {"type": "image_url", "image_url": data_url(png(320, 200))}])
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["usage"]["images"]["chunks"] == 4
+
+
+def test_anthropic_image_blocks(engine):
+    client = anthropic.Anthropic(base_url=engine.url, api_key=engine.token)
+    out = io.BytesIO()
+    Image.new("RGB", (300, 500), (0, 120, 0)).save(out, "JPEG")
+    reply = client.messages.create(model=MODEL, max_tokens=3, messages=[{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg",
+                                     "data": base64.b64encode(out.getvalue()).decode()}},
+        {"type": "text", "text": "Describe it."}]}])
+    assert reply.usage.input_tokens > 2 * 64
+
+
+def test_responses_input_image(http):
+    reply = http.post("/v1/responses", json={"model": MODEL, "max_output_tokens": 3, "input": [
+        {"role": "user", "content": [
+            {"type": "input_text", "text": "What is this?"},
+            {"type": "input_image", "image_url": data_url(png(200, 200, (5, 5, 250)))}]}]})
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["usage"]["input_tokens"] > 2 * 64
+
+
+def test_ollama_images(engine):
+    client = ollama.Client(host=engine.url, headers={"Authorization": f"Bearer {engine.token}"})
+    reply = client.chat(model=MODEL, options={"num_predict": 3, "temperature": 0}, messages=[
+        {"role": "user", "content": "What is this?", "images": [png(100, 80)]}])
+    assert reply.prompt_eval_count > 2 * 64
+    generated = client.generate(model=MODEL, prompt="Describe", images=[png(90, 90)],
+                                options={"num_predict": 2})
+    assert generated.prompt_eval_count > 2 * 64
+
+
+BAD = [
+    ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB", "cannot be decoded"),
+    (data_url(b"plain text, not a picture"), "not an image"),
+    ("data:image/png;base64,%%%", "base64"),
+    ("https://example.com/cat.png", "does not fetch"),
+    (data_url(png()[:100]), "cannot be decoded"),
+]
+
+
+@pytest.mark.parametrize("url, says", BAD)
+def test_bad_images_get_a_400_naming_the_part_and_the_engine_lives(http, url, says):
+    reply = chat(http, [{"type": "text", "text": "look"},
+                        {"type": "image_url", "image_url": {"url": url}}])
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert says in error["message"]
+    assert error["param"] == "messages[0].content[1].image_url"
+    assert chat(http, "Still there?").status_code == 200
+
+
+def test_a_model_without_a_projector_says_so(http):
+    reply = chat(http, [{"type": "image_url", "image_url": {"url": data_url(png(20, 20))}},
+                        {"type": "text", "text": "?"}], model=STARTER)
+    assert reply.status_code == 400
+    assert "has no vision projector" in reply.json()["error"]["message"]
+
+
+def test_vision_turned_off_gives_its_memory_back(http):
+    planned = http.post("/v1/plan", json={"model": MODEL}).json()
+    assert sum(d["projector"] for d in planned["devices"]) > 40 << 20
+    off = http.post("/v1/plan", json={"model": MODEL, "vision": False}).json()
+    assert sum(d["projector"] for d in off["devices"]) == 0
+    assert http.put("/v1/models/preset", json={"model": MODEL, "vision": False}).status_code == 200
+    try:
+        reply = chat(http, [{"type": "image_url", "image_url": {"url": data_url(png(20, 20))}},
+                            {"type": "text", "text": "?"}])
+        assert reply.status_code == 400
+        assert "vision is turned off" in reply.json()["error"]["message"]
+    finally:
+        http.put("/v1/models/preset", json={"model": MODEL, "vision": None})

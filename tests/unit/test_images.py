@@ -1,0 +1,110 @@
+"""Images as requests carry them: every format the engine reads, decoded upright, and
+anything else (cut short, disguised, too large, a decompression bomb, random bytes)
+refused with a 400 naming the part, never a crash."""
+
+from __future__ import annotations
+
+import base64
+import io
+import struct
+import zlib
+
+import pytest
+from hypothesis import given, settings, strategies as st
+from PIL import Image
+
+from engine.agent.images import MAX_PIXELS, from_base64, from_data_url, read_image
+from engine.errors import InvalidRequest
+
+
+def encoded(image: Image.Image, fmt: str, **options) -> bytes:
+    out = io.BytesIO()
+    image.save(out, fmt, **options)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG", "WEBP", "GIF", "BMP"])
+def test_each_format_is_read_as_rgb_pixels(fmt):
+    picture = read_image(encoded(Image.new("RGB", (40, 30), (250, 10, 10)), fmt), "image")
+    assert (picture.width, picture.height) == (40, 30)
+    assert len(picture.rgb) == 40 * 30 * 3
+    assert picture.rgb[0] > 200 and picture.rgb[1] < 60  # red stays red
+
+
+def test_a_gif_gives_its_first_frame():
+    frames = [Image.new("RGB", (8, 8), color) for color in ((255, 0, 0), (0, 0, 255))]
+    out = io.BytesIO()
+    frames[0].save(out, "GIF", save_all=True, append_images=frames[1:])
+    assert read_image(out.getvalue(), "image").rgb[:3] == bytes((255, 0, 0))
+
+
+def test_exif_orientation_is_applied():
+    """A phone's portrait photo: stored landscape, EXIF says rotate."""
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90° clockwise to view
+    data = encoded(Image.new("RGB", (60, 20)), "JPEG", exif=exif.tobytes())
+    picture = read_image(data, "image")
+    assert (picture.width, picture.height) == (20, 60)
+
+
+def test_the_same_file_has_the_same_identity():
+    data = encoded(Image.new("RGB", (5, 5)), "PNG")
+    assert read_image(data, "a").digest == read_image(data, "b").digest
+    assert read_image(encoded(Image.new("RGB", (5, 6)), "PNG"), "c").digest != \
+        read_image(data, "a").digest
+
+
+def _bomb_png(width: int, height: int) -> bytes:
+    """A PNG whose header claims a huge image and holds almost nothing."""
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(
+            ">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(
+        b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize("data, says", [
+    (b"", "empty"),
+    (b"hello, this is text named photo.png", "not an image"),
+    (encoded(Image.new("RGB", (64, 64)), "PNG")[:60], "cannot be decoded"),
+    (_bomb_png(100_000, 100_000), "megapixels"),
+    (_bomb_png(MAX_PIXELS, 2), "megapixels"),
+    (b"%PDF-1.4\n" + b"0" * 100, "not an image"),
+    (encoded(Image.new("RGB", (8, 8)), "TIFF"), "not an image"),  # Pillow reads it: not offered
+])
+def test_bad_images_are_refused_naming_the_part(data, says):
+    with pytest.raises(InvalidRequest) as caught:
+        read_image(data, "messages[0].content[1]")
+    assert says in caught.value.message
+    assert caught.value.param == "messages[0].content[1]"
+
+
+def test_bad_encodings_are_refused():
+    with pytest.raises(InvalidRequest, match="base64"):
+        from_base64("not base64 at all!", "images[0]")
+    with pytest.raises(InvalidRequest, match="data URL"):
+        from_data_url("file:///etc/passwd", "image_url")
+    png = base64.b64encode(encoded(Image.new("RGB", (3, 3)), "PNG")).decode()
+    assert from_data_url(f"data:image/png;base64,{png}", "x").width == 3
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=4096))
+def test_any_bytes_are_an_image_or_a_400(data):
+    try:
+        picture = read_image(data, "image")
+    except InvalidRequest:
+        return
+    assert len(picture.rgb) == picture.width * picture.height * 3
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 200), st.binary(min_size=1, max_size=64))
+def test_a_real_image_damaged_anywhere_is_an_image_or_a_400(at, garbage):
+    data = bytearray(encoded(Image.new("RGB", (32, 24), (1, 2, 3)), "PNG"))
+    data[at:at + len(garbage)] = garbage
+    try:
+        read_image(bytes(data), "image")
+    except InvalidRequest:
+        pass
