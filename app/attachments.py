@@ -1,6 +1,7 @@
 """Files attached to a message: text, Markdown, code and PDF, read to text for the
-context. Qt-free: the window asks, shows what came back, and offers the start of a file
-too long for the context."""
+context; images kept in the message itself as Markdown images with a data URL (shown as
+thumbnails, sent to the model as image parts). Qt-free: the window asks, shows what came
+back, and offers the start of a file too long for the context."""
 
 from __future__ import annotations
 
@@ -27,10 +28,13 @@ class Attachment:
     text: str
     tokens: int  # as the model's vocabulary counts them
     truncated: bool = False
+    image: bool = False  # `text` is the image as Markdown, its pixels in a data URL
 
     def as_context(self) -> str:
         """How the text goes into the message: fenced, named, so the model sees its
-        edges and the answer can refer to it."""
+        edges and the answer can refer to it; an image as it is."""
+        if self.image:
+            return self.text
         cut = " (the start of it)" if self.truncated else ""
         longest = max((len(run) for run in re.findall(r"`+", self.text)), default=0)
         fence = "`" * max(3, longest + 1)  # a fence inside the file cannot close this one
@@ -76,3 +80,47 @@ def fitted(name: str, text: str, tokens: int, budget: int) -> Attachment:
         return Attachment(name, text, tokens)
     keep = int(len(text) * budget / tokens)
     return Attachment(name, text[:keep], budget, truncated=True)
+
+
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp"}
+IMAGE_SIDE = 2048  # longest side kept: what vision models' preprocessing reads at most
+_IMAGE = re.compile(r"!\[[^\]\n]*\]\((data:image/[\w.+-]+;base64,[A-Za-z0-9+/=]+)\)")
+
+
+def read_image(name: str, data: bytes) -> Attachment:
+    """An image as a Markdown image whose URL holds it: upright (EXIF), its first frame,
+    at most IMAGE_SIDE pixels on its longest side; a file that is no image is refused."""
+    import base64
+    import io
+
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    if len(data) > MAX_FILE_BYTES:
+        raise AttachmentError(f"{name} is over {MAX_FILE_BYTES >> 20} MiB")
+    try:
+        with Image.open(io.BytesIO(data), formats=("PNG", "JPEG", "WEBP", "GIF", "BMP")) as img:
+            img.seek(0)
+            upright = ImageOps.exif_transpose(img).convert("RGB")
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise AttachmentError(f"{name} is not an image that can be read ({exc})") from None
+    upright.thumbnail((IMAGE_SIDE, IMAGE_SIDE))
+    out = io.BytesIO()
+    upright.save(out, "JPEG", quality=90)
+    label = re.sub(r"[\[\]\n]", "", name)
+    return Attachment(name, f"![{label}](data:image/jpeg;base64,"
+                            f"{base64.b64encode(out.getvalue()).decode()})", 0, image=True)
+
+
+def content_parts(text: str) -> str | list[dict]:
+    """A message's content as the API takes it: the text alone, or, when it holds
+    images, text and image parts in their order."""
+    pieces = _IMAGE.split(text)
+    if len(pieces) == 1:
+        return text
+    parts = []
+    for i, piece in enumerate(pieces):
+        if i % 2:
+            parts.append({"type": "image_url", "image_url": {"url": piece}})
+        elif piece.strip():
+            parts.append({"type": "text", "text": piece})
+    return parts

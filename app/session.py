@@ -8,6 +8,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 
+from .attachments import content_parts
 from .history import History, SavedConversation, SavedMessage
 
 
@@ -36,7 +37,8 @@ class Sessions:
         """The messages to send for the conversation's next reply."""
         messages = ([{"role": "system", "content": conversation.system_prompt}]
                     if conversation.system_prompt.strip() else [])
-        return messages + [{"role": m.role, "content": m.content}
+        return messages + [{"role": m.role, "content": content_parts(m.content)
+                            if m.role == "user" else m.content}
                            for m in self.history.messages(conversation.id) if m.content]
 
     def start(self, conversation_id: int) -> PendingReply:

@@ -79,7 +79,7 @@ def request_key(request: GenerationRequest, prompt: str, fingerprint: str, n_ctx
         inputs["adapters"] = list(adapters)
     if request.pictures:  # with the projector's fingerprint: what sees them
         inputs["images"] = [p.digest for p in request.pictures]
-        inputs["projector"] = request.model.projector_fingerprint
+        inputs["projector"] = str(request.model.projector)
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 

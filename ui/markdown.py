@@ -1,12 +1,14 @@
 """Messages to the HTML the chat view shows: Markdown (CommonMark with tables, through
 markdown-it-py), code highlighted by pygments with a copy link, and each message's
 actions as links the view handles (copy, edit, regenerate, ‹ 2/3 ›). Raw HTML in a
-message is shown as text, never rendered, and an image is only its alt text and a link:
+message is shown as text, never rendered, and an image is only its alt text and a link,
+unless it is inline (a data URL: a picture the user attached, shown as a thumbnail):
 model output, imported conversations and Hub cards are untrusted (ui/safe_text.py)."""
 
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -141,13 +143,20 @@ def _parser() -> MarkdownIt:
     return parser
 
 
+THUMBNAIL = 240  # pixels wide: an attached picture in the conversation
+_INLINE = re.compile(r"data:image/(png|jpeg|webp|gif|bmp);base64,[A-Za-z0-9+/=]+")
+
+
 def _image(renderer, tokens, index, options, env) -> str:
-    """Never an <img>: Qt would read its source, a local path included, on the UI thread.
-    Its alt text instead, a link where it points at the web."""
+    """An <img> only for an inline image (Qt decodes it, within its allocation limit);
+    any other source Qt would read, a local path included, on the UI thread: its alt text
+    instead, a link where it points at the web."""
     token = tokens[index]
     alt = html.escape(renderer.renderInlineAsText(token.children or [], options, env)
                       or "image")
     src = token.attrGet("src") or ""
+    if _INLINE.fullmatch(src):
+        return f'<img src="{src}" width="{THUMBNAIL}" alt="{alt}"><br>'
     if src.startswith(("http://", "https://")):
         return f'[image: <a href="{html.escape(src)}">{alt}</a>]'
     return f"[image: {alt}]"

@@ -13,7 +13,8 @@ from PySide6.QtCore import Signal
 from PySide6.QtGui import QAccessible, QAccessibleAnnouncementEvent, QGuiApplication
 from PySide6.QtWidgets import QStackedWidget, QVBoxLayout, QWidget
 
-from app.attachments import Attachment, AttachmentError, fitted, read_text
+from app.attachments import (IMAGE_SUFFIXES, Attachment, AttachmentError, fitted, read_image,
+                             read_text)
 from app.client import EngineClient, StreamedReply
 from app.history import History, SavedConversation
 from app.session import NotSaved, Sessions
@@ -45,10 +46,22 @@ def _read_attachments(_task: Task, client: EngineClient, paths: list[str], model
 
     read = []
     for path in paths:
+        if Path(path).suffix.lower() in IMAGE_SUFFIXES:
+            read.append((read_image(Path(path).name, _file_bytes(Path(path))), 0))
+            continue
         text = read_text(Path(path))
         tokens = client.count_tokens(text, model)
         read.append((fitted(Path(path).name, text, tokens, budget), tokens))
     return read
+
+
+def _file_bytes(path) -> bytes:
+    try:
+        if path.stat().st_size > 20 << 20:
+            raise AttachmentError(f"{path.name} is over 20 MiB")
+        return path.read_bytes()
+    except OSError as exc:
+        raise AttachmentError(f"{path.name} cannot be read: {exc.strerror}") from None
 
 
 class ChatPage(QWidget):
@@ -79,6 +92,7 @@ class ChatPage(QWidget):
         self.bar.send.clicked.connect(lambda: self.send(self.composer.toPlainText().strip()))
         self.bar.stop.clicked.connect(self.stop)
         self.bar.attach_requested.connect(self.attach)
+        self.composer.image_pasted.connect(self.attach_picture)
         self.bar.detach_requested.connect(lambda: self._set_attachments([]))
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -242,6 +256,11 @@ class ChatPage(QWidget):
                        str(e) if isinstance(e, AttachmentError) else f"Attaching failed: {e}"),
                    owner=self)
 
+    def attach_picture(self, data: bytes) -> None:
+        """A picture pasted into the composer."""
+        start_task(lambda _task: [(read_image("pasted picture", data), 0)],
+                   on_done=self._on_read, on_error=lambda e: self.error.emit(str(e)), owner=self)
+
     def _on_read(self, read: list[tuple[Attachment, int]]) -> None:
         kept = []
         for attachment, tokens in read:
@@ -257,6 +276,7 @@ class ChatPage(QWidget):
     def _set_attachments(self, attachments: list[Attachment]) -> None:
         self.attachments = attachments
         self.bar.show_attached(" · ".join(
+            f"{a.name} (picture)" if a.image else
             f"{a.name} ({a.tokens:,} tokens{', its start' if a.truncated else ''})"
             for a in attachments))
 

@@ -1,20 +1,25 @@
 """Where a message is written: Enter sends, Shift+Enter starts a new line; files dropped
-on it or chosen with Attach join the message (their text, read in app.attachments)."""
+on it or chosen with Attach join the message (their text, read in app.attachments), and
+so do pictures: dropped, chosen, or pasted."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, Qt, Signal
+from PySide6.QtGui import QImage
 from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QPlainTextEdit, QPushButton,
                                QVBoxLayout, QWidget)
 from ..safe_text import Label
 
-FILE_FILTER = ("Text, code and PDF (*.txt *.md *.py *.js *.ts *.json *.csv *.yaml *.toml "
-               "*.c *.cpp *.h *.rs *.go *.java *.sh *.sql *.html *.pdf);;All files (*)")
+FILE_FILTER = ("Text, code, PDF and images (*.txt *.md *.py *.js *.ts *.json *.csv *.yaml "
+               "*.toml *.c *.cpp *.h *.rs *.go *.java *.sh *.sql *.html *.pdf *.png *.jpg "
+               "*.jpeg *.webp *.gif *.bmp);;Images (*.png *.jpg *.jpeg *.webp *.gif *.bmp);;"
+               "All files (*)")
 
 
 class Composer(QPlainTextEdit):
     submitted = Signal(str)
     files_dropped = Signal(list)
+    image_pasted = Signal(bytes)  # a picture from the clipboard, as PNG
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -31,6 +36,20 @@ class Composer(QPlainTextEdit):
                 self.submitted.emit(text)
             return
         super().keyPressEvent(event)
+
+    def canInsertFromMimeData(self, source) -> bool:
+        return source.hasImage() or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source) -> None:
+        if source.hasImage():
+            image = QImage(source.imageData())
+            data = QByteArray()
+            buffer = QBuffer(data)
+            buffer.open(QIODevice.WriteOnly)
+            if not image.isNull() and image.save(buffer, "PNG"):
+                self.image_pasted.emit(bytes(data))
+            return
+        super().insertFromMimeData(source)
 
     def dragEnterEvent(self, event) -> None:
         if event.mimeData().hasUrls():
@@ -69,8 +88,8 @@ class ComposerBar(QWidget):
         self.detach.clicked.connect(self.detach_requested)
         self.detach.hide()
         self.attach = QPushButton("Attach…", accessibleName="Attach files")
-        self.attach.setToolTip("Add text, Markdown, code or PDF files to the message "
-                               "(or drop them on it)")
+        self.attach.setToolTip("Add text, Markdown, code, PDF files or pictures to the "
+                               "message (or drop them on it, or paste a picture)")
         self.attach.clicked.connect(self._choose)
         self.stop = QPushButton("Stop", accessibleName="Stop the reply")
         self.stop.setToolTip("Stop the reply (Esc)")

@@ -1,0 +1,48 @@
+"""Pictures in the window: attached from a file or pasted, kept in the message (a
+thumbnail in the conversation), sent to a model that sees as image parts, and answered."""
+
+from __future__ import annotations
+
+import pytest
+from PIL import Image
+from PySide6.QtCore import QMimeData
+from PySide6.QtGui import QColor, QImage
+
+from support.models import STARTER
+
+
+@pytest.fixture
+def seeing_home(tmp_path, gui_home, vision_dir, starters_dir, monkeypatch):
+    """A home whose models folder holds the starter and a model that sees."""
+    root = tmp_path / "seeing-home"
+    models = root / "data" / "models"
+    models.mkdir(parents=True)
+    for path in [*vision_dir.iterdir(), starters_dir / f"{STARTER}.gguf"]:
+        (models / path.name).symlink_to(path)
+    monkeypatch.setenv("HOMERACK_HOME", str(root))
+    return root
+
+
+def test_a_picture_is_attached_shown_and_answered(qtbot, seeing_home, open_window, tmp_path):
+    window = open_window(("--model", "smolvlm-256m", "--ctx", "2048"))
+    photo = tmp_path / "photo.png"
+    Image.new("RGB", (640, 480), (30, 90, 200)).save(photo)
+    window.chat.attach([str(photo)])
+    qtbot.waitUntil(lambda: bool(window.chat.attachments), timeout=10_000)
+    assert "photo.png (picture)" in window.chat.bar.attached.text()
+    clip = QMimeData()
+    picture = QImage(64, 48, QImage.Format_RGB32)
+    picture.fill(QColor("orange"))
+    clip.setImageData(picture)
+    window.chat.composer.insertFromMimeData(clip)
+    qtbot.waitUntil(lambda: len(window.chat.attachments) == 2, timeout=10_000)
+    window.settings.max_tokens.setValue(4)
+    errors = []
+    window.chat.error.connect(errors.append)
+    window.chat.send("What is in these pictures?")
+    qtbot.waitUntil(lambda: window.chat.current_reply() is None, timeout=180_000)
+    assert errors == []
+    messages = window.history.messages(window.state.now.conversation.id)
+    assert messages[0].content.count("](data:image/jpeg;base64,") == 2
+    assert messages[-1].role == "assistant" and messages[-1].status == "complete"
+    assert window.chat.view.toHtml().count("<img") >= 2  # the thumbnails
