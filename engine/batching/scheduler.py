@@ -332,9 +332,10 @@ class Scheduler:
         """An image into its sequence: its embeddings kept or encoded now, then decoded."""
         loaded, slot = self.host.loaded, self.slots[chunk.seq_id]
         sight = loaded.sight
-        started = time.perf_counter()
+        started, encoded = time.perf_counter(), sight.images.encoded
         embeddings = sight.images.embeddings(sight.projector, chunk.image)
-        slot.encode_s += time.perf_counter() - started
+        if sight.images.encoded > encoded:  # the tower ran (a kept one costs no encode)
+            slot.encode_s += time.perf_counter() - started
         end = sight.projector.decode(loaded.llama, chunk.image, embeddings, chunk.start,
                                      chunk.seq_id)
         if end != chunk.start + len(chunk.tokens):
