@@ -34,6 +34,7 @@ def packaging_module(name: str):
     shadow PyPI's `packaging`)."""
     spec = importlib.util.spec_from_file_location(name, ROOT / "packaging" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up while it loads
     spec.loader.exec_module(module)
     return module
 

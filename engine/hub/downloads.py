@@ -32,7 +32,10 @@ _JOURNAL = {"type": "array", "items": {
         "quant": {"type": "object", "required": ["quant", "files", "size", "sha256"],
                   "additionalProperties": False,
                   "properties": {"quant": {"type": "string"}, "files": STRINGS,
-                                 "size": {"type": "integer"}, "sha256": STRINGS}}}}}
+                                 "size": {"type": "integer"}, "sha256": STRINGS,
+                                 "projector": {"type": ["string", "null"]},
+                                 "projector_size": {"type": "integer"},
+                                 "projector_sha256": {"type": "string"}}}}}}
 
 
 class _Stopped(Exception):

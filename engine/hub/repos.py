@@ -24,6 +24,7 @@ from ..catalog.drafts import MAX_DRAFT_SIZE_RATIO
 from ..errors import HomerackError, InvalidRequest
 from ..catalog.gguf_file import read_facts, read_header
 from ..formats.families import capabilities
+from ..catalog.projectors import projector_for
 from ..catalog.shape import ModelShape
 from ..machine.hardware import Hardware
 from ..catalog.models import git_blob_sha1_of, sha256_of
@@ -76,6 +77,9 @@ class QuantFiles:
     files: tuple[str, ...]       # one, or the parts of a split model in order
     size: int
     sha256: tuple[str, ...]      # per file, from the Hub's LFS metadata
+    projector: str | None = None  # the repository's vision projector, downloaded with it
+    projector_size: int = 0
+    projector_sha256: str = ""
 
 
 @dataclass(frozen=True)
@@ -187,8 +191,11 @@ def repo_quants(repo: str, endpoint: str | None = None, token: str | None = None
     api = _api(endpoint, token)
     info = _plain(lambda: api.model_info(repo, files_metadata=True), repo)
     groups: dict[str, list] = {}
+    projectors = []
     for sibling in info.siblings or ():
         name = sibling.rfilename
+        if name.endswith(".gguf") and "mmproj" in name.lower():
+            projectors.append(sibling)
         if not name.endswith(".gguf") or "mmproj" in name.lower():
             continue
         split = _SPLIT.search(name)
@@ -199,8 +206,35 @@ def repo_quants(repo: str, endpoint: str | None = None, token: str | None = None
         files.sort(key=lambda s: s.rfilename)
         quants.append(QuantFiles(quant_of(key), tuple(s.rfilename for s in files),
                                  sum(s.size or 0 for s in files),
-                                 tuple(s.lfs.sha256 if s.lfs else "" for s in files)))
+                                 tuple(s.lfs.sha256 if s.lfs else "" for s in files),
+                                 *_projector(projectors)))
     return sorted(quants, key=lambda q: q.size)
+
+
+_PRECISION = ("f16", "bf16", "q8_0", "f32")  # a projector's, best first (llama-server's -hf: f16)
+
+
+def _projector(siblings: list) -> tuple:
+    """(name, size, sha256) of the repository's projector; () when it has none."""
+    if not siblings:
+        return ()
+    def rank(sibling) -> int:
+        name = sibling.rfilename.lower()
+        return next((i for i, p in enumerate(_PRECISION)
+                     if re.search(rf"(?<![a-z0-9]){p}(?![a-z0-9])", name)), len(_PRECISION))
+    best = min(siblings, key=rank)
+    return best.rfilename, best.size or 0, best.lfs.sha256 if best.lfs else ""
+
+
+def projector_name(model_file: str, projector: str) -> str:
+    """The projector's name in the flat models folder: its own when it names the model
+    (mmproj-SmolVLM-256M-Instruct-f16.gguf beside SmolVLM-256M-Instruct-Q8_0.gguf),
+    else mmproj-MODEL.gguf, which pairs by name (unsloth's mmproj-F16.gguf names none)."""
+    own = Path(projector).name
+    model = Path(model_file)
+    if projector_for(model, [Path(own)], flat=True):
+        return own
+    return f"mmproj-{model.stem}.gguf"
 
 
 def model_card(repo: str, endpoint: str | None = None, token: str | None = None) -> str:
@@ -349,7 +383,8 @@ def repo_verdicts(repo: str, hardware: Hardware, prefs: Preferences,
     found, template = read_remote(repo, single[0], read_facts, endpoint, token)
     if isinstance(found[1], dict):  # an adapter: (architecture, facts)
         return None, _adapter_verdicts(quants, *found, fitting), ()
-    return found[0], judge(hardware, found[0], quants, prefs), capabilities(template)
+    sees = ("vision",) if any(q.projector for q in quants) else ()
+    return found[0], judge(hardware, found[0], quants, prefs), capabilities(template) + sees
 
 
 def _adapter_verdicts(quants: list[QuantFiles], arch: str, facts: dict,
@@ -385,20 +420,24 @@ def download(repo: str, quant: QuantFiles, models: Path, endpoint: str | None = 
     staging.mkdir(parents=True, exist_ok=True)
     have = partial_bytes(staging)
     free = shutil.disk_usage(staging).free
-    if quant.size - have > free:
+    if quant.size + quant.projector_size - have > free:
         raise HubError(f"not enough disk space for {quant.quant}: it needs "
                        f"{(quant.size - have) / 2**30:.1f} GiB more, "
                        f"{free / 2**30:.1f} GiB are free in {models}")
     done = []
-    for name, sha in zip(quant.files, quant.sha256):
-        partial = staging / (Path(name).name + ".part")
+    files = list(zip(quant.files, quant.sha256, [Path(n).name for n in quant.files]))
+    if quant.projector:  # after the model: the model is usable while it comes
+        files.append((quant.projector, quant.projector_sha256,
+                      projector_name(quant.files[0], quant.projector)))
+    for name, sha, local in files:
+        partial = staging / (local + ".part")
         meta = _plain(lambda: _fetch(repo, name, partial, endpoint, token, progress),
                       f"{repo}/{name}")
         if not _verified(partial, sha, meta):
             partial.unlink()
             raise HubError(f"{name} does not match the Hub's checksum (corrupted in "
                            "transit?): the file was deleted; download it again")
-        target = models / Path(name).name
+        target = models / local
         os.replace(partial, target)  # same filesystem: the model appears whole or not at all
         done.append(target)
     shutil.rmtree(staging, ignore_errors=True)

@@ -28,7 +28,8 @@ from .backend import _log, measured_load
 from .runtime import DecodeFailed, LlamaModel
 
 TEXT, IMAGE = 0, 1  # mtmd_input_chunk_type
-_SPAN = 2**31 - 2  # the negative ids an image's entries take: -1 .. -(2**31 - 1)
+_SPAN = 2**31 - 2
+_REFUSALS = {2: "one is too narrow or too flat for its tiles; crop it closer to a square"}  # the negative ids an image's entries take: -1 .. -(2**31 - 1)
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,9 @@ class Projector:
                 mtmd.mtmd_bitmap_free(bitmap)
         if failed:
             mtmd.mtmd_input_chunks_free(chunks)
-            raise InvalidRequest(f"libmtmd could not prepare the images (error {failed})",
+            sizes = ", ".join(f"{p.width}×{p.height}" for p in pictures)
+            raise InvalidRequest(f"the projector cannot take these images ({sizes}): "
+                                 + _REFUSALS.get(failed, f"libmtmd's error {failed}"),
                                  param="messages")
         prompt = self._walk(chunks)
         if bos is not None and (not prompt.tokens or prompt.tokens[0] != bos):

@@ -385,3 +385,26 @@ def test_a_probe_reads_no_further_than_a_header_can_be(hub, tmp_path, monkeypatc
     card = model_card("someone/Odd-GGUF")
     assert card.startswith("# Odd") and len(card) < repos.MAX_CARD + 100
     assert card.endswith("(the rest of the card is not shown)")
+
+
+def test_a_vision_repository_downloads_its_projector_which_pairs_with_the_model(
+        hub, tmp_path, vision_dir):
+    """unsloth names its projector mmproj-F16.gguf, which names no model: it is kept as
+    mmproj-MODEL.gguf beside the model so that the flat folder pairs them; the BF16 one
+    is passed over for F16, as llama-server's -hf does."""
+    from engine.catalog.gguf_file import GGUFInspector
+    from engine.catalog.models import ModelStore
+
+    projector = vision_dir / "mmproj-smolvlm-256m-f16.gguf"
+    hub.repos["unsloth/SmolVLM-GGUF"] = Repo({
+        "SmolVLM-256M-Instruct-Q8_0.gguf": vision_dir / "smolvlm-256m.gguf",
+        "mmproj-BF16.gguf": projector, "mmproj-F16.gguf": projector})
+    quants = repo_quants("unsloth/SmolVLM-GGUF")
+    assert [q.projector for q in quants] == ["mmproj-F16.gguf"]  # never a quant itself
+    models = tmp_path / "models"
+    files = download("unsloth/SmolVLM-GGUF", quants[0], models)
+    assert [f.name for f in files] == ["SmolVLM-256M-Instruct-Q8_0.gguf",
+                                       "mmproj-SmolVLM-256M-Instruct-Q8_0.gguf"]
+    listed = ModelStore(models, GGUFInspector()).list()
+    assert [(m.id, m.projector.name) for m in listed] == [
+        ("SmolVLM-256M-Instruct-Q8_0", "mmproj-SmolVLM-256M-Instruct-Q8_0.gguf")]
