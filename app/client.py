@@ -76,15 +76,15 @@ class EngineClient:
         return self._checked(self._http.get("/v1/cluster", timeout=5)).json()
 
     def plan(self, model: str, n_ctx: int | None = None, gpu_layers: int | None = None,
-             cpu_moe_layers: int | None = None) -> dict:
+             cpu_moe_layers: int | None = None, vision: bool | None = None) -> dict:
         """What loading `model` with these choices would use (nothing is loaded)."""
-        body = _load_body(model, n_ctx, gpu_layers, cpu_moe_layers)
+        body = _load_body(model, n_ctx, gpu_layers, cpu_moe_layers, vision)
         return self._checked(self._http.post("/v1/plan", json=body)).json()
 
     def load(self, model: str, n_ctx: int | None = None, gpu_layers: int | None = None,
-             cpu_moe_layers: int | None = None) -> dict:
+             cpu_moe_layers: int | None = None, vision: bool | None = None) -> dict:
         """Load `model` with these choices; the engine's status once it is loaded."""
-        body = _load_body(model, n_ctx, gpu_layers, cpu_moe_layers)
+        body = _load_body(model, n_ctx, gpu_layers, cpu_moe_layers, vision)
         return self._checked(self._http.post("/v1/models/load", json=body)).json()
 
     def loaded(self) -> list[dict]:
@@ -215,7 +215,8 @@ class EngineClient:
         self._http.close()
 
 
-def _load_body(model: str, n_ctx, gpu_layers, cpu_moe_layers) -> dict:
-    """A LoadRequest: the model and the user's choices over the planner's (None: its own)."""
+def _load_body(model: str, n_ctx, gpu_layers, cpu_moe_layers, vision=None) -> dict:
+    """A LoadRequest: the model and the user's choices over the planner's (None: its own;
+    vision False: without its projector)."""
     return {"model": model, "n_ctx": n_ctx, "gpu_layers": gpu_layers,
-            "cpu_moe_layers": cpu_moe_layers}
+            "cpu_moe_layers": cpu_moe_layers, "vision": vision}

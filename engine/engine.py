@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from .agent.compose import Composed
+from .agent.images import fetched
 from .catalog.chat_format import ChatFormat, chat_format_for
 from .catalog.drafts import check_draft_fits, check_size
 from .catalog.sampling_defaults import model_defaults
@@ -93,6 +94,9 @@ class Engine:
         request ("auto") gets its model, its chat is rendered (once: the cache key and
         the admission share it), a cached answer is replayed at once from this thread,
         a new one is recorded, and a cascade starts with its small model."""
+        if any(p.url for p in request.pictures):  # on this worker thread, not the loop
+            request = replace(request, pictures=fetched(request.pictures,
+                                                        self.settings.image_urls))
         job = Job(next(self._ids), request, emit)
         route = self._route(job)
         job.request = self._rendered(job.request)

@@ -68,6 +68,8 @@ class EngineSettings:
     presets_file: Path | None = None  # the user's per-model choices (presets.py)
     auto_ctx: bool = False            # load.n_ctx not asked: the planner chooses (up to 32k)
     tensor_parallel: bool = False     # the planner may split every layer across GPUs
+    image_urls: bool = False          # requests' http(s) images fetched (off: data URLs only)
+    image_tokens: tuple[int, int] = (-1, -1)  # a projector's image_min/max_tokens (-1: its own)
 
     @property
     def sequences(self) -> int:

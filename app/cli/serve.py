@@ -139,6 +139,8 @@ def _settings(args):
         response_cache_bytes=max(args.response_cache_mib, 1) << 20,
         cpu_moe_layers=args.cpu_moe_layers, max_models=args.max_models,
         tensor_parallel=args.split_mode == "tensor",
+        image_urls=args.allow_image_urls,
+        image_tokens=(args.image_min_tokens, args.image_max_tokens),
         jit_ttl_s=args.model_ttl * 60 if args.model_ttl else None,
         presets_file=where.data / "presets.json")
 
@@ -220,6 +222,14 @@ def add_commands(sub) -> None:
     serve.add_argument("--cache-disk-mib", type=int, default=4096,
                        help="prompt cache disk budget; 0 keeps it in RAM only")
     serve.add_argument("--no-prompt-cache", action="store_true")
+    serve.add_argument("--allow-image-urls", action="store_true",
+                       help="fetch the http(s) images requests name (off: data URLs only; "
+                            "on, the engine reaches any address a request names)")
+    serve.add_argument("--image-min-tokens", type=int, default=-1, metavar="N",
+                       help="tokens an image takes at least, for projectors of dynamic "
+                            "resolution (Qwen-VL; -1: the projector's own)")
+    serve.add_argument("--image-max-tokens", type=int, default=-1, metavar="N",
+                       help="tokens an image takes at most (-1: the projector's own)")
     serve.add_argument("--whole-drafts", action="store_true",
                        help="run draft models whole (no cut output layer)")
     serve.add_argument("--speculation", choices=["off", "lookup", "draft"], default="off",

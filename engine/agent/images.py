@@ -35,6 +35,8 @@ class Picture:
     width: int
     height: int
     rgb: bytes = b""
+    url: str = ""    # an http(s) image not fetched yet (fetched() brings it, when allowed)
+    where: str = ""  # its part in the request, for errors
 
     def __repr__(self) -> str:  # never the pixels in a log
         return f"Picture({self.digest[:12]}, {self.width}x{self.height})"
@@ -92,3 +94,44 @@ def read_image(data: bytes, where: str) -> Picture:
             from None
     return Picture(hashlib.sha256(data).hexdigest(), upright.width, upright.height,
                    upright.tobytes())
+
+
+FETCH_TIMEOUT_S = 20
+
+
+def remote(url: str, where: str) -> Picture:
+    """An image on the web, to fetch when the request reaches the engine."""
+    return Picture("", 0, 0, url=url, where=where)
+
+
+def fetched(pictures: tuple[Picture, ...], allowed: bool) -> tuple[Picture, ...]:
+    """The pictures with those on the web brought here: only when the user allows it
+    (`serve --allow-image-urls`; off by default, as the engine would otherwise reach any
+    address a request names, its own network's included)."""
+    return tuple(_fetch(p, allowed) if p.url else p for p in pictures)
+
+
+def _fetch(picture: Picture, allowed: bool) -> Picture:
+    import httpx
+
+    where = picture.where
+    if not allowed:
+        raise InvalidRequest(f"{where}: this engine does not fetch images from the web; send "
+                             "the image as a data URL (data:image/png;base64,...), or start it "
+                             "with --allow-image-urls", param=where)
+    data = bytearray()
+    try:
+        with httpx.Client(timeout=FETCH_TIMEOUT_S, follow_redirects=True, max_redirects=3
+                          ) as client, client.stream("GET", picture.url) as reply:
+            if reply.status_code != 200:
+                raise InvalidRequest(f"{where}: fetching the image got HTTP {reply.status_code}",
+                                     param=where)
+            for block in reply.iter_bytes():
+                data += block
+                if len(data) > MAX_BYTES:
+                    raise InvalidRequest(f"{where}: the image is over {MAX_BYTES // 2**20} MiB",
+                                         param=where)
+    except httpx.HTTPError as exc:
+        raise InvalidRequest(f"{where}: the image could not be fetched ({exc})",
+                             param=where) from None
+    return read_image(bytes(data), where)

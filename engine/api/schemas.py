@@ -55,10 +55,13 @@ def _picture(part: dict, kind: str, where: str) -> Picture:
     the Responses API's `input_image` (`image_url`), Anthropic's `image` (a base64 source)."""
     if kind == "image":
         source = part.get("source")
+        if isinstance(source, dict) and source.get("type") == "url" \
+                and str(source.get("url", "")).startswith(("http://", "https://")):
+            return images.remote(source["url"], f"{where}.source.url")
         if not isinstance(source, dict) or source.get("type") != "base64" \
                 or not isinstance(source.get("data"), str):
-            raise InvalidRequest(f"{where}.source: an image needs a base64 source (URLs "
-                                 "are not fetched)", param=f"{where}.source")
+            raise InvalidRequest(f"{where}.source: an image needs a base64 or an http(s) "
+                                 "url source", param=f"{where}.source")
         return images.from_base64(source["data"], f"{where}.source.data")
     url = part.get("image_url")
     if isinstance(url, dict):
@@ -66,9 +69,7 @@ def _picture(part: dict, kind: str, where: str) -> Picture:
     if not isinstance(url, str):
         raise InvalidRequest(f"{where}.image_url: an image needs a URL", param=f"{where}.image_url")
     if url.startswith(("http://", "https://")):
-        raise InvalidRequest(f"{where}.image_url: this engine does not fetch images from the "
-                             "web; send the image as a data URL (data:image/png;base64,...)",
-                             param=f"{where}.image_url")
+        return images.remote(url, f"{where}.image_url")  # fetched by the engine, if allowed
     return images.from_data_url(url, f"{where}.image_url")
 
 

@@ -84,6 +84,10 @@ class ProjectorFacts:
         rows = -(-round(height * scale) // self.image_size)
         return cols * rows + 1  # libmtmd adds the overview even to a single tile
 
+    def image_flops(self, width: int, height: int) -> float:
+        """The tower's work for a picture: two FLOPs per weight per patch, per tile."""
+        return 2.0 * self.tower_params * self.patches * self.tiles(width, height)
+
     def misfit(self, hidden: int) -> str | None:
         if self.n_out is not None and self.n_out != hidden:
             return (f"its output is {self.n_out} wide and the model's hidden size is "

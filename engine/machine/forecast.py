@@ -45,6 +45,7 @@ class Forecast:
     key: str = ""               # "gpu/moe": the device and model kind it is calibrated by
     prior_decode_tps: float = 0.0  # before calibration
     prior_prompt_tps: float = 0.0
+    image_s: float | None = None  # a 1024x768 picture through the vision tower (None: none)
 
     @property
     def calibrated(self) -> bool:
@@ -54,7 +55,8 @@ class Forecast:
         return {"decode_tokens_per_s": round(self.decode_tps, 1),
                 "prompt_tokens_per_s": round(self.prompt_tps, 1), "calibrated": self.calibrated,
                 "uncalibrated_decode_tokens_per_s": round(self.prior_decode_tps, 1),
-                "uncalibrated_prompt_tokens_per_s": round(self.prior_prompt_tps, 1)}
+                "uncalibrated_prompt_tokens_per_s": round(self.prior_prompt_tps, 1),
+                **({"image_encode_s": round(self.image_s, 2)} if self.image_s else {})}
 
 
 Speeds = dict[str, tuple[str, float, float]]
@@ -143,3 +145,10 @@ def forecast(shape: ModelShape, layout: Layout, hw: Hardware, n_ctx: int,
     prompt = 1 / _prompt_seconds(shape, layout, speeds)
     return Forecast(decode * ratios.get(f"decode/{key}", 1.0),
                     prompt * ratios.get(f"prompt/{key}", 1.0), key, decode, prompt)
+
+
+def image_seconds(hw: Hardware, device: str, flops: float) -> float:
+    """A picture's pass through the vision tower on `device`: its FLOPs at the device's
+    rate (a tower is compute-bound, as a prompt is)."""
+    speeds = speeds_of(hw)
+    return flops / speeds.get(device, speeds["CPU"])[2]

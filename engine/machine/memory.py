@@ -68,6 +68,7 @@ class Preferences:
     cpu_moe_layers: int | None = None
     speed_calibration: tuple[tuple[str, float], ...] = ()  # (phase/device/model, ratio)
     projector_bytes: int = 0        # a vision projector's weights and compute buffer
+    image_flops: float = 0.0        # its work for a 1024x768 picture (the forecast's encode time)
     tensor_parallel: bool = False   # may split every layer across GPUs: llama.cpp's experimental
                                     # mode, unmeasured here, so only when asked (--split-mode tensor)
 

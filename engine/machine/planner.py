@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..catalog.shape import ModelShape
-from .forecast import Forecast, forecast
+from .forecast import Forecast, forecast, image_seconds
 from .hardware import Hardware
 from .memory import (MiB, DeviceUse, Placement, Preferences, can_split_tensors, compute_bytes,
-                     place, place_tensor_parallel)
+                     place, place_tensor_parallel, where_projector)
 
 
 @dataclass(frozen=True)
@@ -100,9 +100,13 @@ def plan(hw: Hardware, shape: ModelShape, prefs: Preferences = Preferences()) ->
     if best is None:
         return _no_fit(hw, shape, prefs)
     placement = best.placement
+    speed = best.forecast
+    if prefs.image_flops:
+        speed = replace(speed, image_s=image_seconds(hw, where_projector(hw, prefs) or "CPU",
+                                                     prefs.image_flops))
     return Plan(shape.name, placement.n_gpu_layers, placement.gpus, placement.split,
                 best.n_ctx, best.kv_type, best.kv_type != "f16", placement.uses, True,
-                _reasons(shape, hw, prefs, best, traded), placement.cpu_moe, best.forecast,
+                _reasons(shape, hw, prefs, best, traded), placement.cpu_moe, speed,
                 shape.n_layers, shape.is_moe, placement.split_mode)
 
 

@@ -161,7 +161,8 @@ class ModelHost:
             return Sight(None, why)
         device = (where_projector(self._hardware, prefs) if self._hardware else None) or "CPU"
         try:
-            projector = load_projector(facts, llama, device, self.settings.load.n_threads)
+            projector = load_projector(facts, llama, device, self.settings.load.n_threads,
+                                       self.settings.image_tokens)
         except ModelLoadFailed as exc:
             return Sight(None, exc.message)
         folder = self.settings.cache_folder
@@ -199,6 +200,7 @@ class ModelHost:
         eyes, _ = wanted_projector(model, info.shape.n_embd if info.shape else None, override)
         chosen = dict(gpu_layers=override.gpu_layers if override else None, draft=draft,
                       projector_bytes=eyes.total_bytes if eyes else 0,
+                      image_flops=eyes.image_flops(1024, 768) if eyes else 0.0,
                       calibration=self._calibration.for_architecture(info.architecture),
                       cpu_moe_layers=cpu_moe, speed_calibration=self._calibration.speeds(),
                       tensor_parallel=self.settings.tensor_parallel)

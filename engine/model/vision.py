@@ -42,9 +42,9 @@ def wanted_projector(model: LocalModel, hidden: int | None,
         else (facts, None)
 
 
-def load_projector(facts: ProjectorFacts, llama: LlamaModel, device: str,
-                   n_threads: int) -> Projector:
-    return Projector(Path(facts.path), llama, n_threads, device)
+def load_projector(facts: ProjectorFacts, llama: LlamaModel, device: str, n_threads: int,
+                   image_tokens: tuple[int, int] = (-1, -1)) -> Projector:
+    return Projector(Path(facts.path), llama, n_threads, device, *image_tokens)
 
 
 class ImageCache:

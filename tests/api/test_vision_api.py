@@ -134,7 +134,7 @@ BAD = [
     ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB", "cannot be decoded"),
     (data_url(b"plain text, not a picture"), "not an image"),
     ("data:image/png;base64,%%%", "base64"),
-    ("https://example.com/cat.png", "does not fetch"),
+    ("https://example.com/cat.png", "--allow-image-urls"),  # off by default: never fetched
     (data_url(png()[:100]), "cannot be decoded"),
 ]
 
@@ -160,6 +160,7 @@ def test_a_model_without_a_projector_says_so(http):
 def test_vision_turned_off_gives_its_memory_back(http):
     planned = http.post("/v1/plan", json={"model": MODEL}).json()
     assert sum(d["projector"] for d in planned["devices"]) > 40 << 20
+    assert planned["forecast"]["image_encode_s"] > 0  # the picture's time, forecast
     off = http.post("/v1/plan", json={"model": MODEL, "vision": False}).json()
     assert sum(d["projector"] for d in off["devices"]) == 0
     assert http.put("/v1/models/preset", json={"model": MODEL, "vision": False}).status_code == 200

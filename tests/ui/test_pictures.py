@@ -46,3 +46,31 @@ def test_a_picture_is_attached_shown_and_answered(qtbot, seeing_home, open_windo
     assert messages[0].content.count("](data:image/jpeg;base64,") == 2
     assert messages[-1].role == "assistant" and messages[-1].status == "complete"
     assert window.chat.view.toHtml().count("<img") >= 2  # the thumbnails
+
+
+def test_the_memory_page_shows_the_projector_and_turns_vision_off(qtbot):
+    from ui.models.plan_panel import PlanPanel, describe_device
+
+    panel = PlanPanel()
+    qtbot.addWidget(panel)
+    asked = []
+    panel.preview_requested.connect(lambda *args: asked.append(args))
+    panel.show_model("smolvlm-256m")
+    device = {"device": "CPU", "budget": 8 << 30, "weights": 100 << 20, "kv": 50 << 20,
+              "compute": 10 << 20, "output": 1 << 20, "projector": 65 << 20,
+              "mapped_gaps": 0, "total": 226 << 20}
+    plan = {"fits": True, "n_ctx": 4096, "kv_type": "f16", "n_gpu_layers": 0,
+            "devices": [device], "reasons": [], "moe": False}
+    assert not panel.vision.isVisibleTo(panel)
+    panel.show_plan({**plan, "asked": asked[-1]})
+    assert panel.vision.isVisibleTo(panel) and "projector 65" in describe_device(device)
+    panel.vision.setChecked(False)
+    qtbot.waitUntil(lambda: asked[-1][4] is False, timeout=5_000)
+
+
+def test_badges_say_a_model_sees_images():
+    from ui.models.download_wizard import _abilities
+    from ui.models.model_bar import badges
+
+    assert "sees images" in badges(["tools", "vision"])
+    assert "projector is downloaded with it" in _abilities(["vision"])

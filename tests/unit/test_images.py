@@ -108,3 +108,35 @@ def test_a_real_image_damaged_anywhere_is_an_image_or_a_400(at, garbage):
         read_image(bytes(data), "image")
     except InvalidRequest:
         pass
+
+
+@pytest.fixture
+def web(tmp_path):
+    """A loopback HTTP server of the files in a folder."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    handler.log_message = lambda *_a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield tmp_path, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_an_image_on_the_web_is_fetched_only_when_allowed(web):
+    from engine.agent.images import fetched, remote
+
+    folder, url = web
+    (folder / "cat.png").write_bytes(encoded(Image.new("RGB", (12, 7)), "PNG"))
+    (folder / "big.png").write_bytes(b"\0" * (21 << 20))
+    wanted = (remote(f"{url}/cat.png", "messages[0].content[0].image_url"),)
+    with pytest.raises(InvalidRequest, match="--allow-image-urls") as refused:
+        fetched(wanted, allowed=False)
+    assert refused.value.param == "messages[0].content[0].image_url"
+    picture, = fetched(wanted, allowed=True)
+    assert (picture.width, picture.height, picture.url) == (12, 7, "")
+    for name, says in (("missing.png", "HTTP 404"), ("big.png", "over 20 MiB")):
+        with pytest.raises(InvalidRequest, match=says):
+            fetched((remote(f"{url}/{name}", "x"),), allowed=True)

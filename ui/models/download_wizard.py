@@ -29,9 +29,14 @@ FIT_COLORS = {"gpu": "#d4edda", "partial": "#fff3cd", "cpu": "#e2ecf8", "no": "#
 
 
 def _abilities(capabilities: list[str] | None) -> str:
-    """What its chat template says the model does: the wizard's "thinks" and "tools"."""
-    words = badges(capabilities).strip(" ·")
-    return f"\nIts chat template says: {words}." if words else ""
+    """What the model does: its chat template's "thinks" and "tools", and "sees images"
+    when the repository holds a projector (downloaded with the model)."""
+    caps = list(capabilities or ())
+    words = badges([c for c in caps if c != "vision"]).strip(" ·")
+    said = f"\nIts chat template says: {words}." if words else ""
+    if "vision" in caps:
+        said += "\nIt sees images: its vision projector is downloaded with it."
+    return said
 
 
 class SearchPage(QWizardPage):

@@ -61,7 +61,8 @@ REASONING_NAMES = {None: "Thinking: default", "none": "Thinking: off", "low": "T
 
 def badges(capabilities: list[str] | None) -> str:
     """What the model's template says it does, as words after its name."""
-    words = [word for cap, word in (("reasoning", "thinks"), ("tools", "tools"))
+    words = [word for cap, word in (("reasoning", "thinks"), ("tools", "tools"),
+                                    ("vision", "sees images"))
              if cap in (capabilities or ())]
     return "  · " + " · ".join(words) if words else ""
 

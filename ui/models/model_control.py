@@ -172,22 +172,22 @@ class ModelControl(QObject):
 
     # -- the Memory page: the plan, and loading by it ---------------------------------------
 
-    def preview_plan(self, model: str, n_ctx, gpu_layers, cpu_moe_layers) -> None:
+    def preview_plan(self, model: str, *choices) -> None:
+        """`choices`: the plan panel's overrides (context, GPU layers, experts, vision)."""
         client = self.client()
         if client and model:
-            start_task(lambda _t: {**client.plan(model, n_ctx, gpu_layers, cpu_moe_layers),
-                                   "asked": (model, n_ctx, gpu_layers, cpu_moe_layers)},
+            start_task(lambda _t: {**client.plan(model, *choices), "asked": (model, *choices)},
                        on_done=self.plan_panel.show_plan,
                        on_error=lambda e: self.error.emit(str(e)), owner=self)
 
-    def load(self, model: str, n_ctx, gpu_layers, cpu_moe_layers) -> None:
+    def load(self, model: str, *choices) -> None:
         client = self.client()
         if not client:
             return
         self._set_loading(True)
         self.status.emit(f"Loading {model}…", 0)
         self._watch.start()
-        start_task(lambda _t: client.load(model, n_ctx, gpu_layers, cpu_moe_layers),
+        start_task(lambda _t: client.load(model, *choices),
                    on_done=self._on_loaded, on_error=self._on_load_failed, owner=self)
 
     def _set_loading(self, loading: bool) -> None:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from PySide6.QtCore import QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPainter
-from PySide6.QtWidgets import (QFormLayout, QGridLayout, QPushButton,
+from PySide6.QtWidgets import (QCheckBox, QFormLayout, QGridLayout, QPushButton,
                                QSlider, QSpinBox, QVBoxLayout, QWidget)
 from ..safe_text import Label
 
 MiB = 1 << 20
 PARTS = (("weights", "#4a7ebb"), ("kv", "#8e6bbf"), ("compute", "#d08a3b"),
-         ("output", "#6aa56a"))
+         ("output", "#6aa56a"), ("projector", "#c0608a"))
 
 
 class MemoryBar(QWidget):
@@ -51,15 +51,16 @@ class MemoryBar(QWidget):
 def describe_device(device: dict) -> str:
     free = device["budget"] - device["total"]
     parts = ", ".join(f"{key} {device[key] / MiB:,.{1 if device[key] < 10 * MiB else 0}f}"
-                      for key, _ in PARTS if device[key])
+                      for key, _ in PARTS if device.get(key))
     state = f"{free / MiB:,.0f} MiB free" if free >= 0 else f"{-free / MiB:,.0f} MiB too much"
     return f"{device['device']}: {parts or 'unused'} MiB · {state}"
 
 
 class PlanPanel(QWidget):
-    # model, n_ctx | None, gpu layers | None, layers with experts in RAM | None
-    preview_requested = Signal(str, object, object, object)
-    load_requested = Signal(str, object, object, object)
+    # model, n_ctx | None, gpu layers | None, layers with experts in RAM | None,
+    # vision (None: as planned; False: without the projector)
+    preview_requested = Signal(str, object, object, object, object)
+    load_requested = Signal(str, object, object, object, object)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -75,6 +76,12 @@ class PlanPanel(QWidget):
         self.experts_label = Label()
         self._experts_chosen = False  # until the user moves it, it shows the planner's
         self.experts.valueChanged.connect(self._choose_experts)
+        self.vision = QCheckBox("See images (load the vision projector)", checked=True)
+        self.vision.setAccessibleName("See images")
+        self.vision.setToolTip("Off: the projector is not loaded and its memory goes to the "
+                               "model; pictures are then refused")
+        self.vision.toggled.connect(lambda _on: self._debounce.start())
+        self.vision.hide()
         self.bars = QGridLayout()
         self.reasons = Label()
         self.reasons.setWordWrap(True)
@@ -90,6 +97,7 @@ class PlanPanel(QWidget):
         form.addRow(Label("Context (tokens)"), self.context)
         form.addRow(Label("GPU layers"), self.layers)
         form.addRow(self.experts_label, self.experts)
+        form.addRow(self.vision)
         self._experts_row = (self.experts_label, self.experts)
         self._show_experts_row(False)
         for widget, name in ((self.context, "Context in tokens"), (self.layers, "GPU layers"),
@@ -103,10 +111,11 @@ class PlanPanel(QWidget):
         layout.addWidget(self.load_button, 0, Qt.AlignRight)
         layout.addStretch(1)
 
-    def overrides(self) -> tuple[int | None, int | None, int | None]:
+    def overrides(self) -> tuple[int | None, int | None, int | None, bool | None]:
         return (self.context.value() or None,
                 self.layers.value() if self.layers.value() >= 0 else None,
-                self.experts.value() if self._experts_chosen else None)
+                self.experts.value() if self._experts_chosen else None,
+                None if self.vision.isChecked() else False)
 
     def show_model(self, model: str) -> None:
         """Plan `model` afresh, with the planner's own choices."""
@@ -116,8 +125,12 @@ class PlanPanel(QWidget):
             box.blockSignals(True)
             box.setValue(value)
             box.blockSignals(False)
+        self.vision.blockSignals(True)
+        self.vision.setChecked(True)
+        self.vision.hide()
+        self.vision.blockSignals(False)
         self.title.setText(f"Planning {model}…")
-        self.preview_requested.emit(model, None, None, None)
+        self.preview_requested.emit(model, None, None, None, None)
 
     def _choose_experts(self, _value: int) -> None:
         self._experts_chosen = True
@@ -143,6 +156,8 @@ class PlanPanel(QWidget):
                    if plan.get("cpu_moe_layers") else "")
         speed = plan.get("forecast") or {}
         about = f" · about {speed['decode_tokens_per_s']:,.1f} tok/s" if speed else ""
+        if speed.get("image_encode_s"):
+            about += f" · about {speed['image_encode_s']:,.1f} s to see a picture"
         self.title.setText(
             f"{self.model} {verdict}: {plan['n_ctx']:,} tokens of context, "
             f"{plan['kv_type']} KV cache, {plan['n_gpu_layers']} layers on GPU{experts}{about}")
@@ -154,6 +169,8 @@ class PlanPanel(QWidget):
             self.experts.blockSignals(False)
             self._label_experts(plan["cpu_moe_layers"], chosen=False)
         self._show_bars(plan["devices"])
+        if any(d.get("projector") for d in plan["devices"]):
+            self.vision.show()  # stays, unchecked, once the user turns it off
         self.reasons.setText("\n".join(f"• {r}" for r in plan["reasons"]))
         self.load_button.setEnabled(plan["fits"])
 
