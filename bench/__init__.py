@@ -50,7 +50,7 @@ BENCHES = (
     Bench("moe_split", "experts in RAM vs a whole-layer split at the same GPU memory "
           "(a GPU's llama-bench)", takes_model=False),
     Bench("vision", "first token with a 1024x768 picture, new and seen again, vs llama-server "
-          "--mmproj; the image encode cache's gain"),
+          "--mmproj; the image encode cache's gain", takes_model=False),
     Bench("portable", "the packaged app's portable llama.cpp vs this machine's native build",
           takes_model=False),
 )

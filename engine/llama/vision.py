@@ -25,7 +25,7 @@ from llama_cpp import mtmd_cpp as mtmd
 from ..agent.images import Picture
 from ..errors import InvalidRequest, ModelLoadFailed
 from .backend import _log, measured_load
-from .runtime import DecodeFailed, LlamaModel
+from .runtime import DecodeFailed, LlamaModel, NoKVSlot
 
 TEXT, IMAGE = 0, 1  # mtmd_input_chunk_type
 _SPAN = 2**31 - 2
@@ -187,7 +187,7 @@ class Projector:
             self._ctx, model.ctx, piece.chunk, data.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
             start, seq_id, model.settings.n_batch, ctypes.byref(new_pos),
             mtmd.mtmd_helper_post_decode_callback(), None)
-        if failed:
-            raise DecodeFailed("llama.cpp could not decode an image's embeddings "
-                              "(the KV memory may be full)")
+        if failed:  # its cells so far stay in the sequence: the scheduler drops it whole
+            raise NoKVSlot("llama.cpp could not decode an image's embeddings into the KV "
+                           "memory")
         return new_pos.value

@@ -86,8 +86,7 @@ class Loaded:
         if projector is None:
             raise InvalidRequest(f"{self.model.id} cannot see images: {self.sight.why_not}",
                                  param="messages")
-        texts = render_chat(request, self.chat_format).split(MARKER) \
-            if request.rendered_prompt is None else request.rendered_prompt.split(MARKER)
+        texts = (request.rendered_prompt or render_chat(request, self.chat_format)).split(MARKER)
         if len(texts) != len(request.pictures) + 1:
             raise InvalidRequest(f"the chat template placed {len(texts) - 1} of the "
                                  f"{len(request.pictures)} images", param="messages")
@@ -97,7 +96,9 @@ class Loaded:
             owner.close()
             raise InvalidRequest("the prompt ends with an image: text must follow it",
                                  param="messages")
-        return Prompt(owner.tokens, [], owner.images, owner)
+        notes = [f"chat format: {self.chat_format.describe()}"] if self.chat_format.fallback \
+            else []
+        return Prompt(owner.tokens, notes, owner.images, owner)
 
     def budget(self, request: GenerationRequest, n_prompt: int) -> tuple[int, list[str]]:
         """max_tokens, clamped to what the context holds after the prompt."""

@@ -171,3 +171,19 @@ def test_vision_turned_off_gives_its_memory_back(http):
         assert "vision is turned off" in reply.json()["error"]["message"]
     finally:
         http.put("/v1/models/preset", json={"model": MODEL, "vision": None})
+
+
+def test_pictures_and_text_batch_together(http):
+    """One request with a picture and three without, at once: each answered, each with
+    its own usage (the picture goes in a step of its own; the others keep decoding)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    image = [{"type": "image_url", "image_url": {"url": data_url(png(400, 300, (0, 0, 0)))}},
+             {"type": "text", "text": "Describe it."}]
+    asks = [image] + [f"Count to {n}." for n in (3, 4, 5)]
+    with ThreadPoolExecutor(4) as pool:
+        replies = list(pool.map(lambda content: chat(http, content, max_tokens=12), asks))
+    assert [r.status_code for r in replies] == [200] * 4
+    usages = [r.json()["usage"] for r in replies]
+    assert usages[0]["images"]["chunks"] == 2
+    assert all("images" not in u for u in usages[1:])

@@ -4,8 +4,9 @@ screen, so popups and menus show; offscreen it grabs the window.
 
 It runs in a HOMERACK_HOME of its own (the user's models linked in, none of their
 conversations), over a real engine with the starter model. The chat with code and a
-table is a sample answer written into the history, since the 135M starter rarely writes
-one; the first answer shown is the model's own."""
+table, and the answer about a picture, are sample answers written into the history, since
+the 135M starter rarely writes one and cannot see; the first answer shown is the model's
+own."""
 
 from __future__ import annotations
 
@@ -52,6 +53,29 @@ def _home() -> Path:
         (home / "data" / "models").symlink_to(models)
     os.environ["HOMERACK_HOME"] = str(home)
     return home
+
+
+PICTURE_ANSWER = """A sunset over hills: an orange sun low in a sky that fades from
+yellow to violet, above two green slopes."""
+
+
+def _picture() -> str:
+    """A drawn sunset, attached as the app attaches a picture."""
+    import io
+
+    from PIL import Image, ImageDraw
+
+    from app.attachments import read_image
+
+    image = Image.new("RGB", (640, 400))
+    draw = ImageDraw.Draw(image)
+    for y in range(400):
+        draw.line([(0, y), (640, y)], fill=(250 - y // 3, 200 - y // 3, 80 + y // 4))
+    draw.ellipse((380, 170, 500, 290), fill=(255, 120, 40))
+    draw.polygon([(0, 400), (0, 300), (250, 240), (640, 330), (640, 400)], fill=(60, 130, 70))
+    out = io.BytesIO()
+    image.save(out, "PNG")
+    return read_image("sunset.png", out.getvalue()).as_context()
 
 
 def main(out: str) -> int:
@@ -114,6 +138,11 @@ def _shoot_all(out: str) -> int:
     answer = history.messages(thinking.id)[-1]
     window.chat.view.anchorClicked.emit(QUrl(f"think:{answer.id}"))
     shoot("7-thinking-open")
+    seeing = window.new_conversation()
+    history.add_message(seeing.id, "user", f"{_picture()}\n\nWhat is in this picture?")
+    history.add_message(seeing.id, "assistant", PICTURE_ANSWER, model="(sample answer)")
+    window.open_conversation(seeing.id)
+    shoot("8-picture")
     window.open_conversation(conversation.id)
     if not offscreen:
         window.bar.box.showPopup()
