@@ -20,6 +20,7 @@ from .agent.compose import Composed
 from .agent.images import fetched
 from .catalog.chat_format import ChatFormat, chat_format_for
 from .catalog.drafts import check_draft_fits, check_size
+from .catalog.facts import image_tokens
 from .catalog.sampling_defaults import model_defaults
 from .cascade import Cascade
 from .catalog.models import LocalModel, ModelStore
@@ -190,9 +191,12 @@ class Engine:
 
     def count_prompt_tokens(self, request: GenerationRequest) -> int:
         """The tokens the request's prompt will take, counted with the model's vocabulary
-        alone (the model need not be loaded; the count equals its usage.prompt_tokens)."""
+        alone (the model need not be loaded; the count equals its usage.prompt_tokens),
+        its pictures' as its projector's header says they tile (the markers around each
+        tile aside)."""
         with self.vocabularies.of(request.model) as vocab:
-            return len(prompt_tokens(request, self.chat_format_of(request.model), vocab)[0])
+            text = prompt_tokens(request, self.chat_format_of(request.model), vocab)[0]
+        return len(text) + image_tokens(request.model, request.pictures)
 
     def tokenize(self, model: LocalModel, text: str) -> list[int]:
         """`text` as the model's tokens (no special tokens added), the model not loaded."""

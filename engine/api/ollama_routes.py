@@ -337,7 +337,7 @@ def _shown(engine: Engine, model) -> dict:
     can = set(engine.shelf.facts(model, kind).get("capabilities") or ())
     capabilities = ["embedding"] if kind == "embedding" else \
         ["completion", *(["tools"] if "tools" in can else []),
-         *(["thinking"] if "reasoning" in can else [])]
+         *(["thinking"] if "reasoning" in can else []), *(["vision"] if "vision" in can else [])]
     params = "\n".join(f"{k} {json.dumps(x) if isinstance(x, str) else x}"
                        for k, v in model.params for x in (v if isinstance(v, tuple) else (v,)))
     info: dict[str, Any] = {}

@@ -64,3 +64,15 @@ def _adapter(store: ModelStore, adapter: LocalModel) -> dict:
             "adapter": {"type": "lora", "rank": facts["rank"], "alpha": facts["alpha"],
                         "tensors": len(facts["targets"]),
                         "declared_base": facts["base_names"]}}
+
+
+def image_tokens(model: LocalModel, pictures) -> int:
+    """The image tokens `pictures` take in `model`'s prompt, by its projector's tiles;
+    0 for a model that cannot see them (its request is refused anyway)."""
+    if not pictures or model.projector is None:
+        return 0
+    try:
+        facts = projector_facts(model.projector)
+    except InvalidModelFile:
+        return 0
+    return sum(facts.tiles(p.width, p.height) * facts.tokens_per_tile for p in pictures)

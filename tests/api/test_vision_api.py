@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import io
+import time
 
 import anthropic
 import httpx
@@ -63,8 +64,18 @@ def chat(http, content, model=MODEL, **extra) -> httpx.Response:
         "messages": [{"role": "user", "content": content}], **extra})
 
 
+def listed(http) -> dict:
+    """The models once every header is read (the engine reads them in the background)."""
+    deadline = time.monotonic() + 60
+    while True:
+        models = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
+        if all(m["kind"] for m in models.values()) or time.monotonic() > deadline:
+            return models
+        time.sleep(0.1)
+
+
 def test_the_model_is_listed_as_seeing_and_its_projector_is_no_model(http):
-    models = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
+    models = listed(http)
     assert not any("mmproj" in name for name in models)
     seer = models[MODEL]
     assert "vision" in seer["capabilities"]
@@ -109,6 +120,26 @@ def test_anthropic_image_blocks(engine):
                                      "data": base64.b64encode(out.getvalue()).decode()}},
         {"type": "text", "text": "Describe it."}]}])
     assert reply.usage.input_tokens > 2 * 64
+
+
+def test_anthropic_counts_a_pictures_tokens(engine):
+    client = anthropic.Anthropic(base_url=engine.url, api_key=engine.token)
+    picture = base64.b64encode(png(300, 200)).decode()
+    counted = client.messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                     "data": picture}},
+        {"type": "text", "text": "Describe it."}]}])
+    used = client.messages.create(model=MODEL, max_tokens=1, messages=[{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                     "data": picture}},
+        {"type": "text", "text": "Describe it."}]}]).usage.input_tokens
+    assert 2 * 64 <= counted.input_tokens <= used  # the tiles' markers aside
+
+
+def test_ollama_shows_vision(engine, http):
+    listed(http)
+    client = ollama.Client(host=engine.url, headers={"Authorization": f"Bearer {engine.token}"})
+    assert "vision" in client.show(MODEL).capabilities
 
 
 def test_responses_input_image(http):
