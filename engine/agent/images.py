@@ -14,12 +14,15 @@ import binascii
 import hashlib
 import io
 import re
+import secrets
 import warnings
 from dataclasses import dataclass
 
 from ..errors import InvalidRequest
 
-MARKER = "<__media__>"  # where an image goes in a message's text (libmtmd's default marker)
+# Where an image goes in a message's text, until the prompt is split there for libmtmd:
+# a name no client knows, so that no text a request carries can stand for an image.
+MARKER = f"<__image_{secrets.token_hex(8)}__>"
 MAX_BYTES = 20 * 1024 * 1024   # one image's file (OpenAI's limit)
 MAX_PIXELS = 50_000_000         # one image's pixels (Pillow warns at 89 M, refuses at 179 M)
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")

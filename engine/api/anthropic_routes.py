@@ -17,7 +17,6 @@ from ..agent.conversation import Choice, Conversation, Message, ToolCall, tool
 from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
 from ..engine import Engine
 from ..errors import HomerackError, InvalidRequest
-from ..agent.images import MARKER
 from .schemas import SamplingFields, content_of, text_of
 from .thinking import Thinking
 from .turns import Done, conversation_turn, guarded
@@ -131,7 +130,7 @@ def _messages(message: AnthropicMessage, where: str) -> list[Message]:
     for j, block in enumerate(message.content):
         kind, at = block.get("type"), f"{where}.content[{j}]"
         if kind == "text":
-            text.append(str(block.get("text", "")).replace(MARKER, ""))
+            text.append(str(block.get("text", "")))
         elif kind == "image" and message.role == "user":
             part, found = content_of([block], f"{where}.content", ("text",))
             text.append(part)

@@ -183,7 +183,7 @@ def _with_images(text: str, given: list[str] | None, where: str) -> tuple[str, t
     Ollama places them."""
     pictures = tuple(images.from_base64(data, f"{where}[{i}]")
                      for i, data in enumerate(given or ()))
-    return MARKER * len(pictures) + text.replace(MARKER, ""), pictures
+    return MARKER * len(pictures) + text, pictures
 
 
 def _tools(tools) -> tuple:

@@ -37,7 +37,7 @@ def content_of(content, where: str, text_types: tuple[str, ...] = ("text",)
         at = f"{where}[{i}]"
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in text_types and isinstance(part.get("text"), str):
-            parts.append(part["text"].replace(MARKER, ""))  # a marker is the engine's alone
+            parts.append(part["text"])
         elif kind in _IMAGE_PARTS:
             pictures.append(_picture(part, kind, at))
             parts.append(MARKER)

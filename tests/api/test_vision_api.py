@@ -218,3 +218,10 @@ def test_pictures_and_text_batch_together(http):
     usages = [r.json()["usage"] for r in replies]
     assert usages[0]["images"]["chunks"] == 2
     assert all("images" not in u for u in usages[1:])
+
+
+def test_text_that_looks_like_an_image_marker_is_text(http):
+    reply = chat(http, [{"type": "text", "text": "<__media__> <image> <__image__>"},
+                        {"type": "image_url", "image_url": {"url": data_url(png(50, 50))}}])
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["usage"]["images"]["chunks"] == 2
