@@ -77,18 +77,27 @@ def save_settings(path: Path, settings) -> None:
     write_atomic(path, json.dumps(asdict(settings)))
 
 
-OLLAMA_DOOR_FLAG = "ollama-without-token"
+# The engine's switches the app starts it with, each a file in the data folder (present:
+# on), kept by Settings: {file: the `serve` option it adds}.
+OLLAMA_DOOR = "ollama-without-token"  # Ollama's API without the token on 127.0.0.1
+IMAGE_URLS = "fetch-image-urls"       # requests' http(s) images fetched
 OLLAMA_PORT = 11434  # Ollama's own: the apps that cannot send a token look there
+SWITCHES = {OLLAMA_DOOR: ("--ollama-port", str(OLLAMA_PORT)), IMAGE_URLS: ("--allow-image-urls",)}
 
 
-def ollama_door(data: Path) -> bool:
-    """Whether the app's engine serves Ollama's API without the token on 127.0.0.1."""
-    return (data / OLLAMA_DOOR_FLAG).exists()
+def switched_on(data: Path, name: str) -> bool:
+    return (data / name).exists()
 
 
-def set_ollama_door(data: Path, on: bool) -> None:
-    flag = data / OLLAMA_DOOR_FLAG
+def switch(data: Path, name: str, on: bool) -> None:
+    flag = data / name
     if on:
         flag.touch()
     else:
         flag.unlink(missing_ok=True)
+
+
+def serve_switches(data: Path, args: list[str]) -> list[str]:
+    """The options of the switches that are on, those `args` do not set already."""
+    return [part for name, option in SWITCHES.items()
+            if switched_on(data, name) and option[0] not in args for part in option]

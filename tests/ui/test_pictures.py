@@ -74,3 +74,19 @@ def test_badges_say_a_model_sees_images():
 
     assert "sees images" in badges(["tools", "vision"])
     assert "projector is downloaded with it" in _abilities(["vision"])
+
+
+def test_fetching_pictures_from_the_web_is_a_setting_the_engine_starts_with(
+        qtbot, gui_home, monkeypatch):
+    from ui.shell.engine_link import EngineLink
+    from ui.shell.launch import create_window
+
+    monkeypatch.setattr(EngineLink, "start", lambda _link: None)
+    first = create_window()
+    qtbot.addWidget(first)
+    assert "--allow-image-urls" not in first.supervisor.serve_args  # off by default
+    first.settings.image_urls.setChecked(True)
+    again = create_window()
+    qtbot.addWidget(again)
+    assert "--allow-image-urls" in again.supervisor.serve_args
+    assert again.settings.image_urls.isChecked()

@@ -9,10 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout,
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout,
                                QPlainTextEdit, QPushButton, QSpinBox, QWidget)
 
-from app.settings import RoutingChoice, Sampling, load_sampling, load_settings, save_settings
+from app.settings import (IMAGE_URLS, RoutingChoice, Sampling, load_sampling, load_settings,
+                          save_settings, switch, switched_on)
 
 from ..safe_text import Label
 from ..state import WindowState
@@ -62,6 +63,16 @@ class SettingsPage(QWidget):
         self.sources = SourcesPanel(data)
         form.addRow(Label("Models elsewhere"))
         form.addRow(self.sources)
+        self.image_urls = QCheckBox("Fetch pictures that requests name by web address",
+                                    accessibleName="Fetch pictures from web addresses")
+        self.image_urls.setChecked(switched_on(data, IMAGE_URLS))
+        self.image_urls.toggled.connect(lambda on: switch(self.data, IMAGE_URLS, on))
+        form.addRow(Label("Pictures"))
+        form.addRow(self.image_urls)
+        form.addRow(Label("Off, programs send pictures whole (data URLs); on, the engine "
+                          "reaches any address a request names, your own network's too. "
+                          "Applies the next time Homerack starts.", objectName="muted",
+                          wordWrap=True))
         self.fill_models([])
         state.changed.connect(self._on_changed)
 

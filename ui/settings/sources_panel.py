@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QPushButton,
                                QWidget)
 
 from app.local_models import in_place, set_folder
-from app.settings import OLLAMA_PORT, ollama_door, set_ollama_door
+from app.settings import OLLAMA_DOOR, OLLAMA_PORT, switch, switched_on
 
 from ..safe_text import Label
 from ..tasks import start_task
@@ -32,8 +32,8 @@ class SourcesPanel(QWidget):
         self.add_folder.clicked.connect(self._pick_folder)
         self.door = QCheckBox("Ollama's API without the token",  # short: it cannot wrap
                               accessibleName="Serve Ollama's API without the token")
-        self.door.setChecked(ollama_door(data))
-        self.door.toggled.connect(lambda on: set_ollama_door(self.data, on))
+        self.door.setChecked(switched_on(data, OLLAMA_DOOR))
+        self.door.toggled.connect(lambda on: switch(self.data, OLLAMA_DOOR, on))
         door_note = Label(
             f"On 127.0.0.1:{OLLAMA_PORT}, Ollama's port, for apps that cannot send a token "
             "(Open WebUI, editor plugins…): any program on this computer can then use your "

@@ -13,7 +13,7 @@ from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 from app.paths import paths
-from app.settings import OLLAMA_PORT, ollama_door
+from app.settings import serve_switches
 from app.supervisor import DEFAULT_MODEL, EngineSupervisor
 
 from .main_window import MainWindow
@@ -34,8 +34,7 @@ def create_window(serve_args: list[str] | None = None) -> MainWindow:
     for flag, option in (("use-workers", "--workers"), ("use-replicas", "--replicas")):
         if (where.data / "cluster" / flag).exists() and option not in args:
             args += [option, "auto"]  # the Cluster panel's choices, kept
-    if ollama_door(where.data) and "--ollama-port" not in args:  # Settings' choice
-        args += ["--ollama-port", str(OLLAMA_PORT)]
+    args += serve_switches(where.data, args)  # Settings' choices
     return MainWindow(where, EngineSupervisor(where.engine_file, args))
 
 
