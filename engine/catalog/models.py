@@ -183,7 +183,7 @@ class ModelStore:
         found = []
         for path in paths:
             if _LATER_PART.search(path.name) or path in projectors:
-                continue  # a split model is loaded from its first part
+                continue  # a split model is loaded from its first part; a projector is a model's
             found.append(LocalModel(path.stem, path, path.stat().st_size, path.stem in starters,
                                     projector=projector_for(path, projectors, flat=True)))
         return found
