@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from .agent.compose import Composed
-from .agent.images import fetched
+from .agent.images import MARKER, fetched
 from .catalog.chat_format import ChatFormat, chat_format_for
 from .catalog.drafts import check_draft_fits, check_size
 from .catalog.facts import image_tokens
@@ -194,8 +194,12 @@ class Engine:
         alone (the model need not be loaded; the count equals its usage.prompt_tokens),
         its pictures' as its projector's header says they tile (the markers around each
         tile aside)."""
+        chat_format = self.chat_format_of(request.model)
+        if request.pictures:  # the text around them: their markers take no tokens
+            rendered = request.rendered_prompt or render_chat(request, chat_format)
+            request = replace(request, rendered_prompt=rendered.replace(MARKER, ""))
         with self.vocabularies.of(request.model) as vocab:
-            text = prompt_tokens(request, self.chat_format_of(request.model), vocab)[0]
+            text = prompt_tokens(request, chat_format, vocab)[0]
         return len(text) + image_tokens(request.model, request.pictures)
 
     def tokenize(self, model: LocalModel, text: str) -> list[int]:

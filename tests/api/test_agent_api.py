@@ -310,7 +310,7 @@ def test_tiny_written_embedding_model(client, served, tiny_bert):
     ({"messages": [{"role": "user", "content": "hi"},
                    {"role": "tool", "tool_call_id": "call_x", "content": "42"}]}, "messages[1]"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {
-        "url": "data:image/png;base64,AAAA"}}]}]}, "messages[0].content[0]"),
+        "url": "data:image/png;base64,AAAA"}}]}]}, "messages[0].content[0].image_url"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {
         "type": "integer", "minimum": 0}}}}, "response_format.json_schema.schema.minimum"),
     ({"tool_choice": "required"}, "tool_choice"),
@@ -336,8 +336,8 @@ def test_anthropic_route_errors_in_anthropic_shape_and_takes_x_api_key(server):
                                              "data": "AAAA"}}]}]})
         assert image.status_code == 400
         assert image.json()["error"] == {"type": "invalid_request_error", "param":
-                                         "messages[0].content[0]", "message": image.json()[
-                                             "error"]["message"]}
+                                         "messages[0].content[0].source.data",
+                                         "message": image.json()["error"]["message"]}
         orphan = raw.post("/v1/messages", headers=headers, json={
             "model": STARTER, "max_tokens": 5, "messages": [{"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": "toolu_x", "content": "1"}]}]})

@@ -214,5 +214,5 @@ def test_make_screenshots_renders_every_state(gui_home, tmp_path):
     shots = sorted(p.name for p in out.glob("*.png"))
     assert shots == ["1-first-run.png", "2-chat-with-code-and-table.png", "4-cluster.png",
                      "4-memory.png", "4-settings.png", "5-dark.png", "6-narrow-1024x700.png",
-                     "7-thinking-collapsed.png", "7-thinking-open.png"]
+                     "7-thinking-collapsed.png", "7-thinking-open.png", "8-picture.png"]
     assert all((out / name).stat().st_size > 10_000 for name in shots)
