@@ -48,10 +48,12 @@ def load_projector(facts: ProjectorFacts, llama: LlamaModel, device: str, n_thre
 
 
 class ImageCache:
-    """Image embeddings by key, in RAM up to `ram_bytes`, and on disk in `folder`."""
+    """Image embeddings by key, in RAM up to `ram_bytes`, and on disk in `folder` up to
+    `disk_bytes` (each least recently used out first)."""
 
-    def __init__(self, folder: Path | None, ram_bytes: int = 512 << 20):
-        self.folder, self.ram_bytes = folder, ram_bytes
+    def __init__(self, folder: Path | None, ram_bytes: int = 512 << 20,
+                 disk_bytes: int = 1 << 30):
+        self.folder, self.ram_bytes, self.disk_bytes = folder, ram_bytes, disk_bytes
         self._ram: OrderedDict[str, np.ndarray] = OrderedDict()
         self._held = 0
         self._lock = threading.Lock()
@@ -78,6 +80,7 @@ class ImageCache:
             return None
         try:
             found = np.load(path, allow_pickle=False)
+            os.utime(path)  # its recency, for the disk tier's trimming
         except (OSError, ValueError):
             return None  # a damaged file is encoded again (and rewritten)
         self._remember(key, found)
@@ -94,8 +97,25 @@ class ImageCache:
             with partial.open("wb") as handle:
                 np.save(handle, embeddings, allow_pickle=False)
             partial.replace(path)
+            self._trim_disk()
         except OSError:
             pass
+
+    def _trim_disk(self) -> None:
+        """The disk tier within `disk_bytes`: the least recently used files go first."""
+        files = []
+        for path in self.folder.glob("*.npy"):
+            try:
+                stat = path.stat()
+            except OSError:  # another engine trimmed it meanwhile
+                continue
+            files.append((stat.st_mtime_ns, stat.st_size, path))
+        total = sum(size for _, size, _ in files)
+        for _, size, path in sorted(files):
+            if total <= self.disk_bytes:
+                break
+            path.unlink(missing_ok=True)
+            total -= size
 
     def _remember(self, key: str, embeddings: np.ndarray) -> None:
         with self._lock:

@@ -4,6 +4,8 @@ embeddings kept on disk for a restarted engine."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -64,7 +66,32 @@ def test_an_image_is_tokenized_with_the_models_markers_and_kept_across_restarts(
         projector.close()
 
 
-def _png(folder):
+def _png(folder, color=(10, 200, 30)):
     path = folder / "a.png"
-    Image.new("RGB", (300, 200), (10, 200, 30)).save(path)
+    Image.new("RGB", (300, 200), color).save(path)
     return path.read_bytes()
+
+
+def test_the_disk_tier_keeps_the_most_recently_used_within_its_bytes(decoder, vision_dir,
+                                                                     tmp_path):
+    projector = Projector(vision_dir / "mmproj-smolvlm-256m-f16.gguf", decoder, 2, "CPU")
+    one_piece = 64 * 576 * 4 + 128  # a chunk's embeddings and the .npy header
+    try:
+        prompts = [projector.tokenize(["a ", " b"], [read_image(_png(tmp_path, color), "x")],
+                                      None) for color in ((1, 2, 3), (4, 5, 6))]
+        first, second = (list(p.images.values()) for p in prompts)
+        cache = ImageCache(tmp_path / "images", disk_bytes=3 * one_piece)
+        for piece in (*first, second[0]):
+            cache.embeddings(projector, piece)
+        time.sleep(0.05)
+        ImageCache(tmp_path / "images").embeddings(projector, first[0])  # read: recent again
+        time.sleep(0.05)
+        cache.embeddings(projector, second[1])  # a fourth: the least recent goes
+        kept = {p.stem for p in (tmp_path / "images").glob("*.npy")}
+        assert len(kept) == 3
+        assert first[1].key.replace(":", "-") not in kept  # written first, never read again
+        assert first[0].key.replace(":", "-") in kept
+        for prompt in prompts:
+            prompt.close()
+    finally:
+        projector.close()
