@@ -3,7 +3,7 @@
 llama-cpp-python's `MTMDChatHandler` clears the KV memory on every image request and uses
 sequence 0 only; this calls mtmd directly so that images go into any sequence the
 scheduler gives them, between its other steps, and so that an image's embedding, once
-encoded, can be kept and decoded again without the tower (model/image_cache.py).
+encoded, can be kept and decoded again without the tower (model/vision.py's ImageCache).
 
 A prompt with images is a token list like any other: each image chunk takes as many
 entries as the positions it occupies, filled with negative ids derived from the image's
@@ -28,8 +28,8 @@ from .backend import _log, measured_load
 from .runtime import DecodeFailed, LlamaModel, NoKVSlot
 
 TEXT, IMAGE = 0, 1  # mtmd_input_chunk_type
-_SPAN = 2**31 - 2
-_REFUSALS = {2: "one is too narrow or too flat for its tiles; crop it closer to a square"}  # the negative ids an image's entries take: -1 .. -(2**31 - 1)
+_SPAN = 2**31 - 2  # the negative ids an image's entries take: -1 .. -(2**31 - 1)
+_REFUSALS = {2: "one is too narrow or too flat for its tiles; crop it closer to a square"}
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,6 @@ class Projector:
             self.close()
             raise ModelLoadFailed(f"{path.name} is not a vision projector")
         self.path, self.n_vocab, self.n_embd = path, model.n_vocab, model.n_embd
-        self.mrope = bool(mtmd.mtmd_decode_use_mrope(self._ctx))
         #: bytes libmtmd allocated, by (device, kind): the weights are "model"
         self.buffers = {(device if where == "projector" else where, kind): size
                         for (where, kind), size in log.totals().items()}

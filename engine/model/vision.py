@@ -135,7 +135,3 @@ class ImageCache:
                 and n.isdigit()):
             return None  # only the engine's own keys name files
         return self.folder / f"{digest}-{n}.npy"
-
-    def figures(self) -> dict:
-        return {"images_encoded": self.encoded, "image_encodes_saved": self.found,
-                "image_cache_bytes": self._held}
