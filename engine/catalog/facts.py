@@ -33,12 +33,20 @@ def describe(store: ModelStore, model: LocalModel, kind: str | None) -> dict:
 
 def vision_of(model: LocalModel, hidden: int | None) -> tuple[bool, dict]:
     """Whether the model's projector fits it, and what it is (or why not)."""
+    facts, problem = checked_projector(model.projector, hidden)
+    shown = facts.as_dict() if facts else {"file": model.projector.name}
+    return problem is None, {**shown, **({"problem": problem} if problem else {})}
+
+
+def checked_projector(path: Path, hidden: int | None
+                      ) -> tuple[ProjectorFacts | None, str | None]:
+    """A projector's header (None: unreadable) and why it cannot serve a model of
+    `hidden` size (None: it can)."""
     try:
-        facts = projector_facts(model.projector)
+        facts = projector_facts(path)
     except InvalidModelFile as exc:
-        return False, {"file": model.projector.name, "problem": exc.message}
-    problem = facts.misfit(hidden) if hidden else None
-    return problem is None, {**facts.as_dict(), **({"problem": problem} if problem else {})}
+        return None, exc.message
+    return facts, facts.misfit(hidden) if hidden else None
 
 
 def projector_facts(path: Path) -> ProjectorFacts:
@@ -71,8 +79,6 @@ def image_tokens(model: LocalModel, pictures) -> int:
     0 for a model that cannot see them (its request is refused anyway)."""
     if not pictures or model.projector is None:
         return 0
-    try:
-        facts = projector_facts(model.projector)
-    except InvalidModelFile:
-        return 0
-    return sum(facts.tiles(p.width, p.height) * facts.tokens_per_tile for p in pictures)
+    facts, _ = checked_projector(model.projector, None)
+    return sum(facts.tiles(p.width, p.height) * facts.tokens_per_tile
+               for p in pictures) if facts else 0

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..catalog.facts import projector_facts
+from ..catalog.facts import checked_projector
 from ..catalog.models import LocalModel
 from ..catalog.projectors import ProjectorFacts
-from ..errors import InvalidModelFile
 from ..llama.runtime import LlamaModel
 from ..llama.vision import ImagePiece, Projector
 from ..presets import LoadOverride
@@ -33,11 +32,9 @@ def wanted_projector(model: LocalModel, hidden: int | None,
         return None, f"{model.id} has no vision projector (an mmproj file beside it)"
     if override is not None and override.vision is False:
         return None, f"vision is turned off for {model.id} (its preset)"
-    try:
-        facts = projector_facts(model.projector)
-    except InvalidModelFile as exc:
-        return None, f"its projector cannot be used: {exc.message}"
-    problem = facts.misfit(hidden) if hidden else None
+    facts, problem = checked_projector(model.projector, hidden)
+    if facts is None:
+        return None, f"its projector cannot be used: {problem}"
     return (None, f"its projector {model.projector.name} does not fit: {problem}") if problem \
         else (facts, None)
 
