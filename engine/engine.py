@@ -339,8 +339,10 @@ class Engine:
             fingerprint = self._fingerprints.of(request.model.path)
             adapters = tuple((self._fingerprints.of(use.adapter.path), use.scale)
                              for use in request.adapters)
+            projector = self._fingerprints.of(request.model.projector) \
+                if request.pictures and request.model.projector else None
             return request_key(request, prompt, fingerprint, n_ctx, escalate,
-                               adapters), fingerprint
+                               adapters, projector), fingerprint
         except OSError as exc:  # the worker reports a missing or unreadable file properly
             log.debug("response cache: no key (%s)", exc)
             return None

@@ -59,12 +59,14 @@ def deterministic(request: GenerationRequest) -> bool:
 
 
 def request_key(request: GenerationRequest, prompt: str, fingerprint: str, n_ctx: int,
-                escalate_to: str | None = None, adapters: tuple = ()) -> str:
+                escalate_to: str | None = None, adapters: tuple = (),
+                projector: str | None = None) -> str:
     """The key of everything that shapes the answer. `prompt`: the rendered prompt text
     (the same text always tokenizes alike with the same model file and build); `n_ctx`:
     the context the model is loaded with (an answer without max_tokens ends where it
     fills); `escalate_to`: the fingerprint of the cascade's large model; `adapters`: the
-    LoRA adapters' (fingerprint, scale)."""
+    LoRA adapters' (fingerprint, scale); `projector`: the fingerprint of the projector that
+    sees the request's pictures."""
     inputs = {
         "schema": SCHEMA, "build": build_id(), "model": fingerprint, "prompt": prompt,
         "n_ctx": n_ctx,
@@ -77,9 +79,9 @@ def request_key(request: GenerationRequest, prompt: str, fingerprint: str, n_ctx
     }
     if adapters:  # absent for the model alone: keys stored before adapters stay valid
         inputs["adapters"] = list(adapters)
-    if request.pictures:  # with the projector's fingerprint: what sees them
+    if request.pictures:
         inputs["images"] = [p.digest for p in request.pictures]
-        inputs["projector"] = str(request.model.projector)
+        inputs["projector"] = projector
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 
