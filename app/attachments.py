@@ -44,13 +44,7 @@ class Attachment:
 def read_text(path: Path, **pdf_limits) -> str:
     """A file's text; PDFs page by page with pypdf, in a child process (`pdf_limits`:
     its timeout and memory, app/pdf_text.py)."""
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise AttachmentError(f"{path.name} cannot be read: {exc.strerror}") from None
-    if size > MAX_FILE_BYTES:
-        raise AttachmentError(f"{path.name} is {size / 2**20:.0f} MiB: attach a file under "
-                              f"{MAX_FILE_BYTES >> 20} MiB, or the part of it you need")
+    _check_size(path)
     if path.suffix.lower() == ".pdf":
         return _pdf_text(path, **pdf_limits)
     data = path.read_bytes()
@@ -58,6 +52,16 @@ def read_text(path: Path, **pdf_limits) -> str:
         raise AttachmentError(f"{path.name} is not a text file: attach text, Markdown, "
                               "code or a PDF")
     return data.decode("utf-8", errors="replace")
+
+
+def _check_size(path: Path) -> None:
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise AttachmentError(f"{path.name} cannot be read: {exc.strerror}") from None
+    if size > MAX_FILE_BYTES:
+        raise AttachmentError(f"{path.name} is {size / 2**20:.0f} MiB: attach a file under "
+                              f"{MAX_FILE_BYTES >> 20} MiB, or the part of it you need")
 
 
 def _pdf_text(path: Path, **limits) -> str:
@@ -87,22 +91,33 @@ IMAGE_SIDE = 2048  # longest side kept: what vision models' preprocessing reads 
 _IMAGE = re.compile(r"!\[[^\]\n]*\]\((data:image/[\w.+-]+;base64,[A-Za-z0-9+/=]+)\)")
 
 
+def read_picture(path: Path) -> Attachment:
+    """A picture file attached (read_image)."""
+    _check_size(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise AttachmentError(f"{path.name} cannot be read: {exc.strerror}") from None
+    return read_image(path.name, data)
+
+
 def read_image(name: str, data: bytes) -> Attachment:
-    """An image as a Markdown image whose URL holds it: upright (EXIF), its first frame,
-    at most IMAGE_SIDE pixels on its longest side; a file that is no image is refused."""
+    """An image as a Markdown image whose URL holds it, read as the engine reads one
+    (engine/agent/images.py: upright, its first frame, no bomb), at most IMAGE_SIDE
+    pixels on its longest side; a file that is no image is refused."""
     import base64
     import io
 
-    from PIL import Image, ImageOps, UnidentifiedImageError
+    from PIL import Image
 
-    if len(data) > MAX_FILE_BYTES:
-        raise AttachmentError(f"{name} is over {MAX_FILE_BYTES >> 20} MiB")
+    from engine.agent import images
+    from engine.errors import InvalidRequest
+
     try:
-        with Image.open(io.BytesIO(data), formats=("PNG", "JPEG", "WEBP", "GIF", "BMP")) as img:
-            img.seek(0)
-            upright = ImageOps.exif_transpose(img).convert("RGB")
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
-        raise AttachmentError(f"{name} is not an image that can be read ({exc})") from None
+        picture = images.read_image(data, name)
+    except InvalidRequest as exc:
+        raise AttachmentError(exc.message) from None
+    upright = Image.frombytes("RGB", (picture.width, picture.height), picture.rgb)
     upright.thumbnail((IMAGE_SIDE, IMAGE_SIDE))
     out = io.BytesIO()
     upright.save(out, "JPEG", quality=90)

@@ -13,8 +13,8 @@ from PySide6.QtCore import Signal
 from PySide6.QtGui import QAccessible, QAccessibleAnnouncementEvent, QGuiApplication
 from PySide6.QtWidgets import QStackedWidget, QVBoxLayout, QWidget
 
-from app.attachments import (IMAGE_SUFFIXES, Attachment, AttachmentError, fitted, read_image,
-                             read_text)
+from app.attachments import (IMAGE_SUFFIXES, Attachment, AttachmentError, fitted,
+                             read_image, read_picture, read_text)
 from app.client import EngineClient, StreamedReply
 from app.history import History, SavedConversation
 from app.session import NotSaved, Sessions
@@ -47,21 +47,12 @@ def _read_attachments(_task: Task, client: EngineClient, paths: list[str], model
     read = []
     for path in paths:
         if Path(path).suffix.lower() in IMAGE_SUFFIXES:
-            read.append((read_image(Path(path).name, _file_bytes(Path(path))), 0))
+            read.append((read_picture(Path(path)), 0))
             continue
         text = read_text(Path(path))
         tokens = client.count_tokens(text, model)
         read.append((fitted(Path(path).name, text, tokens, budget), tokens))
     return read
-
-
-def _file_bytes(path) -> bytes:
-    try:
-        if path.stat().st_size > 20 << 20:
-            raise AttachmentError(f"{path.name} is over 20 MiB")
-        return path.read_bytes()
-    except OSError as exc:
-        raise AttachmentError(f"{path.name} cannot be read: {exc.strerror}") from None
 
 
 class ChatPage(QWidget):
