@@ -8,12 +8,13 @@ from pathlib import Path
 from engine.agent.images import Picture
 from engine.catalog.models import LocalModel
 from engine.events import GenerationRequest
-from engine.response_cache import request_key
 
 MODEL = LocalModel("seer", Path("/m/seer.gguf"), 1, False, projector=Path("/m/mmproj-seer.gguf"))
 
 
 def key(pictures, projector):
+    from engine.response_cache import request_key  # it loads llama.cpp (the build's id)
+
     request = GenerationRequest(MODEL, messages=({"role": "user", "content": "?"},),
                                 pictures=pictures)
     return request_key(request, "prompt", "model-fp", 4096, projector=projector)
