@@ -24,7 +24,7 @@ from ..catalog.drafts import MAX_DRAFT_SIZE_RATIO
 from ..errors import HomerackError, InvalidRequest
 from ..catalog.gguf_file import read_facts, read_header
 from ..formats.families import capabilities
-from ..catalog.projectors import projector_for
+from ..catalog.projectors import is_projector, projector_for
 from ..catalog.shape import ModelShape
 from ..machine.hardware import Hardware
 from ..catalog.models import git_blob_sha1_of, sha256_of
@@ -194,9 +194,10 @@ def repo_quants(repo: str, endpoint: str | None = None, token: str | None = None
     projectors = []
     for sibling in info.siblings or ():
         name = sibling.rfilename
-        if name.endswith(".gguf") and "mmproj" in name.lower():
+        if not name.endswith(".gguf"):
+            continue
+        if is_projector(Path(name)):  # downloaded with every quant, never a quant
             projectors.append(sibling)
-        if not name.endswith(".gguf") or "mmproj" in name.lower():
             continue
         split = _SPLIT.search(name)
         key = _SPLIT.sub(".gguf", name) if split else name
