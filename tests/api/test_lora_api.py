@@ -6,12 +6,12 @@ status."""
 from __future__ import annotations
 
 import re
-import time
 
 import anthropic
 import openai
 import pytest
 
+from support.engines import models_once_read
 from support.models import ADAPTER, GEMMA, PARIS_QUESTION, STARTER
 
 pytestmark = pytest.mark.slow
@@ -57,19 +57,8 @@ def test_the_anthropic_client_takes_an_adapter_by_model_id(address, client):
     assert reply.content[0].text == expected.choices[0].message.content
 
 
-def _models_once_read(http) -> dict:
-    """/v1/models once the engine has read every file's header (kind null meanwhile:
-    Gemma's 262k-token vocabulary takes seconds to parse at the first start)."""
-    deadline = time.monotonic() + 120
-    while True:
-        models = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
-        if all(m["kind"] for m in models.values()) or time.monotonic() > deadline:
-            return models
-        time.sleep(0.5)
-
-
 def test_models_lists_the_adapter_under_its_base(http):
-    models = _models_once_read(http)
+    models = models_once_read(http)
     entry = models[ADAPTER]
     assert entry["kind"] == "adapter" and entry["base"] == STARTER
     assert entry["use_as"] == f"{STARTER}+{ADAPTER}"

@@ -16,7 +16,7 @@ import pytest
 
 from fixtures.other_apps import hub_cache_model, ollama_model, tree_model
 from support.agent_templates import HERMES
-from support.engines import api_client, start_engine
+from support.engines import api_client, models_once_read, start_engine
 from support.models import PARIS_QUESTION, STARTER, with_template
 from tiny_gguf import CHATML
 
@@ -82,12 +82,8 @@ def models_of(engine) -> dict[str, dict]:
 
 def inspected(engine) -> dict[str, dict]:
     """The list once every model's header is read (the engine reads them in the background)."""
-    deadline = time.monotonic() + 60
-    while True:
-        models = models_of(engine)
-        if all(m["kind"] is not None for m in models.values()) or time.monotonic() > deadline:
-            return models
-        time.sleep(0.5)
+    with api_client(engine) as http:
+        return models_once_read(http)
 
 
 def test_the_models_of_other_apps_are_listed_once_with_where_they_live(engine):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import io
-import time
 
 import anthropic
 import httpx
@@ -20,7 +19,7 @@ import openai
 import pytest
 from PIL import Image
 
-from support.engines import api_client, start_engine
+from support.engines import api_client, models_once_read, start_engine
 from support.models import STARTER
 
 pytestmark = pytest.mark.slow
@@ -64,18 +63,8 @@ def chat(http, content, model=MODEL, **extra) -> httpx.Response:
         "messages": [{"role": "user", "content": content}], **extra})
 
 
-def listed(http) -> dict:
-    """The models once every header is read (the engine reads them in the background)."""
-    deadline = time.monotonic() + 60
-    while True:
-        models = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
-        if all(m["kind"] for m in models.values()) or time.monotonic() > deadline:
-            return models
-        time.sleep(0.1)
-
-
 def test_the_model_is_listed_as_seeing_and_its_projector_is_no_model(http):
-    models = listed(http)
+    models = models_once_read(http)
     assert not any("mmproj" in name for name in models)
     seer = models[MODEL]
     assert "vision" in seer["capabilities"]
@@ -137,7 +126,7 @@ def test_anthropic_counts_a_pictures_tokens(engine):
 
 
 def test_ollama_shows_vision(engine, http):
-    listed(http)
+    models_once_read(http)
     client = ollama.Client(host=engine.url, headers={"Authorization": f"Bearer {engine.token}"})
     assert "vision" in client.show(MODEL).capabilities
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import queue
+import time
 from pathlib import Path
 
 from engine.events import SamplingParams
@@ -69,3 +70,14 @@ def api_client(address, timeout: float = 120):
 
     return httpx.Client(base_url=address.url, timeout=timeout,
                         headers={"Authorization": f"Bearer {address.token}"})
+
+
+def models_once_read(http, limit_s: float = 120) -> dict[str, dict]:
+    """/v1/models by id, once the engine has read every file's header (its kind is null
+    meanwhile: Gemma's 262k-token vocabulary takes seconds to parse at the first start)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        models = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
+        if all(m["kind"] for m in models.values()) or time.monotonic() > deadline:
+            return models
+        time.sleep(0.2)
