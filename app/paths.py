@@ -44,6 +44,11 @@ class Paths:
         return self.data / "worker"
 
     @property
+    def mcp_config(self) -> Path:
+        """The user's MCP servers, in the mcpServers notation of Claude Desktop and Cursor."""
+        return self.data / "mcp.json"
+
+    @property
     def gguf_cache(self) -> Path:
         return self.cache / "gguf-info.json"
 

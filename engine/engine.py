@@ -39,6 +39,7 @@ from .presets import Keep, LoadOverride, Preset, Presets
 from .catalog.fingerprint import Fingerprints
 from .response_cache import Recording, ResponseCache, deterministic, replay, request_key
 from .routing import Decision, Routing, decide, route_between
+from .tools.toolbox import Toolbox
 from . import status
 
 if TYPE_CHECKING:  # imported where used: the engine starts without the Hub or replicas
@@ -66,6 +67,8 @@ class Engine:
         self.vocabularies = Vocabularies(store)  # tokenizers for counting, unloaded models
         self._routing_lock = threading.Lock()
         self.shelf = Shelf(store)  # what the routes read about the models on disk
+        self.tools = Toolbox(settings.mcp_config, settings.tool_approvals, settings.tool_logs,
+                             settings.request_mcp)  # MCP servers and the user's approvals
 
     @property
     def main(self):
@@ -369,6 +372,7 @@ class Engine:
 
     def close(self) -> None:
         self.shelf.close()
+        self.tools.close()
         if self.replicas:
             self.replicas.close()
         self.fleet.close()

@@ -102,3 +102,15 @@ class WorkerLost(HomerackError):
     in flight with this, then restarts and plans without it."""
     status = 503
     kind = "worker_lost"
+
+
+class Forbidden(HomerackError):
+    """The request asks for what the user has not enabled (a tool server it names)."""
+    status = 403
+    kind = "permission_error"
+
+
+class ToolServerFailed(HomerackError):
+    """An MCP server would not start or answer: said in words, with its log's tail."""
+    status = 502
+    kind = "tool_server_error"

@@ -70,6 +70,10 @@ class EngineSettings:
     tensor_parallel: bool = False     # the planner may split every layer across GPUs
     image_urls: bool = False          # requests' http(s) images fetched (off: data URLs only)
     image_tokens: tuple[int, int] = (-1, -1)  # a projector's image_min/max_tokens (-1: its own)
+    mcp_config: Path | None = None    # the user's MCP servers (engine/tools/config.py)
+    tool_approvals: Path | None = None  # the user's allow/ask/deny per tool
+    tool_logs: Path | None = None     # the servers' stderr and the log of every call
+    request_mcp: bool = False         # a request may name an MCP server by URL
 
     @property
     def sequences(self) -> int:

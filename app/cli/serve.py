@@ -142,7 +142,9 @@ def _settings(args):
         image_urls=args.allow_image_urls,
         image_tokens=(args.image_min_tokens, args.image_max_tokens),
         jit_ttl_s=args.model_ttl * 60 if args.model_ttl else None,
-        presets_file=where.data / "presets.json")
+        presets_file=where.data / "presets.json",
+        mcp_config=where.mcp_config, tool_approvals=where.data / "tool-approvals.json",
+        tool_logs=where.data / "logs" / "mcp", request_mcp=args.allow_request_mcp)
 
 
 def _routing(store, args):
@@ -225,6 +227,9 @@ def add_commands(sub) -> None:
     serve.add_argument("--allow-image-urls", action="store_true",
                        help="fetch the http(s) images requests name (off: data URLs only; "
                             "on, the engine reaches any address a request names)")
+    serve.add_argument("--allow-request-mcp", action="store_true",
+                       help="a request may name an MCP server by URL (the Responses API's "
+                            "mcp tool); off: only the servers in mcp.json, by label")
     serve.add_argument("--image-min-tokens", type=int, default=-1, metavar="N",
                        help="tokens an image takes at least, for projectors of dynamic "
                             "resolution (Qwen-VL; -1: the projector's own)")

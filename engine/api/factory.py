@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse
 from ..engine import Engine
 from ..errors import HomerackError, QueueFull, Unauthorized
 from . import (admin_routes, anthropic_routes, embeddings_routes, ollama_routes, openai_routes,
-               responses_routes)
+               responses_routes, tool_routes)
 from .front_door import FrontDoor
 from .guard import GENERATION_ONLY, BodyTooLarge, RequestGuard
 from .wire import openai_error
@@ -94,7 +94,8 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
     guarded = [Depends(require_token)]
     for router in (*routers, openai_routes.router(engine), anthropic_routes.router(engine),
                    responses_routes.router(engine), embeddings_routes.router(engine),
-                   ollama_routes.router(engine), admin_routes.router(engine)):
+                   ollama_routes.router(engine), admin_routes.router(engine),
+                   tool_routes.router(engine)):
         app.include_router(router, dependencies=guarded)
 
     @app.get("/health")

@@ -21,6 +21,7 @@ from ..agent.json_schema import check
 from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
 from ..engine import Engine
 from ..errors import HomerackError, InvalidRequest
+from . import mcp_responses
 from .schemas import SamplingFields, content_of, text_of
 from .thinking import Thinking
 from .turns import Done, Turn, conversation_turn, guarded
@@ -30,7 +31,7 @@ _TEXT_PARTS = ("input_text", "output_text", "text")
 
 
 class FunctionTool(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")  # an mcp tool's fields: mcp_responses.McpTool
     type: str
     name: str | None = Field(None, pattern=r"^[a-zA-Z0-9_.-]{1,64}$")
     description: str | None = None
@@ -213,6 +214,8 @@ def router(engine: Engine) -> APIRouter:
 
     @api.post("/v1/responses")
     async def responses(body: ResponsesRequest, http: Request):
+        if mcp_responses.uses_mcp(body):
+            return await _with_mcp(engine, body, http)
         turn = await asyncio.to_thread(conversation_turn, engine, body, partial(conversation, body),
                                        http, thinking=body.thinking())
         try:
@@ -236,6 +239,30 @@ def router(engine: Engine) -> APIRouter:
                 "homerack": extension(started, turn.notes)}
 
     return api
+
+
+async def _with_mcp(engine: Engine, body: ResponsesRequest, http: Request):
+    """A request with `mcp` tools: rounds of generation and calls (mcp_responses.py),
+    answered whole, or as a stream of its items once they are done."""
+    async def run_round(round_body: ResponsesRequest):
+        turn = await asyncio.to_thread(conversation_turn, engine, round_body,
+                                       partial(conversation, round_body), http,
+                                       thinking=round_body.thinking())
+        return await turn.start(), await turn.collect()
+
+    try:
+        items, started, done, usage = await mcp_responses.respond(engine, body, run_round)
+    except asyncio.CancelledError:
+        return cancelled()
+    response = {**_response(body, f"resp_{uuid.uuid4().hex[:24]}", started.model, None, done),
+                "output": items}
+    response["usage"].update(input_tokens=usage[0], output_tokens=usage[1],
+                             total_tokens=usage[0] + usage[1])
+    if body.stream:
+        return StreamingResponse(mcp_responses.streamed(response),
+                                 media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+    return response
 
 
 def _call_item(start: CallStart, arguments: str) -> dict:
