@@ -7,12 +7,15 @@ models on disk; a contract says so):
   front_door.py         the replicas' gateway: a request answered here or on a paired machine
   openai_routes.py      OpenAI's chat completions and completions
   anthropic_routes.py   Anthropic's Messages
-  responses_routes.py   OpenAI's Responses
+  responses_routes.py   OpenAI's Responses; mcp_responses.py: its `mcp` tool (servers
+                        listed, calls run or approval asked, rounds until the answer)
   embeddings_routes.py  OpenAI's embeddings
   ollama_routes.py      Ollama's API (tags, show, ps, chat, generate, embed), for the apps
                         that speak it; ollama_schemas.py: its request bodies
   admin_routes.py       the engine's own: models, loading, plans, routing, health, metrics
   hub_routes.py         the Hub: search, quants and verdicts, cards, downloads
+  tool_routes.py        MCP: the servers, their tools and policies, an approved call,
+                        the user's decisions, the log of calls
   turns.py              one generation as the routes see it
   thinking.py           a request's reasoning settings, as each API states them
   schemas.py            request bodies (pydantic names bad fields)

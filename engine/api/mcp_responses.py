@@ -182,13 +182,16 @@ async def respond(engine: Engine, body, run_round: Round):
     run = await asyncio.to_thread(prepare, engine, body)
     choice = _first_choice(body, run)
     usage = [0, 0, 0]
-    for _ in range(MAX_ROUNDS):
+    cap = min(body.max_tool_calls or MAX_ROUNDS, MAX_ROUNDS)
+    for round_ in range(MAX_ROUNDS + 1):
+        if _calls_run(run) >= cap or round_ == MAX_ROUNDS:
+            choice = "none"  # the calls allowed are spent: the model answers now
         round_body = body.model_copy(update={
             "input": run.items, "tools": [type(body.tools[0]).model_validate(f)
                                           for f in run.functions] or None,
             "tool_choice": choice})
         started, got = await run_round(round_body)
-        choice = None  # a forced call is forced once
+        choice = None if choice != "none" else "none"  # a forced call is forced once
         usage = [usage[0] + got.done.usage.prompt_tokens,
                  usage[1] + got.done.usage.completion_tokens, got.done.usage.cached_tokens]
         if got.reasoning:
@@ -201,6 +204,10 @@ async def respond(engine: Engine, body, run_round: Round):
         if not got.calls or not await _calls(engine, run, got.calls):
             break
     return run.output, started, got.done, usage
+
+
+def _calls_run(run: McpRun) -> int:
+    return sum(item["type"] == "mcp_call" for item in run.output)
 
 
 async def _calls(engine: Engine, run: McpRun, calls) -> bool:

@@ -62,6 +62,7 @@ class ResponsesRequest(SamplingFields):
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     parallel_tool_calls: bool = True
     max_output_tokens: int | None = Field(None, ge=1)
+    max_tool_calls: int | None = Field(None, ge=1)  # with mcp tools: the calls run, at most
     text: TextOptions | None = None
     previous_response_id: str | None = None
     reasoning: ReasoningOptions | None = None

@@ -13,7 +13,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..engine import Engine
-from ..errors import InvalidRequest
+from ..errors import Forbidden, InvalidRequest
 
 # how a call was approved: by the card (once, this chat, always), or by the user's
 # lasting "allow" (policy)
@@ -56,6 +56,10 @@ def router(engine: Engine) -> APIRouter:
     @api.post("/v1/mcp/servers/{label}/tools/{tool}/call")
     async def call(label: str, tool: str, body: CallRequest):
         spec = tools.spec(label, "server")
+        if body.approved == "policy" and \
+                await asyncio.to_thread(tools.policy, spec, tool) != "allow":
+            raise Forbidden(f"{tool} of {label} runs only when the user approves it",
+                            param="approved")
         if body.approved == "always":
             tools.remember(spec, tool, "allow")
         result = await asyncio.to_thread(tools.run, spec, tool, body.arguments, body.approved,

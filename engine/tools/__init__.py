@@ -3,4 +3,5 @@ imports from other apps, secrets in the keyring), `approvals.py` (allow, ask or 
 tool, bound to the server's identity), `servers.py` (the servers started on demand on a
 loop of their own, stopped when idle, started again when they died, with every wait
 limited), `calls.py` (a result as the model reads it, cut to what its context holds, and
-the log of every call). No llama.cpp."""
+the log of every call), `toolbox.py` (what the engine offers of all that: the routes'
+`engine.tools`, with the policy checked before every call). No llama.cpp."""

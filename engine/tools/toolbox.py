@@ -125,6 +125,11 @@ class Toolbox:
     def tools_of(self, label: str) -> list[ToolInfo]:
         return self.offered(self.spec(label, "server"))
 
+    def policy(self, spec: ServerSpec, tool: str) -> str:
+        """The tool's policy, with its server's hints (the server is started if needed)."""
+        found = next((t for t in self.offered(spec) if t.name == tool), None)
+        return found.policy if found else self.approvals.policy(spec, tool)
+
     def run(self, spec: ServerSpec, tool: str, arguments, approved: str,
             max_chars: int = MAX_RESULT_CHARS) -> ToolResult:
         """Run one call the user (or the request's approval) allowed; a tool the user
