@@ -26,6 +26,8 @@ class ChatState:
     sampling: Sampling = Sampling()
     routing: RoutingChoice = RoutingChoice()
     reasoning: str | None = None  # the effort chosen; None: the model's default
+    tool_servers: tuple[str, ...] = ()  # the MCP servers whose tools chats are offered
+    forced_tool: str | None = None  # "server/tool" the next reply must call (small models)
 
     @property
     def routed(self) -> bool:

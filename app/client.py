@@ -40,6 +40,7 @@ class StreamedReply:
     response_cache: str | None = None  # "hit": replayed from the response cache
     route: dict | None = None  # how "auto" chose the model
     adapters: list[dict] = field(default_factory=list)  # the LoRA adapters that answered
+    tool_calls: list[dict] = field(default_factory=list)  # this round's: {id, name, arguments}
 
     def detail(self) -> str:
         """How the answer came, in a few words, for the chat view."""
@@ -183,6 +184,7 @@ class EngineClient:
                     reply.usage = chunk["usage"]
                 for choice in chunk["choices"]:
                     reply.finish_reason = choice.get("finish_reason") or reply.finish_reason
+                    _add_calls(reply.tool_calls, choice["delta"].get("tool_calls") or ())
                     thought = choice["delta"].get("reasoning_content")
                     if thought:
                         thinking_since = thinking_since or time.monotonic()
@@ -207,12 +209,49 @@ class EngineClient:
             raise EngineError(message, response.status_code)
         return response
 
+    # -- MCP tools (engine/api/tool_routes.py) -------------------------------------------
+
+    def mcp_servers(self) -> dict:
+        return self._checked(self._http.get("/v1/mcp/servers")).json()
+
+    def mcp_tools(self, label: str, model: str | None = None) -> dict:
+        params = {"model": model} if model else {}
+        return self._checked(self._http.get(f"/v1/mcp/servers/{label}/tools",
+                                            params=params)).json()
+
+    def call_tool(self, label: str, tool: str, arguments: dict, approved: str,
+                  max_chars: int) -> dict:
+        body = {"arguments": arguments, "approved": approved, "max_chars": max_chars}
+        return self._checked(self._http.post(f"/v1/mcp/servers/{label}/tools/{tool}/call",
+                                             json=body)).json()
+
+    def decide_tool(self, label: str, tool: str, decision: str) -> dict:
+        body = {"server": label, "tool": tool, "decision": decision}
+        return self._checked(self._http.put("/v1/mcp/approvals", json=body)).json()
+
+    def revoke_tool(self, identity: str, tool: str | None = None) -> dict:
+        params = {"tool": tool} if tool else {}
+        return self._checked(self._http.delete(f"/v1/mcp/approvals/{identity}",
+                                               params=params)).json()
+
     def count_tokens(self, text: str, model: str | None = None) -> int:
         body = {"content": text, "model": model}
         return len(self._checked(self._http.post("/tokenize", json=body)).json()["tokens"])
 
     def close(self) -> None:
         self._http.close()
+
+
+def _add_calls(calls: list[dict], pieces) -> None:
+    """A stream's tool-call pieces joined into whole calls (OpenAI's `index` says whose)."""
+    for piece in pieces:
+        index = piece.get("index", len(calls))
+        while len(calls) <= index:
+            calls.append({"id": "", "name": "", "arguments": ""})
+        function = piece.get("function") or {}
+        calls[index]["id"] = piece.get("id") or calls[index]["id"]
+        calls[index]["name"] += function.get("name") or ""
+        calls[index]["arguments"] += function.get("arguments") or ""
 
 
 def _load_body(model: str, n_ctx, gpu_layers, cpu_moe_layers, vision=None) -> dict:

@@ -53,6 +53,7 @@ ADDED_COLUMNS = {
                               "AND p.id < messages.id)"),
         "reasoning": ("TEXT NOT NULL DEFAULT ''", None),  # a reasoning model's thinking
         "thought_s": ("REAL", None),  # how long it thought
+        "tools": ("TEXT NOT NULL DEFAULT '[]'", None),  # its tool calls (app/tool_rounds.py)
     },
 }
 FULL_TEXT = """
@@ -64,7 +65,8 @@ CREATE TRIGGER message_text_drop AFTER DELETE ON messages BEGIN
 END;
 INSERT INTO message_text(message_text) VALUES ('rebuild');
 """
-MESSAGE_COLUMNS = "id, role, content, status, model, detail, stats, parent, reasoning, thought_s"
+MESSAGE_COLUMNS = ("id, role, content, status, model, detail, stats, parent, reasoning, "
+                   "thought_s, tools")
 PARENT = 7  # its place in MESSAGE_COLUMNS
 
 # Small models answer far better with a plain instruction than with none.
@@ -94,7 +96,16 @@ class SavedMessage:
     parent: int | None = None
     reasoning: str = ""  # the thinking before the answer: shown and exported, never re-sent
     thought_s: float | None = None
+    tools_json: str = "[]"  # the tool calls made for this answer, each a ToolRound's JSON
     variant: tuple[int, int] = (1, 1)  # its place among its siblings, and their number
+
+    @property
+    def tools(self) -> list[dict]:
+        try:
+            rounds = json.loads(self.tools_json)
+        except ValueError:
+            return []
+        return rounds if isinstance(rounds, list) else []
 
 
 class History:
@@ -214,18 +225,19 @@ class History:
     def add_message(self, conversation_id: int, role: str, content: str,
                     status: str = "complete", model: str | None = None,
                     detail: str = "", stats: str = "", reasoning: str = "",
-                    thought_s: float | None = None) -> SavedMessage:
+                    thought_s: float | None = None, tools: list[dict] = ()) -> SavedMessage:
         """A message after the tip, which becomes the new tip."""
         parent = self._tip(conversation_id)
+        tools_json = json.dumps(list(tools), ensure_ascii=False)
         with self._db:
             cursor = self._db.execute(
                 "INSERT INTO messages (conversation_id, role, content, status, model, detail, "
-                "stats, parent, reasoning, thought_s) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                "stats, parent, reasoning, thought_s, tools) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (conversation_id, role, content, status, model, detail, stats, parent,
-                 reasoning, thought_s))
+                 reasoning, thought_s, tools_json))
             self._set_tip(conversation_id, cursor.lastrowid)
         return SavedMessage(cursor.lastrowid, role, content, status, model, detail, stats,
-                            parent, reasoning, thought_s)
+                            parent, reasoning, thought_s, tools_json)
 
     def rewind(self, conversation_id: int, message_id: int) -> None:
         """Make the tip the message before `message_id`: what is added next becomes its

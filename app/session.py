@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from .attachments import content_parts
 from .history import History, SavedConversation, SavedMessage
+from .tool_rounds import history_messages
 
 
 @dataclass
@@ -19,6 +20,8 @@ class PendingReply:
     text: str = ""
     reasoning: str = ""  # its thinking so far (reasoning models), shown apart
     pieces: int = 0
+    tools: list[dict] = field(default_factory=list)  # its tool calls so far (ToolRound JSON)
+    approvals: list = field(default_factory=list)  # calls waiting for the user (Approval)
     task: object = field(default=None, repr=False)  # what runs it (a ui Task), to cancel
 
 
@@ -37,9 +40,13 @@ class Sessions:
         """The messages to send for the conversation's next reply."""
         messages = ([{"role": "system", "content": conversation.system_prompt}]
                     if conversation.system_prompt.strip() else [])
-        return messages + [{"role": m.role, "content": content_parts(m.content)
-                            if m.role == "user" else m.content}
-                           for m in self.history.messages(conversation.id) if m.content]
+        for m in self.history.messages(conversation.id):
+            if m.role == "assistant":
+                messages += history_messages(m.tools)  # what its tools answered
+            if m.content:
+                messages.append({"role": m.role, "content": content_parts(m.content)
+                                 if m.role == "user" else m.content})
+        return messages
 
     def start(self, conversation_id: int) -> PendingReply:
         if conversation_id in self._replies:
@@ -58,6 +65,13 @@ class Sessions:
             reply.pieces += 1
         return reply
 
+    def add_tool(self, conversation_id: int, done: dict) -> PendingReply | None:
+        """A finished tool call of the reply (a ToolRound's JSON)."""
+        reply = self._replies.get(conversation_id)
+        if reply is not None:
+            reply.tools.append(done)
+        return reply
+
     def finish(self, conversation_id: int, status: str, model: str | None = None,
                detail: str = "", stats: str = "",
                thought_s: float | None = None) -> SavedMessage | None:
@@ -68,7 +82,8 @@ class Sessions:
             return None
         try:
             saved = self.history.add_message(conversation_id, "assistant", reply.text, status,
-                                             model, detail, stats, reply.reasoning, thought_s)
+                                             model, detail, stats, reply.reasoning, thought_s,
+                                             reply.tools)
         except (OSError, sqlite3.Error) as exc:
             self._unsaved[conversation_id] = reply
             raise NotSaved(f"The answer could not be saved ({exc}): it stays on screen until "

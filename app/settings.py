@@ -52,6 +52,16 @@ class RoutingChoice:
         return bool(self.small and self.large)
 
 
+@dataclass(frozen=True)
+class ToolChoice:
+    """The MCP servers whose tools chats are offered, by label, comma-separated."""
+    servers: str = ""
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(label for label in self.servers.split(",") if label)
+
+
 def load_settings(path: Path, kind: type):
     """The settings of dataclass `kind` in `path`, the defaults where it is missing or
     not of that shape (wrong types too)."""
@@ -81,8 +91,10 @@ def save_settings(path: Path, settings) -> None:
 # on), kept by Settings: {file: the `serve` option it adds}.
 OLLAMA_DOOR = "ollama-without-token"  # Ollama's API without the token on 127.0.0.1
 IMAGE_URLS = "fetch-image-urls"       # requests' http(s) images fetched
+REQUEST_MCP = "request-mcp-servers"   # requests may name MCP servers by URL
 OLLAMA_PORT = 11434  # Ollama's own: the apps that cannot send a token look there
-SWITCHES = {OLLAMA_DOOR: ("--ollama-port", str(OLLAMA_PORT)), IMAGE_URLS: ("--allow-image-urls",)}
+SWITCHES = {OLLAMA_DOOR: ("--ollama-port", str(OLLAMA_PORT)), IMAGE_URLS: ("--allow-image-urls",),
+            REQUEST_MCP: ("--allow-request-mcp",)}
 
 
 def switched_on(data: Path, name: str) -> bool:

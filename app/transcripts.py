@@ -27,7 +27,8 @@ def as_data(history: History, conversation: SavedConversation) -> dict:
             "adapters": [{"id": name, "scale": scale} for name, scale in conversation.adapters],
             "messages": [{"role": m.role, "content": m.content, "status": m.status,
                           "model": m.model, "detail": m.detail,
-                          **({"reasoning": m.reasoning} if m.reasoning else {})}
+                          **({"reasoning": m.reasoning} if m.reasoning else {}),
+                          **({"tools": m.tools} if m.tools else {})}
                          for m in history.messages(conversation.id)]}
 
 
@@ -50,6 +51,11 @@ def to_markdown(history: History, conversations: list[SavedConversation]) -> str
             if message.reasoning:
                 lines += ["<details><summary>Thinking</summary>", "",
                           message.reasoning.strip(), "", "</details>", ""]
+            for call in message.tools:
+                lines += [f"<details><summary>Tool: {call.get('server')} · {call.get('tool')} "
+                          f"({call.get('status')})</summary>", "", "~~~~json",
+                          json.dumps(call.get("arguments"), ensure_ascii=False), "~~~~", "",
+                          "~~~~", str(call.get("result", "")), "~~~~", "", "</details>", ""]
             lines += [message.content.strip(), ""]
         parts.append("\n".join(lines))
     return "\n---\n\n".join(parts)
@@ -67,6 +73,12 @@ def _adapters(items) -> list[tuple[str, float]]:
 
 MAX_IMPORT_BYTES = 64 << 20  # a year of daily conversations is a few MiB
 _TEXT = {"type": ["string", "null"]}
+_ROUND = {"type": "object", "required": ["call_id", "server", "tool", "arguments", "result",
+                                        "status"],
+          "properties": {"call_id": {"type": "string"}, "server": {"type": "string"},
+                         "tool": {"type": "string"}, "arguments": {"type": "object"},
+                         "result": {"type": "string"},
+                         "status": {"enum": ["ran", "denied", "failed"]}}}
 IMPORT_SCHEMA = {"type": "object", "required": ["format", "conversations"], "properties": {
     "format": {"const": FORMAT},
     "conversations": {"type": "array", "items": {
@@ -77,7 +89,8 @@ IMPORT_SCHEMA = {"type": "object", "required": ["format", "conversations"], "pro
                 "type": "object", "required": ["role", "content"],
                 "properties": {"role": {"type": "string"}, "content": {"type": "string"},
                                "status": _TEXT, "model": _TEXT, "detail": _TEXT,
-                               "reasoning": _TEXT}}}}}}}}
+                               "reasoning": _TEXT,
+                               "tools": {"type": "array", "maxItems": 64, "items": _ROUND}}}}}}}}}
 
 
 def import_file(history: History, path: Path) -> list[SavedConversation]:
@@ -128,5 +141,6 @@ def _fill(history: History, conversation: SavedConversation, item: dict) -> None
         history.add_message(conversation.id, message["role"], message["content"],
                             message.get("status") or "complete", message.get("model"),
                             message.get("detail") or "",
-                            reasoning=message.get("reasoning") or "")
+                            reasoning=message.get("reasoning") or "",
+                            tools=message.get("tools") or [])
     history.update(conversation.id, adapters=_adapters(item.get("adapters")))

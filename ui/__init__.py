@@ -7,11 +7,13 @@
   engine_link.py (the supervised engine: ready, died, restarted), transfer.py (export
   and import dialogs), self_test.py (`homerack self-test --gui`) and screenshots.py
   (`make screenshots`), which drive the whole window as a user would;
-- chat/: the conversation — chat_page.py, chat_view.py, composer.py, welcome.py;
+- chat/: the conversation — chat_page.py, chat_view.py, composer.py, welcome.py,
+  tools_menu.py (the MCP servers a chat may use), approval_card.py (a call asked first);
 - models/: the picker and getting models — model_bar.py, model_control.py,
   download_wizard.py, downloads_panel.py, plan_panel.py (the Memory page);
 - cluster/: the machines of the home — cluster_page.py, cluster_panel.py;
-- settings/: settings_page.py.
+- settings/: settings_page.py, sources_panel.py, tools_panel.py (MCP servers, their logs,
+  imports, the decisions kept and revoked).
 
 The floor: state.py (the window's state, observed by the pages), tasks.py (work off the
 UI thread, one hop back), markdown.py (rendering messages and model cards), safe_text.py

@@ -8,6 +8,7 @@ model output, imported conversations and Hub cards are untrusted (ui/safe_text.p
 from __future__ import annotations
 
 import html
+import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -39,6 +40,7 @@ class Shown:
     reasoning: str = ""  # a reasoning model's thinking, shown apart above the answer
     thought_s: float | None = None  # how long it thought
     thinking: bool = False  # still thinking: the section is open, live
+    tools: tuple = ()  # its tool calls (app/tool_rounds.py's ToolRound JSON), collapsed
 
 
 @dataclass
@@ -62,6 +64,8 @@ def render(messages: list[Shown], colors: Colors, opened: frozenset[str] = froze
         if message.reasoning:
             body = _thinking(message, message.thinking or message.key in opened,
                              colors) + body
+        if message.tools:
+            body += _tool_calls(message, f"tools:{message.key}" in opened, colors)
         parts.append(_frame(message, body, colors))
     out.html = (f'<body style="color:{colors.text}">' + "".join(parts) + "</body>")
     return out
@@ -112,6 +116,38 @@ def _thinking(message: Shown, open_: bool, colors: Colors) -> str:
     return (link + f'<table width="100%" cellspacing="0" cellpadding="6" '
             f'style="margin-bottom:6px"><tr><td width="2" bgcolor="{colors.border}"></td>'
             f'<td style="color:{colors.muted}"><small>{text}</small></td></tr></table>')
+
+
+TOOL_SHOWN = 4000  # characters of a result shown (all of it went to the model)
+TOOL_STATUS = {"ran": "✓", "denied": "✋ denied", "failed": "⚠ failed"}
+
+
+def _tool_calls(message: Shown, open_: bool, colors: Colors) -> str:
+    """The answer's tool calls, collapsed ("tools:KEY" opens them): each server and tool,
+    how it ended, and, open, its arguments and result as plain text (inert)."""
+    names = ", ".join(f"{c['server']} · {c['tool']} {TOOL_STATUS.get(c['status'], '')}"
+                      for c in message.tools)
+    arrow = "▾" if open_ else "▸"
+    count = len(message.tools)
+    link = (f'<p style="color:{colors.muted}"><a href="tools:{message.key}" '
+            f'style="color:{colors.muted}; text-decoration:none">{arrow} '
+            f'{count} tool call{"s" if count > 1 else ""}: {html.escape(names)}</a></p>')
+    if not open_:
+        return link
+    rows = []
+    for call in message.tools:
+        result = call["result"] if len(call["result"]) <= TOOL_SHOWN else \
+            call["result"][:TOOL_SHOWN] + f"… ({len(call['result']):,} characters)"
+        how = f"approved {call['approved']}" if call.get("approved") else call["status"]
+        rows.append(
+            f"<b>{html.escape(call['server'])} · {html.escape(call['tool'])}</b> "
+            f"({html.escape(how)}, {call.get('seconds', 0):.2f} s)<br>"
+            f"<tt>{html.escape(json.dumps(call['arguments'], ensure_ascii=False))}</tt><br>"
+            + html.escape(result).replace("\n", "<br>"))
+    return (link + f'<table width="100%" cellspacing="0" cellpadding="6" '
+            f'style="margin-bottom:6px"><tr><td width="2" bgcolor="{colors.border}"></td>'
+            f'<td style="color:{colors.muted}"><small>{"<br><br>".join(rows)}</small>'
+            f'</td></tr></table>')
 
 
 def _duration(seconds: float) -> str:

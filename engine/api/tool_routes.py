@@ -36,17 +36,16 @@ class DecisionRequest(BaseModel):
 
 def router(engine: Engine) -> APIRouter:
     api = APIRouter()
-    tools = engine.tools
 
     @api.get("/v1/mcp/servers")
     async def servers():
-        return await asyncio.to_thread(tools.listing)
+        return await asyncio.to_thread(engine.tools.listing)
 
     @api.get("/v1/mcp/servers/{label}/tools")
     async def server_tools(label: str, model: str | None = None):
         """Its tools (the server is started if needed), and what offering them costs in
         the model's tokens: a small context is not overflowed unawares."""
-        offered = await asyncio.to_thread(tools.tools_of, label)
+        offered = await asyncio.to_thread(engine.tools.tools_of, label)
         definitions = [t.definition() for t in offered if t.policy != "deny"]
         chosen = engine.resolve(model) if model else engine.default_model()
         tokens = len(await asyncio.to_thread(engine.tokenize, chosen, json.dumps(
@@ -55,37 +54,37 @@ def router(engine: Engine) -> APIRouter:
 
     @api.post("/v1/mcp/servers/{label}/tools/{tool}/call")
     async def call(label: str, tool: str, body: CallRequest):
-        spec = tools.spec(label, "server")
+        spec = engine.tools.spec(label, "server")
         if body.approved == "policy" and \
-                await asyncio.to_thread(tools.policy, spec, tool) != "allow":
+                await asyncio.to_thread(engine.tools.policy, spec, tool) != "allow":
             raise Forbidden(f"{tool} of {label} runs only when the user approves it",
                             param="approved")
         if body.approved == "always":
-            tools.remember(spec, tool, "allow")
-        result = await asyncio.to_thread(tools.run, spec, tool, body.arguments, body.approved,
+            engine.tools.remember(spec, tool, "allow")
+        result = await asyncio.to_thread(engine.tools.run, spec, tool, body.arguments, body.approved,
                                          body.max_chars)
         return result.as_json()
 
     @api.post("/v1/mcp/servers/{label}/stop")
     async def stop(label: str):
-        tools.spec(label, "server")
-        await asyncio.to_thread(tools.servers.stop, label)
+        engine.tools.spec(label, "server")
+        await asyncio.to_thread(engine.tools.servers.stop, label)
         return {"stopped": label}
 
     @api.put("/v1/mcp/approvals")
     async def decide(body: DecisionRequest):
-        tools.remember(tools.spec(body.server, "server"), body.tool, body.decision)
-        return {"approvals": [a.__dict__ for a in tools.approvals.entries()]}
+        engine.tools.remember(engine.tools.spec(body.server, "server"), body.tool, body.decision)
+        return {"approvals": [a.__dict__ for a in engine.tools.approvals.entries()]}
 
     @api.delete("/v1/mcp/approvals/{identity}")
     async def revoke(identity: str, tool: str | None = None):
-        if not tools.approvals.revoke(identity, tool):
+        if not engine.tools.approvals.revoke(identity, tool):
             raise InvalidRequest(f"no decision for {tool or 'any tool'} of server {identity}",
                                  param="identity")
-        return {"approvals": [a.__dict__ for a in tools.approvals.entries()]}
+        return {"approvals": [a.__dict__ for a in engine.tools.approvals.entries()]}
 
     @api.get("/v1/mcp/calls")
     async def calls(count: int = 100):
-        return {"calls": tools.calls.recent(max(1, min(count, 1000)))}
+        return {"calls": engine.tools.calls.recent(max(1, min(count, 1000)))}
 
     return api

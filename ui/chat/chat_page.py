@@ -18,13 +18,16 @@ from app.attachments import (IMAGE_SUFFIXES, Attachment, AttachmentError, fitted
 from app.client import EngineClient, StreamedReply
 from app.history import History, SavedConversation
 from app.session import NotSaved, Sessions
+from app.tool_rounds import Approval, converse, function_names, offered_tools, wait_for
 
 from ..markdown import Shown
 from ..safe_text import ask
 from ..state import WindowState
 from ..tasks import Task, start_task
+from .approval_card import ApprovalCard
 from .chat_view import ChatView
 from .composer import ComposerBar
+from .tools_menu import ToolsButton
 from .welcome import Welcome
 
 STREAM_KEY = "streaming"
@@ -32,9 +35,29 @@ CONTEXT_SHARE = 0.75  # of the context an attachment may take: the rest for the 
 
 
 def _receive_reply(task: Task, client: EngineClient, messages: list[dict],
-                   options: dict) -> StreamedReply:
+                   options: dict, tools: dict | None = None) -> StreamedReply:
+    """The reply's pieces, reported as they come; with `tools` (the servers, the model's
+    context, the chat's allowed calls, a forced tool), in rounds of tool calls, each
+    asking the window's approval card first unless the user allowed it."""
     reply = StreamedReply()  # the client's record of the stream: finish reason, usage
-    for piece in client.stream_chat(messages, reply, should_stop=task.cancelled.is_set, **options):
+    stop = task.cancelled.is_set
+    if not tools:
+        pieces = client.stream_chat(messages, reply, should_stop=stop, **options)
+    else:
+        offered, _tokens, problems = offered_tools(client, tools["servers"], options["model"])
+        reply.notes += [f"Tool server not reachable: {p}" for p in problems]
+        named = function_names(offered)
+        forced = next((f for f, t in named.items()
+                       if f"{t.server}/{t.name}" == tools["forced"]), None)
+
+        def ask(tool, arguments) -> Approval:
+            approval = Approval(tool, arguments, tools["conversation"])
+            task.report(("approval", approval))
+            return wait_for(approval, stop)
+
+        pieces = converse(client, messages, reply, named, ask, stop, tools["n_ctx"],
+                          task.report, tools["allowed"], forced, **options)
+    for piece in pieces:
         task.report(piece)
     return reply
 
@@ -62,13 +85,14 @@ class ChatPage(QWidget):
     changed = Signal()  # messages or state changed: the window updates titles, buttons
 
     def __init__(self, history: History, state: WindowState, engine,
-                 new_conversation: Callable[[], SavedConversation], parent=None):
+                 new_conversation: Callable[[], SavedConversation], data, parent=None):
         super().__init__(parent)
         # engine: the window's link to it (its client, and why it last died)
         self.history, self.state, self.engine = history, state, engine
         self.new_conversation = new_conversation
         self.sessions = Sessions(history)  # replies being generated, by conversation
         self.attachments: list[Attachment] = []
+        self.chat_allowed: dict[int, set] = {}  # per conversation: tools allowed in it
         self.welcome = Welcome()
         self.welcome.suggestion.connect(self.send)
         self.view = ChatView()
@@ -85,9 +109,13 @@ class ChatPage(QWidget):
         self.bar.attach_requested.connect(self.attach)
         self.composer.image_pasted.connect(self.attach_picture)
         self.bar.detach_requested.connect(lambda: self._set_attachments([]))
+        self.tools = ToolsButton(state, engine, data)
+        self.bar.add_button(self.tools)
+        self.cards = QVBoxLayout()  # approval cards of the conversation shown
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.stack, 1)
+        layout.addLayout(self.cards)
         layout.addWidget(self.bar)
 
     # -- what is shown ----------------------------------------------------------------
@@ -105,7 +133,8 @@ class ChatPage(QWidget):
         last_answer = saved[-1].id if saved and saved[-1].role == "assistant" else None
         shown = [Shown(str(m.id), m.role, m.content, m.status,
                        " · ".join(p for p in (m.model, m.detail) if p), m.stats, m.variant,
-                       m.id == last_answer, m.reasoning, m.thought_s) for m in saved]
+                       m.id == last_answer, m.reasoning, m.thought_s, tools=tuple(m.tools))
+                 for m in saved]
         reply = self.current_reply()
         if reply:
             shown.append(_streaming(reply))
@@ -113,6 +142,7 @@ class ChatPage(QWidget):
             shown.append(Shown(STREAM_KEY, "assistant", kept.text, status="unsaved",
                                reasoning=kept.reasoning))
         self.view.show_messages(shown)
+        self._show_cards()
         self.stack.setCurrentWidget(self.view if shown else self.welcome)
         self.update_buttons()
         self.changed.emit()
@@ -154,14 +184,36 @@ class ChatPage(QWidget):
         key = conversation.id
         reply.task = start_task(_receive_reply, self.engine.client,
                                 self.sessions.request(conversation), options,
+                                self._tool_plan(key),
                                 on_progress=lambda piece: self._on_piece(key, piece),
                                 on_done=lambda done: self._on_reply(key, done),
                                 on_error=lambda error: self._on_failed(key, error), owner=self)
         self.refresh()
 
-    def _on_piece(self, conversation_id: int, piece: tuple[str, str]) -> None:
+    def _tool_plan(self, conversation_id: int) -> dict | None:
+        """What a reply with tools needs (None: no servers on); a forced tool is forced
+        for this one reply."""
+        now = self.state.now
+        if not now.tool_servers:
+            return None
+        plan = {"servers": list(now.tool_servers), "forced": now.forced_tool,
+                "n_ctx": now.context_size(), "conversation": conversation_id,
+                "allowed": self.chat_allowed.setdefault(conversation_id, set())}
+        self.state.update(forced_tool=None)
+        return plan
+
+    def _on_piece(self, conversation_id: int, piece: tuple) -> None:
         kind, text = piece
-        reply = self.sessions.feed(conversation_id, text, kind)
+        if kind == "approval":
+            reply = self.sessions.reply(conversation_id)
+            if reply is not None:
+                reply.approvals.append(text)
+                self._show_cards()
+            return
+        if kind == "tool":
+            reply = self.sessions.add_tool(conversation_id, text.as_json())
+        else:
+            reply = self.sessions.feed(conversation_id, text, kind)
         if reply and self.conversation and self.conversation.id == conversation_id:
             self.view.set_last(_streaming(reply))
 
@@ -187,6 +239,23 @@ class ChatPage(QWidget):
             self.error.emit(str(exc))
         if self.conversation and self.conversation.id == conversation_id:
             self.refresh()
+
+    def _show_cards(self) -> None:
+        """The approval cards of the conversation shown: one per call waiting."""
+        while self.cards.count():
+            self.cards.takeAt(0).widget().deleteLater()
+        reply = self.current_reply()
+        for approval in reply.approvals if reply else ():
+            card = ApprovalCard(approval)
+            card.decided.connect(self._on_decided)
+            self.cards.addWidget(card)
+
+    def _on_decided(self, approval: Approval, choice: str, arguments) -> None:
+        reply = self.sessions.reply(approval.conversation_id)
+        if reply is not None and approval in reply.approvals:
+            reply.approvals.remove(approval)
+        approval.decide(choice, arguments)
+        self._show_cards()
 
     def stop(self) -> bool:
         reply = self.current_reply()
@@ -275,7 +344,7 @@ class ChatPage(QWidget):
 def _streaming(reply) -> Shown:
     """The reply on its way: its thinking shown open until its answer begins."""
     return Shown(STREAM_KEY, "assistant", reply.text, reasoning=reply.reasoning,
-                 thinking=bool(reply.reasoning) and not reply.text)
+                 thinking=bool(reply.reasoning) and not reply.text, tools=tuple(reply.tools))
 
 
 def _stats(done: StreamedReply) -> str:

@@ -14,6 +14,7 @@ from ..theme import colors, scheme_changed
 
 ACTIONS = {"edit", "regen", "prev", "next"}
 THINK = "think"  # a link that opens or closes a message's Thinking section
+TOOLS = "tools"  # one that opens or closes its tool calls
 ZOOM_STEP = 0.1
 
 
@@ -86,6 +87,9 @@ class ChatView(SafeBrowser):
             self._copy(texts[value])
         elif scheme == THINK:
             self._opened ^= {value}
+            self._render_now()
+        elif scheme == TOOLS:
+            self._opened ^= {f"tools:{value}"}
             self._render_now()
         elif scheme in ACTIONS:
             self.action.emit(scheme, value)

@@ -97,7 +97,7 @@ class ComposerBar(QWidget):
         row = QHBoxLayout()
         row.addWidget(self.attached, 1)
         row.addWidget(self.detach)
-        buttons = QHBoxLayout()
+        buttons = self.buttons = QHBoxLayout()
         buttons.addWidget(self.attach)
         buttons.addStretch(1)
         buttons.addWidget(self.stop)
@@ -107,6 +107,10 @@ class ComposerBar(QWidget):
         layout.addLayout(row)
         layout.addWidget(self.edit)
         layout.addLayout(buttons)
+
+    def add_button(self, button: QWidget) -> None:
+        """A button beside Attach (the Tools menu)."""
+        self.buttons.insertWidget(1, button)
 
     def show_attached(self, text: str) -> None:
         self.attached.setText(text)

@@ -24,6 +24,7 @@ from ..models.model_bar import ModelBar
 from ..models.model_control import ModelControl, load_notice
 from ..models.plan_panel import PlanPanel
 from ..settings.settings_page import SettingsPage
+from ..settings.tools_panel import ToolsPanel
 from ..state import WindowState
 from ..theme import choose_scheme
 from .banner import Banner
@@ -59,14 +60,17 @@ class MainWindow(QMainWindow):
         self.sidebar = Sidebar()
         self.bar = ModelBar(self.state)
         self.banner = Banner()
-        self.chat = ChatPage(self.history, self.state, self.engine, self.new_conversation)
+        self.chat = ChatPage(self.history, self.state, self.engine, self.new_conversation,
+                             self.paths.data)
         self.settings = SettingsPage(self.paths.data, self.state)
         self.plan_panel = PlanPanel()
         self.downloads_panel = DownloadsPanel()
         self.cluster = ClusterPage(self.supervisor, self.paths.data, client)
+        self.tools = ToolsPanel(self.paths, self.engine)
         self.drawer = Drawer()
         for name, page in (("Memory", self.plan_panel), ("Cluster", self.cluster),
-                           ("Downloads", self.downloads_panel), ("Settings", self.settings)):
+                           ("Downloads", self.downloads_panel), ("Tools", self.tools),
+                           ("Settings", self.settings)):
             self.drawer.add_page(name, page)
         centre = QWidget()
         column = QVBoxLayout(centre)
@@ -122,6 +126,8 @@ class MainWindow(QMainWindow):
         self.watcher.finished.connect(self.control.on_download_finished)
         self.cluster.notice.connect(self.show_notice)
         self.cluster.error.connect(self.show_error)
+        self.tools.notice.connect(self.show_notice)
+        self.tools.error.connect(self.show_error)
         self.cluster.restart_engine.connect(self.engine.start)
         self.engine.progress.connect(self._on_engine_progress)
         self.engine.ready.connect(self._on_engine_ready)
@@ -155,6 +161,8 @@ class MainWindow(QMainWindow):
         self.watcher.watching = page == "Downloads"
         if page == "Downloads":
             self.watcher.start()
+        if page == "Tools":
+            self.tools.refresh()
         if page == "Memory" and self.state.now.model != self.plan_panel.model:
             self.plan_panel.show_model(self.state.now.model)
 
@@ -209,6 +217,7 @@ class MainWindow(QMainWindow):
             self.control.apply_routing()
         self.watcher.start()  # downloads an earlier engine began carry on: show them
         self.chat.update_buttons()
+        self.chat.tools.count()
 
     def _on_engine_failed(self, error) -> None:
         self.progress.hide()
