@@ -110,25 +110,41 @@ def converse(client: EngineClient, messages: list[dict], reply: StreamedReply,
     for this chat (grows here). `forced`: the function the first round must call."""
     messages = list(messages)
     definitions = [tool.definition(name) for name, tool in tools.items()]
+    last = False
     for round_ in range(MAX_ROUNDS + 1):
-        last = round_ == MAX_ROUNDS
+        last = last or round_ == MAX_ROUNDS
         choice = {"type": "function", "function": {"name": forced}} if forced and round_ == 0 \
-            else "none" if last else None
+            else None
         reply.tool_calls = []
+        # the last round offers no tools: the model answers with what it has
         yield from client.stream_chat(messages, reply, should_stop,
-                                      tools=definitions or None, tool_choice=choice, **options)
+                                      tools=None if last else definitions or None,
+                                      tool_choice=None if last else choice, **options)
         if not reply.tool_calls or should_stop() or last:
             return
         messages.append({"role": "assistant", "content": "", "tool_calls": [
             {"id": c["id"], "type": "function",
-             "function": {"name": c["name"], "arguments": c["arguments"]}}
+             "function": {"name": c["name"], "arguments": _whole(c["arguments"])}}
             for c in reply.tool_calls]})
+        statuses = []
         for call in reply.tool_calls:
-            done = _one_call(client, call, tools, ask, chat_allowed, n_ctx)
-            report(("tool", done))
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": done.result})
             if should_stop():
                 return
+            done = _one_call(client, call, tools, ask, chat_allowed, n_ctx)
+            report(("tool", done))
+            statuses.append(done.status)
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": done.result})
+        # the user said no to all of it: the model answers now, asking nothing more
+        last = all(status == "denied" for status in statuses)
+
+
+def _whole(arguments: str) -> str:
+    """A call's arguments as sent back: "{}" for ones cut short (max_tokens) or not an
+    object, which the engine would refuse (the call's result says what was wrong)."""
+    try:
+        return arguments if isinstance(json.loads(arguments or "{}"), dict) else "{}"
+    except ValueError:
+        return "{}"
 
 
 def _one_call(client: EngineClient, call: dict, tools: dict[str, OfferedTool], ask,
@@ -151,7 +167,7 @@ def _one_call(client: EngineClient, call: dict, tools: dict[str, OfferedTool], a
             return ToolRound(call["id"], tool.server, tool.name, arguments,
                              "The user denied this call.", "denied")
         approved, arguments = approval.choice, approval.arguments
-        if approved == "chat":
+        if approved in ("chat", "always"):  # no more cards for it in this chat
             chat_allowed.add((tool.server, tool.name))
     max_chars = max(1024, int(n_ctx * RESULT_SHARE * CHARS_PER_TOKEN))
     result = client.call_tool(tool.server, tool.name, arguments, approved, max_chars)

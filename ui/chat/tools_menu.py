@@ -108,8 +108,11 @@ class ToolsButton(QToolButton):
                                               if forced else "") if tools else "Tools")
         context = self.state.now.context_size()
         share = f" ({100 * tokens / context:.0f}% of the context)" if context else ""
+        native = "tools" in (self.state.now.entry().get("capabilities") or ())
         self.setToolTip("\n".join(
             [f"{len(tools)} tools from {', '.join(self.state.now.tool_servers)}: "
-             f"{tokens:,} tokens with every request{share}" if tools else
+             f"{tokens:,} tokens with every request{share}; the model calls them "
+             + ("in its own format" if native else "through the generic JSON form")
+             if tools else
              "Offer the tools of MCP servers to the model (each call asks you first)"]
             + [f"Not reachable: {p}" for p in problems]))
