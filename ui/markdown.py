@@ -119,7 +119,7 @@ def _thinking(message: Shown, open_: bool, colors: Colors) -> str:
 
 
 TOOL_SHOWN = 4000  # characters of a result shown (all of it went to the model)
-TOOL_STATUS = {"ran": "✓", "denied": "✋ denied", "failed": "⚠ failed"}
+TOOL_STATUS = {"ran": "✓", "denied": "(denied)", "failed": "(failed)"}
 
 
 def _tool_calls(message: Shown, open_: bool, colors: Colors) -> str:

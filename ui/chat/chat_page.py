@@ -243,7 +243,9 @@ class ChatPage(QWidget):
     def _show_cards(self) -> None:
         """The approval cards of the conversation shown: one per call waiting."""
         while self.cards.count():
-            self.cards.takeAt(0).widget().deleteLater()
+            card = self.cards.takeAt(0).widget()
+            card.hide()  # at once: deleteLater waits for the event loop
+            card.deleteLater()
         reply = self.current_reply()
         for approval in reply.approvals if reply else ():
             card = ApprovalCard(approval)

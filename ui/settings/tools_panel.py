@@ -45,7 +45,7 @@ class ToolsPanel(QWidget):
         self.request_servers.setChecked(switched_on(where.data, REQUEST_MCP))
         self.request_servers.toggled.connect(lambda on: switch(where.data, REQUEST_MCP, on))
         buttons = QHBoxLayout()
-        for button in (edit, self.importing, reload):
+        for button in (edit, reload):
             buttons.addWidget(button)
         buttons.addStretch(1)
         layout = QVBoxLayout(self)
@@ -57,6 +57,7 @@ class ToolsPanel(QWidget):
             f"for good. {keyring_note()}.", objectName="muted", wordWrap=True))
         layout.addLayout(self.servers)
         layout.addLayout(buttons)
+        layout.addWidget(self.importing)
         layout.addWidget(Label("Your decisions", objectName="muted"))
         layout.addLayout(self.approvals)
         layout.addWidget(self.request_servers)
@@ -64,6 +65,7 @@ class ToolsPanel(QWidget):
             "Off, API requests may use only the servers above, by name; on, also any server "
             "a request names by URL (never a program). Applies the next time Homerack "
             "starts.", objectName="muted", wordWrap=True))
+        layout.addStretch(1)
 
     def refresh(self) -> None:
         client = self.engine.client
@@ -79,9 +81,10 @@ class ToolsPanel(QWidget):
             if server["error"]:
                 state += f": {server['error']}"
             row = QHBoxLayout()
-            row.addWidget(Label(f"{server['label']} ({server['kind']}) — {server['describe']}"
-                                f" · {'off' if server['disabled'] else state}",
-                                wordWrap=True), 1)
+            line = Label(f"{server['label']} ({server['kind']}) — {_short(server)}"
+                         f" · {'off' if server['disabled'] else state}", wordWrap=True)
+            line.setToolTip(server["describe"])
+            row.addWidget(line, 1)
             if server["kind"] == "stdio":
                 log = QPushButton("Log", accessibleName=f"Open the log of {server['label']}")
                 log.clicked.connect(lambda _=False, s=server["label"]: self._open_log(s))
@@ -147,6 +150,15 @@ class ToolsPanel(QWidget):
         self.notice.emit(f"Imported {', '.join(added)}" if added else
                          "Nothing new to import: those servers are here already")
         self.refresh()
+
+
+def _short(server: dict) -> str:
+    """A stdio server's program by its name (the whole path in the tooltip): a long path
+    cannot wrap in a narrow page."""
+    if server["kind"] != "stdio":
+        return server["describe"]
+    program, _, rest = server["describe"].partition(" ")
+    return " ".join([Path(program).name, rest]).strip()
 
 
 def _clear(layout) -> None:

@@ -6,10 +6,12 @@ It runs in a HOMERACK_HOME of its own (the user's models linked in, none of thei
 conversations), over a real engine with the starter model. The chat with code and a
 table, and the answer about a picture, are sample answers written into the history, since
 the 135M starter rarely writes one and cannot see; the first answer shown is the model's
-own."""
+own, and so is the tool round: a real call to mcp-server-time (when it is installed),
+forced, approved on the card with its arguments edited, and the model's answer after it."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -52,6 +54,10 @@ def _home() -> Path:
     if models.exists():
         (home / "data" / "models").symlink_to(models)
     os.environ["HOMERACK_HOME"] = str(home)
+    time_server = Path(sys.executable).parent / "mcp-server-time"
+    if time_server.exists():
+        (home / "data" / "mcp.json").write_text(json.dumps({"mcpServers": {"time": {
+            "command": str(time_server), "args": ["--local-timezone", "UTC"]}}}))
     return home
 
 
@@ -143,6 +149,8 @@ def _shoot_all(out: str) -> int:
     history.add_message(seeing.id, "assistant", PICTURE_ANSWER, model="(sample answer)")
     window.open_conversation(seeing.id)
     shoot("8-picture")
+    if (Path(os.environ["HOMERACK_HOME"]) / "data" / "mcp.json").exists():
+        _shoot_tools(window, wait, shoot)
     window.open_conversation(conversation.id)
     if not offscreen:
         window.bar.box.showPopup()
@@ -154,7 +162,7 @@ def _shoot_all(out: str) -> int:
         menu = window.bar.adapters.menu()
         QTimer.singleShot(300, lambda: (shoot("3-adapters"), menu.close()))
         menu.exec(window.bar.adapters.mapToGlobal(window.bar.adapters.rect().bottomLeft()))
-    for page in ("Memory", "Cluster", "Settings"):
+    for page in ("Memory", "Cluster", "Tools", "Settings"):
         window.drawer.open_page(page)
         shoot(f"4-{page.lower()}")
     window.drawer.close_page()
@@ -166,6 +174,32 @@ def _shoot_all(out: str) -> int:
     shoot("6-narrow-1024x700")
     window.close()
     return 0
+
+
+def _shoot_tools(window, wait, shoot) -> None:
+    """A chat with the time server on: the approval card, then the finished round."""
+    from PySide6.QtCore import QUrl
+
+    window.new_conversation()
+    window.settings.max_tokens.setValue(64)
+    window.state.update(tool_servers=("time",), forced_tool="time/get_current_time")
+    wait(lambda: len(window.chat.tools.tools) == 2, 60)
+    window.chat.send("What time is it in Tokyo?")
+    wait(lambda: window.chat.cards.count() == 1)
+    card = window.chat.cards.itemAt(0).widget()
+    card.arguments.setPlainText('{\n  "timezone": "Asia/Tokyo"\n}')
+    shoot("9-tool-approval")
+    card.buttons["once"].click()
+
+    def answered() -> bool:  # the starter calls again: those calls are denied
+        if window.chat.cards.count():
+            window.chat.cards.itemAt(0).widget().deny.click()
+        return not window.chat.sessions.running()
+    wait(answered, 180)
+    answer = window.history.messages(window.state.now.conversation.id)[-1]
+    window.chat.view.anchorClicked.emit(QUrl(f"tools:{answer.id}"))
+    shoot("9-tool-round")
+    window.state.update(tool_servers=())
 
 
 if __name__ == "__main__":
