@@ -6,6 +6,7 @@ adding its own to the parser (`add_commands`); `main` runs one.
   chat.py     `chat`: a terminal chat
   models.py   `models`, `pull`: local models and the Hub's
   machine.py  `hardware`, `plan`: this machine, and how a model would run on it
+  tools.py    `mcp`: the MCP servers, listed, imported, a tool called
   desktop.py  no command (the window), `self-test`, `install-desktop`
 """
 
@@ -19,9 +20,9 @@ import sys
 from engine.spawn import follow_parent
 
 from ..paths import make_private, paths
-from . import chat, desktop, machine, models, serve, sharing
+from . import chat, desktop, machine, models, serve, sharing, tools
 
-GROUPS = (serve, sharing, chat, models, machine, desktop)  # the order of `homerack --help`
+GROUPS = (serve, sharing, chat, models, machine, tools, desktop)  # the order of `homerack --help`
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
             and not args.target:
         build_parser().error(f"models {args.action} needs a "
                              f"{'path' if args.action == 'add' else 'model id'}")
+    if args.command == "mcp" and args.action == "call" and not (args.target and args.tool):
+        build_parser().error("mcp call needs a server and a tool")
     from engine.errors import HomerackError
 
     try:

@@ -158,3 +158,31 @@ def test_models_and_chat_with_a_lora_adapter(home, server):
     assert wrong.returncode == 1 and "does not fit model" in wrong.stderr
     typo = homerack(*asked, "--lora", f"{ADAPTER}=strong", home=served)
     assert typo.returncode == 2 and "--lora" in typo.stderr
+
+
+def test_mcp_imports_lists_and_calls_from_the_terminal(tmp_path):
+    import json
+
+    from support.mcp_servers import time_server
+
+    home, fake_home = tmp_path / "home", tmp_path / "user"
+    (home / "data").mkdir(parents=True)
+    claude = fake_home / ".config" / "Claude" / "claude_desktop_config.json"
+    claude.parent.mkdir(parents=True)
+    claude.write_text(json.dumps({"mcpServers": {"time": time_server(),
+                                                 "broken": {"command": 7}}}))
+    refused = homerack("mcp", "import", home=home, env={"HOME": str(fake_home)})
+    assert refused.returncode == 1 and "broken" in refused.stderr  # nothing half-imported
+    claude.write_text(json.dumps({"mcpServers": {"time": time_server()}}))
+    imported = homerack("mcp", "import", home=home, env={"HOME": str(fake_home)})
+    assert imported.returncode == 0 and "added time" in imported.stdout
+    listed = json.loads(homerack("mcp", "list", "--json", home=home).stdout)
+    assert listed["servers"][0]["tools"] == ["get_current_time", "convert_time"]
+    called = homerack("mcp", "call", "time", "get_current_time", '{"timezone": "Asia/Tokyo"}',
+                      home=home)
+    assert called.returncode == 0 and "+09:00" in called.stdout
+    failed = homerack("mcp", "call", "time", "get_current_time", '{"timezone": "Nowhere"}',
+                      home=home)
+    assert failed.returncode == 1 and "Nowhere" in failed.stdout
+    log = home / "data" / "logs" / "mcp" / "calls.jsonl"
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600 and "Asia/Tokyo" in log.read_text()
