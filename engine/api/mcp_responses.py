@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..engine import Engine
 from ..errors import InvalidRequest
@@ -76,8 +76,8 @@ def prepare(engine: Engine, body) -> McpRun:
         if entry.type != "mcp":
             run.functions.append(entry.model_dump(exclude_none=True))
             continue
-        server = McpTool.model_validate(entry.model_dump())
         where = f"tools[{i}]"
+        server = _mcp_tool(entry.model_dump(exclude_none=True), where)
         spec = engine.tools.request_spec(server.server_label, server.server_url, server.headers,
                                          f"{where}.server_url") if server.server_url \
             else engine.tools.spec(server.server_label, f"{where}.server_label")
@@ -100,6 +100,16 @@ def prepare(engine: Engine, body) -> McpRun:
     run.output += run.listed
     _read_input(engine, body, run)
     return run
+
+
+def _mcp_tool(entry: dict, where: str) -> McpTool:
+    try:
+        return McpTool.model_validate(entry)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"][:1])
+        raise InvalidRequest(f"{where}.{field}: {first['msg']}",
+                             param=f"{where}.{field}") from None
 
 
 def _read_input(engine: Engine, body, run: McpRun) -> None:
