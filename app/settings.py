@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from engine.files import dataclass_schema, read_json, write_atomic
+from engine.tools.approvals import READ_ONLY_UNASKED  # noqa: F401 - a switch the engine reads
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ from ..files import read_json, write_atomic
 from .config import ServerSpec
 
 ALLOW, ASK, DENY = "allow", "ask", "deny"
+# beside the approvals file: present, tools the server marks read-only run unasked
+READ_ONLY_UNASKED = "tools-read-only-unasked"
 _SCHEMA = {"type": "object", "additionalProperties": {
     "type": "object", "required": ["server", "describe", "tools"],
     "properties": {"server": {"type": "string"}, "describe": {"type": "string"},
@@ -44,8 +46,15 @@ class Approval:
 class Approvals:
     """The file of decisions, read on each question (the app writes it, the engine reads)."""
 
-    def __init__(self, path: Path | None, read_only_unasked: bool = False):
-        self.path, self.read_only_unasked = path, read_only_unasked
+    def __init__(self, path: Path | None, read_only_unasked: bool | None = None):
+        """read_only_unasked None: the user's switch (a file beside `path`)."""
+        self.path, self._read_only_unasked = path, read_only_unasked
+
+    @property
+    def read_only_unasked(self) -> bool:
+        if self._read_only_unasked is not None:
+            return self._read_only_unasked
+        return bool(self.path) and (self.path.parent / READ_ONLY_UNASKED).exists()
 
     def policy(self, spec: ServerSpec, tool: str, hints: Hints = Hints()) -> str:
         """allow, ask or deny. A destructive tool asks unless the user chose "always"."""

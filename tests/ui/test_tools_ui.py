@@ -122,3 +122,28 @@ def _url(text: str):
     from PySide6.QtCore import QUrl
 
     return QUrl(text)
+
+
+def test_each_tool_gets_a_policy_on_the_tools_page(qtbot, time_home, open_window):
+    window = open_window()
+    window.toggle_page("Tools")
+    panel = window.tools
+    qtbot.waitUntil(lambda: "time" in panel.tool_rows, timeout=30_000)
+    panel.show_tools("time")
+    rows = panel.tool_rows["time"]
+    qtbot.waitUntil(lambda: rows.count() == 2, timeout=30_000)
+    convert = rows.itemAt(1).layout()
+    assert "convert_time (reads only)" in convert.itemAt(0).widget().text()
+    convert.itemAt(1).widget().setCurrentText("deny")
+    qtbot.waitUntil(lambda: window.engine.client.mcp_servers()["approvals"] != [],
+                    timeout=30_000)
+    decision = window.engine.client.mcp_servers()["approvals"][0]
+    assert (decision["tool"], decision["decision"]) == ("convert_time", "deny")
+    qtbot.waitUntil(lambda: panel.approvals.itemAt(0).layout() is not None, timeout=30_000)
+    assert rows.count() == 2  # the tools shown stay open
+    window.state.update(tool_servers=("time",))
+    qtbot.waitUntil(lambda: len(window.chat.tools.tools) == 1, timeout=30_000)  # not offered
+    panel.read_only.setChecked(True)  # read-only tools now run unasked
+    listed = window.engine.client.mcp_tools("time")["tools"]
+    assert {t["name"]: t["policy"] for t in listed} == {"get_current_time": "allow",
+                                                        "convert_time": "deny"}

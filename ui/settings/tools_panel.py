@@ -9,17 +9,18 @@ from pathlib import Path
 
 from PySide6.QtCore import QUrl, Signal
 from PySide6.QtGui import QDesktopServices
-from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QMenu, QPushButton,
-                               QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QHBoxLayout, QMenu,
+                               QPushButton, QToolButton, QVBoxLayout, QWidget)
 
 from app.paths import Paths
-from app.settings import REQUEST_MCP, switch, switched_on
+from app.settings import READ_ONLY_UNASKED, REQUEST_MCP, switch, switched_on
 from app.tool_config import config_file, found_elsewhere, import_from, keyring_note
 
 from ..safe_text import Label
 from ..tasks import start_task
 
 DECISIONS = {"allow": "always allowed", "deny": "never allowed", "ask": "asks"}
+POLICIES = ("ask", "allow", "deny")
 
 
 class ToolsPanel(QWidget):
@@ -30,6 +31,7 @@ class ToolsPanel(QWidget):
         super().__init__(parent)
         self.where, self.engine = where, engine
         self.servers = QVBoxLayout()
+        self.tool_rows: dict[str, QVBoxLayout] = {}  # under each server: its tools, shown
         self.approvals = QVBoxLayout()
         edit = QPushButton("Open mcp.json", accessibleName="Open the MCP servers file")
         edit.clicked.connect(self._open_file)
@@ -44,6 +46,12 @@ class ToolsPanel(QWidget):
                                          accessibleName="Allow request MCP servers")
         self.request_servers.setChecked(switched_on(where.data, REQUEST_MCP))
         self.request_servers.toggled.connect(lambda on: switch(where.data, REQUEST_MCP, on))
+        self.read_only = QCheckBox("Run tools that only read without asking",
+                                   accessibleName="Run read-only tools without asking")
+        self.read_only.setToolTip("Tools whose server marks them read-only (and not "
+                                  "destructive) run unasked; the others still ask")
+        self.read_only.setChecked(switched_on(where.data, READ_ONLY_UNASKED))
+        self.read_only.toggled.connect(lambda on: switch(where.data, READ_ONLY_UNASKED, on))
         buttons = QHBoxLayout()
         for button in (edit, reload):
             buttons.addWidget(button)
@@ -58,6 +66,7 @@ class ToolsPanel(QWidget):
         layout.addLayout(self.servers)
         layout.addLayout(buttons)
         layout.addWidget(self.importing)
+        layout.addWidget(self.read_only)
         layout.addWidget(Label("Your decisions", objectName="muted"))
         layout.addLayout(self.approvals)
         layout.addWidget(self.request_servers)
@@ -67,15 +76,18 @@ class ToolsPanel(QWidget):
             "starts.", objectName="muted", wordWrap=True))
         layout.addStretch(1)
 
-    def refresh(self) -> None:
+    def refresh(self, servers: bool = True) -> None:
+        """Read the engine's list again; `servers` False: only the decisions (the tools
+        shown stay open)."""
         client = self.engine.client
         if client is not None:
-            start_task(lambda _t: client.mcp_servers(), on_done=self._show,
+            start_task(lambda _t: client.mcp_servers(),
+                       on_done=self._show if servers else self._show_decisions,
                        on_error=lambda e: self.error.emit(f"The tool servers: {e}"), owner=self)
 
     def _show(self, listing: dict) -> None:
         _clear(self.servers)
-        _clear(self.approvals)
+        self.tool_rows = {}
         for server in listing["servers"]:
             state = server["state"] + (f", {server['tools']} tools" if server["tools"] else "")
             if server["error"]:
@@ -85,16 +97,25 @@ class ToolsPanel(QWidget):
                          f" · {'off' if server['disabled'] else state}", wordWrap=True)
             line.setToolTip(server["describe"])
             row.addWidget(line, 1)
+            tools = QPushButton("Tools…", accessibleName=f"The tools of {server['label']}")
+            tools.clicked.connect(lambda _=False, s=server["label"]: self.show_tools(s))
+            row.addWidget(tools)
             if server["kind"] == "stdio":
                 log = QPushButton("Log", accessibleName=f"Open the log of {server['label']}")
                 log.clicked.connect(lambda _=False, s=server["label"]: self._open_log(s))
                 row.addWidget(log)
             self.servers.addLayout(row)
+            self.tool_rows[server["label"]] = QVBoxLayout()
+            self.servers.addLayout(self.tool_rows[server["label"]])
         for label, problem in listing["problems"].items():
             self.servers.addWidget(Label(f"{label}: {problem}", objectName="muted",
                                          wordWrap=True))
         if not listing["servers"] and not listing["problems"]:
             self.servers.addWidget(Label("No tool servers yet.", objectName="muted"))
+        self._show_decisions(listing)
+
+    def _show_decisions(self, listing: dict) -> None:
+        _clear(self.approvals)
         for decision in listing["approvals"]:
             row = QHBoxLayout()
             row.addWidget(Label(f"{decision['server']} · {decision['tool']}: "
@@ -105,6 +126,41 @@ class ToolsPanel(QWidget):
             self.approvals.addLayout(row)
         if not listing["approvals"]:
             self.approvals.addWidget(Label("None: every tool asks.", objectName="muted"))
+
+    def show_tools(self, label: str) -> None:
+        """The server's tools, each with its policy to choose (the server is started)."""
+        client = self.engine.client
+        if client is not None:
+            start_task(lambda _t: client.mcp_tools(label),
+                       on_done=lambda listed: self._show_tools(label, listed["tools"]),
+                       on_error=lambda e: self.error.emit(f"{label}: {e}"), owner=self)
+
+    def _show_tools(self, label: str, tools: list[dict]) -> None:
+        rows = self.tool_rows.get(label)
+        if rows is None:
+            return
+        _clear(rows)
+        for tool in tools:
+            row = QHBoxLayout()
+            kind = "reads only" if tool["read_only"] else \
+                "may delete" if tool["destructive"] else "may change"
+            name = Label(f"  {tool['name']} ({kind})", wordWrap=True)
+            name.setToolTip(tool["description"][:600])
+            row.addWidget(name, 1)
+            policy = QComboBox(accessibleName=f"Policy of {tool['name']}")
+            policy.addItems(POLICIES)
+            policy.setCurrentText(tool["policy"])
+            policy.currentTextChanged.connect(
+                lambda chosen, t=tool["name"]: self._decide(label, t, chosen))
+            row.addWidget(policy)
+            rows.addLayout(row)
+
+    def _decide(self, label: str, tool: str, decision: str) -> None:
+        client = self.engine.client
+        if client is not None:
+            start_task(lambda _t: client.decide_tool(label, tool, decision),
+                       on_done=lambda _r: self.refresh(servers=False),
+                       on_error=lambda e: self.error.emit(f"{tool}: {e}"), owner=self)
 
     def _revoke(self, decision: dict) -> None:
         client = self.engine.client
