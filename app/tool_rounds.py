@@ -30,11 +30,11 @@ class OfferedTool:
     read_only: bool = False
     destructive: bool = True
     describe: str = ""  # the server: its command line or URL
+    offered: dict = field(default_factory=dict)  # the engine's function definition of it
 
     def definition(self, function: str) -> dict:
-        return {"type": "function", "function": {
-            "name": function, "description": self.description[:1024],
-            "parameters": self.parameters or {"type": "object", "properties": {}}}}
+        """The engine's definition, under the name the model calls it by."""
+        return {**self.offered, "function": {**self.offered["function"], "name": function}}
 
 
 @dataclass
@@ -86,7 +86,7 @@ def offered_tools(client: EngineClient, servers: list[str], model: str | None
         tokens += listed["tokens"]
         describe = known.get(label, {}).get("describe", "")
         tools += [OfferedTool(label, t["name"], t["description"], t["parameters"], t["policy"],
-                              t["read_only"], t["destructive"], describe)
+                              t["read_only"], t["destructive"], describe, t["definition"])
                   for t in listed["tools"] if t["policy"] != "deny"]
     return tools, tokens, problems
 

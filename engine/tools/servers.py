@@ -90,11 +90,13 @@ class ToolServers:
     # -- on the servers' loop ------------------------------------------------------------
 
     def _server(self, spec: ServerSpec) -> _Server:
-        server = self._servers.get(spec.label)
+        # a server a request names never takes the place of the user's of that name
+        key = f"request:{spec.identity}" if spec.from_request else spec.label
+        server = self._servers.get(key)
         if server is None or server.spec != spec:  # a changed configuration is another one
             if server is not None:
                 asyncio.ensure_future(self._stop(server))
-            server = self._servers[spec.label] = _Server(spec)
+            server = self._servers[key] = _Server(spec)
         return server
 
     async def _tools(self, spec: ServerSpec) -> list:

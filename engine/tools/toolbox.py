@@ -34,7 +34,8 @@ class ToolInfo:
     def as_json(self) -> dict:
         return {"server": self.server, "name": self.name, "description": self.description,
                 "parameters": self.parameters, "read_only": self.hints.read_only,
-                "destructive": self.hints.destructive, "policy": self.policy}
+                "destructive": self.hints.destructive, "policy": self.policy,
+                "definition": self.definition()}
 
     def definition(self) -> dict:
         """The OpenAI function tool the model is offered."""
