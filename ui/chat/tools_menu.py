@@ -17,6 +17,7 @@ from ..state import WindowState
 from ..tasks import start_task
 
 FILE = "tool-servers.json"
+CROWDED = 0.25  # of the context taken by the tools' definitions: said on the button
 
 
 class ToolsButton(QToolButton):
@@ -104,10 +105,13 @@ class ToolsButton(QToolButton):
             self._tokens = tokens
         tokens = self._tokens
         forced = self.state.now.forced_tool
-        self.setText(f"Tools: {len(tools)}" + (f" · must call {forced.split('/')[-1]}"
-                                              if forced else "") if tools else "Tools")
         context = self.state.now.context_size()
-        share = f" ({100 * tokens / context:.0f}% of the context)" if context else ""
+        part = tokens / context if context else 0
+        share = f" ({100 * part:.0f}% of the context)" if context else ""
+        self.setText(f"Tools: {len(tools)}" + (f" · must call {forced.split('/')[-1]}"
+                                              if forced else "")
+                     + (f" · {100 * part:.0f}% of the context" if part > CROWDED else "")
+                     if tools else "Tools")
         native = "tools" in (self.state.now.entry().get("capabilities") or ())
         self.setToolTip("\n".join(
             [f"{len(tools)} tools from {', '.join(self.state.now.tool_servers)}: "
