@@ -92,21 +92,19 @@ def test_a_denied_call_is_reported_to_the_model(qtbot, time_home, open_window):
 
 def test_always_is_kept_and_revoked_on_the_tools_page(qtbot, time_home, open_window):
     window = open_window()
-    window.settings.max_tokens.setValue(64)
+    window.settings.max_tokens.setValue(48)
     _enable_time(qtbot, window)
     window.state.update(forced_tool="time/get_current_time")
     window.chat.send("Time?")
     _card(qtbot, window).buttons["always"].click()
     qtbot.waitUntil(lambda: window.chat.current_reply() is None, timeout=180_000)
-    window.state.update(forced_tool="time/get_current_time")
-    window.chat.tools.count()  # the policy is read again: allowed now
+    assert window.chat.cards.count() == 0  # the starter called again: no card, allowed
+    answer = window.history.messages(window.state.now.conversation.id)[-1]
+    assert answer.tools[0]["approved"] == "always"
+    assert {call["status"] for call in answer.tools} == {"ran"}
+    window.chat.tools.count()  # the policy is read again: allowed for good now
     qtbot.waitUntil(lambda: bool(window.chat.tools.tools) and
                     window.chat.tools.tools[0].policy == "allow", timeout=30_000)
-    window.chat.send("And now?")
-    qtbot.waitUntil(lambda: window.chat.current_reply() is None, timeout=180_000)
-    assert window.chat.cards.count() == 0  # no card: it was allowed for good
-    answer = window.history.messages(window.state.now.conversation.id)[-1]
-    assert {call["approved"] for call in answer.tools} == {"policy"}
     window.toggle_page("Tools")
     panel = window.tools
     qtbot.waitUntil(lambda: panel.approvals.count() == 1 and
@@ -116,12 +114,6 @@ def test_always_is_kept_and_revoked_on_the_tools_page(qtbot, time_home, open_win
     row.itemAt(1).widget().click()  # Revoke
     qtbot.waitUntil(lambda: window.engine.client.mcp_servers()["approvals"] == [],
                     timeout=30_000)
-
-
-def _url(text: str):
-    from PySide6.QtCore import QUrl
-
-    return QUrl(text)
 
 
 def test_each_tool_gets_a_policy_on_the_tools_page(qtbot, time_home, open_window):
@@ -147,3 +139,9 @@ def test_each_tool_gets_a_policy_on_the_tools_page(qtbot, time_home, open_window
     listed = window.engine.client.mcp_tools("time")["tools"]
     assert {t["name"]: t["policy"] for t in listed} == {"get_current_time": "allow",
                                                         "convert_time": "deny"}
+
+
+def _url(text: str):
+    from PySide6.QtCore import QUrl
+
+    return QUrl(text)
