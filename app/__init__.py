@@ -10,7 +10,6 @@ process, and what the window keeps (its own UI lives in ui/).
   attachments.py   files attached to a message, read to text
   tool_rounds.py   a reply with tools: calls approved, run in the engine, results back
   tool_config.py   the user's MCP servers (mcp.json), imports from other apps
-  pdf_text.py      a PDF's text, in a child process with limits
   client.py        a small client of the engine API
   engine_proc.py   finding, starting and stopping this user's engine
   supervisor.py    an engine kept available to the window

@@ -43,7 +43,7 @@ class Attachment:
 
 def read_text(path: Path, **pdf_limits) -> str:
     """A file's text; PDFs page by page with pypdf, in a child process (`pdf_limits`:
-    its timeout and memory, app/pdf_text.py)."""
+    its timeout and memory, engine/documents/pdf_pages.py)."""
     _check_size(path)
     if path.suffix.lower() == ".pdf":
         return _pdf_text(path, **pdf_limits)
@@ -65,11 +65,13 @@ def _check_size(path: Path) -> None:
 
 
 def _pdf_text(path: Path, **limits) -> str:
-    """In a child process (app/pdf_text.py): the parser's bugs cost it, not the window."""
-    from .pdf_text import PdfError, pdf_text
+    """In a child process (engine/documents/pdf_pages.py): the parser's bugs cost it, not
+    the window."""
+    from engine.documents.pdf_pages import PdfError, pdf_pages
 
     try:
-        text = pdf_text(path, **limits)
+        pages = pdf_pages(path, **limits)
+        text = "\n\n".join(p.strip() for p in pages if p.strip())
     except PdfError as exc:
         raise AttachmentError(f"{path.name}: {exc}") from None
     if not text:

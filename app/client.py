@@ -234,6 +234,23 @@ class EngineClient:
         return self._checked(self._http.delete(f"/v1/mcp/approvals/{identity}",
                                                params=params)).json()
 
+    # -- document collections (engine/api/document_routes.py) ----------------------------
+
+    def add_collection(self, name: str, paths: list[str]) -> dict:
+        return self._checked(self._http.post("/v1/collections",
+                                             json={"name": name, "paths": paths})).json()
+
+    def collections(self) -> dict:
+        return self._checked(self._http.get("/v1/collections")).json()
+
+    def collection(self, name: str) -> dict:
+        return self._checked(self._http.get(f"/v1/collections/{name}")).json()
+
+    def search_collection(self, name: str, query: str, top_k: int = 5) -> list[dict]:
+        body = {"query": query, "top_k": top_k}
+        return self._checked(self._http.post(f"/v1/collections/{name}/search",
+                                             json=body)).json()["data"]
+
     def count_tokens(self, text: str, model: str | None = None) -> int:
         body = {"content": text, "model": model}
         return len(self._checked(self._http.post("/tokenize", json=body)).json()["tokens"])

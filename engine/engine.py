@@ -23,9 +23,9 @@ from .catalog.drafts import check_draft_fits, check_size
 from .catalog.facts import image_tokens
 from .catalog.sampling_defaults import model_defaults
 from .cascade import Cascade
-from .catalog.models import LocalModel, ModelStore
+from .catalog.models import EMBEDDING_MODEL, LocalModel, ModelStore
 from .catalog.shelf import Shelf
-from .errors import HomerackError, InvalidRequest
+from .errors import HomerackError, InvalidRequest, NotSupported
 from .events import LOADED, Event, GenerationRequest, Job, SamplingParams
 from .fleet import Fleet
 from .llama.grammar import composed_grammar
@@ -40,6 +40,7 @@ from .catalog.fingerprint import Fingerprints
 from .response_cache import Recording, ResponseCache, deterministic, replay, request_key
 from .routing import Decision, Routing, decide, route_between
 from .tools.toolbox import Toolbox
+from .documents.collections import Collections, Embedding
 from . import status
 
 if TYPE_CHECKING:  # imported where used: the engine starts without the Hub or replicas
@@ -69,6 +70,7 @@ class Engine:
         self.shelf = Shelf(store)  # what the routes read about the models on disk
         self.tools = Toolbox(settings.mcp_config, settings.tool_approvals, settings.tool_logs,
                              settings.request_mcp)  # MCP servers and the user's approvals
+        self._documents: Collections | None = None
 
     @property
     def main(self):
@@ -370,9 +372,27 @@ class Engine:
         self.main.host.end_load_watch()
         self.main.abandon(error)
 
+    @property
+    def documents(self) -> Collections:
+        """The user's document collections (started on first use: the worker resumes
+        what a restart left)."""
+        if self.settings.documents is None:
+            raise NotSupported("this engine keeps no documents index")
+        with self._routing_lock:
+            if self._documents is None:
+                self._documents = Collections(self.settings.documents, self._embedding)
+        return self._documents
+
+    def _embedding(self) -> Embedding:
+        model = self.resolve(EMBEDDING_MODEL)
+        return Embedding(model.id, lambda texts: self.embed(model, texts)[0],
+                         lambda text: len(self.tokenize(model, text)))
+
     def close(self) -> None:
         self.shelf.close()
         self.tools.close()
+        if self._documents is not None:
+            self._documents.close()
         if self.replicas:
             self.replicas.close()
         self.fleet.close()

@@ -74,6 +74,7 @@ class EngineSettings:
     tool_approvals: Path | None = None  # the user's allow/ask/deny per tool
     tool_logs: Path | None = None     # the servers' stderr and the log of every call
     request_mcp: bool = False         # a request may name an MCP server by URL
+    documents: Path | None = None     # the documents index (engine/documents/); None: none
 
     @property
     def sequences(self) -> int:

@@ -7,6 +7,7 @@ adding its own to the parser (`add_commands`); `main` runs one.
   models.py   `models`, `pull`: local models and the Hub's
   machine.py  `hardware`, `plan`: this machine, and how a model would run on it
   tools.py    `mcp`: the MCP servers, listed, imported, a tool called
+  documents.py  `docs`: document collections, added, listed, searched
   desktop.py  no command (the window), `self-test`, `install-desktop`
 """
 
@@ -20,9 +21,9 @@ import sys
 from engine.spawn import follow_parent
 
 from ..paths import make_private, paths
-from . import chat, desktop, machine, models, serve, sharing, tools
+from . import chat, desktop, documents, machine, models, serve, sharing, tools
 
-GROUPS = (serve, sharing, chat, models, machine, tools, desktop)  # the order of `homerack --help`
+GROUPS = (serve, sharing, chat, models, machine, tools, documents, desktop)  # the order of `homerack --help`
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
                              f"{'path' if args.action == 'add' else 'model id'}")
     if args.command == "mcp" and args.action == "call" and not (args.target and args.tool):
         build_parser().error("mcp call needs a server and a tool")
+    if args.command == "docs" and args.action != "list" and not (args.name and args.rest):
+        build_parser().error(f"docs {args.action} needs a collection and "
+                             f"{'paths' if args.action == 'add' else 'a query'}")
     from engine.errors import HomerackError
 
     try:

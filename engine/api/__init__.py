@@ -16,6 +16,8 @@ models on disk; a contract says so):
   hub_routes.py         the Hub: search, quants and verdicts, cards, downloads
   tool_routes.py        MCP: the servers, their tools and policies, an approved call,
                         the user's decisions, the log of calls
+  document_routes.py    document collections: added, listed with progress, searched;
+                        grounding.py: a chat's `collections`, passages in, citations out
   turns.py              one generation as the routes see it
   thinking.py           a request's reasoning settings, as each API states them
   schemas.py            request bodies (pydantic names bad fields)

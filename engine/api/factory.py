@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse
 from ..engine import Engine
 from ..errors import HomerackError, QueueFull, Unauthorized
 from . import (admin_routes, anthropic_routes, embeddings_routes, ollama_routes, openai_routes,
-               responses_routes, tool_routes)
+               responses_routes, tool_routes, document_routes)
 from .front_door import FrontDoor
 from .guard import GENERATION_ONLY, BodyTooLarge, RequestGuard
 from .wire import openai_error
@@ -95,7 +95,7 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
     for router in (*routers, openai_routes.router(engine), anthropic_routes.router(engine),
                    responses_routes.router(engine), embeddings_routes.router(engine),
                    ollama_routes.router(engine), admin_routes.router(engine),
-                   tool_routes.router(engine)):
+                   tool_routes.router(engine), document_routes.router(engine)):
         app.include_router(router, dependencies=guarded)
 
     @app.get("/health")

@@ -18,6 +18,7 @@ from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
 from ..engine import Engine
 from ..events import Started, Usage
 from .schemas import ChatCompletionRequest, CompletionRequest, answer_schema, tool_choice
+from .grounding import ground
 from .turns import Done, Turn, conversation_turn, guarded, request_for
 from .wire import cancelled, openai_error, extension
 
@@ -77,6 +78,11 @@ def router(engine: Engine) -> APIRouter:
 
     @api.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, http: Request):
+        citations, notes = [], []
+        if body.collections:
+            passages, citations, notes = await asyncio.to_thread(
+                ground, engine, body.collections, body.question())
+            body = body.with_passages(passages) if passages else body
         turn = await asyncio.to_thread(conversation_turn, engine, body,
                                        partial(chat_conversation, body), http,
                                        thinking=body.thinking())
@@ -85,8 +91,10 @@ def router(engine: Engine) -> APIRouter:
         except asyncio.CancelledError:
             return cancelled()
         meta = _meta("chatcmpl", started)
-        if body.stream:
-            return _streaming(_chat_chunks(turn, meta, body.include_usage()))
+        turn.notes += notes
+        sources = {"citations": citations} if body.collections else {}
+        if body.stream:  # the sources in the first chunk
+            return _streaming(_chat_chunks(turn, meta, body.include_usage(), sources))
         try:
             got = await turn.collect()
         except asyncio.CancelledError:
@@ -100,7 +108,8 @@ def router(engine: Engine) -> APIRouter:
         return {**meta, "object": "chat.completion",
                 "choices": [{"index": 0, "message": message, "logprobs": None,
                              "finish_reason": got.done.reason}],
-                "usage": usage_json(got.done.usage), "homerack": extension(started, turn.notes)}
+                "usage": usage_json(got.done.usage), "homerack": extension(started, turn.notes),
+                **sources}
 
     @api.post("/v1/completions")
     async def completions(body: CompletionRequest, http: Request):
@@ -134,7 +143,8 @@ def _streaming(chunks: AsyncIterator[str]) -> StreamingResponse:
                              headers={"Cache-Control": "no-cache"})
 
 
-async def _chat_chunks(turn: Turn, meta: dict, include_usage: bool) -> AsyncIterator[str]:
+async def _chat_chunks(turn: Turn, meta: dict, include_usage: bool,
+                       first: dict | None = None) -> AsyncIterator[str]:
     def chunk(delta: dict | None, reason=None, usage=None, extra=None) -> str:
         choices = [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None,
                                              "finish_reason": reason}]
@@ -144,7 +154,7 @@ async def _chat_chunks(turn: Turn, meta: dict, include_usage: bool) -> AsyncIter
         return sse({**payload, **(extra or {})})
 
     yield chunk({"role": "assistant", "content": ""},
-                extra={"homerack": extension(turn.started, turn.notes)})
+                extra={"homerack": extension(turn.started, turn.notes), **(first or {})})
     async for part in guarded(turn, error_event):
         if isinstance(part, str):
             yield part

@@ -5,6 +5,8 @@ import json
 
 import pytest
 
+from fixtures.documents import pdf_bytes
+
 from app.attachments import AttachmentError, fitted, read_text
 from app.history import History
 from app.transcripts import ImportError_, import_json, to_json, to_markdown
@@ -45,7 +47,7 @@ def test_text_and_pdf_attachments_are_read_and_binaries_refused(tmp_path):
     code.write_text("print('hello')\n")
     assert read_text(code) == "print('hello')\n"
     pdf = tmp_path / "note.pdf"
-    pdf.write_bytes(_pdf_with("Homerack reads PDFs"))
+    pdf.write_bytes(pdf_bytes(["Homerack reads PDFs"]))
     assert "Homerack reads PDFs" in read_text(pdf)
     binary = tmp_path / "blob.bin"
     binary.write_bytes(b"\0\1\2" * 100)
@@ -66,32 +68,11 @@ def test_a_file_too_long_for_the_context_offers_its_start():
     assert fenced.startswith("Attached file r.md:\n````\n") and fenced.endswith("\n````")
 
 
-def _pdf_with(text: str) -> bytes:
-    """A one-page PDF showing `text` in Helvetica, its xref table computed."""
-    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
-    objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
-               b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-               b"/Resources << /Font << /F1 5 0 R >> >> >>",
-               b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream),
-               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
-    out, offsets = bytearray(b"%PDF-1.4\n"), []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1, xref)
-    return bytes(out)
-
-
 def test_a_pdf_is_read_in_a_child_with_a_timeout_and_a_memory_limit(tmp_path):
     """A parser's bug (a bomb, a loop) costs the child: the window's process never
     parses a PDF."""
     pdf = tmp_path / "note.pdf"
-    pdf.write_bytes(_pdf_with("Homerack reads PDFs"))
+    pdf.write_bytes(pdf_bytes(["Homerack reads PDFs"]))
     with pytest.raises(AttachmentError, match="note.pdf: reading it took more than 0.01 s"):
         read_text(pdf, timeout=0.01)
     with pytest.raises(AttachmentError, match="needs more than 40 MiB"):

@@ -1,7 +1,8 @@
-"""A PDF's text, extracted in a child process with a memory limit and a timeout: a PDF
-is untrusted input, and a parser's bug (a decompression bomb, a loop in a page tree)
-must cost the child, never the window. `python -m app.pdf_text PATH MEMORY_BYTES` prints
-{"text": ...} or {"error": ...} as JSON."""
+"""A PDF's text, page by page, extracted in a child process with a memory limit and a
+timeout: a PDF is untrusted input, and a parser's bug (a decompression bomb, a loop in a
+page tree) must cost the child, never the engine or the window.
+`python -m engine.documents.pdf_pages PATH MEMORY_BYTES` prints {"pages": [...]} or
+{"error": ...} as JSON."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engine.spawn import module_command
+from ..spawn import module_command
 
 TIMEOUT_S = 60.0
 MEMORY_BYTES = 1 << 30
@@ -20,11 +21,12 @@ class PdfError(ValueError):
     """What went wrong, in words."""
 
 
-def pdf_text(path: Path, timeout: float = TIMEOUT_S, memory: int = MEMORY_BYTES) -> str:
-    """The text of every page, in a child; PdfError when the child says it cannot, uses
+def pdf_pages(path: Path, timeout: float = TIMEOUT_S, memory: int = MEMORY_BYTES) -> list[str]:
+    """The text of each page, in a child; PdfError when the child says it cannot, uses
     too much memory, dies or takes longer than `timeout`."""
     try:
-        done = subprocess.run(module_command("app.pdf_text", str(path), str(memory)),
+        done = subprocess.run(module_command("engine.documents.pdf_pages", str(path),
+                                             str(memory)),
                               capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:  # run() kills the child
         raise PdfError(f"reading it took more than {timeout:g} s") from None
@@ -34,7 +36,7 @@ def pdf_text(path: Path, timeout: float = TIMEOUT_S, memory: int = MEMORY_BYTES)
         raise PdfError(f"its reader stopped (exit status {done.returncode})") from None
     if "error" in answer:
         raise PdfError(answer["error"])
-    return answer["text"]
+    return answer["pages"]
 
 
 def _limit_memory(memory: int) -> None:
@@ -54,7 +56,7 @@ def _extract(path: Path) -> dict:
         return {"error": f"reading it needs more than {int(sys.argv[2]) >> 20} MiB"}
     except Exception as exc:  # noqa: BLE001 (any failure of the parser: the file's fault)
         return {"error": f"not a readable PDF ({type(exc).__name__}: {exc})"}
-    return {"text": "\n\n".join(p.strip() for p in pages if p.strip())}
+    return {"pages": pages}
 
 
 if __name__ == "__main__":
