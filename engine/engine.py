@@ -383,6 +383,11 @@ class Engine:
                 self._documents = Collections(self.settings.documents, self._embedding)
         return self._documents
 
+    def resume_documents(self) -> None:
+        """An index a stop left midway goes on at the start (nothing to do without one)."""
+        if self.settings.documents is not None and self.settings.documents.exists():
+            self.documents  # noqa: B018 - starting it resumes its worker
+
     def _embedding(self) -> Embedding:
         model = self.resolve(EMBEDDING_MODEL)
         return Embedding(model.id, lambda texts: self.embed(model, texts)[0],

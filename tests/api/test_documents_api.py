@@ -1,0 +1,188 @@
+"""Document collections through a real `homerack serve` and the MiniLM starter: a folder
+of a manual (PDF), notes (Markdown), a thesis (DOCX), a page (HTML) and a broken PDF is
+indexed with progress, the broken file listed with its reason; a search and a chat with
+the collection cite the right file and page; nothing relevant is said so; an index stopped
+midway goes on after a restart, a changed file is re-read alone, a deleted one dropped;
+bad input is a 400 naming the field. The official `openai` client carries `collections`
+as an extra field, as a script would."""
+
+from __future__ import annotations
+
+import json
+import stat
+import time
+
+import openai
+import pytest
+
+from fixtures.documents import pdf_bytes, write_docx
+from support.engines import api_client, start_engine
+
+pytestmark = pytest.mark.slow
+STARTER = "smollm2-135m-instruct-q4_1"
+
+
+def corpus(folder):
+    folder.mkdir()
+    (folder / "manual.pdf").write_bytes(pdf_bytes([
+        "Contents\nSafety\nWheels\nTyres",
+        "Wheels\nThe wheel bolts are tightened to 120 Nm with a torque wrench.",
+        "Tyres\nThe tyre pressure is 2.4 bar when the tyres are cold."]))
+    (folder / "notes.md").write_text("# Garden\nWater the tomatoes every morning in summer."
+                                     "\n\n# Kitchen\nThe oven needs twenty minutes to preheat."
+                                     "\n")
+    (folder / "sub").mkdir()
+    write_docx(folder / "sub" / "thesis.docx", [("Heading1", "Results"),
+                                                ("", "The catalyst raised the yield by 14%.")])
+    (folder / "router.html").write_text("<h1>Router</h1><script>x()</script><p>Hold the reset "
+                                        "button for ten seconds to restore the password.</p>")
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.4 truncated")
+    (folder / ".git").mkdir()
+    (folder / ".git" / "config.txt").write_text("hidden folders are not indexed")
+    return folder
+
+
+def _engine(tmp_path_factory, starters_dir, name="docs"):
+    home = tmp_path_factory.mktemp(name)
+    (home / "data" / "models").mkdir(parents=True)
+    for path in starters_dir.iterdir():
+        (home / "data" / "models" / path.name).symlink_to(path)
+    return home, start_engine(home, name, ["--parallel", "1", "--ctx", "2048"])
+
+
+def ready(http, name: str, limit_s: float = 180) -> dict:
+    deadline = time.monotonic() + limit_s
+    while True:
+        state = http.get(f"/v1/collections/{name}").json()
+        if state["state"] == "ready" or time.monotonic() > deadline:
+            return state
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, starters_dir):
+    home, (process, address, _) = _engine(tmp_path_factory, starters_dir)
+    folder = corpus(home / "corpus")
+    with api_client(address) as http:
+        added = http.post("/v1/collections", json={"name": "home", "paths": [str(folder)]})
+        assert added.status_code == 200, added.text
+        yield http, address, folder, home
+    process.stop()
+
+
+def test_a_folder_is_indexed_and_unreadable_files_listed(served):
+    http, _, _, home = served
+    state = ready(http, "home")
+    assert state["state"] == "ready" and state["files_indexed"] == 4
+    assert [f["path"].rsplit("/", 1)[-1] for f in state["failed"]] == ["broken.pdf"]
+    assert "PDF" in state["failed"][0]["error"]
+    index = home / "docs" / "data" / "documents.sqlite"
+    assert stat.S_IMODE(index.stat().st_mode) == 0o600
+    listing = http.get("/v1/collections").json()
+    assert listing["data"][0]["name"] == "home" and listing["index_bytes"] > 0
+
+
+def test_search_finds_the_page_and_the_lines(served):
+    http, *_ = served
+    ready(http, "home")
+    found = http.post("/v1/collections/home/search",
+                      json={"query": "how tight are the wheel bolts", "top_k": 3}).json()["data"]
+    assert found[0]["path"].endswith("manual.pdf") and found[0]["page"] == 2
+    assert "120 Nm" in found[0]["text"] and found[0]["score"] > found[-1]["score"]
+    notes = http.post("/v1/collections/home/search",
+                      json={"query": "when should I water the tomatoes"}).json()["data"]
+    assert notes[0]["path"].endswith("notes.md") and notes[0]["start_line"] == 1
+    assert notes[0]["heading"] == "Garden"
+
+
+def test_a_chat_with_the_collection_cites_its_source(served):
+    _, address, *_ = served
+    client = openai.OpenAI(base_url=address.url + "/v1", api_key=address.token)
+    answer = client.chat.completions.create(
+        model=STARTER, max_tokens=24, temperature=0,
+        messages=[{"role": "user", "content": "What torque do the wheel bolts need?"}],
+        extra_body={"collections": ["home"]})
+    citations = answer.model_extra["citations"]
+    assert citations[0]["index"] == 1 and citations[0]["path"].endswith("manual.pdf")
+    assert citations[0]["page"] == 2
+    unrelated = client.chat.completions.create(
+        model=STARTER, max_tokens=8,
+        messages=[{"role": "user", "content": "Who painted the Mona Lisa?"}],
+        extra_body={"collections": ["home"]})
+    assert unrelated.model_extra["citations"] == []
+    assert "nothing in home matched" in " ".join(unrelated.model_extra["homerack"]["notes"])
+
+
+def test_a_streamed_answer_carries_its_sources_first(served):
+    http, *_ = served
+    with http.stream("POST", "/v1/chat/completions", json={
+            "model": STARTER, "stream": True, "max_tokens": 8, "collections": ["home"],
+            "messages": [{"role": "user", "content": "What is the tyre pressure?"}]}) as got:
+        first = next(json.loads(line[6:]) for line in got.iter_lines()
+                     if line.startswith("data: "))
+    assert first["citations"][0]["page"] == 3
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"name": "home", "paths": ["/"]}, "name"),                       # used already
+    ({"name": "new", "paths": ["/does/not/exist"]}, "paths[0]"),
+    ({"name": "new", "paths": ["relative/path"]}, "paths[0]"),
+    ({"name": "../etc", "paths": ["/tmp"]}, "name"),
+    ({"name": "new", "paths": []}, "paths"),
+])
+def test_bad_collections_are_a_400_naming_the_field(served, body, field):
+    http, *_ = served
+    response = http.post("/v1/collections", json=body)
+    assert response.status_code == 400 and response.json()["error"]["param"] == field
+
+
+def test_bad_searches_are_a_400(served):
+    http, *_ = served
+    huge = http.post("/v1/collections/home/search", json={"query": "a" * (1 << 20)})
+    assert huge.status_code == 400 and "query" in huge.text
+    assert http.post("/v1/collections/none/search", json={"query": "x"}).status_code == 400
+    chat = http.post("/v1/chat/completions", json={
+        "model": STARTER, "messages": [{"role": "user", "content": "hi"}],
+        "collections": ["none"]})
+    assert chat.status_code == 400 and chat.json()["error"]["param"] == "collections[0]"
+
+
+def test_changes_are_seen_and_only_the_changed_file_is_read(served):
+    http, _, folder, _ = served
+    ready(http, "home")
+    (folder / "notes.md").write_text("# Garage\nThe spare key hangs behind the garage door.\n")
+    (folder / "router.html").unlink()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        state = ready(http, "home")
+        if state["files_indexed"] == 3 and state.get("files_total") == 1:
+            break
+        time.sleep(0.3)
+    assert state["files_indexed"] == 3 and state["files_total"] == 1  # one file read again
+    found = http.post("/v1/collections/home/search",
+                      json={"query": "where is the spare key"}).json()["data"]
+    assert found[0]["path"].endswith("notes.md") and "garage door" in found[0]["text"]
+    assert not any(f["path"].endswith("router.html") for f in found)
+
+
+def test_an_index_stopped_midway_goes_on_after_a_restart(tmp_path_factory, starters_dir):
+    home, (process, address, _) = _engine(tmp_path_factory, starters_dir, "resume")
+    folder = home / "many"
+    folder.mkdir()
+    for i in range(400):
+        (folder / f"note-{i:03}.md").write_text(f"# Note {i}\nItem {i} is kept in box {i % 7}."
+                                                + " More text." * 40)
+    with api_client(address) as http:
+        http.post("/v1/collections", json={"name": "many", "paths": [str(folder)]})
+        while http.get("/v1/collections/many").json()["files_indexed"] < 20:
+            time.sleep(0.1)
+    process.process.kill()  # no goodbye: the index holds whole files only
+    process.stop()
+    process, address, _ = start_engine(home, "resume", ["--parallel", "1"])
+    try:
+        with api_client(address) as http:
+            done = ready(http, "many", 300)  # the engine resumed it at its start
+            assert done["files_indexed"] == 400 and done["files_failed"] == 0
+            assert done["files_total"] < 400  # only what was left was read
+    finally:
+        process.stop()
