@@ -28,6 +28,7 @@ class ChatState:
     reasoning: str | None = None  # the effort chosen; None: the model's default
     tool_servers: tuple[str, ...] = ()  # the MCP servers whose tools chats are offered
     forced_tool: str | None = None  # "server/tool" the next reply must call (small models)
+    collections: tuple[str, ...] = ()  # the document collections replies are grounded in
 
     @property
     def routed(self) -> bool:
@@ -65,6 +66,8 @@ class ChatState:
             options["lora"] = chosen
         if not routed and self.reasoning:
             options["reasoning_effort"] = self.reasoning
+        if self.collections:
+            options["collections"] = list(self.collections)
         greedy = (self.entry(options["model"]).get("sampling_defaults") or {}) \
             .get("temperature") == 0
         if another and greedy and "temperature" not in options:

@@ -41,6 +41,8 @@ class StreamedReply:
     route: dict | None = None  # how "auto" chose the model
     adapters: list[dict] = field(default_factory=list)  # the LoRA adapters that answered
     tool_calls: list[dict] = field(default_factory=list)  # this round's: {id, name, arguments}
+    citations: list[dict] | None = None  # with collections: the passages given (none found: [])
+    remarks: list[str] = field(default_factory=list)  # said under the answer
 
     def detail(self) -> str:
         """How the answer came, in a few words, for the chat view."""
@@ -54,7 +56,9 @@ class StreamedReply:
                                                 for a in self.adapters))
         if self.response_cache == "hit":
             parts.append("from the response cache")
-        return " · ".join(parts)
+        if self.citations == []:
+            parts.append("nothing in your documents matched: answered without them")
+        return " · ".join(parts + self.remarks)
 
 
 class EngineClient:
@@ -178,6 +182,8 @@ class EngineClient:
                 reply.response_cache = extension.get("response_cache", reply.response_cache)
                 reply.route = extension.get("route", reply.route)
                 reply.adapters = extension.get("adapters", reply.adapters)
+                if "citations" in chunk:  # the first chunk: the passages the answer was given
+                    reply.citations = chunk["citations"]
                 if reply.adapters and reply.model:  # "BASE+ADAPTER": detail() names them
                     reply.model = reply.model.split("+")[0]
                 if chunk.get("usage"):

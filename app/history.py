@@ -54,6 +54,7 @@ ADDED_COLUMNS = {
         "reasoning": ("TEXT NOT NULL DEFAULT ''", None),  # a reasoning model's thinking
         "thought_s": ("REAL", None),  # how long it thought
         "tools": ("TEXT NOT NULL DEFAULT '[]'", None),  # its tool calls (app/tool_rounds.py)
+        "sources": ("TEXT NOT NULL DEFAULT '[]'", None),  # the passages it was given, cited
     },
 }
 FULL_TEXT = """
@@ -66,7 +67,7 @@ END;
 INSERT INTO message_text(message_text) VALUES ('rebuild');
 """
 MESSAGE_COLUMNS = ("id, role, content, status, model, detail, stats, parent, reasoning, "
-                   "thought_s, tools")
+                   "thought_s, tools, sources")
 PARENT = 7  # its place in MESSAGE_COLUMNS
 
 # Small models answer far better with a plain instruction than with none.
@@ -97,15 +98,16 @@ class SavedMessage:
     reasoning: str = ""  # the thinking before the answer: shown and exported, never re-sent
     thought_s: float | None = None
     tools_json: str = "[]"  # the tool calls made for this answer, each a ToolRound's JSON
+    sources_json: str = "[]"  # the documents' passages it was given (citations)
     variant: tuple[int, int] = (1, 1)  # its place among its siblings, and their number
 
     @property
     def tools(self) -> list[dict]:
-        try:
-            rounds = json.loads(self.tools_json)
-        except ValueError:
-            return []
-        return rounds if isinstance(rounds, list) else []
+        return _list(self.tools_json)
+
+    @property
+    def sources(self) -> list[dict]:
+        return _list(self.sources_json)
 
 
 class History:
@@ -225,19 +227,22 @@ class History:
     def add_message(self, conversation_id: int, role: str, content: str,
                     status: str = "complete", model: str | None = None,
                     detail: str = "", stats: str = "", reasoning: str = "",
-                    thought_s: float | None = None, tools: list[dict] = ()) -> SavedMessage:
+                    thought_s: float | None = None, tools: list[dict] = (),
+                    sources: list[dict] = ()) -> SavedMessage:
         """A message after the tip, which becomes the new tip."""
         parent = self._tip(conversation_id)
         tools_json = json.dumps(list(tools), ensure_ascii=False)
+        sources_json = json.dumps(list(sources), ensure_ascii=False)
         with self._db:
             cursor = self._db.execute(
                 "INSERT INTO messages (conversation_id, role, content, status, model, detail, "
-                "stats, parent, reasoning, thought_s, tools) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                "stats, parent, reasoning, thought_s, tools, sources) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (conversation_id, role, content, status, model, detail, stats, parent,
-                 reasoning, thought_s, tools_json))
+                 reasoning, thought_s, tools_json, sources_json))
             self._set_tip(conversation_id, cursor.lastrowid)
         return SavedMessage(cursor.lastrowid, role, content, status, model, detail, stats,
-                            parent, reasoning, thought_s, tools_json)
+                            parent, reasoning, thought_s, tools_json, sources_json)
 
     def rewind(self, conversation_id: int, message_id: int) -> None:
         """Make the tip the message before `message_id`: what is added next becomes its
@@ -278,6 +283,15 @@ class History:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _list(text: str) -> list[dict]:
+    """A JSON list column (a damaged one: empty)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return []
+    return value if isinstance(value, list) else []
 
 
 def _conversation(row: tuple) -> SavedConversation:

@@ -73,8 +73,8 @@ class Sessions:
         return reply
 
     def finish(self, conversation_id: int, status: str, model: str | None = None,
-               detail: str = "", stats: str = "",
-               thought_s: float | None = None) -> SavedMessage | None:
+               detail: str = "", stats: str = "", thought_s: float | None = None,
+               sources: list[dict] = ()) -> SavedMessage | None:
         """Store what the reply has (complete, stopped or interrupted), its thinking apart,
         with the model that answered and how, and end it."""
         reply = self._replies.pop(conversation_id, None)
@@ -83,7 +83,7 @@ class Sessions:
         try:
             saved = self.history.add_message(conversation_id, "assistant", reply.text, status,
                                              model, detail, stats, reply.reasoning, thought_s,
-                                             reply.tools)
+                                             reply.tools, sources)
         except (OSError, sqlite3.Error) as exc:
             self._unsaved[conversation_id] = reply
             raise NotSaved(f"The answer could not be saved ({exc}): it stays on screen until "

@@ -28,7 +28,8 @@ def as_data(history: History, conversation: SavedConversation) -> dict:
             "messages": [{"role": m.role, "content": m.content, "status": m.status,
                           "model": m.model, "detail": m.detail,
                           **({"reasoning": m.reasoning} if m.reasoning else {}),
-                          **({"tools": m.tools} if m.tools else {})}
+                          **({"tools": m.tools} if m.tools else {}),
+                          **({"sources": m.sources} if m.sources else {})}
                          for m in history.messages(conversation.id)]}
 
 

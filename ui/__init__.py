@@ -13,7 +13,8 @@
   download_wizard.py, downloads_panel.py, plan_panel.py (the Memory page);
 - cluster/: the machines of the home — cluster_page.py, cluster_panel.py;
 - settings/: settings_page.py, sources_panel.py, tools_panel.py (MCP servers, their logs,
-  imports, the decisions kept and revoked).
+  imports, the decisions kept and revoked);
+- documents/: documents_page.py (collections of the user's documents, their progress).
 
 The floor: state.py (the window's state, observed by the pages), tasks.py (work off the
 UI thread, one hop back), markdown.py (rendering messages and model cards), safe_text.py

@@ -41,6 +41,7 @@ class Shown:
     thought_s: float | None = None  # how long it thought
     thinking: bool = False  # still thinking: the section is open, live
     tools: tuple = ()  # its tool calls (app/tool_rounds.py's ToolRound JSON), collapsed
+    sources: tuple = ()  # the documents' passages it was given: listed, each a link
 
 
 @dataclass
@@ -66,6 +67,8 @@ def render(messages: list[Shown], colors: Colors, opened: frozenset[str] = froze
                              colors) + body
         if message.tools:
             body += _tool_calls(message, f"tools:{message.key}" in opened, colors)
+        if message.sources:
+            body += _sources(message, colors)
         parts.append(_frame(message, body, colors))
     out.html = (f'<body style="color:{colors.text}">' + "".join(parts) + "</body>")
     return out
@@ -148,6 +151,19 @@ def _tool_calls(message: Shown, open_: bool, colors: Colors) -> str:
             f'style="margin-bottom:6px"><tr><td width="2" bgcolor="{colors.border}"></td>'
             f'<td style="color:{colors.muted}"><small>{"<br><br>".join(rows)}</small>'
             f'</td></tr></table>')
+
+
+def _sources(message: Shown, colors: Colors) -> str:
+    """"Sources: [1] manual.pdf, page 2 · …", each a link ("source:KEY:N") that opens the
+    file; its folder and the passage on hover."""
+    links = []
+    for n, source in enumerate(message.sources):
+        name = html.escape(source["path"].rsplit("/", 1)[-1])
+        place = f"page {source['page']}" if source.get("page") is not None else \
+            f"lines {source.get('start_line')}-{source.get('end_line')}"
+        links.append(f'<a href="source:{message.key}:{n}" style="color:{colors.muted}">'
+                     f"[{source.get('index', n + 1)}] {name}, {place}</a>")
+    return f'<p style="color:{colors.muted}"><small>Sources: {" · ".join(links)}</small></p>'
 
 
 def _duration(seconds: float) -> str:

@@ -27,6 +27,7 @@ from ..tasks import Task, start_task
 from .approval_card import ApprovalCard
 from .chat_view import ChatView
 from .composer import ComposerBar
+from .documents_menu import DocumentsButton
 from .tools_menu import ToolsButton
 from .welcome import Welcome
 
@@ -45,7 +46,7 @@ def _receive_reply(task: Task, client: EngineClient, messages: list[dict],
         pieces = client.stream_chat(messages, reply, should_stop=stop, **options)
     else:
         offered, _tokens, problems = offered_tools(client, tools["servers"], options["model"])
-        reply.notes += [f"Tool server not reachable: {p}" for p in problems]
+        reply.remarks += [f"tool server not reachable: {p}" for p in problems]
         named = function_names(offered)
         forced = next((f for f, t in named.items()
                        if f"{t.server}/{t.name}" == tools["forced"]), None)
@@ -111,6 +112,8 @@ class ChatPage(QWidget):
         self.bar.detach_requested.connect(lambda: self._set_attachments([]))
         self.tools = ToolsButton(state, engine, data)
         self.bar.add_button(self.tools)
+        self.documents = DocumentsButton(state)
+        self.bar.add_button(self.documents)
         self.cards = QVBoxLayout()  # approval cards of the conversation shown
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -133,7 +136,8 @@ class ChatPage(QWidget):
         last_answer = saved[-1].id if saved and saved[-1].role == "assistant" else None
         shown = [Shown(str(m.id), m.role, m.content, m.status,
                        " · ".join(p for p in (m.model, m.detail) if p), m.stats, m.variant,
-                       m.id == last_answer, m.reasoning, m.thought_s, tools=tuple(m.tools))
+                       m.id == last_answer, m.reasoning, m.thought_s, tools=tuple(m.tools),
+                       sources=tuple(m.sources))
                  for m in saved]
         reply = self.current_reply()
         if reply:
@@ -220,7 +224,7 @@ class ChatPage(QWidget):
     def _on_reply(self, conversation_id: int, done: StreamedReply) -> None:
         status = "stopped" if done.finish_reason == "stopped" else "complete"
         self._finish(conversation_id, status, done.model, done.detail(), _stats(done),
-                     done.thought_s)
+                     done.thought_s, done.citations or [])
         if self.conversation and self.conversation.id == conversation_id:
             self.finished.emit(done)
             QAccessible.updateAccessibility(QAccessibleAnnouncementEvent(
@@ -232,9 +236,11 @@ class ChatPage(QWidget):
             self.error.emit(f"The reply failed: {error}")
 
     def _finish(self, conversation_id: int, status: str, model: str | None = None,
-                detail: str = "", stats: str = "", thought_s: float | None = None) -> None:
+                detail: str = "", stats: str = "", thought_s: float | None = None,
+                sources: list[dict] = ()) -> None:
         try:
-            self.sessions.finish(conversation_id, status, model, detail, stats, thought_s)
+            self.sessions.finish(conversation_id, status, model, detail, stats, thought_s,
+                                 sources)
         except NotSaved as exc:  # a full disk: the answer stays on screen, said why
             self.error.emit(str(exc))
         if self.conversation and self.conversation.id == conversation_id:

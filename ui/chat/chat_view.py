@@ -4,6 +4,8 @@ reader is there and stays put when they scrolled up to read."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import QEvent, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QToolTip
@@ -15,12 +17,15 @@ from ..theme import colors, scheme_changed
 ACTIONS = {"edit", "regen", "prev", "next"}
 THINK = "think"  # a link that opens or closes a message's Thinking section
 TOOLS = "tools"  # one that opens or closes its tool calls
+SOURCE = "source"  # a cited file, opened
+OPENED = {".pdf", ".docx", ".md", ".markdown", ".txt", ".html", ".htm", ".rst", ".csv"}
 ZOOM_STEP = 0.1
 
 
 class ChatView(SafeBrowser):
     copied = Signal(str)
     action = Signal(str, str)  # ("edit" | "regen" | "prev" | "next", message key)
+    source_opened = Signal(str)  # the cited file opened
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -91,10 +96,29 @@ class ChatView(SafeBrowser):
         elif scheme == TOOLS:
             self._opened ^= {f"tools:{value}"}
             self._render_now()
+        elif scheme == SOURCE:
+            self._open_source(*value.rpartition(":")[::2])
         elif scheme in ACTIONS:
             self.action.emit(scheme, value)
         elif scheme in ("http", "https", "mailto"):
             QDesktopServices.openUrl(url)
+
+    def _open_source(self, key: str, index: str) -> None:
+        """A cited file opened where it reads (a document: in its app, a PDF at its page);
+        any other file's folder, never the file itself (a script would run)."""
+        message = next((m for m in self._messages if m.key == key), None)
+        if message is None or not index.isdigit() or int(index) >= len(message.sources):
+            return
+        source = message.sources[int(index)]
+        path = Path(source["path"])
+        if path.suffix.lower() not in OPENED:
+            QDesktopServices.openUrl(QUrl.fromLocalFile(str(path.parent)))
+            return
+        url = QUrl.fromLocalFile(str(path))
+        if source.get("page") is not None:
+            url.setFragment(f"page={source['page']}")
+        QDesktopServices.openUrl(url)
+        self.source_opened.emit(str(path))
 
     def _copy(self, text: str) -> None:
         QGuiApplication.clipboard().setText(text)

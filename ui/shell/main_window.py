@@ -25,6 +25,7 @@ from ..models.model_control import ModelControl, load_notice
 from ..models.plan_panel import PlanPanel
 from ..settings.settings_page import SettingsPage
 from ..settings.tools_panel import ToolsPanel
+from ..documents.documents_page import DocumentsPage
 from ..state import WindowState
 from ..theme import choose_scheme
 from .banner import Banner
@@ -67,10 +68,11 @@ class MainWindow(QMainWindow):
         self.downloads_panel = DownloadsPanel()
         self.cluster = ClusterPage(self.supervisor, self.paths.data, client)
         self.tools = ToolsPanel(self.paths, self.engine)
+        self.documents = DocumentsPage(self.engine)
         self.drawer = Drawer()
         for name, page in (("Memory", self.plan_panel), ("Cluster", self.cluster),
                            ("Downloads", self.downloads_panel), ("Tools", self.tools),
-                           ("Settings", self.settings)):
+                           ("Documents", self.documents), ("Settings", self.settings)):
             self.drawer.add_page(name, page)
         centre = QWidget()
         column = QVBoxLayout(centre)
@@ -128,6 +130,8 @@ class MainWindow(QMainWindow):
         self.cluster.error.connect(self.show_error)
         self.tools.notice.connect(self.show_notice)
         self.tools.error.connect(self.show_error)
+        self.documents.error.connect(self.show_error)
+        self.documents.changed.connect(self.chat.documents.offer)
         self.cluster.restart_engine.connect(self.engine.start)
         self.engine.progress.connect(self._on_engine_progress)
         self.engine.ready.connect(self._on_engine_ready)
@@ -218,6 +222,7 @@ class MainWindow(QMainWindow):
         self.watcher.start()  # downloads an earlier engine began carry on: show them
         self.chat.update_buttons()
         self.chat.tools.count()
+        self.documents.refresh()  # the chat's Documents menu learns the collections
 
     def _on_engine_failed(self, error) -> None:
         self.progress.hide()

@@ -45,7 +45,7 @@ def build_menus(window, chat, sidebar, models) -> None:
     view = bar.addMenu("&View")
     for page, shortcut in (("Memory", "Ctrl+1"), ("Cluster", "Ctrl+2"),
                            ("Downloads", "Ctrl+3"), ("Tools", "Ctrl+4"),
-                           ("Settings", "Ctrl+,")):
+                           ("Documents", "Ctrl+5"), ("Settings", "Ctrl+,")):
         _action(view, page, lambda p=page: window.toggle_page(p), shortcut)
     view.addSeparator()
     _action(view, "Zoom &in", lambda: window.zoom(1), QKeySequence.ZoomIn)

@@ -15,7 +15,7 @@ from ..safe_text import Label
 
 DAY = 86400
 PAGES = {"Memory": "Ctrl+1", "Cluster": "Ctrl+2", "Downloads": "Ctrl+3", "Tools": "Ctrl+4",
-         "Settings": "Ctrl+,"}
+         "Documents": "Ctrl+5", "Settings": "Ctrl+,"}
 
 
 def date_group(updated: float, now: float) -> str:
