@@ -388,8 +388,13 @@ class Engine:
         if self.settings.documents is not None and self.settings.documents.exists():
             self.documents  # noqa: B018 - starting it resumes its worker
 
-    def _embedding(self) -> Embedding:
-        model = self.resolve(EMBEDDING_MODEL)
+    def _embedding(self, model_id: str | None) -> Embedding:
+        """The embedding model a collection uses (None: the MiniLM starter), checked to
+        be one."""
+        model = self.resolve(model_id or EMBEDDING_MODEL)
+        if self.store.kind_of(model) != "embedding":
+            raise InvalidRequest(f"{model.id} is not an embedding model: pick one whose kind "
+                                 "is embedding in /v1/models", param="model")
         return Embedding(model.id, lambda texts: self.embed(model, texts)[0],
                          lambda text: len(self.tokenize(model, text)))
 

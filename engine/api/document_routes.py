@@ -16,6 +16,7 @@ class CollectionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(max_length=64)
     paths: list[str] = Field(min_length=1, max_length=256)
+    model: str | None = None  # an embedding model's id (default: the MiniLM starter)
 
 
 class SearchRequest(BaseModel):
@@ -29,7 +30,7 @@ def router(engine: Engine) -> APIRouter:
 
     @api.post("/v1/collections")
     async def add(body: CollectionRequest):
-        return await asyncio.to_thread(engine.documents.add, body.name, body.paths)
+        return await asyncio.to_thread(engine.documents.add, body.name, body.paths, body.model)
 
     @api.get("/v1/collections")
     async def listing():

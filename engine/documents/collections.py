@@ -68,9 +68,10 @@ class Embedding:
 
 
 class Collections:
-    def __init__(self, path: Path, embedding: Callable[[], Embedding]):
+    def __init__(self, path: Path, embedding: Callable[[str | None], Embedding]):
         self.index = DocumentIndex(path)
-        self._embedding = embedding  # resolved when first needed (the model loads then)
+        # a model id (None: the starter) to its Embedding; the model loads when first used
+        self._embedding = embedding
         self._progress: dict[str, Progress] = {}
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._observer = None
@@ -85,7 +86,7 @@ class Collections:
 
     # -- for the routes -------------------------------------------------------------
 
-    def add(self, name: str, paths: list[str]) -> dict:
+    def add(self, name: str, paths: list[str], model: str | None = None) -> dict:
         if not isinstance(name, str) or not NAME.match(name):
             raise InvalidRequest("name: 1-64 letters, digits, spaces, _ . or -, starting "
                                  "with a letter or digit", param="name")
@@ -102,7 +103,7 @@ class Collections:
             if not os.access(path, os.R_OK):
                 raise InvalidRequest(f"paths[{i}]: {given} cannot be read", param=f"paths[{i}]")
             chosen.append(str(path.resolve()))
-        self.index.add(name, chosen, self._embedding().model)
+        self.index.add(name, chosen, self._embedding(model).model)
         self.schedule(name)
         self._watch(name, chosen)
         return self.status(name)
@@ -123,14 +124,14 @@ class Collections:
         return {**found, "failed": self.index.failures(name)}
 
     def search(self, name: str, query: str, top_k: int = 5) -> list[dict]:
-        self.index.collection(name)  # a 400 naming it when there is none
+        collection = self.index.collection(name)  # a 400 naming it when there is none
         if not isinstance(query, str) or not query.strip():
             raise InvalidRequest("query is empty", param="query")
         if len(query) > MAX_QUERY_CHARS:
             raise InvalidRequest(f"query is {len(query):,} characters; at most "
                                  f"{MAX_QUERY_CHARS:,}", param="query")
         top_k = max(1, min(int(top_k), 50))
-        embedding = self._embedding()
+        embedding = self._embedding(collection["model"])
         wide = max(top_k * 4, 20)
         by_words = self.index.keyword(name, query, wide)
         vector = embedding.embed([embedding.prefixes[0] + query])[0]
@@ -217,7 +218,7 @@ class Collections:
                 if known.get(path, (None, None, None))[:2] != stat]
         progress.files_total, progress.files_done = len(todo), 0
         progress.started, progress.state = time.monotonic(), "indexing"
-        embedding = self._embedding() if todo else None
+        embedding = self._embedding(collection["model"]) if todo else None
         for path, (size, mtime_ns) in todo:
             if name not in self._progress:  # removed while indexing
                 return

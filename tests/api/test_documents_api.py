@@ -129,6 +129,7 @@ def test_a_streamed_answer_carries_its_sources_first(served):
     ({"name": "new", "paths": ["relative/path"]}, "paths[0]"),
     ({"name": "../etc", "paths": ["/tmp"]}, "name"),
     ({"name": "new", "paths": []}, "paths"),
+    ({"name": "new", "paths": ["/tmp"], "model": STARTER}, "model"),  # a chat model
 ])
 def test_bad_collections_are_a_400_naming_the_field(served, body, field):
     http, *_ = served
