@@ -51,6 +51,9 @@ BENCHES = (
           "(a GPU's llama-bench)", takes_model=False),
     Bench("vision", "first token with a 1024x768 picture, new and seen again, vs llama-server "
           "--mmproj; the image encode cache's gain", takes_model=False),
+    Bench("documents", "retrieval hit@1/hit@5 (BM25, embeddings, hybrid) on the standard "
+          "library; indexing vs llama-server --embedding; bytes written; search at 100k",
+          takes_model=False),
     Bench("portable", "the packaged app's portable llama.cpp vs this machine's native build",
           takes_model=False),
 )

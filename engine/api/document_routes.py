@@ -5,6 +5,7 @@ token is the user's authority, and the engine reads them only to index them."""
 from __future__ import annotations
 
 import asyncio
+from typing import Literal
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,6 +24,7 @@ class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: str = Field(max_length=1 << 20)  # longer ones: the collection's own 400
     top_k: int = Field(5, ge=1, le=50)
+    mode: Literal["hybrid", "keyword", "embedding"] = "hybrid"
 
 
 def router(engine: Engine) -> APIRouter:
@@ -50,7 +52,8 @@ def router(engine: Engine) -> APIRouter:
 
     @api.post("/v1/collections/{name}/search")
     async def search(name: str, body: SearchRequest):
-        found = await asyncio.to_thread(engine.documents.search, name, body.query, body.top_k)
+        found = await asyncio.to_thread(engine.documents.search, name, body.query, body.top_k,
+                                        body.mode)
         return {"object": "list", "collection": name, "data": found}
 
     return api

@@ -123,7 +123,9 @@ class Collections:
             raise InvalidRequest(f"there is no collection named {name!r}", param="name")
         return {**found, "failed": self.index.failures(name)}
 
-    def search(self, name: str, query: str, top_k: int = 5) -> list[dict]:
+    def search(self, name: str, query: str, top_k: int = 5, mode: str = "hybrid") -> list[dict]:
+        """Passages best first. `mode`: "hybrid" (BM25 and embeddings fused by reciprocal
+        rank), or one of them alone ("keyword", "embedding": what the benchmark compares)."""
         collection = self.index.collection(name)  # a 400 naming it when there is none
         if not isinstance(query, str) or not query.strip():
             raise InvalidRequest("query is empty", param="query")
@@ -138,7 +140,9 @@ class Collections:
         ids, similarity = self.index.similar(name, vector)
         by_meaning = [int(ids[i]) for i in np.argsort(-similarity)[:wide]]
         scores: dict[int, float] = {}
-        for ranked in (by_words, by_meaning):
+        lists = {"hybrid": (by_words, by_meaning), "keyword": (by_words,),
+                 "embedding": (by_meaning,)}[mode]
+        for ranked in lists:
             for rank, passage_id in enumerate(ranked):
                 scores[passage_id] = scores.get(passage_id, 0.0) + 1.0 / (RRF_K + rank + 1)
         best = sorted(scores, key=scores.get, reverse=True)[:top_k]
