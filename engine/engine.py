@@ -194,6 +194,10 @@ class Engine:
         runs on the caller's thread."""
         return self.embedder.embed(model, inputs)
 
+    def rank(self, model: LocalModel, query: str, passages: list[str]):
+        """A reranker's score of each passage for `query` (model/embeddings.py)."""
+        return self.embedder.rank(model, query, passages)
+
     def count_prompt_tokens(self, request: GenerationRequest) -> int:
         """The tokens the request's prompt will take, counted with the model's vocabulary
         alone (the model need not be loaded; the count equals its usage.prompt_tokens),
@@ -396,7 +400,9 @@ class Engine:
             raise InvalidRequest(f"{model.id} is not an embedding model: pick one whose kind "
                                  "is embedding in /v1/models", param="model")
         return Embedding(model.id, lambda texts: self.embed(model, texts)[0],
-                         lambda text: len(self.tokenize(model, text)))
+                         lambda text: len(self.tokenize(model, text)),
+                         lambda ranker, query, texts: self.rank(self.resolve(ranker), query,
+                                                                texts))
 
     def close(self) -> None:
         self.shelf.close()

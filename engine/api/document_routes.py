@@ -25,6 +25,7 @@ class SearchRequest(BaseModel):
     query: str = Field(max_length=1 << 20)  # longer ones: the collection's own 400
     top_k: int = Field(5, ge=1, le=50)
     mode: Literal["hybrid", "keyword", "embedding"] = "hybrid"
+    reranker: str | None = None  # a reranker's id: orders the first 20 again
 
 
 def router(engine: Engine) -> APIRouter:
@@ -53,7 +54,7 @@ def router(engine: Engine) -> APIRouter:
     @api.post("/v1/collections/{name}/search")
     async def search(name: str, body: SearchRequest):
         found = await asyncio.to_thread(engine.documents.search, name, body.query, body.top_k,
-                                        body.mode)
+                                        body.mode, body.reranker)
         return {"object": "list", "collection": name, "data": found}
 
     return api

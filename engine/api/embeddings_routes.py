@@ -1,4 +1,6 @@
-"""OpenAI's /v1/embeddings, from an embedding model served next to the chat model."""
+"""OpenAI's /v1/embeddings, from an embedding model served next to the chat model; and
+llama-server's /v1/rerank (also /rerank), from a reranker (an encoder whose pooling is
+rank): each document's relevance to the query."""
 
 from __future__ import annotations
 
@@ -21,8 +23,26 @@ class EmbeddingRequest(BaseModel):
     dimensions: int | None = Field(None, ge=1)
 
 
+class RerankRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str
+    query: str = Field(min_length=1, max_length=1 << 16)
+    documents: list[str] = Field(min_length=1, max_length=1000)
+    top_n: int | None = Field(None, ge=1)
+
+
 def router(engine: Engine) -> APIRouter:
     api = APIRouter()
+
+    @api.post("/v1/rerank")
+    @api.post("/rerank")
+    async def rerank(body: RerankRequest):
+        model = engine.resolve(body.model)
+        scores = await asyncio.to_thread(engine.rank, model, body.query, body.documents)
+        order = sorted(range(len(scores)), key=lambda i: -scores[i])[:body.top_n]
+        return {"object": "list", "model": model.id,
+                "results": [{"index": i, "relevance_score": float(scores[i]),
+                             "document": {"text": body.documents[i]}} for i in order]}
 
     @api.post("/v1/embeddings")
     async def embeddings(body: EmbeddingRequest):

@@ -31,6 +31,7 @@ MAX_FILES = 200_000  # of one collection: a whole disk named by mistake stops th
 BATCH = 32           # passages embedded at once
 RRF_K = 60           # reciprocal rank fusion's constant (Cormack et al.)
 QUIET_S = 1.0        # after a change, the quiet time before the collection is looked at
+RERANKED = 20        # candidates of the fused ranking a reranker orders again
 # models that were trained with prefixes on queries and passages
 PREFIXES = (("nomic", "search_query: ", "search_document: "), ("e5", "query: ", "passage: "),
             ("bge", "Represent this sentence for searching relevant passages: ", ""))
@@ -60,6 +61,7 @@ class Embedding:
     model: str
     embed: Callable[[list[str]], np.ndarray]
     count: Callable[[str], int]
+    rank: Callable[[str, str, list[str]], np.ndarray]  # (reranker id, query, passages)
     prefixes: tuple[str, str] = field(init=False)
 
     def __post_init__(self):
@@ -123,9 +125,11 @@ class Collections:
             raise InvalidRequest(f"there is no collection named {name!r}", param="name")
         return {**found, "failed": self.index.failures(name)}
 
-    def search(self, name: str, query: str, top_k: int = 5, mode: str = "hybrid") -> list[dict]:
+    def search(self, name: str, query: str, top_k: int = 5, mode: str = "hybrid",
+               reranker: str | None = None) -> list[dict]:
         """Passages best first. `mode`: "hybrid" (BM25 and embeddings fused by reciprocal
-        rank), or one of them alone ("keyword", "embedding": what the benchmark compares)."""
+        rank), or one of them alone ("keyword", "embedding": what the benchmark compares).
+        `reranker`: a reranker's id, which orders the first candidates again."""
         collection = self.index.collection(name)  # a 400 naming it when there is none
         if not isinstance(query, str) or not query.strip():
             raise InvalidRequest("query is empty", param="query")
@@ -145,8 +149,13 @@ class Collections:
         for ranked in lists:
             for rank, passage_id in enumerate(ranked):
                 scores[passage_id] = scores.get(passage_id, 0.0) + 1.0 / (RRF_K + rank + 1)
-        best = sorted(scores, key=scores.get, reverse=True)[:top_k]
+        best = sorted(scores, key=scores.get, reverse=True)[:RERANKED if reranker else top_k]
         found = self.index.passages(best)
+        if reranker:
+            best = [i for i in best if i in found]
+            ranked = embedding.rank(reranker, query, [found[i].text for i in best])
+            scores = dict(zip(best, map(float, ranked)))
+            best = sorted(best, key=scores.get, reverse=True)[:top_k]
         cosine = similarity[np.searchsorted(ids, best)] if len(ids) else np.zeros(len(best))
         return [{**found[i].as_json(scores[i]), "similarity": round(float(c), 4),
                  "collection": name} for i, c in zip(best, cosine) if i in found]

@@ -239,7 +239,31 @@ class LlamaModel(Tokens):
     def embed_texts(self, token_lists: list[list[int]]) -> np.ndarray:
         """The pooled, L2-normalised embedding of each token list (an embeddings
         context), as many lists in one evaluation as fit the batch."""
-        out = np.empty((len(token_lists), self.n_embd), dtype=np.float32)
+        vectors = self._pooled(token_lists, self.n_embd)
+        return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+    @property
+    def ranks(self) -> bool:
+        """A reranker: its pooling is "rank" (a classifier head scores a query and a
+        passage read together)."""
+        return llama.llama_pooling_type(self.ctx) == llama.LLAMA_POOLING_TYPE_RANK
+
+    def rank_scores(self, token_lists: list[list[int]]) -> np.ndarray:
+        """A reranker's score of each (query, passage) token list: its classifier's first
+        output, as llama.cpp's server reads it (llama_get_embeddings_seq, no pooling)."""
+        width = max(1, llama.llama_model_n_cls_out(self.model))
+        return self._pooled(token_lists, width)[:, 0].copy()
+
+    def rank_pair(self, query: list[int], passage: list[int]) -> list[int]:
+        """A query (tokenized with its special tokens: [CLS] … [SEP] for BERT) and a
+        passage as one input, as llama.cpp's server joins them for rerank."""
+        end = [llama.llama_vocab_eos(self.vocab)] if llama.llama_vocab_get_add_eos(self.vocab) \
+            else []
+        return [*query, *passage, *end]
+
+    def _pooled(self, token_lists: list[list[int]], width: int) -> np.ndarray:
+        """Each token list's pooled output (`width` floats), many lists per evaluation."""
+        out = np.empty((len(token_lists), width), dtype=np.float32)
         i = 0
         while i < len(token_lists):
             chunks, used = [], 0
@@ -252,8 +276,7 @@ class LlamaModel(Tokens):
             self._decode_batch(self._fill_batch(chunks, all_logits=True))
             for seq, _chunk in enumerate(chunks):
                 pointer = llama.llama_get_embeddings_seq(self.ctx, seq)
-                vector = np.ctypeslib.as_array(pointer, shape=(self.n_embd,))
-                out[i + seq] = vector / max(float(np.linalg.norm(vector)), 1e-12)
+                out[i + seq] = np.ctypeslib.as_array(pointer, shape=(width,))
             if self.memory:
                 llama.llama_memory_clear(self.memory, True)
             i += len(chunks)

@@ -6,6 +6,7 @@ may run on different threads). The chat model's plans leave room for it (ModelHo
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 
@@ -18,20 +19,27 @@ from ..llama.probe import probe
 SEQUENCES = 16       # inputs evaluated together
 MAX_CONTEXT = 8192   # per input; encoders are trained on 512
 HEADROOM = 1.25      # weights plus context and compute buffers, for the fit check
+HELD = 2             # models loaded at once: an embedder and a reranker
 
 
 class Embedder:
     def __init__(self, store: ModelStore, load: LoadSettings):
         self.store, self.load = store, load
-        self.model: LocalModel | None = None
-        self.llama: LlamaModel | None = None
+        # the models held, most recently used last: an embedder and a reranker stay
+        # loaded together (a search that reranks uses both)
+        self._held: dict[Path, tuple[LocalModel, LlamaModel]] = {}
         self._lock = threading.Lock()
+
+    @property
+    def model(self) -> LocalModel | None:
+        """The model used last (the status's "embedding_model")."""
+        held = list(self._held.values())
+        return held[-1][0] if held else None
 
     @property
     def bytes(self) -> int:
         """What the loaded embedding model holds (llama.cpp's buffers)."""
-        llama = self.llama
-        return sum(llama.buffers.values()) if llama else 0
+        return sum(sum(llama.buffers.values()) for _, llama in list(self._held.values()))
 
     def embed(self, model: LocalModel, inputs: list[str] | list[list[int]]
               ) -> tuple[np.ndarray, int]:
@@ -57,10 +65,34 @@ class Embedder:
                                          "vocabulary", param=f"input[{i}]")
             return llama.embed_texts(lists), sum(len(t) for t in lists)
 
+    def rank(self, model: LocalModel, query: str, passages: list[str]) -> np.ndarray:
+        """A reranker's score of each passage for `query`, read together as llama.cpp's
+        server joins them ([CLS] query [SEP] passage for BERT); a passage is cut to what
+        the context leaves."""
+        info = self.store.inspector.inspect(model.path)
+        with self._lock:
+            llama = self._ensure(model, info)
+            if not llama.ranks:
+                raise InvalidRequest(f"{model.id} is not a reranker (its pooling is not "
+                                     "rank)", param="model")
+            head = llama.tokenize(query, add_special=True, parse_special=False)
+            if len(head) > llama.n_ctx // 2:
+                raise InvalidRequest(f"the query has {len(head)} tokens; {model.id} ranks "
+                                     f"with at most {llama.n_ctx // 2}", param="query")
+            room = max(1, llama.n_ctx - len(head) - 1)
+            lists = [llama.rank_pair(head, llama.tokenize(p, add_special=False,
+                                                          parse_special=False)[:room])
+                     for p in passages]
+            return llama.rank_scores(lists)
+
     def _ensure(self, model: LocalModel, info) -> LlamaModel:
-        if self.model is not None and self.model.path == model.path:
-            return self.llama
-        self.close()
+        if model.path in self._held:
+            self._held[model.path] = self._held.pop(model.path)  # the most recent now
+            return self._held[model.path][1]
+        while len(self._held) >= HELD:
+            _, (_, oldest) = next(iter(self._held.items()))
+            del self._held[next(iter(self._held))]
+            oldest.close()
         available = probe().ram_available_bytes
         if info.size_bytes * HEADROOM > available:
             raise OutOfMemory(f"{model.id} needs about {info.size_bytes * HEADROOM / 2**20:.0f} "
@@ -68,10 +100,11 @@ class Embedder:
         n_ctx = min(info.context_length or 512, MAX_CONTEXT)
         settings = LoadSettings(n_ctx=n_ctx, n_batch=n_ctx, n_threads=self.load.n_threads,
                                 n_seq_max=SEQUENCES, embeddings=True, repack=self.load.repack)
-        self.llama, self.model = LlamaModel(model.path, settings), model
-        return self.llama
+        llama = LlamaModel(model.path, settings)
+        self._held[model.path] = (model, llama)
+        return llama
 
     def close(self) -> None:
-        if self.llama:
-            self.llama.close()
-        self.llama = self.model = None
+        for _, llama in self._held.values():
+            llama.close()
+        self._held.clear()

@@ -151,6 +151,7 @@ def _shoot_all(out: str) -> int:
     shoot("8-picture")
     if (Path(os.environ["HOMERACK_HOME"]) / "data" / "mcp.json").exists():
         _shoot_tools(window, wait, shoot)
+    _shoot_documents(window, wait, shoot)
     window.open_conversation(conversation.id)
     if not offscreen:
         window.bar.box.showPopup()
@@ -162,7 +163,7 @@ def _shoot_all(out: str) -> int:
         menu = window.bar.adapters.menu()
         QTimer.singleShot(300, lambda: (shoot("3-adapters"), menu.close()))
         menu.exec(window.bar.adapters.mapToGlobal(window.bar.adapters.rect().bottomLeft()))
-    for page in ("Memory", "Cluster", "Tools", "Settings"):
+    for page in ("Memory", "Cluster", "Tools", "Documents", "Settings"):
         window.drawer.open_page(page)
         shoot(f"4-{page.lower()}")
     window.drawer.close_page()
@@ -200,6 +201,48 @@ def _shoot_tools(window, wait, shoot) -> None:
     window.chat.view.anchorClicked.emit(QUrl(f"tools:{answer.id}"))
     shoot("9-tool-round")
     window.state.update(tool_servers=())
+
+
+def _shoot_documents(window, wait, shoot) -> None:
+    """A folder indexing on the Documents page, then an answer that cites its page."""
+    from fixtures.documents import pdf_bytes  # a tool of the repository, not of the app
+
+    folder = Path(os.environ["HOMERACK_HOME"]) / "car"
+    (folder / "notes").mkdir(parents=True)
+    (folder / "manual.pdf").write_bytes(pdf_bytes([
+        "Owner's manual\nContents: wheels, tyres, lights",
+        "Wheels\nThe wheel bolts are tightened to 120 Nm with a torque wrench.",
+        "Tyres\nThe tyre pressure is 2.4 bar when the tyres are cold."]))
+    for n in range(300):
+        (folder / "notes" / f"trip-{n:03}.md").write_text(
+            f"# Trip {n}\nFuel used: {20 + n % 9} litres. " + "The road was long. " * 30)
+    window.drawer.open_page("Documents")
+    window.documents.add("car", [str(folder)])
+    wait(lambda: "indexing:" in _rows(window.documents.rows), 120)
+    wait(lambda: _indexed(window.documents.rows) >= 20, 120)
+    shoot("9-documents-indexing")
+    wait(lambda: "car — ready" in _rows(window.documents.rows), 600)
+    window.drawer.close_page()
+    window.new_conversation()
+    window.settings.max_tokens.setValue(40)
+    window.state.update(collections=("car",))
+    window.chat.send("How tight are the wheel bolts?")
+    wait(lambda: not window.chat.sessions.running(), 180)
+    shoot("9-answer-with-sources")
+    window.state.update(collections=())
+
+
+def _rows(layout) -> str:
+    return "\n".join(layout.itemAt(i).widget().text() for i in range(layout.count()))
+
+
+def _indexed(layout) -> int:
+    """The files indexed so far, as the page says (all of them once it is ready)."""
+    import re
+
+    text = _rows(layout)
+    found = re.search(r"indexing: ([\d,]+) of", text)
+    return 10**9 if "ready" in text else int(found.group(1).replace(",", "")) if found else 0
 
 
 if __name__ == "__main__":
