@@ -70,6 +70,8 @@ class Embedder:
         server joins them ([CLS] query [SEP] passage for BERT); a passage is cut to what
         the context leaves."""
         info = self.store.inspector.inspect(model.path)
+        if not info.embedding:  # a chat model: not an encoder at all
+            raise InvalidRequest(f"{model.id} is not a reranker", param="model")
         with self._lock:
             llama = self._ensure(model, info)
             if not llama.ranks:

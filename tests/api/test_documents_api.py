@@ -15,7 +15,7 @@ import time
 import openai
 import pytest
 
-from fixtures.documents import pdf_bytes, write_docx
+from fixtures.documents import pdf_bytes, write_docx, write_reranker
 from support.engines import api_client, start_engine
 
 pytestmark = pytest.mark.slow
@@ -42,11 +42,16 @@ def corpus(folder):
     return folder
 
 
+RERANKER = "minilm-reranker"
+
+
 def _engine(tmp_path_factory, starters_dir, name="docs"):
     home = tmp_path_factory.mktemp(name)
     (home / "data" / "models").mkdir(parents=True)
     for path in starters_dir.iterdir():
         (home / "data" / "models" / path.name).symlink_to(path)
+    write_reranker(starters_dir / "all-minilm-l6-v2-f16.gguf",
+                   home / "data" / "models" / f"{RERANKER}.gguf")
     return home, start_engine(home, name, ["--parallel", "1", "--ctx", "2048"])
 
 
@@ -164,6 +169,31 @@ def test_changes_are_seen_and_only_the_changed_file_is_read(served):
                       json={"query": "where is the spare key"}).json()["data"]
     assert found[0]["path"].endswith("notes.md") and "garage door" in found[0]["text"]
     assert not any(f["path"].endswith("router.html") for f in found)
+
+
+def test_a_reranker_scores_documents_and_orders_a_search(served):
+    """A MiniLM cross-encoder with a random head (fixtures/documents.py): its scores mean
+    nothing, so the test checks their shape and that they decide the order."""
+    http, *_ = served
+    ready(http, "home")
+    documents = ["The wheel bolts take 120 Nm.", "Water the tomatoes.", "x " * 2000]
+    ranked = http.post("/v1/rerank", json={"model": RERANKER, "query": "wheel bolts",
+                                           "documents": documents, "top_n": 2}).json()
+    results = ranked["results"]
+    assert len(results) == 2 and {r["index"] for r in results} <= {0, 1, 2}
+    assert results[0]["relevance_score"] >= results[1]["relevance_score"]
+    again = http.post("/rerank", json={"model": RERANKER, "query": "wheel bolts",
+                                       "documents": documents}).json()["results"]
+    assert [r["index"] for r in again][:2] == [r["index"] for r in results]  # deterministic
+    found = http.post("/v1/collections/home/search", json={
+        "query": "wheel bolts", "top_k": 3, "reranker": RERANKER}).json()["data"]
+    assert len(found) == 3 and [f["score"] for f in found] == sorted(
+        (f["score"] for f in found), reverse=True)
+    chat_model = http.post("/v1/rerank", json={"model": STARTER, "query": "q",
+                                               "documents": ["d"]})
+    assert chat_model.status_code == 400 and chat_model.json()["error"]["param"] == "model"
+    assert http.post("/v1/rerank", json={"model": RERANKER, "query": "q",
+                                         "documents": []}).status_code == 400
 
 
 def test_an_index_stopped_midway_goes_on_after_a_restart(tmp_path_factory, starters_dir):
