@@ -6,7 +6,7 @@
   drafts.py        the drafters that speculate for it, and their controllers
   adapters.py      its LoRA adapters, loaded on first use
   prompt_cache.py  prompts' KV states kept in RAM and on disk
-  embeddings.py    the embedding model beside it
+  embeddings.py    the embedding model beside it, and a reranker
   vision.py        its projector, loaded by the plan, and the image embeddings it keeps
   vocabularies.py  tokenizers without weights, for counting prompts
 """

@@ -1,7 +1,10 @@
 """Embedding models (BERT-style encoders, or models whose metadata asks for pooling),
 served next to the loaded chat model without unloading it: each on a context of its
 own, used under a lock from the API's threads (llama.cpp contexts of different models
-may run on different threads). The chat model's plans leave room for it (ModelHost)."""
+may run on different threads). The chat model's plans leave room for it (ModelHost).
+Rerankers (encoders whose pooling is rank) score a query and a passage read together;
+an embedding model and a reranker stay loaded together, the least recently used going
+first beyond that."""
 
 from __future__ import annotations
 
