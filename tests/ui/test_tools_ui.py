@@ -46,13 +46,19 @@ def _enable_time(qtbot, window):
     assert "tokens with every request" in window.chat.tools.toolTip()
 
 
-def test_an_approved_call_answers_what_time_it_is_in_tokyo(qtbot, time_home, open_window):
+def _ask_forced(qtbot, open_window, question: str):
+    """A window with the time server on, asked `question` with get_current_time forced
+    (the starter is too small to choose it): the window and the first approval card."""
     window = open_window()
     window.settings.max_tokens.setValue(64)
     _enable_time(qtbot, window)
     window.state.update(forced_tool="time/get_current_time")
-    window.chat.send("What time is it in Tokyo?")
-    card = _card(qtbot, window)
+    window.chat.send(question)
+    return window, _card(qtbot, window)
+
+
+def test_an_approved_call_answers_what_time_it_is_in_tokyo(qtbot, time_home, open_window):
+    window, card = _ask_forced(qtbot, open_window, "What time is it in Tokyo?")
     shown = json.loads(card.arguments.toPlainText())
     assert set(shown) == {"timezone"}  # the model's own arguments, all of them
     assert "reads only" in card.findChildren(type(card.problem))[1].text()
@@ -73,12 +79,8 @@ def test_an_approved_call_answers_what_time_it_is_in_tokyo(qtbot, time_home, ope
 
 
 def test_a_denied_call_is_reported_to_the_model(qtbot, time_home, open_window):
-    window = open_window()
-    window.settings.max_tokens.setValue(64)
-    _enable_time(qtbot, window)
-    window.state.update(forced_tool="time/get_current_time")
-    window.chat.send("What time is it?")
-    _card(qtbot, window).deny.click()
+    window, card = _ask_forced(qtbot, open_window, "What time is it?")
+    card.deny.click()
     qtbot.waitUntil(lambda: window.chat.current_reply() is None, timeout=180_000)
     assert window.chat.cards.count() == 0
     answer = window.history.messages(window.state.now.conversation.id)[-1]
@@ -91,12 +93,8 @@ def test_a_denied_call_is_reported_to_the_model(qtbot, time_home, open_window):
 
 
 def test_always_is_kept_and_revoked_on_the_tools_page(qtbot, time_home, open_window):
-    window = open_window()
-    window.settings.max_tokens.setValue(48)
-    _enable_time(qtbot, window)
-    window.state.update(forced_tool="time/get_current_time")
-    window.chat.send("Time?")
-    _card(qtbot, window).buttons["always"].click()
+    window, card = _ask_forced(qtbot, open_window, "Time?")
+    card.buttons["always"].click()
     qtbot.waitUntil(lambda: window.chat.current_reply() is None, timeout=180_000)
     assert window.chat.cards.count() == 0  # the starter called again: no card, allowed
     answer = window.history.messages(window.state.now.conversation.id)[-1]
