@@ -208,3 +208,30 @@ def test_request_servers_when_allowed_and_no_server_outlives_a_killed_engine(
         assert not servers[0].is_running() or servers[0].status() == psutil.STATUS_ZOMBIE
     finally:
         process.stop()
+
+
+@pytest.mark.parametrize("tool, field", [
+    ({"type": "mcp"}, "server_label"),
+    ({"type": "mcp", "server_label": "everything", "allowed_tools": 5}, "allowed_tools"),
+    ({"type": "mcp", "server_label": "everything", "require_approval": "sometimes"},
+     "require_approval"),
+    ({"type": "mcp", "server_label": "bad label!"}, "server_label"),
+])
+def test_bad_mcp_tools_are_a_400_naming_the_field(http, tool, field):
+    response = http.post("/v1/responses", json={
+        "model": "smollm2-135m-instruct-q4_1", "input": "hi", "tools": [tool]})
+    assert response.status_code == 400, response.text
+    assert field in response.json()["error"]["message"]
+
+
+def test_bad_mcp_input_items_are_a_400(http):
+    base = {"model": "smollm2-135m-instruct-q4_1",
+            "tools": [{"type": "mcp", "server_label": "everything",
+                       "allowed_tools": ["echo"]}]}
+    orphan = http.post("/v1/responses", json={**base, "input": [
+        {"type": "mcp_approval_response", "approval_request_id": "mcpr_x", "approve": True}]})
+    assert orphan.status_code == 400 and "approval_request_id" in orphan.text
+    unknown = http.post("/v1/responses", json={**base, "input": "hi", "tool_choice": {
+        "type": "mcp", "server_label": "everything", "name": "get-env"}})
+    assert unknown.status_code == 400 and "tool_choice" in unknown.text  # not allowed here
+    assert http.get("/health").status_code == 200
