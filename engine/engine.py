@@ -39,6 +39,7 @@ from .presets import Keep, LoadOverride, Preset, Presets
 from .catalog.fingerprint import Fingerprints
 from .response_cache import Recording, ResponseCache, deterministic, replay, request_key
 from .routing import Decision, Routing, decide, route_between
+from .tools.builtin import DOCUMENTS, DocumentSearch
 from .tools.toolbox import Toolbox
 from .documents.collections import Collections, Embedding
 from . import status
@@ -71,6 +72,10 @@ class Engine:
         self.tools = Toolbox(settings.mcp_config, settings.tool_approvals, settings.tool_logs,
                              settings.request_mcp)  # MCP servers and the user's approvals
         self._documents: Collections | None = None
+        if settings.documents is not None:  # search_documents, offered as a tool
+            self.tools.builtins[DOCUMENTS] = DocumentSearch(
+                lambda name, query, top_k: self.documents.search(name, query, top_k),
+                lambda: [c["name"] for c in self.documents.status()])
 
     @property
     def main(self):

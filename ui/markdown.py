@@ -159,7 +159,8 @@ def _sources(message: Shown, colors: Colors) -> str:
     links = []
     for n, source in enumerate(message.sources):
         name = html.escape(source["path"].rsplit("/", 1)[-1])
-        place = f"page {source['page']}" if source.get("page") is not None else \
+        place = "the whole file" if source.get("whole") else \
+            f"page {source['page']}" if source.get("page") is not None else \
             f"lines {source.get('start_line')}-{source.get('end_line')}"
         links.append(f'<a href="source:{message.key}:{n}" style="color:{colors.muted}">'
                      f"[{source.get('index', n + 1)}] {name}, {place}</a>")

@@ -204,6 +204,15 @@ class DocumentIndex:
                 ids).fetchall()
         return {row[0]: Found(*row) for row in rows}
 
+    def file_text(self, collection: str, path: str) -> str:
+        """A file's passages joined in order: its whole text as indexed."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT p.text FROM passages p JOIN files f ON f.id = p.file_id "
+                "WHERE f.collection = ? AND f.path = ? ORDER BY p.id",
+                (collection, path)).fetchall()
+        return "\n".join(row[0] for row in rows)
+
     def size_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + "*")
                    if p.exists())

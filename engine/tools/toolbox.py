@@ -53,6 +53,7 @@ class Toolbox:
         self._servers_at = logs
         self._servers = servers
         self._read: tuple[float, ServerConfig] | None = None
+        self.builtins: dict[str, object] = {}  # label: a tool the engine serves (builtin.py)
 
     @property
     def servers(self) -> ToolServers:
@@ -69,8 +70,13 @@ class Toolbox:
             self._read = (stamp, read_config(self.config_path))
         return self._read[1]
 
+    def specs(self) -> dict[str, ServerSpec]:
+        """The built-in servers and the user's (whose names come first)."""
+        return {**{label: b.spec for label, b in self.builtins.items()},
+                **self.config().servers}
+
     def spec(self, label: str, where: str = "server_label") -> ServerSpec:
-        spec = self.config().servers.get(label)
+        spec = self.specs().get(label)
         if spec is None:
             problem = self.config().problems.get(label)
             raise InvalidRequest(f"{where}: {label!r} " + (
@@ -96,7 +102,8 @@ class Toolbox:
         """Its tools with their policies (starting it if needed); denied ones included,
         so that the app can show them (the request leaves them out)."""
         out = []
-        for tool in self.servers.tools(spec):
+        builtin = self._builtin(spec)
+        for tool in builtin.tools() if builtin else self.servers.tools(spec):
             notes = tool.annotations
             read_only = bool(notes and notes.readOnlyHint)
             # MCP: destructiveHint means something only for a tool that is not read-only,
@@ -113,8 +120,13 @@ class Toolbox:
         cannot be used. A server that will not start is listed with why."""
         config, running = self.config(), self.servers.status() if self._servers else {}
         servers = []
-        for label, spec in config.servers.items():
-            entry = {"label": label, "kind": spec.kind, "describe": spec.describe(),
+        for label, spec in self.specs().items():
+            builtin = self._builtin(spec)
+            if builtin:
+                running[label] = {"state": "ready", "error": None, "starts": 0,
+                                  "tools": len(builtin.tools()), "log": ""}
+            entry = {"label": label, "kind": "built in" if builtin else spec.kind,
+                     "describe": spec.describe(),
                      "identity": spec.identity, "disabled": spec.disabled,
                      **running.get(label, {"state": "stopped", "error": None, "starts": 0,
                                            "tools": 0, "log": ""})}
@@ -139,12 +151,18 @@ class Toolbox:
             result = error_result("the arguments must be a JSON object")
         elif self.approvals.policy(spec, tool) == DENY:
             result = error_result(f"The user does not allow {tool} of {spec.label}.")
+        elif self._builtin(spec):
+            result = self._builtin(spec).call(tool, arguments, max(256, max_chars))
         else:
             result = self.servers.call(spec, tool, arguments, max(256, max_chars))
         self.calls.add(spec.label, spec.identity, tool, arguments if isinstance(
             arguments, dict) else {"not an object": json.dumps(arguments)[:200]},
             result, approved)
         return result
+
+    def _builtin(self, spec: ServerSpec):
+        builtin = self.builtins.get(spec.label)
+        return builtin if builtin is not None and builtin.spec == spec else None
 
     def remember(self, spec: ServerSpec, tool: str, decision: str) -> None:
         """The user's "always" (allow) or "never" (deny) for a tool."""

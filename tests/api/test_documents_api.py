@@ -217,3 +217,32 @@ def test_an_index_stopped_midway_goes_on_after_a_restart(tmp_path_factory, start
             assert done["files_total"] < 400  # only what was left was read
     finally:
         process.stop()
+
+
+def test_a_short_file_goes_in_whole_and_search_is_a_tool(served):
+    http, _, folder, _ = served
+    (folder / "kitchen.md").write_text(
+        "# Oven\nThe oven needs twenty minutes to preheat before baking bread.\n"
+        + "It is cleaned on Sundays with soap and warm water. " * 12
+        + "\n\n# Fridge\nThe fridge is set to four degrees.\n"
+        + "Its shelves hold vegetables, milk and cheese in that order. " * 12)
+    deadline = time.monotonic() + 60
+    while ready(http, "home")["files_indexed"] < 4 and time.monotonic() < deadline:
+        time.sleep(0.3)  # the watcher adds it
+    answer = http.post("/v1/chat/completions", json={
+        "model": STARTER, "max_tokens": 4, "collections": ["home"],
+        "messages": [{"role": "user", "content": "How long does the oven preheat?"}]}).json()
+    first = answer["citations"][0]
+    assert first["path"].endswith("kitchen.md") and first["whole"] is True
+    assert "four degrees" in first["text"]  # the rest of the file came with it
+    assert any("given whole" in note for note in answer["homerack"]["notes"])
+    servers = {s["label"]: s for s in http.get("/v1/mcp/servers").json()["servers"]}
+    assert servers["documents"]["kind"] == "built in"
+    tools = http.get("/v1/mcp/servers/documents/tools").json()["tools"]
+    assert tools[0]["name"] == "search_documents" and tools[0]["read_only"]
+    assert tools[0]["parameters"]["properties"]["collection"]["enum"] == ["home"]
+    result = http.post("/v1/mcp/servers/documents/tools/search_documents/call", json={
+        "arguments": {"query": "wheel bolts torque", "top_k": 2}, "approved": "once"}).json()
+    found = json.loads(result["text"])
+    assert not result["is_error"] and found[0]["path"].endswith("manual.pdf")
+    assert found[0]["page"] == 2
