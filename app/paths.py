@@ -49,6 +49,11 @@ class Paths:
         return self.data / "mcp.json"
 
     @property
+    def tool_logs(self) -> Path:
+        """MCP servers' stderr (LABEL.log) and the log of every call (calls.jsonl)."""
+        return self.data / "logs" / "mcp"
+
+    @property
     def gguf_cache(self) -> Path:
         return self.cache / "gguf-info.json"
 

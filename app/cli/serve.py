@@ -145,7 +145,7 @@ def _settings(args):
         jit_ttl_s=args.model_ttl * 60 if args.model_ttl else None,
         presets_file=where.data / "presets.json",
         mcp_config=where.mcp_config, tool_approvals=where.data / "tool-approvals.json",
-        tool_logs=where.data / "logs" / "mcp", request_mcp=args.allow_request_mcp,
+        tool_logs=where.tool_logs, request_mcp=args.allow_request_mcp,
         documents=where.data / "documents.sqlite")
 
 

@@ -46,7 +46,7 @@ def _import(where, target: str | None) -> int:
 def _list(config, where, as_json: bool) -> int:
     from engine.tools.servers import ToolServers
 
-    servers = ToolServers(where.data / "logs" / "mcp", start_s=30)
+    servers = ToolServers(where.tool_logs, start_s=30)
     out = {"servers": [], "problems": config.problems}
     try:
         for label, spec in config.servers.items():
@@ -87,12 +87,12 @@ def _call(spec, tool: str, arguments: str, where) -> int:
     if not isinstance(parsed, dict):
         print("error: the arguments must be a JSON object", file=sys.stderr)
         return 2
-    servers = ToolServers(where.data / "logs" / "mcp")
+    servers = ToolServers(where.tool_logs)
     try:
         result = servers.call(spec, tool, parsed)
     finally:
         servers.close()
-    CallLog(where.data / "logs" / "mcp" / "calls.jsonl").add(
+    CallLog(where.tool_logs).add(
         spec.label, spec.identity, tool, parsed, result, "terminal")
     print(result.text)
     return 1 if result.is_error else 0

@@ -74,14 +74,14 @@ def router(engine: Engine) -> APIRouter:
     @api.put("/v1/mcp/approvals")
     async def decide(body: DecisionRequest):
         engine.tools.remember(engine.tools.spec(body.server, "server"), body.tool, body.decision)
-        return {"approvals": [a.__dict__ for a in engine.tools.approvals.entries()]}
+        return {"approvals": engine.tools.decisions()}
 
     @api.delete("/v1/mcp/approvals/{identity}")
     async def revoke(identity: str, tool: str | None = None):
         if not engine.tools.approvals.revoke(identity, tool):
             raise InvalidRequest(f"no decision for {tool or 'any tool'} of server {identity}",
                                  param="identity")
-        return {"approvals": [a.__dict__ for a in engine.tools.approvals.entries()]}
+        return {"approvals": engine.tools.decisions()}
 
     @api.get("/v1/mcp/calls")
     async def calls(count: int = 100):

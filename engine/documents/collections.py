@@ -77,7 +77,6 @@ class Collections:
         self._progress: dict[str, Progress] = {}
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._observer = None
-        self._watched: dict[str, list[str]] = {}  # collection: its folders watched
         self._pending: dict[str, threading.Timer] = {}  # changes waiting for quiet
         self._worker = threading.Thread(target=self._work, name="homerack-documents",
                                         daemon=True)
@@ -187,7 +186,6 @@ class Collections:
                 self._observer.schedule(Changed(), folder, recursive=True)
             except OSError as exc:  # too many watches, a folder gone: the next look finds it
                 log.warning("cannot watch %s: %s", folder, exc)
-        self._watched[name] = paths
 
     def _changed(self, name: str) -> None:
         held = self._pending.pop(name, None)

@@ -64,8 +64,9 @@ class CallLog:
     """Every call: when, which server (by identity), the tool, its arguments, how it ended
     and the start of its result; one JSON line each, in a 0600 file."""
 
-    def __init__(self, path: Path | None):
-        self.path = path
+    def __init__(self, logs: Path | None):
+        """`logs`: the servers' logs folder, where calls.jsonl is kept (None: no log)."""
+        self.path = logs / "calls.jsonl" if logs else None
 
     def add(self, server: str, identity: str, tool: str, arguments: dict,
             result: ToolResult, approved: str) -> None:

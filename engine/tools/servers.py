@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from contextlib import AsyncExitStack
@@ -206,7 +207,7 @@ class ToolServers:
     def _open_log(self, label: str):
         path = self.log_path(label)
         if path is None:
-            return open("/dev/null" if Path("/dev/null").exists() else "nul", "w")
+            return open(os.devnull, "w")
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = path.open("a", encoding="utf-8")
         handle.write(f"--- started {time.strftime('%Y-%m-%d %H:%M:%S')}\n")

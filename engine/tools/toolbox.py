@@ -49,7 +49,7 @@ class Toolbox:
                  request_servers: bool = False, servers: ToolServers | None = None):
         self.config_path, self.request_servers = config, request_servers
         self.approvals = Approvals(approvals)
-        self.calls = CallLog(logs / "calls.jsonl" if logs else None)
+        self.calls = CallLog(logs)
         self._servers_at = logs
         self._servers = servers
         self._read: tuple[float, ServerConfig] | None = None
@@ -133,7 +133,11 @@ class Toolbox:
             servers.append(entry)
         return {"servers": servers, "problems": config.problems,
                 "request_servers": self.request_servers,
-                "approvals": [a.__dict__ for a in self.approvals.entries()]}
+                "approvals": self.decisions()}
+
+    def decisions(self) -> list[dict]:
+        """The user's lasting decisions, as the routes list them."""
+        return [a.__dict__ for a in self.approvals.entries()]
 
     def tools_of(self, label: str) -> list[ToolInfo]:
         return self.offered(self.spec(label, "server"))

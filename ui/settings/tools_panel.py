@@ -178,7 +178,7 @@ class ToolsPanel(QWidget):
         QDesktopServices.openUrl(QUrl.fromLocalFile(str(path)))
 
     def _open_log(self, label: str) -> None:
-        path = self.where.data / "logs" / "mcp" / f"{label}.log"
+        path = self.where.tool_logs / f"{label}.log"
         if path.exists():
             QDesktopServices.openUrl(QUrl.fromLocalFile(str(path)))
         else:
