@@ -116,11 +116,10 @@ def read_image(name: str, data: bytes) -> Attachment:
     from engine.errors import InvalidRequest
 
     try:
-        picture = images.read_image(data, name)
+        picture = images.decoded(images.read_image(data, name), IMAGE_SIDE)
     except InvalidRequest as exc:
         raise AttachmentError(exc.message) from None
     upright = Image.frombytes("RGB", (picture.width, picture.height), picture.rgb)
-    upright.thumbnail((IMAGE_SIDE, IMAGE_SIDE))
     out = io.BytesIO()
     upright.save(out, "JPEG", quality=90)
     label = re.sub(r"[\[\]\n]", "", name)

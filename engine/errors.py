@@ -55,6 +55,11 @@ class InvalidRequest(HomerackError):
     kind = "invalid_request_error"
 
 
+class GrammarTooSlow(InvalidRequest):
+    """A request's grammar took longer to check its output than the budget allows: the
+    sequence ends, and the others of the step go on."""
+
+
 class NotSupported(HomerackError):
     """A route or field of another API that this engine does not offer."""
     status = 501

@@ -5,18 +5,26 @@ libmtmd would decode a buffer itself with stb_image, in the engine's process; he
 pixels reach it. Pillow reads PNG, JPEG, WebP, GIF (its first frame) and BMP; the EXIF
 orientation a phone writes is applied; anything else, a file cut short, a file that
 claims to be what it is not, or one too large (in bytes, or in pixels before a single
-one is decoded: a decompression bomb) is refused with a message naming the part."""
+one is decoded: a decompression bomb) is refused with a message naming the part.
+
+A request's pictures are read in two steps, so that a small file cannot take memory it
+has no use for (a 6 KB 1-bit PNG of 7000×7000 is 150 MB of RGB): `read_image` reads the
+header alone (format, size, orientation) where the request arrives, and `decoded`
+decodes one picture, straight to the size its projector takes, when the model that sees
+it tokenizes the prompt; a model that cannot see refuses the request before any is
+decoded. A request carries at most MAX_PICTURES pictures of MAX_REQUEST_PIXELS in all."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import io
 import re
 import secrets
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import InvalidRequest
 
@@ -25,6 +33,9 @@ from ..errors import InvalidRequest
 MARKER = f"<__image_{secrets.token_hex(8)}__>"
 MAX_BYTES = 20 * 1024 * 1024   # one image's file (OpenAI's limit)
 MAX_PIXELS = 50_000_000         # one image's pixels (Pillow warns at 89 M, refuses at 179 M)
+MAX_PICTURES = 16               # in one request
+MAX_REQUEST_PIXELS = 100_000_000  # all of one request's pictures, as their headers say
+DECODED_SIDE = 2048             # the longest side decoded when a projector names no size
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
 _DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)?(?:;[^,;]*)*;base64,(?P<data>.*)",
                        re.DOTALL)
@@ -32,14 +43,17 @@ _DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)?(?:;[^,;]*)*;base64,(?
 
 @dataclass(frozen=True)
 class Picture:
-    """An image ready for a projector: RGB pixels, row by row, and the hash of the file it
-    came from (its identity: the same file is encoded once)."""
+    """An image and the hash of the file it came from (its identity: the same file is
+    encoded once). As read from a request it holds the file (`data`) and its upright size
+    from the header; `decoded` gives it RGB pixels, row by row (`rgb`), at the size
+    decoded."""
     digest: str
     width: int
     height: int
     rgb: bytes = b""
     url: str = ""    # an http(s) image not fetched yet (fetched() brings it, when allowed)
     where: str = ""  # its part in the request, for errors
+    data: bytes = b""  # the image file, until it is decoded
 
     def __repr__(self) -> str:  # never the pixels in a log
         return f"Picture({self.digest[:12]}, {self.width}x{self.height})"
@@ -65,14 +79,61 @@ def from_base64(text: str, where: str) -> Picture:
 
 
 def read_image(data: bytes, where: str) -> Picture:
-    """The image in `data` as pixels, or a 400 naming `where`."""
-    from PIL import Image, ImageOps, UnidentifiedImageError
-
+    """The image in `data`, its header checked (a format read here, its pixels under the
+    cap) and nothing decoded; a 400 naming `where` when it is no such image."""
     if not data:
         raise InvalidRequest(f"{where}: the image is empty", param=where)
     if len(data) > MAX_BYTES:
         raise InvalidRequest(f"{where}: the image is {len(data) / 2**20:.1f} MiB; at most "
                              f"{MAX_BYTES // 2**20} MiB", param=where)
+    with _opened(data, where) as image:
+        width, height = image.size
+        if image.getexif().get(_ORIENTATION, 1) in (5, 6, 7, 8):  # turned a quarter
+            width, height = height, width
+    return Picture(hashlib.sha256(data).hexdigest(), width, height, where=where, data=data)
+
+
+def decoded(picture: Picture, longest: int = DECODED_SIDE) -> Picture:
+    """`picture` as upright RGB pixels, its longest side at most `longest` (a JPEG is
+    decoded at the reduced scale itself); a 400 naming its part when the file turns out
+    damaged past its header."""
+    if picture.rgb:
+        return picture
+    from PIL import Image, ImageOps
+
+    with _opened(picture.data, picture.where) as image:  # its errors: a 400 as it reads
+        image.seek(0)  # an animation's first frame
+        image.draft("RGB", (longest, longest))  # JPEG: decoded at 1/2, 1/4 or 1/8
+        image.thumbnail((longest, longest), Image.Resampling.BICUBIC, reducing_gap=2.0)
+        upright = ImageOps.exif_transpose(image).convert("RGB")
+    return replace(picture, width=upright.width, height=upright.height,
+                   rgb=upright.tobytes(), data=b"")
+
+
+def check_request(pictures: tuple[Picture, ...]) -> None:
+    """A request's pictures within the caps, in number and in pixels (as their headers
+    say), before any is decoded."""
+    if len(pictures) > MAX_PICTURES:
+        raise InvalidRequest(f"{pictures[MAX_PICTURES].where}: at most {MAX_PICTURES} "
+                             f"images in one request", param=pictures[MAX_PICTURES].where)
+    total = 0
+    for picture in pictures:
+        total += picture.width * picture.height
+        if total > MAX_REQUEST_PIXELS:
+            raise InvalidRequest(f"{picture.where}: the request's images pass "
+                                 f"{MAX_REQUEST_PIXELS // 1_000_000} megapixels in all",
+                                 param=picture.where)
+
+
+_ORIENTATION = 0x0112  # EXIF
+
+
+@contextlib.contextmanager
+def _opened(data: bytes, where: str):
+    """Pillow's image over `data`, its header read and its pixels refused past MAX_PIXELS
+    before any is decoded; its errors a 400 naming `where`."""
+    from PIL import Image, UnidentifiedImageError
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -82,8 +143,7 @@ def read_image(data: bytes, where: str) -> Picture:
                     raise InvalidRequest(
                         f"{where}: the image is {width}×{height} pixels; at most "
                         f"{MAX_PIXELS // 1_000_000} megapixels", param=where)
-                image.seek(0)  # an animation's first frame
-                upright = ImageOps.exif_transpose(image).convert("RGB")
+                yield image
     except InvalidRequest:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
@@ -95,8 +155,6 @@ def read_image(data: bytes, where: str) -> Picture:
     except (OSError, ValueError, SyntaxError, EOFError, MemoryError) as exc:
         raise InvalidRequest(f"{where}: the image cannot be decoded ({exc})", param=where) \
             from None
-    return Picture(hashlib.sha256(data).hexdigest(), upright.width, upright.height,
-                   upright.tobytes())
 
 
 FETCH_TIMEOUT_S = 20

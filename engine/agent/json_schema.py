@@ -119,6 +119,11 @@ def _repetitions(schema, where: str):
                                  param=f"{where}.pattern")
         for number in quantifiers(pattern):
             yield "pattern", abs(number)
+        product = nested_repetition(pattern)
+        if product > MAX_REPEAT:  # each level multiplies the grammar's parse stacks
+            raise InvalidRequest(f"{where}: the pattern's nested repetitions multiply to "
+                                 f"{product:,}; constrained output allows at most "
+                                 f"{MAX_REPEAT}", param=f"{where}.pattern")
 
 
 def quantifiers(pattern: str) -> list[int]:
@@ -147,6 +152,38 @@ def quantifiers(pattern: str) -> list[int]:
             i = end
         i += 1
     return numbers
+
+
+def nested_repetition(pattern: str) -> int:
+    """The largest product of {m,n} counts nested in one another in `pattern`: 99³ for
+    ((a{9,99}){9,99}){9,99}. Each level of optional repetition multiplies the stacks
+    llama.cpp's grammar sampler keeps, and its time per token grows without end while
+    every single count stays under MAX_REPEAT. A group's value is the largest product
+    inside it; a quantifier multiplies the value of the atom before it."""
+    frames, last, i = [1], 1, 0  # the largest product in each open group; the last atom's
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            last, i = 1, i + 1
+        elif c == "[":
+            i += 1
+            while i < len(pattern) and pattern[i] != "]":
+                i += 2 if pattern[i] == "\\" else 1
+            last = 1
+        elif c == "(":
+            frames.append(1)
+        elif c == ")" and len(frames) > 1:
+            last = frames.pop()
+            frames[-1] = max(frames[-1], last)
+        elif c == "{" and (end := pattern.find("}", i)) > 0:
+            counts = [abs(n) for n in quantifiers(pattern[i:end + 1])] or [1]
+            last *= max(counts)
+            frames[-1] = max(frames[-1], last)
+            i = end
+        else:
+            last = 1
+        i += 1
+    return max(frames)
 
 
 def nesting(grammar_text: str) -> int:

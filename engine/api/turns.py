@@ -10,6 +10,7 @@ from typing import AsyncIterator, Callable
 
 from fastapi import Request
 
+from ..agent import images
 from ..agent.compose import compose
 from ..agent.conversation import Conversation, checked
 from ..agent.json_schema import MAX_GRAMMAR, MAX_NESTING, nesting
@@ -187,8 +188,10 @@ def conversation_turn(engine: Engine, body, conv: Conversation | Callable[[], Co
     request = request_for(engine, body)
     family = engine.chat_format_of(request.model).family
     composed = compose(conv, family, separate=thinking.separate, id_prefix=id_prefix)
+    pictures = tuple(p for m in conv.messages for p in m.pictures)
+    images.check_request(pictures)  # in number and pixels, before any is decoded
     request = replace(request, messages=composed.messages, tools=composed.tools,
-                      pictures=tuple(p for m in conv.messages for p in m.pictures),
+                      pictures=pictures,
                       grammar=request.grammar or engine.grammar(composed),
                       template_kwargs=thinking.template_kwargs(),
                       thinking_budget=thinking.budget)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from ..errors import MemoryFull
+from ..errors import GrammarTooSlow, MemoryFull
 from ..events import CANCELLED, Failed, Job, Started, Usage
 from .kv_pool import CellLedger
 from ..llama.runtime import Chunk, DecodeFailed, NoKVSlot, common_prefix
@@ -349,7 +349,11 @@ class Scheduler:
         """Each slot samples at its own batch index."""
         llama = self.host.loaded.llama
         for slot, end in picks:
-            token = slot.sampler.sample(llama, end)
+            try:
+                token = slot.sampler.sample(llama, end)
+            except GrammarTooSlow as exc:  # this sequence ends; the others go on
+                self._fail(slot, exc)
+                continue
             if slot.job.request.measure_confidence:
                 slot.output.weigh(llama.logits(end), token)
             self._advance(slot, token)
@@ -386,6 +390,9 @@ class Scheduler:
                 return
         except NoKVSlot:  # as in a plain step: the sequence ends, the engine goes on
             self._outgrown([slot])
+            return
+        except GrammarTooSlow as exc:
+            self._fail(slot, exc)
             return
         slot.last = None
         for token in tokens:

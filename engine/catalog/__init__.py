@@ -7,8 +7,11 @@
   watch.py               the folders watched: files that come and go found in seconds
   shelf.py               what the routes read of the models on disk (Engine.shelf)
   gguf_file.py           GGUF files validated, their metadata read with `gguf`
+  gguf_bounds.py         a GGUF header's counts checked against its bytes before `gguf`
+                         reads it (a crafted header loops or takes gigabytes there)
   shape.py               a model's shape as the planner needs it, from its header
   chat_format.py         the model's own chat template, rendered
+  template_budget.py     a template's render bounded in steps, time and size
   template_polyfills.py  what a template lacks, supplied as llama.cpp's engine does
   sampling_defaults.py   each model's own sampling defaults
   facts.py               what a header says, as /v1/models lists it

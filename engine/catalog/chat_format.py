@@ -14,11 +14,11 @@ from functools import lru_cache
 
 from jinja2 import TemplateError, nodes
 from jinja2.ext import Extension
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import InvalidRequest
 from ..formats.families import GENERIC, Family, detect
 from .gguf_file import GGUFInfo
+from .template_budget import BoundedEnvironment, BudgetExceeded, render
 from .template_polyfills import LADDER
 
 GEMMA_TEMPLATE = (
@@ -75,7 +75,8 @@ class ChatFormat:
 
         What a template lacks is supplied (template_polyfills.LADDER, one more rewrite at
         a time); a template that still raises is the request's 400 in its own words: it
-        is the model file's code."""
+        is the model file's code. A template that runs past its budget (template_budget)
+        is a 400 at once, not tried again."""
         extra = dict(kwargs or {})
         if "functions" in self.template and "functions" not in extra:  # firefunction v2
             extra["functions"] = json.dumps([t["function"] for t in tools or ()])
@@ -89,14 +90,16 @@ class ChatFormat:
             try:
                 return self._render(adapted, {**extra, **({"tools": offered}
                                                          if offered is not None else {})})
+            except BudgetExceeded as exc:
+                raise InvalidRequest(f"the model's chat template ({self.name}) was stopped: "
+                                     f"{exc}", param="messages") from None
             except Exception as exc:  # noqa: BLE001 (any error of the template's own code)
                 first_error = first_error or exc
         raise _refusal(first_error)
 
     def _render(self, messages: list[dict], extra: dict) -> str:
-        return _compile(self.template).render(messages=messages, add_generation_prompt=True,
-                                              bos_token=self.bos_token,
-                                              eos_token=self.eos_token, **extra)
+        return render(_compile(self.template), messages=messages, add_generation_prompt=True,
+                      bos_token=self.bos_token, eos_token=self.eos_token, **extra)
 
     def describe(self) -> str:
         if self.fallback:
@@ -143,8 +146,8 @@ def _raise_exception(message: str):
 @lru_cache(maxsize=16)
 def _compile(template: str):
     # The same environment settings Hugging Face uses for chat templates.
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols", _Generation])
+    env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                             extensions=["jinja2.ext.loopcontrols", _Generation])
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     env.filters["tojson"] = _tojson

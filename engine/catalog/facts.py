@@ -19,6 +19,8 @@ def describe(store: ModelStore, model: LocalModel, kind: str | None) -> dict:
     """The facts of `model` (of `kind`, as store.kind_of says) for its listing."""
     if kind == "adapter":
         return _adapter(store, model)
+    if kind == "unreadable":  # said with its reason (a damaged or crafted header)
+        return {"problem": model.problem or store.inspector.failure(model.path)}
     if not store.inspector.known(model.path):
         return {"sampling_defaults": None, "capabilities": None}
     facts = store.inspector.inspect(model.path)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..errors import InvalidModelFile
 from .adapters import adapter_facts, matrix_shapes
+from .gguf_bounds import check_file
 from .shape import ModelShape, field_value, shape_or_none
 from ..files import read_json, write_best_effort
 
@@ -83,10 +84,13 @@ def _check_extent(reader, path: Path, size: int) -> None:
 
 
 def open_gguf(path: str | os.PathLike, mode: str = "r"):
-    """The `gguf` package's GGUFReader, its memory map seen as a plain array. The reader
+    """The `gguf` package's GGUFReader, its memory map seen as a plain array, over a header
+    first bounded by `gguf_bounds.check_file` (HeaderProblem, a ValueError, when it is
+    absurd or truncated: the reader itself would loop or take gigabytes). The reader
     slices the map once per element of every field, and each slice of numpy's memmap
     subclass pays bookkeeping that was two thirds of the parse: Gemma 3's 262k-token
     vocabulary took 13 s, now 4 s. The map stays open underneath the view."""
+    check_file(path)
     return _plain_map_reader()(path, mode)
 
 
@@ -113,9 +117,15 @@ def _parse(path: Path) -> GGUFInfo:
         if handle.read(4) != GGUF_MAGIC:
             raise InvalidModelFile(f"{path.name} is not a GGUF model file (wrong magic bytes)")
     try:
-        reader = open_gguf(path)
+        return _read(path, size)
+    except InvalidModelFile:
+        raise
     except Exception as exc:  # the reader raises many kinds on damaged files
         raise InvalidModelFile(f"{path.name} is damaged or truncated: {exc}") from exc
+
+
+def _read(path: Path, size: int) -> GGUFInfo:
+    reader = open_gguf(path)
     _check_extent(reader, path, size)
     arch = field_value(reader, "general.architecture")
     if not arch:
@@ -217,12 +227,16 @@ def _from_record(record: dict) -> GGUFInfo:
 
 
 class GGUFInspector:
-    """Validates files and caches what it read, keyed by path, size and mtime."""
+    """Validates files and caches what it read, keyed by path, size and mtime; a file that
+    failed is remembered with its reason (asked again, it fails at once)."""
+
+    WAIT_S = 120.0  # for another thread's parse of the same file (a large vocabulary: 4 s)
 
     def __init__(self, cache_file: Path | None = None):
         self._cache_file = cache_file
         self._lock = threading.Lock()
         self._entries: dict[str, dict] = self._load()
+        self._failed: dict[str, str] = {}  # why each file that failed did, by key
         self._parsing: dict[str, threading.Event] = {}  # files being parsed, by key
 
     def inspect(self, path: str | os.PathLike) -> GGUFInfo:
@@ -230,6 +244,8 @@ class GGUFInspector:
         key = self._key(path)
         with self._lock:
             cached = self._entries.get(key)
+            if key in self._failed:
+                raise InvalidModelFile(self._failed[key])
             flight = self._parsing.get(key) if cached is None else None
             first = cached is None and flight is None
             if first:
@@ -242,7 +258,9 @@ class GGUFInspector:
                     self._entries.pop(key, None)
                 return self.inspect(path)  # read again
         if not first:  # another request parses it: a 262k vocabulary takes seconds, once
-            flight.wait()
+            if not flight.wait(self.WAIT_S):
+                raise InvalidModelFile(f"{path.name} is still being read after "
+                                       f"{self.WAIT_S:.0f} s")
             return self.inspect(path)
         try:
             info = _parse(path)
@@ -250,6 +268,10 @@ class GGUFInspector:
                 self._entries[key] = asdict(info)
                 self._save()
             return info
+        except InvalidModelFile as exc:
+            with self._lock:
+                self._failed[key] = exc.message
+            raise
         finally:
             with self._lock:
                 self._parsing.pop(key).set()
@@ -275,7 +297,16 @@ class GGUFInspector:
         except InvalidModelFile:
             return False
         with self._lock:
-            return key in self._entries
+            return key in self._entries or key in self._failed
+
+    def failure(self, path: str | os.PathLike) -> str | None:
+        """Why `path` could not be read, when it was tried and failed."""
+        try:
+            key = self._key(Path(path))
+        except InvalidModelFile as exc:
+            return exc.message
+        with self._lock:
+            return self._failed.get(key)
 
     @staticmethod
     def _key(path: Path) -> str:

@@ -23,12 +23,12 @@ class Passage:
 
 def passages(lines: Iterable[Line], count: Callable[[str], int],
              max_tokens: int = MAX_TOKENS) -> list[Passage]:
-    """`count`: a text's tokens in the embedding model's vocabulary."""
+    """`count`: a text's tokens in the embedding model's vocabulary. `lines` are taken one
+    at a time, and each is tokenized once (a blank line not at all)."""
     out: list[Passage] = []
     held: list[Line] = []
     tokens = 0
-    for line in _short_lines(lines, count, max_tokens):
-        size = count(line.text) + 1
+    for line, size in _short_lines(lines, count, max_tokens):
         if held and (tokens + size > max_tokens or line.page != held[0].page
                      or (line.heading != held[0].heading and tokens > max_tokens // 4)):
             out.append(_passage(held))
@@ -46,18 +46,22 @@ def _passage(lines: list[Line]) -> Passage:
                    lines[0].number, lines[-1].number, lines[0].heading)
 
 
-def _short_lines(lines: Iterable[Line], count, max_tokens: int) -> Iterable[Line]:
-    """Each line, cut by words where it alone holds too many tokens."""
+def _short_lines(lines: Iterable[Line], count, max_tokens: int
+                 ) -> Iterable[tuple[Line, int]]:
+    """Each line with its tokens (and one for its line break), cut by words where it
+    alone holds too many."""
     for line in lines:
-        if count(line.text) < max_tokens:
-            yield line
+        size = count(line.text) if line.text.strip() else 0
+        if size < max_tokens:
+            yield line, size + 1
             continue
         words, piece = line.text.split(" "), []
         for word in words:
             piece.append(word[:2000])
             if count(" ".join(piece)) >= max_tokens - 8:
-                yield Line(" ".join(piece[:-1]) or piece[-1], line.number, line.page,
-                           line.heading)
+                text = " ".join(piece[:-1]) or piece[-1]
+                yield Line(text, line.number, line.page, line.heading), count(text) + 1
                 piece = [] if len(piece) == 1 else piece[-1:]
         if piece:
-            yield Line(" ".join(piece), line.number, line.page, line.heading)
+            text = " ".join(piece)
+            yield Line(text, line.number, line.page, line.heading), count(text) + 1

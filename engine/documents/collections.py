@@ -11,6 +11,7 @@ import logging
 import os
 import queue
 import re
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -78,6 +79,7 @@ class Collections:
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._observer = None
         self._pending: dict[str, threading.Timer] = {}  # changes waiting for quiet
+        self._watches: dict[str, list] = {}  # watchdog's (handler, watch), by collection
         self._worker = threading.Thread(target=self._work, name="homerack-documents",
                                         daemon=True)
         self._worker.start()
@@ -113,6 +115,11 @@ class Collections:
         if not self.index.remove(name):
             raise InvalidRequest(f"there is no collection named {name!r}", param="name")
         self._progress.pop(name, None)
+        held = self._pending.pop(name, None)
+        if held:
+            held.cancel()
+        for handler, watch in self._watches.pop(name, ()):  # another may watch the folder
+            self._observer.remove_handler_for_watch(handler, watch)
 
     def status(self, name: str | None = None) -> dict | list[dict]:
         listed = [{**c, **(self._progress[c["name"]].as_json() if c["name"] in self._progress
@@ -183,11 +190,15 @@ class Collections:
         for path in paths:
             folder = path if Path(path).is_dir() else str(Path(path).parent)
             try:
-                self._observer.schedule(Changed(), folder, recursive=True)
+                handler = Changed()
+                self._watches.setdefault(name, []).append(
+                    (handler, self._observer.schedule(handler, folder, recursive=True)))
             except OSError as exc:  # too many watches, a folder gone: the next look finds it
                 log.warning("cannot watch %s: %s", folder, exc)
 
     def _changed(self, name: str) -> None:
+        if name not in self._watches:  # removed since the event was sent
+            return
         held = self._pending.pop(name, None)
         if held:
             held.cancel()
@@ -256,8 +267,10 @@ class Collections:
 
 
 def _files(paths: list[str]) -> dict[str, tuple[int, int]]:
-    """Every indexable file under the collection's paths: (size, mtime_ns) by path.
-    Hidden folders (.git, .venv) are skipped; links are not followed out of a folder."""
+    """Every indexable file under the collection's paths: (size, mtime_ns) by path. Only
+    regular files whose real place lies under the root they were found from: no link is
+    followed (out of the folder or within it), no FIFO, socket or device is listed.
+    Hidden folders (.git, .venv) are skipped."""
     out: dict[str, tuple[int, int]] = {}
     for root in paths:
         start = Path(root)
@@ -266,17 +279,29 @@ def _files(paths: list[str]) -> dict[str, tuple[int, int]]:
             if path.suffix.lower() not in SUFFIXES:
                 continue
             try:
-                stat = path.stat()
+                found = os.lstat(path)  # the entry itself, never what a link names
             except OSError:
                 continue
-            out[str(path)] = (stat.st_size, stat.st_mtime_ns)
+            if not stat.S_ISREG(found.st_mode) or not _under(path, start):
+                continue
+            out[str(path)] = (found.st_size, found.st_mtime_ns)
             if len(out) >= MAX_FILES:
                 return out
     return out
 
 
+def _under(path: Path, root: Path) -> bool:
+    """Whether `path`'s real place is `root` or lies under it (a folder on the way may
+    have been swapped for a link since the walk passed it)."""
+    try:
+        return os.path.commonpath([os.path.realpath(path), os.path.realpath(root)]) == \
+            os.path.realpath(root)
+    except ValueError:
+        return False
+
+
 def _walk(folder: Path):
-    for directory, folders, names in os.walk(folder):
+    for directory, folders, names in os.walk(folder):  # links to folders are not entered
         folders[:] = sorted(f for f in folders if not f.startswith("."))
         for name in sorted(names):
             if not name.startswith("."):

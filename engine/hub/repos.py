@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from ..catalog.drafts import MAX_DRAFT_SIZE_RATIO
 from ..errors import HomerackError, InvalidRequest
+from ..catalog.gguf_bounds import HeaderProblem, walk
 from ..catalog.gguf_file import read_facts, read_header
 from ..formats.families import capabilities
 from ..catalog.projectors import is_projector, projector_for
@@ -276,6 +277,16 @@ def read_remote(repo: str, quant: QuantFiles, read: Callable, endpoint: str | No
             data = _plain(lambda: _first_bytes(url, wanted, token), f"{repo}/{quant.files[0]}")
             if not data.startswith(GGUF_MAGIC):
                 raise HubError(f"{quant.files[0]} is not a GGUF file")
+            try:  # bounded before any reader sees it: a crafted header loops or takes GBs
+                walk(data)
+            except HeaderProblem as problem:
+                if not problem.truncated:
+                    raise HubError(f"{quant.files[0]}: {problem}") from None
+                if len(data) < wanted or wanted >= MAX_HEADER:
+                    found = None
+                    break
+                wanted = min(wanted * 4, MAX_HEADER)
+                continue
             with path.open("wb") as handle:
                 handle.write(data)
                 handle.truncate(max(size, len(data)))

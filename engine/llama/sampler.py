@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import ctypes
 import secrets
+import time
 from typing import TYPE_CHECKING
 
 import llama_cpp as llama
 import numpy as np
 
-from ..errors import InvalidRequest
+from ..errors import GrammarTooSlow, InvalidRequest
 from ..events import SamplingParams
 
 if TYPE_CHECKING:
@@ -20,6 +21,12 @@ if TYPE_CHECKING:
 # order flash attention sums them in); answers here meet two logits within 0.001 of each
 # other about once in 40 tokens, and plain argmax would then follow the rounding.
 GREEDY_TIE = 0.01
+# A grammar's work for one token, and for a whole answer: a grammar within every static
+# bound can still slow down with each token (nested optional repetitions multiply the
+# parse stacks), and every request on the model waits behind it. Ordinary grammars take
+# milliseconds a token here, a whole vocabulary checked tens of milliseconds.
+GRAMMAR_TOKEN_S = 2.0
+GRAMMAR_TOTAL_S = 30.0
 
 
 def greedy_pick(logits: np.ndarray) -> int:
@@ -44,13 +51,14 @@ class Sampler:
     applied to all candidates and the pick made again among those it allows."""
 
     def __init__(self, params: SamplingParams, n_vocab: int, grammar: str | None = None,
-                 vocab=None):
+                 vocab=None, budget_s: tuple[float, float] = (GRAMMAR_TOKEN_S, GRAMMAR_TOTAL_S)):
         self.greedy = params.temperature <= 0
         self._penalized = bool(params.frequency_penalty or params.presence_penalty)
         self._argmax = self.greedy and not self._penalized and grammar is None
         self._chain = _chain(params, n_vocab)
         self._grammar, self._vocab = None, vocab
         self._forced: list[int] = []  # tokens to write next whatever the logits say
+        self._budget_s, self._grammar_s = budget_s, 0.0  # (a token, the answer); spent
         if grammar is not None:
             self._grammar = llama.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
             if not self._grammar:
@@ -81,10 +89,26 @@ class Sampler:
         # pick goes through _pick so that only the kept token is accepted
         token = self._pick(logits, constrained=False) if self._penalized else \
             llama.llama_sampler_sample(self._chain, model.ctx, index)
+        started = time.perf_counter()
         if not self._allows(token):  # refused: pick again
             token = self._pick(logits, constrained=True)
         self._accept(token)
+        self._spend(time.perf_counter() - started)
         return token
+
+    def _spend(self, seconds: float) -> None:
+        """The grammar's time for a token counted against the budget; GrammarTooSlow past
+        it (after the token is accepted: the sequence ends there)."""
+        self._grammar_s += seconds
+        per_token, total = self._budget_s
+        if seconds > per_token or self._grammar_s > total:
+            spent = f"{seconds:.1f} s for one token" if seconds > per_token else \
+                f"{self._grammar_s:.1f} s in all"
+            raise GrammarTooSlow(
+                f"the output's grammar took {spent} (at most {per_token:g} s a token and "
+                f"{total:g} s an answer): simplify its schema or grammar (nested "
+                "repetitions such as ((a{9,99}){9,99}) slow down with every token)",
+                param="grammar")
 
     def _take_forced(self) -> int | None:
         """The next forced token, accepted like a sampled one; None (the rest dropped)

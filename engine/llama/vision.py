@@ -22,7 +22,7 @@ import llama_cpp as llama
 import numpy as np
 from llama_cpp import mtmd_cpp as mtmd
 
-from ..agent.images import Picture
+from ..agent.images import DECODED_SIDE, Picture, decoded
 from ..errors import InvalidRequest, ModelLoadFailed
 from .backend import _log, measured_load
 from .runtime import DecodeFailed, LlamaModel, NoKVSlot
@@ -63,7 +63,7 @@ class Projector:
     """A loaded mmproj file beside its text model. Worker thread only, as the model."""
 
     def __init__(self, path: Path, model: LlamaModel, n_threads: int, device: str,
-                 min_tokens: int = -1, max_tokens: int = -1):
+                 min_tokens: int = -1, max_tokens: int = -1, longest: int = DECODED_SIDE):
         params = mtmd.mtmd_context_params_default()
         params.use_gpu, params.n_threads, params.print_timings = device != "CPU", n_threads, False
         params.warmup = True  # the compute buffer is reserved now, and measured with the load
@@ -79,6 +79,7 @@ class Projector:
             self.close()
             raise ModelLoadFailed(f"{path.name} is not a vision projector")
         self.path, self.n_vocab, self.n_embd = path, model.n_vocab, model.n_embd
+        self.longest = longest  # a picture's longest side as decoded for it
         #: bytes libmtmd allocated, by (device, kind): the weights are "model"
         self.buffers = {(device if where == "projector" else where, kind): size
                         for (where, kind), size in log.totals().items()}
@@ -127,6 +128,7 @@ class Projector:
         return prompt
 
     def _bitmap(self, picture: Picture):
+        picture = decoded(picture, self.longest)  # one at a time, at the size it takes
         data = (ctypes.c_uint8 * len(picture.rgb)).from_buffer_copy(picture.rgb)
         bitmap = mtmd.mtmd_bitmap_init(picture.width, picture.height, data)
         if not bitmap:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..agent.images import DECODED_SIDE
 from ..catalog.facts import checked_projector
 from ..catalog.models import LocalModel
 from ..catalog.projectors import ProjectorFacts
@@ -41,7 +42,10 @@ def wanted_projector(model: LocalModel, hidden: int | None,
 
 def load_projector(facts: ProjectorFacts, llama: LlamaModel, device: str, n_threads: int,
                    image_tokens: tuple[int, int] = (-1, -1)) -> Projector:
-    return Projector(Path(facts.path), llama, n_threads, device, *image_tokens)
+    # a picture is decoded at the size the projector resizes it to (idefics3's longest
+    # side), or at most DECODED_SIDE where its tiling or dynamic size decides later
+    return Projector(Path(facts.path), llama, n_threads, device, *image_tokens,
+                     longest=facts.preproc_size or DECODED_SIDE)
 
 
 class ImageCache:

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from PIL import Image
 
-from engine.agent.images import MAX_PIXELS, from_base64, from_data_url, read_image
+from engine.agent.images import (MAX_PICTURES, MAX_PIXELS, MAX_REQUEST_PIXELS, check_request,
+                                 decoded, from_base64, from_data_url, read_image)
 from engine.errors import InvalidRequest
 
 
@@ -25,7 +26,9 @@ def encoded(image: Image.Image, fmt: str, **options) -> bytes:
 
 @pytest.mark.parametrize("fmt", ["PNG", "JPEG", "WEBP", "GIF", "BMP"])
 def test_each_format_is_read_as_rgb_pixels(fmt):
-    picture = read_image(encoded(Image.new("RGB", (40, 30), (250, 10, 10)), fmt), "image")
+    read = read_image(encoded(Image.new("RGB", (40, 30), (250, 10, 10)), fmt), "image")
+    assert (read.width, read.height) == (40, 30) and read.rgb == b""  # the header alone
+    picture = decoded(read)
     assert (picture.width, picture.height) == (40, 30)
     assert len(picture.rgb) == 40 * 30 * 3
     assert picture.rgb[0] > 200 and picture.rgb[1] < 60  # red stays red
@@ -35,7 +38,7 @@ def test_a_gif_gives_its_first_frame():
     frames = [Image.new("RGB", (8, 8), color) for color in ((255, 0, 0), (0, 0, 255))]
     out = io.BytesIO()
     frames[0].save(out, "GIF", save_all=True, append_images=frames[1:])
-    assert read_image(out.getvalue(), "image").rgb[:3] == bytes((255, 0, 0))
+    assert decoded(read_image(out.getvalue(), "image")).rgb[:3] == bytes((255, 0, 0))
 
 
 def test_exif_orientation_is_applied():
@@ -44,7 +47,10 @@ def test_exif_orientation_is_applied():
     exif[0x0112] = 6  # rotate 90° clockwise to view
     data = encoded(Image.new("RGB", (60, 20)), "JPEG", exif=exif.tobytes())
     picture = read_image(data, "image")
+    assert (picture.width, picture.height) == (20, 60)  # known from the header
+    picture = decoded(picture)
     assert (picture.width, picture.height) == (20, 60)
+    assert len(picture.rgb) == 20 * 60 * 3
 
 
 def test_the_same_file_has_the_same_identity():
@@ -74,8 +80,8 @@ def _bomb_png(width: int, height: int) -> bytes:
     (encoded(Image.new("RGB", (8, 8)), "TIFF"), "not an image"),  # Pillow reads it: not offered
 ])
 def test_bad_images_are_refused_naming_the_part(data, says):
-    with pytest.raises(InvalidRequest) as caught:
-        read_image(data, "messages[0].content[1]")
+    with pytest.raises(InvalidRequest) as caught:  # by its header, or as it decodes
+        decoded(read_image(data, "messages[0].content[1]"))
     assert says in caught.value.message
     assert caught.value.param == "messages[0].content[1]"
 
@@ -93,7 +99,7 @@ def test_bad_encodings_are_refused():
 @given(st.binary(max_size=4096))
 def test_any_bytes_are_an_image_or_a_400(data):
     try:
-        picture = read_image(data, "image")
+        picture = decoded(read_image(data, "image"))
     except InvalidRequest:
         return
     assert len(picture.rgb) == picture.width * picture.height * 3
@@ -105,9 +111,38 @@ def test_a_real_image_damaged_anywhere_is_an_image_or_a_400(at, garbage):
     data = bytearray(encoded(Image.new("RGB", (32, 24), (1, 2, 3)), "PNG"))
     data[at:at + len(garbage)] = garbage
     try:
-        read_image(bytes(data), "image")
+        decoded(read_image(bytes(data), "image"))
     except InvalidRequest:
         pass
+
+
+def _one_bit_png(side: int) -> bytes:
+    """A 1-bit PNG of side×side, all white: a few kB that decode to side² × 3 bytes."""
+    return encoded(Image.new("1", (side, side), 1), "PNG", optimize=True)
+
+
+def test_a_small_file_of_many_pixels_is_read_by_its_header_and_decoded_to_the_size_asked():
+    data = _one_bit_png(7000)
+    assert len(data) < 20_000  # 14 KB on the wire, 147 MB as RGB
+    pictures = [read_image(data, f"images[{i}]") for i in range(12)]
+    assert all((p.width, p.height, p.rgb, p.data) == (7000, 7000, b"", data) for p in pictures)
+    small = decoded(pictures[0], 512)
+    assert (small.width, small.height) == (512, 512) and len(small.rgb) == 512 * 512 * 3
+    assert small.data == b"" and small.digest == pictures[0].digest
+
+
+def test_a_request_is_capped_in_pictures_and_in_pixels():
+    one = read_image(encoded(Image.new("RGB", (8, 8)), "PNG"), "x")
+    check_request((one,) * MAX_PICTURES)
+    many = tuple(read_image(encoded(Image.new("RGB", (8, 8)), "PNG"), f"messages[0].content[{i}]")
+                 for i in range(MAX_PICTURES + 1))
+    with pytest.raises(InvalidRequest, match=f"at most {MAX_PICTURES} images") as caught:
+        check_request(many)
+    assert caught.value.param == f"messages[0].content[{MAX_PICTURES}]"
+    big = read_image(_one_bit_png(7000), "images[0]")
+    count = MAX_REQUEST_PIXELS // (7000 * 7000) + 1
+    with pytest.raises(InvalidRequest, match="megapixels in all"):
+        check_request((big,) * count)
 
 
 @pytest.fixture
