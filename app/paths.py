@@ -17,6 +17,7 @@ import platformdirs
 
 from engine.spawn import frozen
 
+TOOL_APPROVALS = "tool-approvals.json"  # in the data folder (Paths.tool_approvals)
 
 @dataclass(frozen=True)
 class Paths:
@@ -47,6 +48,12 @@ class Paths:
     def mcp_config(self) -> Path:
         """The user's MCP servers, in the mcpServers notation of Claude Desktop and Cursor."""
         return self.data / "mcp.json"
+
+    @property
+    def tool_approvals(self) -> Path:
+        """The user's lasting allow, ask or deny per tool: the app writes an allow, the
+        engine reads (engine/tools/approvals.py)."""
+        return self.data / TOOL_APPROVALS
 
     @property
     def tool_logs(self) -> Path:

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from engine.files import write_atomic
+from engine.tools.approvals import ALLOW, Approvals
 from engine.tools.config import import_servers, other_apps_files, usable_keyring
 
 from .paths import Paths
@@ -21,6 +22,24 @@ def config_file(where: Paths) -> Path:
     if not path.exists():
         write_atomic(path, json.dumps(SKELETON, indent=2) + "\n")
     return path
+
+
+def allow_for_good(approvals: Path, server: dict, tool: str) -> None:
+    """The user's "Always allow" for `tool` of `server` (an entry of the engine's server
+    listing: its label, identity and description), written here, where the user clicked:
+    the engine's API never writes a lasting allow."""
+    Approvals(approvals).decide_for(server["identity"], server["label"], server["describe"],
+                                    tool, ALLOW)
+
+
+def decide(client, where: Paths, label: str, tool: str, decision: str) -> None:
+    """The Tools page's choice for a tool: an allow written here (allow_for_good), ask
+    and deny through the engine."""
+    if decision != ALLOW:
+        client.decide_tool(label, tool, decision)
+        return
+    server = next(s for s in client.mcp_servers()["servers"] if s["label"] == label)
+    allow_for_good(where.tool_approvals, server, tool)
 
 
 def import_from(where: Paths, source: Path) -> list[str]:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable, Iterator
 
 from .client import EngineClient, StreamedReply
+from .tool_config import allow_for_good
 
 MAX_ROUNDS = 6
 RESULT_SHARE = 0.25  # of the context a tool's result may take (cut beyond, saying so)
@@ -30,6 +32,7 @@ class OfferedTool:
     read_only: bool = False
     destructive: bool = True
     describe: str = ""  # the server: its command line or URL
+    identity: str = ""  # the server's, as the engine binds decisions to it
     offered: dict = field(default_factory=dict)  # the engine's function definition of it
 
     def definition(self, function: str) -> dict:
@@ -85,8 +88,10 @@ def offered_tools(client: EngineClient, servers: list[str], model: str | None
             continue
         tokens += listed["tokens"]
         describe = known.get(label, {}).get("describe", "")
+        identity = known.get(label, {}).get("identity", "")
         tools += [OfferedTool(label, t["name"], t["description"], t["parameters"], t["policy"],
-                              t["read_only"], t["destructive"], describe, t["definition"])
+                              t["read_only"], t["destructive"], describe, t["definition"],
+                              identity)
                   for t in listed["tools"] if t["policy"] != "deny"]
     return tools, tokens, problems
 
@@ -103,11 +108,12 @@ def function_names(tools: list[OfferedTool]) -> dict[str, OfferedTool]:
 def converse(client: EngineClient, messages: list[dict], reply: StreamedReply,
              tools: dict[str, OfferedTool], ask: Callable[[OfferedTool, dict], Approval | None],
              should_stop: Callable[[], bool], n_ctx: int, report: Callable[[tuple], None],
-             chat_allowed: set, forced: str | None = None,
+             chat_allowed: set, forced: str | None = None, approvals: Path | None = None,
              **options) -> Iterator[tuple[str, str]]:
     """The reply's pieces across rounds; each finished call is reported as ("tool",
     ToolRound). `chat_allowed`: the conversation's (server, tool) pairs the user allowed
-    for this chat (grows here). `forced`: the function the first round must call."""
+    for this chat (grows here). `forced`: the function the first round must call.
+    `approvals`: the file an "Always allow" is written to (app/tool_config.py)."""
     messages = list(messages)
     definitions = [tool.definition(name) for name, tool in tools.items()]
     last = False
@@ -130,7 +136,7 @@ def converse(client: EngineClient, messages: list[dict], reply: StreamedReply,
         for call in reply.tool_calls:
             if should_stop():
                 return
-            done = _one_call(client, call, tools, ask, chat_allowed, n_ctx)
+            done = _one_call(client, call, tools, ask, chat_allowed, n_ctx, approvals)
             report(("tool", done))
             statuses.append(done.status)
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": done.result})
@@ -148,7 +154,7 @@ def _whole(arguments: str) -> str:
 
 
 def _one_call(client: EngineClient, call: dict, tools: dict[str, OfferedTool], ask,
-              chat_allowed: set, n_ctx: int) -> ToolRound:
+              chat_allowed: set, n_ctx: int, approvals: Path | None) -> ToolRound:
     tool = tools.get(call["name"])
     try:
         arguments = json.loads(call["arguments"] or "{}")
@@ -169,6 +175,9 @@ def _one_call(client: EngineClient, call: dict, tools: dict[str, OfferedTool], a
         approved, arguments = approval.choice, approval.arguments
         if approved in ("chat", "always"):  # no more cards for it in this chat
             chat_allowed.add((tool.server, tool.name))
+        if approved == "always" and approvals is not None and tool.identity:
+            allow_for_good(approvals, {"identity": tool.identity, "label": tool.server,
+                                       "describe": tool.describe}, tool.name)
     max_chars = max(1024, int(n_ctx * RESULT_SHARE * CHARS_PER_TOKEN))
     result = client.call_tool(tool.server, tool.name, arguments, approved, max_chars)
     return ToolRound(call["id"], tool.server, tool.name, arguments, result["text"],

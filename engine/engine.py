@@ -107,7 +107,8 @@ class Engine:
         a new one is recorded, and a cascade starts with its small model."""
         if any(p.url for p in request.pictures):  # on this worker thread, not the loop
             request = replace(request, pictures=fetched(request.pictures,
-                                                        self.settings.image_urls))
+                                                        self.settings.image_urls,
+                                                        self.settings.image_hosts))
         job = Job(next(self._ids), request, emit)
         route = self._route(job)
         job.request = self._rendered(job.request)

@@ -20,16 +20,35 @@ log = logging.getLogger("homerack")
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """`path` holds `text`, or (an OSError: a full disk) is as it was."""
+    """`path` holds `text`, or (an OSError: a full disk) is as it was. The text reaches
+    the disk before the name points at it, and the name before this returns: after a
+    power cut the file is the old one or the new one, never empty."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _sync_folder(path.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    """The rename made durable (a folder's entry is data of its own on POSIX)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:  # Windows cannot open a folder: its rename is durable enough
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse a folder's fsync: the file itself is synced
+        pass
+    finally:
+        os.close(fd)
 
 
 def write_best_effort(path: Path, text: str) -> bool:

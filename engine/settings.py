@@ -69,6 +69,7 @@ class EngineSettings:
     auto_ctx: bool = False            # load.n_ctx not asked: the planner chooses (up to 32k)
     tensor_parallel: bool = False     # the planner may split every layer across GPUs
     image_urls: bool = False          # requests' http(s) images fetched (off: data URLs only)
+    image_hosts: frozenset[str] = frozenset()  # non-public hosts those images may come from
     image_tokens: tuple[int, int] = (-1, -1)  # a projector's image_min/max_tokens (-1: its own)
     mcp_config: Path | None = None    # the user's MCP servers (engine/tools/config.py)
     tool_approvals: Path | None = None  # the user's allow/ask/deny per tool

@@ -141,10 +141,11 @@ def _settings(args):
         cpu_moe_layers=args.cpu_moe_layers, max_models=args.max_models,
         tensor_parallel=args.split_mode == "tensor",
         image_urls=args.allow_image_urls,
+        image_hosts=frozenset(h.strip().lower() for h in args.image_hosts.split(",") if h.strip()),
         image_tokens=(args.image_min_tokens, args.image_max_tokens),
         jit_ttl_s=args.model_ttl * 60 if args.model_ttl else None,
         presets_file=where.data / "presets.json",
-        mcp_config=where.mcp_config, tool_approvals=where.data / "tool-approvals.json",
+        mcp_config=where.mcp_config, tool_approvals=where.tool_approvals,
         tool_logs=where.tool_logs, request_mcp=args.allow_request_mcp,
         documents=where.data / "documents.sqlite")
 
@@ -228,7 +229,10 @@ def add_commands(sub) -> None:
     serve.add_argument("--no-prompt-cache", action="store_true")
     serve.add_argument("--allow-image-urls", action="store_true",
                        help="fetch the http(s) images requests name (off: data URLs only; "
-                            "on, the engine reaches any address a request names)")
+                            "on, from public addresses only, unless --image-hosts)")
+    serve.add_argument("--image-hosts", default="", metavar="HOST[,HOST...]",
+                       help="with --allow-image-urls: hosts on this machine or the home "
+                            "network that requests' image URLs may also name")
     serve.add_argument("--allow-request-mcp", action="store_true",
                        help="a request may name an MCP server by URL (the Responses API's "
                             "mcp tool); off: only the servers in mcp.json, by label")

@@ -23,6 +23,7 @@ import hashlib
 import io
 import re
 import secrets
+import time
 import warnings
 from dataclasses import dataclass, replace
 
@@ -165,15 +166,21 @@ def remote(url: str, where: str) -> Picture:
     return Picture("", 0, 0, url=url, where=where)
 
 
-def fetched(pictures: tuple[Picture, ...], allowed: bool) -> tuple[Picture, ...]:
+def fetched(pictures: tuple[Picture, ...], allowed: bool,
+            hosts: frozenset[str] = frozenset()) -> tuple[Picture, ...]:
     """The pictures with those on the web brought here: only when the user allows it
-    (`serve --allow-image-urls`; off by default, as the engine would otherwise reach any
-    address a request names, its own network's included)."""
-    return tuple(_fetch(p, allowed) if p.url else p for p in pictures)
+    (`serve --allow-image-urls`; off by default), and only from public addresses or the
+    `hosts` the user listed (`serve --image-hosts`): the engine would otherwise reach any
+    address a request names, its own network's included."""
+    return tuple(_fetch(p, allowed, hosts) if p.url else p for p in pictures)
 
 
-def _fetch(picture: Picture, allowed: bool) -> Picture:
+def _fetch(picture: Picture, allowed: bool, hosts: frozenset[str]) -> Picture:
+    """The picture's URL fetched within FETCH_TIMEOUT_S in all, from a public address only
+    (engine/outbound.py: checked at each connection, redirects included)."""
     import httpx
+
+    from ..outbound import AddressRefused, client
 
     where = picture.where
     if not allowed:
@@ -181,9 +188,10 @@ def _fetch(picture: Picture, allowed: bool) -> Picture:
                              "the image as a data URL (data:image/png;base64,...), or start it "
                              "with --allow-image-urls", param=where)
     data = bytearray()
+    deadline = time.monotonic() + FETCH_TIMEOUT_S
     try:
-        with httpx.Client(timeout=FETCH_TIMEOUT_S, follow_redirects=True, max_redirects=3
-                          ) as client, client.stream("GET", picture.url) as reply:
+        with client(hosts, timeout=FETCH_TIMEOUT_S, follow_redirects=True, max_redirects=3
+                    ) as web, web.stream("GET", picture.url) as reply:
             if reply.status_code != 200:
                 raise InvalidRequest(f"{where}: fetching the image got HTTP {reply.status_code}",
                                      param=where)
@@ -192,6 +200,11 @@ def _fetch(picture: Picture, allowed: bool) -> Picture:
                 if len(data) > MAX_BYTES:
                     raise InvalidRequest(f"{where}: the image is over {MAX_BYTES // 2**20} MiB",
                                          param=where)
+                if time.monotonic() > deadline:  # a server that trickles bytes
+                    raise InvalidRequest(f"{where}: the image did not arrive within "
+                                         f"{FETCH_TIMEOUT_S} s", param=where)
+    except AddressRefused as exc:
+        raise InvalidRequest(f"{where}: {exc}", param=where) from None
     except httpx.HTTPError as exc:
         raise InvalidRequest(f"{where}: the image could not be fetched ({exc})",
                              param=where) from None

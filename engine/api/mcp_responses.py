@@ -177,11 +177,16 @@ def _as_function(item: dict, function: str, output: str) -> list[dict]:
 
 
 def needs_approval(engine: Engine, offered: _Offered) -> bool:
-    """The user's "always" runs it; otherwise the request may waive approval, except for
-    a tool its server marks destructive (or leaves unmarked)."""
+    """What the user allows runs unasked (an "always", or read-only tools when the user
+    lets them run unasked). A request's waiver (`require_approval: never`) covers only the
+    tools of a server the request itself named by URL, and of those only the ones the
+    server does not mark destructive: the user's own servers run on this machine with
+    the user's credentials, and their hints (read-only) are the server's word, not the
+    user's."""
     if offered.tool.policy == "allow":
         return False
-    return offered.tool.hints.destructive or not offered.server.waived(offered.tool.name)
+    return not offered.spec.from_request or offered.tool.hints.destructive or \
+        not offered.server.waived(offered.tool.name)
 
 
 Round = Callable[[Any], Awaitable[tuple[Any, Any]]]  # a body -> (Started, Collected)

@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..engine import Engine
 from ..errors import Forbidden, InvalidRequest
 
-# how a call was approved: by the card (once, this chat, always), or by the user's
-# lasting "allow" (policy)
+# how a call was approved: by the card (once, this chat, always: the app writes that
+# lasting allow itself), or by the user's lasting "allow" (policy)
 Approved = Literal["once", "chat", "always", "policy"]
 
 
@@ -59,8 +59,7 @@ def router(engine: Engine) -> APIRouter:
                 await asyncio.to_thread(engine.tools.policy, spec, tool) != "allow":
             raise Forbidden(f"{tool} of {label} runs only when the user approves it",
                             param="approved")
-        if body.approved == "always":
-            engine.tools.remember(spec, tool, "allow")
+        # "always" runs this call; the lasting allow is the app's to write (approvals.py)
         result = await asyncio.to_thread(engine.tools.run, spec, tool, body.arguments, body.approved,
                                          body.max_chars)
         return result.as_json()

@@ -64,12 +64,16 @@ class Approvals:
         return default_policy(hints, self.read_only_unasked)
 
     def decide(self, spec: ServerSpec, tool: str, decision: str) -> None:
+        self.decide_for(spec.identity, spec.label, spec.describe(), tool, decision)
+
+    def decide_for(self, identity: str, label: str, describe: str, tool: str,
+                   decision: str) -> None:
+        """A decision for the server of `identity` (as the engine lists it)."""
         if decision not in (ALLOW, ASK, DENY):
             raise ValueError(decision)
         data = self._read()
-        entry = data.setdefault(spec.identity, {"server": spec.label,
-                                                "describe": spec.describe(), "tools": {}})
-        entry["server"], entry["describe"] = spec.label, spec.describe()
+        entry = data.setdefault(identity, {"server": label, "describe": describe, "tools": {}})
+        entry["server"], entry["describe"] = label, describe
         entry["tools"][tool] = decision
         self._write(data)
 

@@ -37,7 +37,8 @@ class ServerSpec:
     headers: tuple[tuple[str, str], ...] = ()
     timeout_s: float = DEFAULT_TIMEOUT_S
     disabled: bool = False
-    from_request: bool = False
+    from_request: bool = False  # named by a request: connected through engine.outbound
+    allowed_hosts: frozenset[str] = frozenset()  # which it may reach though not public
 
     @property
     def kind(self) -> str:
@@ -45,9 +46,11 @@ class ServerSpec:
 
     @property
     def identity(self) -> str:
-        """What approvals are bound to: the program and its arguments, or the URL. A
-        server whose command changes is another server and asks again."""
-        what = json.dumps([self.url] if self.url else [self.command, list(self.args)])
+        """What approvals are bound to: the program, its arguments, its environment and
+        folder, or the URL. A server whose command, environment (a PATH, a config) or
+        folder changes is another server and asks again."""
+        what = json.dumps([self.url] if self.url else
+                          [self.command, list(self.args), sorted(self.env), self.cwd])
         return hashlib.sha256(what.encode()).hexdigest()[:16]
 
     def describe(self) -> str:

@@ -17,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from ..errors import ToolServerFailed
+from ..outbound import async_client
 from .calls import MAX_RESULT_CHARS, ToolResult, error_result, result_of
 from .config import ServerSpec, with_secrets
 
@@ -91,8 +92,7 @@ class ToolServers:
     # -- on the servers' loop ------------------------------------------------------------
 
     def _server(self, spec: ServerSpec) -> _Server:
-        # a server a request names never takes the place of the user's of that name
-        key = f"request:{spec.identity}" if spec.from_request else spec.label
+        key = _key(spec)
         server = self._servers.get(key)
         if server is None or server.spec != spec:  # a changed configuration is another one
             if server is not None:
@@ -102,14 +102,24 @@ class ToolServers:
 
     async def _tools(self, spec: ServerSpec) -> list:
         server = self._server(spec)
-        await self._ready(server)
+        await self._ready_or_evicted(server)
         return list(server.tools)
+
+    async def _ready_or_evicted(self, server: _Server) -> None:
+        """_ready; a request's server that fails is forgotten (each URL a request names
+        would otherwise stay listed for ever)."""
+        try:
+            await self._ready(server)
+        except ToolServerFailed:
+            if server.spec.from_request:
+                self._servers.pop(_key(server.spec), None)
+            raise
 
     async def _call(self, spec: ServerSpec, name: str, arguments: dict,
                     max_chars: int) -> ToolResult:
         server = self._server(spec)
         try:
-            await self._ready(server)
+            await self._ready_or_evicted(server)
         except ToolServerFailed as exc:
             return error_result(exc.message)
         if not any(t.name == name for t in server.tools):
@@ -121,6 +131,8 @@ class ToolServers:
                 name, arguments, read_timeout_seconds=timedelta(seconds=spec.timeout_s))
         except Exception as exc:  # noqa: BLE001 - a timeout, a closed pipe: the model is told
             await self._stop(server)
+            if spec.from_request:
+                self._servers.pop(_key(spec), None)
             why = "did not answer" if "timed out" in str(exc).lower() or \
                 isinstance(exc, TimeoutError) else f"failed ({_said(exc)})"
             return error_result(
@@ -190,9 +202,13 @@ class ToolServers:
             import httpx
             from mcp.client.streamable_http import streamable_http_client
             from mcp.shared._httpx_utils import create_mcp_http_client
-            client = await stack.enter_async_context(create_mcp_http_client(
-                headers=dict(spec.headers) or None,
-                timeout=httpx.Timeout(self.start_s, read=spec.timeout_s)))
+            timeout = httpx.Timeout(self.start_s, read=spec.timeout_s)
+            # a request's server: every connection checked and pinned (outbound.py)
+            client = await stack.enter_async_context(
+                async_client(spec.allowed_hosts, headers=dict(spec.headers) or None,
+                             timeout=timeout, follow_redirects=True, max_redirects=3)
+                if spec.from_request else
+                create_mcp_http_client(headers=dict(spec.headers) or None, timeout=timeout))
             read, write, _ = await stack.enter_async_context(
                 streamable_http_client(spec.url, http_client=client))
             return read, write
@@ -244,6 +260,13 @@ class ToolServers:
             for server in list(self._servers.values()):
                 if server.state == "ready" and now - server.last_used > self.idle_s:
                     await self._stop(server)
+                    if server.spec.from_request:  # a request's: gone, not kept stopped
+                        self._servers.pop(_key(server.spec), None)
+
+
+def _key(spec: ServerSpec) -> str:
+    # a server a request names never takes the place of the user's of that name
+    return f"request:{spec.identity}" if spec.from_request else spec.label
 
 
 async def _all_tools(session) -> list:

@@ -8,8 +8,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
 
 from ..errors import Forbidden, InvalidRequest
+from ..outbound import AddressRefused, bad_headers, checked_address
 from .approvals import ALLOW, DENY, Approvals, Hints
 from .calls import MAX_RESULT_CHARS, CallLog, ToolResult, error_result
 from .config import ServerConfig, ServerSpec, read_config, spec_of
@@ -94,9 +98,31 @@ class Toolbox:
         """A server a request names by URL: refused unless the user allowed such servers."""
         if not self.request_servers:
             raise Forbidden(REQUEST_SERVERS_OFF, param=where)
+        refused = bad_headers(headers)
+        if refused:
+            field = where.rsplit(".", 1)[0] + ".headers"
+            raise InvalidRequest(f"{field}: {', '.join(refused)} cannot be set by a request",
+                                 param=field)
         entry = {"url": url, "headers": headers or {}}
         spec = spec_of(label, entry, where)
-        return ServerSpec(spec.label, url=spec.url, headers=spec.headers, from_request=True)
+        allowed = self._user_hosts()
+        parts = urlsplit(spec.url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:  # said now, in words; checked again at every connection (outbound.py)
+            checked_address(parts.hostname or "", port, allowed)
+        except AddressRefused as exc:
+            raise Forbidden(f"{where}: {exc} (list the server in mcp.json to use it)",
+                            param=where) from None
+        except httpx.ConnectError as exc:
+            raise InvalidRequest(f"{where}: {exc}", param=where) from None
+        return ServerSpec(spec.label, url=spec.url, headers=spec.headers, from_request=True,
+                          allowed_hosts=allowed)
+
+    def _user_hosts(self) -> frozenset[str]:
+        """The hosts of the user's own HTTP servers in mcp.json: a request may name them
+        wherever they are (the user listed them)."""
+        return frozenset((urlsplit(s.url).hostname or "").lower()
+                         for s in self.config().servers.values() if s.url)
 
     def offered(self, spec: ServerSpec) -> list[ToolInfo]:
         """Its tools with their policies (starting it if needed); denied ones included,
@@ -169,9 +195,14 @@ class Toolbox:
         return builtin if builtin is not None and builtin.spec == spec else None
 
     def remember(self, spec: ServerSpec, tool: str, decision: str) -> None:
-        """The user's "always" (allow) or "never" (deny) for a tool."""
-        if decision not in (ALLOW, DENY, "ask"):
-            raise InvalidRequest("decision must be allow, ask or deny", param="decision")
+        """A tool made stricter: it asks, or it is denied. A lasting allow is the user's
+        own, written by the app where the user clicked (app/tool_config.py), never by a
+        request: whoever holds the token could otherwise allow any tool for good."""
+        if decision == ALLOW:
+            raise Forbidden("a tool is allowed for good only by the user, in the app (its "
+                            "approval card or Tools page)", param="decision")
+        if decision not in (DENY, "ask"):
+            raise InvalidRequest("decision must be ask or deny", param="decision")
         self.approvals.decide(spec, tool, decision)
 
     def close(self) -> None:

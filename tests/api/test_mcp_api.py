@@ -34,16 +34,31 @@ def _engine(tmp_path_factory, starters_dir, name: str, mcp: dict, args=()):
     (home / name / "data").mkdir(parents=True)
     (home / name / "data" / "mcp.json").write_text(json.dumps({"mcpServers": mcp}))
     process, address, _ = start_engine(home, name, ["--parallel", "1", *args])
-    return process, address
+    return process, address, home / name / "data"
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory, starters_dir, everything):
-    process, address = _engine(tmp_path_factory, starters_dir, "tools", {
+def engine_at(tmp_path_factory, starters_dir, everything):
+    process, address, data = _engine(tmp_path_factory, starters_dir, "tools", {
         "everything": {"url": everything}, "time": time_server(),
         "broken": {"command": 42}})
-    yield address
+    yield address, data
     process.stop()
+
+
+@pytest.fixture(scope="module")
+def engine(engine_at):
+    return engine_at[0]
+
+
+def _allow_in_app(http, data, label: str, tools: list[str]) -> None:
+    """What the app writes when the user clicks "Always allow" (app/tool_config.py)."""
+    from app.tool_config import allow_for_good
+
+    server = next(s for s in http.get("/v1/mcp/servers").json()["servers"]
+                  if s["label"] == label)
+    for tool in tools:
+        allow_for_good(data / "tool-approvals.json", server, tool)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +80,8 @@ def _items(response, kind: str) -> list:
     return [item for item in response.output if item.type == kind]
 
 
-def test_a_responses_mcp_tool_runs_a_call_on_server_everything(client):
+def test_a_responses_mcp_tool_runs_a_call_on_server_everything(client, http, engine_at):
+    _allow_in_app(http, engine_at[1], "everything", ["echo", "get-sum"])
     response = client.responses.create(
         model="smollm2-135m-instruct-q4_1", input="Say hello through the echo tool.",
         tools=[_mcp(allowed_tools=["echo", "get-sum"], require_approval="never")],
@@ -94,7 +110,7 @@ def test_an_mcp_response_streams_its_items(client):
     assert "The sum of" in events[-1].response.output[1].output
 
 
-def test_approval_is_asked_then_answered(client):
+def test_approval_is_asked_then_answered(client, http):
     tools = [_mcp(allowed_tools=["toggle-simulated-logging"], require_approval="always")]
     first = client.responses.create(
         model="smollm2-135m-instruct-q4_1", input="Turn logging on.", tools=tools,
@@ -110,6 +126,8 @@ def test_approval_is_asked_then_answered(client):
              "approve": True}])
     call = _items(approved, "mcp_call")[0]
     assert call.name == "toggle-simulated-logging" and "logging" in call.output.lower()
+    kept = http.get("/v1/mcp/servers").json()["approvals"]
+    assert all(a["tool"] != "toggle-simulated-logging" for a in kept)  # a call, not for good
     denied = client.responses.create(
         model="smollm2-135m-instruct-q4_1", tools=tools, max_output_tokens=24,
         input=[{"role": "user", "content": "Turn logging on."}, *previous,
@@ -128,6 +146,35 @@ def test_a_request_may_not_name_a_server_url_unless_allowed(client, everything):
         client.responses.create(model="smollm2-135m-instruct-q4_1", input="hi",
                                 tools=[{"type": "mcp", "server_label": "nowhere"}])
     assert "nowhere" in str(unknown.value)
+
+
+def test_a_requests_waiver_does_not_run_the_users_own_servers_tools_unasked(client):
+    """`require_approval: never` on a server of mcp.json: its tool says it only reads,
+    which is the server's word, not the user's; the call waits for an approval."""
+    response = client.responses.create(
+        model="smollm2-135m-instruct-q4_1", input="What time is it in Tokyo?",
+        tools=[{"type": "mcp", "server_label": "time", "allowed_tools": ["get_current_time"],
+                "require_approval": "never"}],
+        tool_choice={"type": "mcp", "server_label": "time", "name": "get_current_time"},
+        max_output_tokens=32)
+    assert _items(response, "mcp_approval_request") and not _items(response, "mcp_call")
+
+
+def test_only_the_app_writes_a_lasting_allow(http):
+    """The API runs a call approved "always", and writes nothing: an allow for good is the
+    user's click in the app; a request may make a tool stricter, never looser."""
+    ran = http.post("/v1/mcp/servers/time/tools/get_current_time/call",
+                    json={"arguments": {"timezone": "UTC"}, "approved": "always"})
+    assert ran.status_code == 200 and not ran.json()["is_error"]
+    policies = {t["name"]: t["policy"] for t in
+                http.get("/v1/mcp/servers/time/tools").json()["tools"]}
+    assert policies["get_current_time"] == "ask"
+    refused = http.put("/v1/mcp/approvals", json={"server": "time", "tool": "get_current_time",
+                                                  "decision": "allow"})
+    assert refused.status_code == 403 and "in the app" in refused.text
+    unasked = http.post("/v1/mcp/servers/time/tools/get_current_time/call",
+                        json={"arguments": {"timezone": "UTC"}, "approved": "policy"})
+    assert unasked.status_code == 403
 
 
 def test_stdio_servers_are_never_started_from_a_request(http):
@@ -170,8 +217,9 @@ def test_decisions_persist_bind_to_the_server_and_can_be_revoked(http):
         "arguments": {"source_timezone": "UTC", "time": "12:00",
                       "target_timezone": "Asia/Tokyo"}, "approved": "once"}).json()
     assert denied["is_error"] and "does not allow" in denied["text"]
-    entry = http.get("/v1/mcp/servers").json()["approvals"][0]
-    assert entry["server"] == "time" and entry["decision"] == "deny"
+    entry = next(a for a in http.get("/v1/mcp/servers").json()["approvals"]
+                 if a["server"] == "time")
+    assert entry["tool"] == "convert_time" and entry["decision"] == "deny"
     http.delete(f"/v1/mcp/approvals/{entry['identity']}",
                 params={"tool": "convert_time"}).raise_for_status()
     tools = {t["name"]: t for t in http.get("/v1/mcp/servers/time/tools").json()["tools"]}
@@ -185,8 +233,32 @@ def test_request_servers_when_allowed_and_no_server_outlives_a_killed_engine(
         tmp_path_factory, starters_dir, everything):
     import psutil
 
-    process, address = _engine(tmp_path_factory, starters_dir, "open",
-                               {"time": time_server()}, ["--allow-request-mcp"])
+    from urllib.parse import urlsplit
+
+    process, address, _ = _engine(tmp_path_factory, starters_dir, "open",
+                                  {"time": time_server()}, ["--allow-request-mcp"])
+    try:
+        client = openai.OpenAI(base_url=address.url + "/v1", api_key=address.token)
+        port = urlsplit(everything).port
+        for url, says in ((everything, "loopback"),  # this machine's own services
+                          (f"http://localhost:{port}/mcp", "loopback"),
+                          (f"http://169.254.169.254:{port}/mcp", "link-local"),
+                          (f"http://10.0.0.1:{port}/mcp", "private")):
+            with pytest.raises(openai.PermissionDeniedError, match=says):
+                client.responses.create(
+                    model="smollm2-135m-instruct-q4_1", input="hi",
+                    tools=[{"type": "mcp", "server_label": "calc", "server_url": url}])
+        with pytest.raises(openai.BadRequestError, match="Host"):
+            client.responses.create(
+                model="smollm2-135m-instruct-q4_1", input="hi",
+                tools=[{"type": "mcp", "server_label": "calc", "server_url": everything,
+                        "headers": {"Host": "internal"}}])
+    finally:
+        process.stop()
+    # the user lists the host in mcp.json: a request may name it, and waive approval there
+    process, address, _ = _engine(tmp_path_factory, starters_dir, "listed",
+                                  {"time": time_server(), "mine": {"url": everything}},
+                                  ["--allow-request-mcp"])
     try:
         client = openai.OpenAI(base_url=address.url + "/v1", api_key=address.token)
         response = client.responses.create(

@@ -61,3 +61,23 @@ def test_a_file_is_written_whole_private_and_read_back(tmp_path):
     assert path.stat().st_mode & 0o777 == 0o600
     assert read_json(tmp_path / "missing.json", {}) is None
     assert [p.name for p in path.parent.iterdir()] == ["f.json"]  # no temporary left
+
+
+def test_a_file_reaches_the_disk_before_its_name_points_at_it(tmp_path, monkeypatch):
+    """A power cut after the rename must not leave an empty settings, approvals or
+    mcp.json: the text is synced before the rename, and the folder's entry after it."""
+    import os
+    import stat
+
+    steps = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        steps.append("folder" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", lambda *a: steps.append("rename") or real_replace(*a))
+    write_atomic(tmp_path / "mcp.json", '{"mcpServers": {}}')
+    assert steps == ["file", "rename", "folder"]
+    assert json.loads((tmp_path / "mcp.json").read_text()) == {"mcpServers": {}}

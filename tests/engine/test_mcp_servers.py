@@ -143,3 +143,30 @@ def test_an_idle_server_is_stopped(tmp_path):
         assert servers.call(spec, "get_current_time", {"timezone": "UTC"}).is_error is False
     finally:
         servers.close()
+
+
+def test_a_requests_server_that_fails_is_forgotten_and_connects_only_where_checked(servers):
+    """A server a request names is not kept once it failed (each URL would stay for
+    ever), and its connection goes through engine.outbound: loopback refused unless the
+    user listed it."""
+    import socket
+
+    from engine.errors import ToolServerFailed
+    from engine.tools.config import ServerSpec
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    dead = ServerSpec("calc", url=f"http://127.0.0.1:{port}/mcp", from_request=True,
+                      allowed_hosts=frozenset({"127.0.0.1"}))
+    with pytest.raises(ToolServerFailed):
+        servers.tools(dead)
+    assert servers.status() == {}  # not listed, not kept
+    with everything_http() as url:
+        refused = ServerSpec("calc", url=url, from_request=True)
+        with pytest.raises(ToolServerFailed, match="loopback"):
+            servers.tools(refused)
+        listed = ServerSpec("calc", url=url, from_request=True,
+                            allowed_hosts=frozenset({"127.0.0.1"}))
+        assert "echo" in {t.name for t in servers.tools(listed)}
+    assert list(servers.status()) == [f"request:{listed.identity}"]

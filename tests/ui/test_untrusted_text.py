@@ -87,3 +87,26 @@ def test_a_labels_text_is_never_read_as_html(qtbot, open_window, tripwire):
     qtbot.wait(100)
     assert not tripwire.opened.is_set()
     assert window.banner.label.text().startswith("<img")
+
+
+@pytest.mark.parametrize("name, opens", [
+    ("page.html", "folder"), ("page.htm", "folder"), ("run.sh", "folder"),
+    ("manual.pdf", "file"), ("notes.md", "file")])
+def test_a_cited_file_opens_where_nothing_in_it_runs(qtbot, monkeypatch, tmp_path, name, opens):
+    """A cited HTML page would run its scripts as a file:// page: its folder opens, as a
+    script's does; a document opens in its app."""
+    from PySide6.QtCore import QUrl
+    from PySide6.QtGui import QDesktopServices
+
+    from ui.chat.chat_view import SOURCE
+
+    opened = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url) or True)
+    view = ChatView()
+    qtbot.addWidget(view)
+    cited = tmp_path / "docs" / name
+    view.show_messages([Shown("m1", "assistant", "See the source.",
+                              sources=({"path": str(cited), "page": None},))])
+    view._on_link(QUrl(f"{SOURCE}:m1:0"))
+    target = cited.parent if opens == "folder" else cited
+    assert [url.toLocalFile() for url in opened] == [str(target)]

@@ -170,8 +170,51 @@ def test_an_image_on_the_web_is_fetched_only_when_allowed(web):
     with pytest.raises(InvalidRequest, match="--allow-image-urls") as refused:
         fetched(wanted, allowed=False)
     assert refused.value.param == "messages[0].content[0].image_url"
-    picture, = fetched(wanted, allowed=True)
+    with pytest.raises(InvalidRequest, match="127.0.0.1 is 127.0.0.1, a loopback address"):
+        fetched(wanted, allowed=True)  # allowed: the web, not this machine's own services
+    picture, = fetched(wanted, allowed=True, hosts=frozenset({"127.0.0.1"}))  # listed
     assert (picture.width, picture.height, picture.url) == (12, 7, "")
     for name, says in (("missing.png", "HTTP 404"), ("big.png", "over 20 MiB")):
         with pytest.raises(InvalidRequest, match=says):
-            fetched((remote(f"{url}/{name}", "x"),), allowed=True)
+            fetched((remote(f"{url}/{name}", "x"),), allowed=True,
+                    hosts=frozenset({"127.0.0.1"}))
+
+
+@pytest.mark.parametrize("address, says", [
+    ("127.0.0.2", "loopback"), ("10.1.2.3", "private"), ("192.168.1.20", "private"),
+    ("169.254.169.254", "link-local"), ("::1", "loopback"), ("fd00::1", "private"),
+    ("::ffff:127.0.0.1", "loopback"), ("0.0.0.0", "unspecified"), ("100.64.0.1", "private"),
+])
+def test_addresses_a_request_may_not_reach(address, says):
+    from engine.outbound import AddressRefused, checked_address
+
+    with pytest.raises(AddressRefused, match=says):
+        checked_address(address, 80)
+    assert checked_address(address, 80, frozenset({address})) == address  # the user listed it
+    assert checked_address("8.8.8.8", 443) == "8.8.8.8"
+
+
+def test_a_name_is_checked_at_each_connection_and_the_address_checked_is_the_one_used(
+        web, monkeypatch):
+    """DNS rebinding: the name resolves to a public address when first looked at and to
+    loopback at the connection; the connection's own resolution is the one checked."""
+    import socket
+
+    from engine.agent.images import fetched, remote
+
+    folder, url = web
+    (folder / "cat.png").write_bytes(encoded(Image.new("RGB", (4, 4)), "PNG"))
+    port = int(url.rsplit(":", 1)[1])
+    real = socket.getaddrinfo
+    answers = iter(["93.184.216.34", "127.0.0.1"])
+
+    def rebinding(host, *args, **kwargs):
+        if host == "pictures.example":
+            return real(next(answers, "127.0.0.1"), *args, **kwargs)
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    from engine.outbound import checked_address
+    assert checked_address("pictures.example", port) == "93.184.216.34"
+    with pytest.raises(InvalidRequest, match="loopback"):
+        fetched((remote(f"http://pictures.example:{port}/cat.png", "x"),), allowed=True)

@@ -61,10 +61,17 @@ def test_entries_of_every_notation_and_bad_ones_apart(tmp_path):
     assert read_config(tmp_path / "none.json").servers == {}
 
 
-def test_identity_is_the_program_and_its_arguments_or_the_url():
+def test_identity_is_the_program_its_arguments_environment_and_folder_or_the_url():
     one = spec_of("a", {"command": "node", "args": ["server.js"], "env": {"K": "1"}})
-    assert one.identity == spec_of("b", {"command": "node", "args": ["server.js"]}).identity
-    assert one.identity != spec_of("a", {"command": "node", "args": ["other.js"]}).identity
+    assert one.identity == spec_of("b", {"command": "node", "args": ["server.js"],
+                                         "env": {"K": "1"}}).identity  # the name is not it
+    assert one.identity != spec_of("a", {"command": "node", "args": ["other.js"],
+                                         "env": {"K": "1"}}).identity
+    # the same program told to do another thing: another server, asked again
+    assert one.identity != spec_of("a", {"command": "node", "args": ["server.js"],
+                                         "env": {"K": "2"}}).identity
+    assert one.identity != spec_of("a", {"command": "node", "args": ["server.js"],
+                                         "env": {"K": "1"}, "cwd": "/tmp"}).identity
     assert spec_of("u", {"url": "http://h/mcp"}).identity != \
         spec_of("u", {"url": "http://h2/mcp"}).identity
 

@@ -18,6 +18,7 @@ from app.attachments import (IMAGE_SUFFIXES, Attachment, AttachmentError, fitted
 from app.client import EngineClient, StreamedReply
 from app.history import History, SavedConversation
 from app.session import NotSaved, Sessions
+from app.paths import TOOL_APPROVALS
 from app.tool_rounds import Approval, converse, function_names, offered_tools, wait_for
 
 from ..markdown import Shown
@@ -57,7 +58,8 @@ def _receive_reply(task: Task, client: EngineClient, messages: list[dict],
             return wait_for(approval, stop)
 
         pieces = converse(client, messages, reply, named, ask, stop, tools["n_ctx"],
-                          task.report, tools["allowed"], forced, **options)
+                          task.report, tools["allowed"], forced, tools.get("approvals"),
+                          **options)
     for piece in pieces:
         task.report(piece)
     return reply
@@ -111,6 +113,7 @@ class ChatPage(QWidget):
         self.composer.image_pasted.connect(self.attach_picture)
         self.bar.detach_requested.connect(lambda: self._set_attachments([]))
         self.tools = ToolsButton(state, engine, data)
+        self.approvals = data / TOOL_APPROVALS  # where the card's "Always allow" is written
         self.bar.add_button(self.tools)
         self.documents = DocumentsButton(state)
         self.bar.add_button(self.documents)
@@ -202,6 +205,7 @@ class ChatPage(QWidget):
             return None
         plan = {"servers": list(now.tool_servers), "forced": now.forced_tool,
                 "n_ctx": now.context_size(), "conversation": conversation_id,
+                "approvals": self.approvals,
                 "allowed": self.chat_allowed.setdefault(conversation_id, set())}
         self.state.update(forced_tool=None)
         return plan

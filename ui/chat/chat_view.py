@@ -18,7 +18,9 @@ ACTIONS = {"edit", "regen", "prev", "next"}
 THINK = "think"  # a link that opens or closes a message's Thinking section
 TOOLS = "tools"  # one that opens or closes its tool calls
 SOURCE = "source"  # a cited file, opened
-OPENED = {".pdf", ".docx", ".md", ".markdown", ".txt", ".html", ".htm", ".rst", ".csv"}
+# files opened in their app when cited; any other (a script, an HTML page whose scripts
+# would run as a file:// page) opens its folder
+OPENED = {".pdf", ".docx", ".md", ".markdown", ".txt", ".rst", ".csv"}
 ZOOM_STEP = 0.1
 
 

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QHBoxLayout, Q
 
 from app.paths import Paths
 from app.settings import READ_ONLY_UNASKED, REQUEST_MCP, switch, switched_on
-from app.tool_config import config_file, found_elsewhere, import_from, keyring_note
+from app.tool_config import config_file, decide, found_elsewhere, import_from, keyring_note
 
 from ..safe_text import Label
 from ..tasks import start_task
@@ -158,7 +158,7 @@ class ToolsPanel(QWidget):
     def _decide(self, label: str, tool: str, decision: str) -> None:
         client = self.engine.client
         if client is not None:
-            start_task(lambda _t: client.decide_tool(label, tool, decision),
+            start_task(lambda _t: decide(client, self.where, label, tool, decision),
                        on_done=lambda _r: self.refresh(servers=False),
                        on_error=lambda e: self.error.emit(f"{tool}: {e}"), owner=self)
 
