@@ -51,14 +51,14 @@ class Sampler:
     applied to all candidates and the pick made again among those it allows."""
 
     def __init__(self, params: SamplingParams, n_vocab: int, grammar: str | None = None,
-                 vocab=None, budget_s: tuple[float, float] = (GRAMMAR_TOKEN_S, GRAMMAR_TOTAL_S)):
+                 vocab=None):
         self.greedy = params.temperature <= 0
         self._penalized = bool(params.frequency_penalty or params.presence_penalty)
         self._argmax = self.greedy and not self._penalized and grammar is None
         self._chain = _chain(params, n_vocab)
         self._grammar, self._vocab = None, vocab
         self._forced: list[int] = []  # tokens to write next whatever the logits say
-        self._budget_s, self._grammar_s = budget_s, 0.0  # (a token, the answer); spent
+        self._grammar_s = 0.0  # the grammar's time so far
         if grammar is not None:
             self._grammar = llama.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
             if not self._grammar:
@@ -100,7 +100,7 @@ class Sampler:
         """The grammar's time for a token counted against the budget; GrammarTooSlow past
         it (after the token is accepted: the sequence ends there)."""
         self._grammar_s += seconds
-        per_token, total = self._budget_s
+        per_token, total = GRAMMAR_TOKEN_S, GRAMMAR_TOTAL_S
         if seconds > per_token or self._grammar_s > total:
             spent = f"{seconds:.1f} s for one token" if seconds > per_token else \
                 f"{self._grammar_s:.1f} s in all"

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from support import ROOT
+from support.crafted import gguf_headers, one_bit_png
 from support.engines import api_client, start_engine
 from engine.agent.json_schema import MAX_REPEAT, Branch, check, nesting, quantifiers
 from engine.llama.grammar import grammar
@@ -374,6 +375,62 @@ def test_fuzzed_schemas_and_tools_get_a_2xx_or_4xx_never_a_crash(fuzz_engine, ra
         assert reply.json()["error"]["message"]
     elif stream:
         assert "data: [DONE]" in reply.text and '"error"' not in reply.text, reply.text[-300:]
+
+
+_PICTURE_BYTES = st.one_of(
+    st.binary(max_size=2048),
+    st.builds(one_bit_png, st.sampled_from([1, 64, 7000])),  # 14 KB of 49 megapixels
+    st.builds(lambda side, cut: one_bit_png(side)[:cut], st.sampled_from([64, 7000]),
+              st.integers(8, 400)))
+
+
+@pytest.mark.slow
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(pictures=st.lists(_PICTURE_BYTES, min_size=1, max_size=20),
+       route=st.sampled_from(["openai", "anthropic", "ollama"]))
+def test_fuzzed_pictures_get_a_2xx_or_4xx_never_a_crash(fuzz_engine, raw, pictures, route):
+    """Any bytes as pictures, any number of them, in each API's shape, to a model that
+    cannot see: a 4xx, the engine alive and answering."""
+    import base64
+
+    encoded = [base64.b64encode(p).decode() for p in pictures]
+    if route == "openai":
+        reply = raw.post("/v1/chat/completions", json={"model": TINY, "max_tokens": 2, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "what is it?"}, *[
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{e}"}}
+                for e in encoded]]}]})
+    elif route == "anthropic":
+        reply = raw.post("/v1/messages", json={"model": TINY, "max_tokens": 2, "messages": [
+            {"role": "user", "content": [*[{"type": "image", "source": {
+                "type": "base64", "media_type": "image/png", "data": e}} for e in encoded],
+                {"type": "text", "text": "what is it?"}]}]})
+    else:
+        reply = raw.post("/api/generate", json={"model": TINY, "prompt": "what is it?",
+                                                "images": encoded, "stream": False})
+    assert 400 <= reply.status_code < 500, f"{route}: {reply.status_code} {reply.text[:300]}"
+    assert fuzz_engine[0].process.poll() is None
+
+
+@pytest.mark.slow
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(header=gguf_headers())
+def test_fuzzed_gguf_headers_in_the_models_folder_are_listed_never_a_crash(fuzz_engine, raw,
+                                                                          home, header):
+    """A file of any header dropped among the models: the list answers with it unreadable
+    (or a model), a chat naming it is a 4xx, the engine alive."""
+    path = home / "fuzz" / "data" / "models" / "fuzzed.gguf"
+    path.write_bytes(header)
+    try:
+        listed = raw.get("/v1/models")
+        assert listed.status_code == 200, listed.text[:300]
+        chat = raw.post("/v1/chat/completions", json={
+            "model": "fuzzed", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+        assert chat.status_code < 500, chat.text[:300]
+        assert fuzz_engine[0].process.poll() is None
+    finally:
+        path.unlink()
 
 
 @pytest.mark.slow

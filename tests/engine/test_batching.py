@@ -387,3 +387,30 @@ def test_repacked_weights_are_given_up_only_for_batch_invariance():
     assert EngineSettings(parallel=1, batch_invariant=True).load_settings().repack
     unsafe = EngineSettings(load=LoadSettings(repack=False), parallel=4)  # the crash journal's
     assert not unsafe.load_settings().repack
+
+
+def test_a_grammar_past_its_time_budget_ends_its_request_alone(engine_for, tiny_store,
+                                                                monkeypatch):
+    """The grammar llama-cpp-python's converter makes of the issue's nested pattern (the
+    schema check refuses the pattern now; a raw grammar could still be as slow): its time
+    per token grows with every token; past the answer's budget (1 s here, 30 s by
+    default) that request ends with a 400 naming the grammar, and a request beside it in
+    the same steps finishes."""
+    from engine.agent.json_schema import Branch
+    from engine.errors import GrammarTooSlow
+    from engine.llama import sampler
+    from engine.llama.grammar import grammar
+
+    monkeypatch.setattr(sampler, "GRAMMAR_TOTAL_S", 1.0)
+    engine, model = engine_for(parallel=2), tiny_store.resolve("tiny")
+    nested = grammar([Branch({"type": "string", "pattern": "^((a{9,99}){9,99}){9,99}$"})], "x")
+    slow = submit(engine, model, "letters:", max_tokens=2000, grammar=nested,
+                  cache_prompt=False)[1]
+    beside = submit(engine, model, "the cat", max_tokens=40, ignore_eos=True,
+                    cache_prompt=False)[1]
+    _, text, ended = slow.result(timeout=300)
+    assert isinstance(ended, Failed) and isinstance(ended.error, GrammarTooSlow)
+    assert ended.error.status == 400 and ended.error.param == "grammar"
+    assert "grammar took" in ended.error.message and set(text) <= {"a", '"'}
+    _, _, done = beside.result(timeout=300)
+    assert isinstance(done, Finished) and done.usage.completion_tokens == 40

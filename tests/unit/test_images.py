@@ -16,6 +16,7 @@ from PIL import Image
 from engine.agent.images import (MAX_PICTURES, MAX_PIXELS, MAX_REQUEST_PIXELS, check_request,
                                  decoded, from_base64, from_data_url, read_image)
 from engine.errors import InvalidRequest
+from support.crafted import one_bit_png
 
 
 def encoded(image: Image.Image, fmt: str, **options) -> bytes:
@@ -116,13 +117,8 @@ def test_a_real_image_damaged_anywhere_is_an_image_or_a_400(at, garbage):
         pass
 
 
-def _one_bit_png(side: int) -> bytes:
-    """A 1-bit PNG of side×side, all white: a few kB that decode to side² × 3 bytes."""
-    return encoded(Image.new("1", (side, side), 1), "PNG", optimize=True)
-
-
 def test_a_small_file_of_many_pixels_is_read_by_its_header_and_decoded_to_the_size_asked():
-    data = _one_bit_png(7000)
+    data = one_bit_png(7000)
     assert len(data) < 20_000  # 14 KB on the wire, 147 MB as RGB
     pictures = [read_image(data, f"images[{i}]") for i in range(12)]
     assert all((p.width, p.height, p.rgb, p.data) == (7000, 7000, b"", data) for p in pictures)
@@ -139,7 +135,7 @@ def test_a_request_is_capped_in_pictures_and_in_pixels():
     with pytest.raises(InvalidRequest, match=f"at most {MAX_PICTURES} images") as caught:
         check_request(many)
     assert caught.value.param == f"messages[0].content[{MAX_PICTURES}]"
-    big = read_image(_one_bit_png(7000), "images[0]")
+    big = read_image(one_bit_png(7000), "images[0]")
     count = MAX_REQUEST_PIXELS // (7000 * 7000) + 1
     with pytest.raises(InvalidRequest, match="megapixels in all"):
         check_request((big,) * count)
