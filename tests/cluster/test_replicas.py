@@ -7,7 +7,12 @@ answers come back unchanged through the official clients, each naming its machin
 nothing unauthenticated is forwarded; a replica frozen mid-stream ends that stream with an
 error naming it, a request waiting for it is answered here instead, and so is the next; a
 replica in another network namespace, over a shaped link, serves and keeps its
-conversations."""
+conversations.
+
+Every wait here waits for the event itself (a replica serving, a stream started, this
+machine idle again), bounded generously: CI's two cores are shared with other work, and
+a test that assumed a speed (a stream still running, a tie between two measured speeds)
+failed there. The choice on a tie is `choose`'s, tested pure in test_replica_choice.py."""
 
 import json
 import os
@@ -32,6 +37,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 HERE = socket.gethostname()
 CODE = "515151"
+READY_S = 300  # for an engine to start or a machine to be idle: waited for, never assumed
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +66,7 @@ def front(home, replica):
     assert paired.returncode == 0, paired.stdout + paired.stderr
     process, address, _ = start_engine(home, "front", [
         "--model", STARTER, "--ctx", "1024", "--parallel", "1", "--replicas", "r1"])
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + READY_S
     while "r1" not in serving(address):  # its engine starts after the worker's gateway
         assert time.monotonic() < deadline, cluster(address)
         time.sleep(0.5)
@@ -75,6 +81,19 @@ def cluster(address) -> dict:
 
 def serving(address) -> dict:
     return {r["name"]: r for r in cluster(address)["replicas"] if r["state"] == "serving"}
+
+
+def idle_here(address) -> None:
+    """Wait until this machine's engine runs and queues nothing (a stream closed is
+    cancelled at its next step, not at once)."""
+    deadline = time.monotonic() + READY_S
+    while True:
+        status = httpx.get(f"{address.url}/health", timeout=10,
+                           headers={"Authorization": f"Bearer {address.token}"}).json()
+        if not any(m["running"] + m["queued"] for m in status["models"]):
+            return
+        assert time.monotonic() < deadline, status["models"]
+        time.sleep(0.2)
 
 
 def chat(address, question, machine=None, system="Answer in one short sentence.",
@@ -122,31 +141,36 @@ def test_a_conversation_goes_back_to_the_machine_that_holds_it(front):
     machine, again = chat(front, "And Nice?", system=system, earlier=turn, full=True)
     assert machine == "r1"  # its next turn, where its KV is
     assert again.usage.prompt_tokens_details.cached_tokens >= answer.usage.prompt_tokens // 2
-    # another conversation on idle machines: this one (a tie is answered here)
-    assert chat(front, "Where is Oslo?", system="Be brief about cities.")[0] == HERE
 
 
 def test_a_busy_machine_sends_the_next_request_to_the_idle_one(front):
     body = {"model": STARTER, "max_tokens": 400, "temperature": 0, "stream": True,
             "ignore_eos": True, "prompt": "Write a long story about a lighthouse."}
     headers = {"Authorization": f"Bearer {front.token}", "X-Homerack-Machine": HERE}
-    started = threading.Event()
+    started, answered = threading.Event(), threading.Event()
 
-    def long_local():
-        with httpx.stream("POST", f"{front.url}/v1/completions", json=body, timeout=120,
+    def long_local():  # runs until the other request is answered, however slow this is
+        with httpx.stream("POST", f"{front.url}/v1/completions", json=body, timeout=READY_S,
                           headers=headers) as stream:
             for _ in stream.iter_lines():
                 started.set()
+                if answered.is_set():
+                    return  # closed: the engine cancels it
 
     runner = threading.Thread(target=long_local)
     runner.start()
-    assert started.wait(60)  # one slot here (--parallel 1), and it is taken
-    machine, text = chat(front, "Name a river in Europe.", system="Reply with one word.")
-    assert machine == "r1" and text
-    runner.join(120)
+    try:
+        assert started.wait(READY_S)  # one slot here (--parallel 1), and it is taken
+        machine, text = chat(front, "Name a river in Europe.", system="Reply with one word.")
+        assert machine == "r1" and text
+    finally:
+        answered.set()
+        runner.join(READY_S)
+    idle_here(front)  # the next test starts with both machines free
 
 
 def test_a_burst_of_streams_is_served_by_both_machines(front):
+    idle_here(front)
     machines = []
 
     def one(i):
@@ -207,8 +231,8 @@ def test_a_replica_frozen_mid_stream_is_named_and_what_waited_is_answered_here(f
         error = events[-1].get("error")
         assert error and "r1" in error["message"] and "lost" in error["message"], events[-1]
         print(f"\nthe frozen replica's stream ended {noticed:.2f} s after")
-        assert noticed < 15  # heartbeats (1.8 s), not a TCP timeout (minutes)
-        waiter.join(60)
+        assert noticed < 60  # heartbeats (1.8 s; later on a loaded machine), not a TCP
+        waiter.join(READY_S)  # timeout (minutes)
         assert waiting["answer"][0] == HERE and waiting["answer"][1]
         machine, text = chat(front, "What is the capital of Spain?", machine="r1")
         assert machine == HERE and text  # the named machine is gone: answered here
@@ -270,7 +294,7 @@ def test_a_replica_on_another_network_serves_and_keeps_its_conversations(home, o
         assert paired.returncode == 0, paired.stdout + paired.stderr
         process, front, _ = start_engine(home, "near", [
             "--model", STARTER, "--ctx", "1024", "--replicas", "far"])
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + READY_S
         while "far" not in serving(front):
             assert time.monotonic() < deadline, cluster(front)
             time.sleep(0.5)
