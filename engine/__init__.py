@@ -14,5 +14,6 @@ speculation/; and on the floor beside them:
   status.py          the engine's figures as /health answers them
   metrics.py         the status as Prometheus metrics
   files.py           small files written whole, read back checked
+  outbound.py        connections to addresses a request names: public ones only, pinned
   spawn.py           starting one of this installation's modules as a child
 """

@@ -25,7 +25,7 @@ from .catalog.sampling_defaults import model_defaults
 from .cascade import Cascade
 from .catalog.models import EMBEDDING_MODEL, LocalModel, ModelStore
 from .catalog.shelf import Shelf
-from .errors import HomerackError, InvalidRequest, NotSupported
+from .errors import HomerackError, InvalidRequest, NotSupported, TemplateStopped
 from .events import LOADED, Event, GenerationRequest, Job, SamplingParams
 from .fleet import Fleet
 from .llama.grammar import composed_grammar
@@ -136,12 +136,16 @@ class Engine:
 
     def _rendered(self, request: GenerationRequest) -> GenerationRequest:
         """The chat rendered with its model's format; as it was when that fails (the
-        worker renders again and reports why, as for any request it cannot start)."""
+        worker renders again and reports why, as for any request it cannot start),
+        except for a template stopped past its budget: that fails here, once."""
         if request.messages is None:
             return request
         request = with_system(request)
         try:
             text = render_chat(request, self.chat_format_of(request.model))
+        except TemplateStopped as exc:
+            raise TemplateStopped(f"{request.model.id}: {exc.message}", param="messages") \
+                from None
         except Exception as exc:
             log.debug("rendering left to the worker (%s)", exc)
             return request

@@ -55,6 +55,11 @@ class InvalidRequest(HomerackError):
     kind = "invalid_request_error"
 
 
+class TemplateStopped(InvalidRequest):
+    """A model's chat template that ran past its budget (catalog/template_budget.py):
+    the request fails where it is rendered, and it is not rendered again."""
+
+
 class GrammarTooSlow(InvalidRequest):
     """A request's grammar took longer to check its output than the budget allows: the
     sequence ends, and the others of the step go on."""

@@ -183,3 +183,13 @@ def vision_dir(tmp_path_factory, starters_dir) -> Path:
     write_vision_decoder(starters_dir / f"{STARTER}.gguf", folder / "smolvlm-256m.gguf")
     write_projector(SMOLVLM_QUICK, folder / "mmproj-smolvlm-256m-f16.gguf")
     return folder
+
+
+@pytest.fixture(scope="module")
+def door_port() -> int:
+    """A free port on loopback for an engine's second listener (`serve --ollama-port`)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

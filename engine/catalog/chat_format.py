@@ -15,7 +15,7 @@ from functools import lru_cache
 from jinja2 import TemplateError, nodes
 from jinja2.ext import Extension
 
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, TemplateStopped
 from ..formats.families import GENERIC, Family, detect
 from .gguf_file import GGUFInfo
 from .template_budget import BoundedEnvironment, BudgetExceeded, render
@@ -91,8 +91,8 @@ class ChatFormat:
                 return self._render(adapted, {**extra, **({"tools": offered}
                                                          if offered is not None else {})})
             except BudgetExceeded as exc:
-                raise InvalidRequest(f"the model's chat template ({self.name}) was stopped: "
-                                     f"{exc}", param="messages") from None
+                raise TemplateStopped(f"the chat template of the model file was stopped: "
+                                      f"{exc}", param="messages") from None
             except Exception as exc:  # noqa: BLE001 (any error of the template's own code)
                 first_error = first_error or exc
         raise _refusal(first_error)

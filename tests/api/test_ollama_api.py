@@ -54,13 +54,6 @@ def machine(tmp_path_factory, starters_dir):
 
 
 @pytest.fixture(scope="module")
-def door_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
 def engine(home, machine, door_port):
     env = {"HOME": str(machine), "HOMERACK_MODEL_SOURCES": ""}
     process, address, _ = start_engine(home, "moving-in", [

@@ -363,7 +363,7 @@ def test_a_probe_reads_no_further_than_a_header_can_be(hub, tmp_path, monkeypatc
     junk.write_bytes(os.urandom(40 << 20))
     with broken.open("wb") as handle:  # a header that claims more keys than it holds
         handle.write(b"GGUF" + (3).to_bytes(4, "little") + (1).to_bytes(8, "little")
-                     + (10**6).to_bytes(8, "little"))
+                     + (10**7).to_bytes(8, "little"))  # 130 MB of keys at the least
         handle.truncate(60 << 20)
     config = tmp_path / "generation_config.json"
     config.write_text('{"temperature": 0.5, "pad": "' + "x" * (1 << 20) + '"}')
@@ -408,3 +408,23 @@ def test_a_vision_repository_downloads_its_projector_which_pairs_with_the_model(
     listed = ModelStore(models, GGUFInspector()).list()
     assert [(m.id, m.projector.name) for m in listed] == [
         ("SmolVLM-256M-Instruct-Q8_0", "mmproj-SmolVLM-256M-Instruct-Q8_0.gguf")]
+
+
+def test_a_crafted_header_on_the_hub_is_refused_before_any_reader_sees_it(hub, tmp_path):
+    """A public repository's file whose header claims 2^62 items (the wizard probes up to
+    20 searched repositories): refused in words after one read, never parsed."""
+    import time
+
+    from engine.hub.repos import HubError
+    from support.crafted import crafted_gguf
+
+    crafted = tmp_path / "crafted-Q4_0.gguf"
+    with crafted.open("wb") as handle:
+        handle.write(crafted_gguf())
+        handle.truncate(1 << 30)  # sparse: a model's size, nothing stored
+    hub.repos["someone/Crafted-GGUF"] = Repo({crafted.name: crafted})
+    quant, = repo_quants("someone/Crafted-GGUF")
+    before, started = hub.sent, time.monotonic()
+    with pytest.raises(HubError, match="4,611,686,018,427,387,904 array elements"):
+        header_shape("someone/Crafted-GGUF", quant)
+    assert time.monotonic() - started < 10 and hub.sent - before <= 8 << 20

@@ -84,3 +84,66 @@ def test_the_index_replaces_files_whole_and_searches(tmp_path):
     again = DocumentIndex(tmp_path / "documents.sqlite")
     assert again.known("manuals") == {"/m/car.pdf": (11, 2, "done"),
                                       "/m/scan.pdf": (5, 1, "failed")}
+
+
+def _collections(tmp_path):
+    """Collections with a word-count embedder (the index's bookkeeping is the subject)."""
+    from engine.documents.collections import Collections, Embedding
+
+    def embed(texts):
+        return np.array([[len(t.split()), 1.0] for t in texts], dtype=np.float32)
+
+    return Collections(tmp_path / "docs.sqlite", lambda model: Embedding(
+        "words", embed, lambda text: len(text.split()), lambda *_: np.zeros(0)))
+
+
+def test_a_removed_collection_leaves_no_watch_or_timer_behind(tmp_path):
+    """Two collections watch one folder; removing one drops its handler and its pending
+    look, and a later change brings back only the other."""
+    import time
+
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    (folder / "a.md").write_text("first words\n")
+    documents = _collections(tmp_path)
+    try:
+        documents.add("one", [str(folder)])
+        documents.add("two", [str(folder)])
+        documents._changed("one")  # a look waiting for quiet when it is removed
+        held = documents._pending["one"]
+        documents.remove("one")
+        assert "one" not in documents._watches and "one" not in documents._pending
+        assert not held.is_alive() or held.finished.is_set()
+        watch = documents._watches["two"][0][1]
+        assert len(documents._observer._handlers[watch]) == 1  # only two's handler
+        (folder / "a.md").write_text("changed words\n")
+        deadline = time.monotonic() + 60
+        while "changed" not in " ".join(r["text"] for r in documents.search("two", "changed")):
+            assert time.monotonic() < deadline, "the change never reached collection two"
+            time.sleep(0.1)
+        assert "one" not in documents._progress  # its handler, had it stayed, fired as two's
+        assert [c["name"] for c in documents.status()] == ["two"]
+    finally:
+        documents.close()
+
+
+def test_a_folder_holds_only_its_regular_files(tmp_path):
+    """Links (out of the folder, to a device, or to a file inside it), FIFOs: none is
+    listed; the regular files are."""
+    import os
+
+    from engine.documents.collections import _files
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (tmp_path / "secret.txt").write_text("outside")
+    (folder / "real.txt").write_text("inside")
+    (folder / "out.txt").symlink_to(tmp_path / "secret.txt")
+    (folder / "again.txt").symlink_to(folder / "real.txt")
+    (folder / "zero.txt").symlink_to("/dev/zero")
+    os.mkfifo(folder / "pipe.txt")
+    (folder / "linked").symlink_to(tmp_path, target_is_directory=True)
+    assert list(_files([str(folder)])) == [str(folder / "real.txt")]
+    for name in ("out.txt", "zero.txt", "pipe.txt"):  # and each refused when read by name
+        with pytest.raises(Unreadable, match="link|regular"):
+            list(read_lines(folder / name))
