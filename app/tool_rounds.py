@@ -90,8 +90,8 @@ def offered_tools(client: EngineClient, servers: list[str], model: str | None
         describe = known.get(label, {}).get("describe", "")
         identity = known.get(label, {}).get("identity", "")
         tools += [OfferedTool(label, t["name"], t["description"], t["parameters"], t["policy"],
-                              t["read_only"], t["destructive"], describe, t["definition"],
-                              identity)
+                              t["read_only"], t["destructive"], describe=describe,
+                              identity=identity, offered=t["definition"])
                   for t in listed["tools"] if t["policy"] != "deny"]
     return tools, tokens, problems
 
