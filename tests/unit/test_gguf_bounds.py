@@ -68,3 +68,34 @@ def test_any_header_is_a_model_or_a_reason_quickly(tmp_path_factory, header):
     except InvalidModelFile as exc:
         assert exc.message
     assert time.monotonic() - started < 2
+
+
+def test_a_wait_for_another_threads_parse_is_bounded(tmp_path, monkeypatch):
+    """A request that finds the file being parsed by another thread waits at most
+    WAIT_S, then is told so; it never waits for ever on a parse that does not end."""
+    import threading
+
+    import engine.catalog.gguf_file as gguf_file
+
+    stuck, release = threading.Event(), threading.Event()
+
+    def parse(path):
+        stuck.set()
+        release.wait(30)
+        raise InvalidModelFile(f"{path.name}: released")
+
+    monkeypatch.setattr(gguf_file, "_parse", parse)
+    inspector = GGUFInspector()
+    inspector.WAIT_S = 0.5
+    path = tmp_path / "slow.gguf"
+    path.write_bytes(crafted_gguf())
+    first = threading.Thread(target=lambda: pytest.raises(InvalidModelFile, inspector.inspect,
+                                                          path))
+    first.start()
+    assert stuck.wait(10)
+    started = time.monotonic()
+    with pytest.raises(InvalidModelFile, match="still being read"):
+        inspector.inspect(path)
+    assert time.monotonic() - started < 5
+    release.set()
+    first.join(10)
