@@ -130,28 +130,7 @@ def quantifiers(pattern: str) -> list[int]:
     """Every number in the {m}, {m,} and {m,n} of `pattern`, read exactly as the converter
     reads them (its scan of the pattern, then `int()`, which also takes "+7", "7_000" and
     other scripts' digits): a number it would use cannot slip past the bound."""
-    numbers, i = [], 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "[":  # a class: the converter copies it up to "]", braces and all
-            i += 1
-            while i < len(pattern) and pattern[i] != "]":
-                i += 2 if pattern[i] == "\\" else 1
-        elif c == "{":
-            end = pattern.find("}", i)
-            if end < 0:
-                break  # unbalanced: the converter refuses the pattern
-            for part in pattern[i + 1:end].split(","):
-                try:
-                    numbers.append(int(part.strip()))
-                except ValueError:
-                    pass  # the converter refuses it too, or reads it as empty
-            i = end
-        i += 1
-    return numbers
+    return [n for kind, counts in _pieces(pattern) if kind == "{" for n in counts]
 
 
 def nested_repetition(pattern: str) -> int:
@@ -160,30 +139,55 @@ def nested_repetition(pattern: str) -> int:
     llama.cpp's grammar sampler keeps, and its time per token grows without end while
     every single count stays under MAX_REPEAT. A group's value is the largest product
     inside it; a quantifier multiplies the value of the atom before it."""
-    frames, last, i = [1], 1, 0  # the largest product in each open group; the last atom's
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            last, i = 1, i + 1
-        elif c == "[":
-            i += 1
-            while i < len(pattern) and pattern[i] != "]":
-                i += 2 if pattern[i] == "\\" else 1
-            last = 1
-        elif c == "(":
+    frames, last = [1], 1  # the largest product in each open group; the last atom's
+    for kind, counts in _pieces(pattern):
+        if kind == "(":
             frames.append(1)
-        elif c == ")" and len(frames) > 1:
+        elif kind == ")" and len(frames) > 1:
             last = frames.pop()
             frames[-1] = max(frames[-1], last)
-        elif c == "{" and (end := pattern.find("}", i)) > 0:
-            counts = [abs(n) for n in quantifiers(pattern[i:end + 1])] or [1]
-            last *= max(counts)
+        elif kind == "{":
+            last *= max((abs(n) for n in counts), default=1)
             frames[-1] = max(frames[-1], last)
-            i = end
         else:
             last = 1
-        i += 1
     return max(frames)
+
+
+def _pieces(pattern: str):
+    """`pattern` as the converter scans it: ("(", None), (")", None), ("{", the numbers
+    of a quantifier), and ("atom", None) for anything else (a character, an escape, a
+    class). An unbalanced "{" ends it: the converter refuses the pattern."""
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "{":
+            end = pattern.find("}", i)
+            if end < 0:
+                return
+            yield "{", _numbers(pattern[i + 1:end])
+            i = end
+        elif c in "()":
+            yield c, None
+        else:
+            if c == "\\":
+                i += 1
+            elif c == "[":  # a class: the converter copies it up to "]", braces and all
+                i += 1
+                while i < len(pattern) and pattern[i] != "]":
+                    i += 2 if pattern[i] == "\\" else 1
+            yield "atom", None
+        i += 1
+
+
+def _numbers(inside: str) -> list[int]:
+    numbers = []
+    for part in inside.split(","):
+        try:
+            numbers.append(int(part.strip()))
+        except ValueError:
+            pass  # the converter refuses it too, or reads it as empty
+    return numbers
 
 
 def nesting(grammar_text: str) -> int:
