@@ -273,7 +273,7 @@ def _files(paths: list[str]) -> dict[str, tuple[int, int]]:
     Hidden folders (.git, .venv) are skipped."""
     out: dict[str, tuple[int, int]] = {}
     for root in paths:
-        start = Path(root)
+        start, real_root = Path(root), os.path.realpath(root)
         candidates = [start] if start.is_file() else _walk(start)
         for path in candidates:
             if path.suffix.lower() not in SUFFIXES:
@@ -282,7 +282,7 @@ def _files(paths: list[str]) -> dict[str, tuple[int, int]]:
                 found = os.lstat(path)  # the entry itself, never what a link names
             except OSError:
                 continue
-            if not stat.S_ISREG(found.st_mode) or not _under(path, start):
+            if not stat.S_ISREG(found.st_mode) or not _under(path, real_root):
                 continue
             out[str(path)] = (found.st_size, found.st_mtime_ns)
             if len(out) >= MAX_FILES:
@@ -290,12 +290,11 @@ def _files(paths: list[str]) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _under(path: Path, root: Path) -> bool:
-    """Whether `path`'s real place is `root` or lies under it (a folder on the way may
-    have been swapped for a link since the walk passed it)."""
+def _under(path: Path, real_root: str) -> bool:
+    """Whether `path`'s real place is `real_root` (resolved) or lies under it (a folder on
+    the way may have been swapped for a link since the walk passed it)."""
     try:
-        return os.path.commonpath([os.path.realpath(path), os.path.realpath(root)]) == \
-            os.path.realpath(root)
+        return os.path.commonpath([os.path.realpath(path), real_root]) == real_root
     except ValueError:
         return False
 
