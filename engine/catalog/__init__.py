@@ -1,6 +1,7 @@
 """The models on disk, read without loading them. No llama.cpp here.
 
   models.py              the models folder, the offline starters, user-added files
+  local_model.py         a model on this machine as the catalog lists it (LocalModel)
   elsewhere.py           the models other apps keep (Ollama, LM Studio, the Hub's cache,
                          llama.cpp, Jan, GPT4All), found in their folders' layouts
   in_place.py            those models listed once beside the folder's, the sources chosen

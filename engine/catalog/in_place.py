@@ -29,6 +29,7 @@ from ..errors import InvalidRequest
 from ..files import read_json, write_atomic
 from .elsewhere import FOLDER, LABELS, SOURCES, Found, SPLIT_PART, find, known_places
 from .fingerprint import Fingerprints
+from .local_model import LocalModel
 
 # HOMERACK_MODEL_SOURCES: the sources read ("none", or names joined by commas), over the
 # user's choices (a portable install, a test that must not see this machine's models)
@@ -214,8 +215,6 @@ class InPlace:
         return result
 
     def _merge(self, own: list, found: list[Found]) -> tuple[list, list]:
-        from .models import LocalModel
-
         listed, taken, unusable = _Listing(self.fingerprints), {m.id for m in own}, []
         for model in own:
             listed.add(_Listed(model, None))

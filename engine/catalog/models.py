@@ -21,10 +21,10 @@ from types import SimpleNamespace
 
 from ..errors import InvalidModelFile, InvalidRequest, ModelNotFound, StarterModelMissing
 from .adapters import declares, misfit
-from .elsewhere import LABELS
 from .projectors import is_projector, projector_for
 from .gguf_file import GGUFInspector
 from .in_place import InPlace
+from .local_model import LocalModel
 
 
 @dataclass(frozen=True)
@@ -77,39 +77,6 @@ EMBEDDING_MODEL = STARTERS[2].id
 # beside a bundle's starter files: {file name: {"size", "record"}} (GGUFInspector.record)
 BUNDLED_RECORDS = "gguf-info.json"
 DEFAULT_MODEL = STARTERS[0].id
-
-
-@dataclass(frozen=True)
-class LocalModel:
-    id: str
-    path: Path
-    size_bytes: int
-    starter: bool
-    source: str = "homerack"  # or where another app keeps it (elsewhere.LABELS)
-    label: str = ""           # its name there: "qwen3:30b-a3b"
-    projector: Path | None = None  # a vision projector kept with it
-    params: tuple = ()        # Ollama's parameters for it: (key, value) pairs
-    system: str | None = None    # Ollama's system prompt for it
-    template: str | None = None  # Ollama's chat template for it (shown; the GGUF's renders)
-    problem: str | None = None   # why it cannot be used
-    also_at: tuple[tuple[str, str], ...] = ()  # (source, name): the same file elsewhere too
-    digest: str | None = None  # its sha256, where its place names it
-
-    def param(self, key: str, default=None):
-        return dict(self.params).get(key, default)
-
-    def stops(self) -> tuple[str, ...]:
-        """The stop strings its app gives it (Ollama's "stop" parameter)."""
-        stop = self.param("stop", ())
-        return (stop,) if isinstance(stop, str) else tuple(s for s in stop if isinstance(s, str))
-
-    def as_dict(self) -> dict:
-        return {"id": self.id, "path": str(self.path), "size_bytes": self.size_bytes,
-                "starter": self.starter, "source": self.source,
-                "source_label": LABELS[self.source], "name_there": self.label or None,
-                "projector": str(self.projector) if self.projector else None,
-                "also_at": [f"{LABELS[source]}: {name}" for source, name in self.also_at],
-                **({"problem": self.problem} if self.problem else {})}
 
 
 @dataclass(frozen=True)
