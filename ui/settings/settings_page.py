@@ -70,9 +70,9 @@ class SettingsPage(QWidget):
         form.addRow(Label("Pictures"))
         form.addRow(self.image_urls)
         form.addRow(Label("Off, programs send pictures whole (data URLs); on, the engine "
-                          "reaches any address a request names, your own network's too. "
-                          "Applies the next time Homerack starts.", objectName="muted",
-                          wordWrap=True))
+                          "also fetches the web addresses a request names, public ones only "
+                          "(never this computer or your own network). Applies the next time "
+                          "Homerack starts.", objectName="muted", wordWrap=True))
         self.fill_models([])
         state.changed.connect(self._on_changed)
 

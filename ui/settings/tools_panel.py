@@ -71,8 +71,9 @@ class ToolsPanel(QWidget):
         layout.addLayout(self.approvals)
         layout.addWidget(self.request_servers)
         layout.addWidget(Label(
-            "Off, API requests may use only the servers above, by name; on, also any server "
-            "a request names by URL (never a program). Applies the next time Homerack "
+            "Off, API requests may use only the servers above, by name; on, also a server "
+            "a request names by a public URL (never a program, never this computer or your "
+            "network unless its host is in mcp.json). Applies the next time Homerack "
             "starts.", objectName="muted", wordWrap=True))
         layout.addStretch(1)
 
