@@ -88,6 +88,8 @@ def corrupt_state(path):
     (corrupt_state, "fetch"),
     (lambda p: p.write_bytes(p.read_bytes()[:-100]), "scan"),
     (lambda p: p.write_bytes(b"garbage" * 10), "scan"),
+    (lambda p: p.write_bytes(p.read_bytes()[:8] + b"\x01\x00\x00\x00" + p.read_bytes()[12:]),
+     "scan"),  # the earlier format (sha256)
 ])
 def test_damaged_files_are_rejected_and_deleted(tmp_path, damage, when):
     first = cache(tmp_path)
