@@ -89,12 +89,19 @@ def ttft(server: Server, messages: list[dict], model: str | None,
             "stream_options": {"include_usage": True}}
     if model:
         body["model"] = model
-    start, first, usage = time.perf_counter(), None, {}
-    with server.client.stream("POST", "/v1/chat/completions", json=body) as reply:
-        for chunk in chunks(reply):
-            if first is None and chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
-                first = time.perf_counter()
-            usage = chunk.get("usage") or usage
+    for attempt in (1, 2):  # llama-server closes a kept-alive connection after a few
+        start, first, usage = time.perf_counter(), None, {}  # requests: once more, anew
+        try:
+            with server.client.stream("POST", "/v1/chat/completions", json=body) as reply:
+                for chunk in chunks(reply):
+                    if first is None and chunk.get("choices") and \
+                            chunk["choices"][0]["delta"].get("content"):
+                        first = time.perf_counter()
+                    usage = chunk.get("usage") or usage
+            break
+        except httpx.RemoteProtocolError:
+            if attempt == 2:
+                raise
     if model:
         check_prompt(generated(usage, f"{messages[-1]['content']!r}"), cached)
     return (first or time.perf_counter()) - start, usage.get("prompt_tokens", 0)

@@ -65,6 +65,26 @@ class GrammarTooSlow(InvalidRequest):
     sequence ends, and the others of the step go on."""
 
 
+class NonFiniteLogits(HomerackError):
+    """The model computed logits that are not numbers (NaN or infinite) for a sequence:
+    the sequence ends with this, the others of the step go on. Raised where logits are
+    read (llama/runtime.py) without a position; the scheduler adds it (`at`)."""
+    kind = "model_error"
+
+    def __init__(self, model: str, device: str, what: str, position: int | None = None):
+        self.model, self.device, self.what, self.position = model, device, what, position
+        where = f" at token position {position:,}" if position is not None else ""
+        super().__init__(
+            f"the model {model} computed {what} logits on {device}{where}: its weights hold "
+            "NaN or its activations overflow (a damaged or badly quantized file, half "
+            "precision overflowing in some architectures, a GPU driver fault). This "
+            "request ended there; the others go on. Try another quantization of the "
+            "model, or run it on the CPU (--gpu-layers 0) to tell the file from the device.")
+
+    def at(self, position: int) -> "NonFiniteLogits":
+        return NonFiniteLogits(self.model, self.device, self.what, position)
+
+
 class NotSupported(HomerackError):
     """A route or field of another API that this engine does not offer."""
     status = 501

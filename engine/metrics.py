@@ -73,6 +73,12 @@ def _per_model(models):
         for device, size in entry["memory"].items():
             held.add_metric([entry["id"], device], size)
     yield held
+    errors = CounterMetricFamily("homerack_model_errors", "Requests ended because the model "
+                                 "computed NaN or infinite logits, per loaded model.",
+                                 labels=["model"])
+    for entry in models:
+        errors.add_metric([entry["id"]], entry.get("model_errors", 0))
+    yield errors
     for key, (name, text) in PER_MODEL.items():
         metric = GaugeMetricFamily(f"homerack_{name}", text, labels=["model"])
         for entry in models:

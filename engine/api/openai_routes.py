@@ -156,7 +156,8 @@ async def _chat_chunks(turn: Turn, meta: dict, include_usage: bool,
     yield chunk({"role": "assistant", "content": ""},
                 extra={"homerack": extension(turn.started, turn.notes), **(first or {})})
     async for part in guarded(turn, error_event):
-        if isinstance(part, str):
+        if isinstance(part, str):  # a failure midway: the choice ends, then the error
+            yield chunk({}, "error")
             yield part
         elif isinstance(part, Text):
             yield chunk({"content": part.text})
@@ -185,7 +186,8 @@ async def _text_chunks(turn: Turn, meta: dict, include_usage: bool) -> AsyncIter
         return sse(payload)
 
     async for part in guarded(turn, error_event):
-        if isinstance(part, str):
+        if isinstance(part, str):  # a failure midway: the choice ends, then the error
+            yield chunk("", "error")
             yield part
         elif isinstance(part, Text):
             yield chunk(part.text)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from ..errors import GrammarTooSlow, MemoryFull
+from ..errors import GrammarTooSlow, MemoryFull, NonFiniteLogits
 from ..events import CANCELLED, Failed, Job, Started, Usage
 from .kv_pool import CellLedger
 from ..llama.runtime import Chunk, DecodeFailed, NoKVSlot, common_prefix
@@ -119,6 +119,10 @@ class Scheduler:
         held = self.host.loaded.prompt(job.request)
         try:
             admitted = self._admit(job, held)
+        except NonFiniteLogits as exc:  # measuring a drafter's tie margin, at admission
+            held.close()
+            self.figures.totals["model_errors"] += 1
+            raise exc.at(len(held.tokens)) from None
         except BaseException:
             held.close()
             raise
@@ -351,7 +355,7 @@ class Scheduler:
         for slot, end in picks:
             try:
                 token = slot.sampler.sample(llama, end)
-            except GrammarTooSlow as exc:  # this sequence ends; the others go on
+            except (GrammarTooSlow, NonFiniteLogits) as exc:  # this one ends; others go on
                 self._fail(slot, exc)
                 continue
             if slot.job.request.measure_confidence:
@@ -391,7 +395,7 @@ class Scheduler:
         except NoKVSlot:  # as in a plain step: the sequence ends, the engine goes on
             self._outgrown([slot])
             return
-        except GrammarTooSlow as exc:
+        except (GrammarTooSlow, NonFiniteLogits) as exc:
             self._fail(slot, exc)
             return
         slot.last = None
@@ -453,6 +457,11 @@ class Scheduler:
         del self.slots[slot.seq_id]
 
     def _fail(self, slot: Slot, error) -> None:
+        """The sequence ends with `error`, its cells dropped unsaved (logits that were no
+        numbers leave cells that are none either: nothing of it is kept)."""
+        if isinstance(error, NonFiniteLogits):
+            error = error.at(len(slot.tokens))
+            self.figures.totals["model_errors"] += 1
         slot.job.emit(Failed(error))
         self._release(slot)
 

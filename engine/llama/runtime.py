@@ -16,7 +16,7 @@ from typing import Callable
 import llama_cpp as llama
 import numpy as np
 
-from ..errors import HomerackError, ModelLoadFailed, OutOfMemory
+from ..errors import HomerackError, ModelLoadFailed, NonFiniteLogits, OutOfMemory
 from ..events import MAX_OUTPUTS
 from ..settings import LoadSettings
 from . import faults
@@ -283,9 +283,24 @@ class LlamaModel(Tokens):
         return out
 
     def logits(self, index: int = -1) -> np.ndarray:
-        """The logits at a batch output, as a view (no copy)."""
-        return np.ctypeslib.as_array(llama.llama_get_logits_ith(self.ctx, index),
-                                     shape=(self.n_vocab,))
+        """The logits at a batch output, as a view (no copy); NonFiniteLogits when any is
+        NaN or infinite. Every read of logits comes here, llama.cpp's own samplers
+        included (Sampler reads them first): one sum, tens of microseconds, catches all
+        (a NaN or an inf makes the sum one; finite logits are far from overflowing it)."""
+        row = np.ctypeslib.as_array(llama.llama_get_logits_ith(self.ctx, index),
+                                    shape=(self.n_vocab,))
+        if not np.isfinite(row.sum()):
+            raise NonFiniteLogits(self.path.name, self.device,
+                                  "NaN" if np.isnan(row).any() else "infinite")
+        return row
+
+    @property
+    def device(self) -> str:
+        """Where the model's layers run, in words (error messages)."""
+        settings = self.settings
+        if not settings.n_gpu_layers:
+            return "the CPU"
+        return ", ".join(settings.devices) or "the GPU"
 
     def _decode_batch(self, batch) -> None:
         faults.before_evaluation(self.settings.repack)

@@ -75,16 +75,18 @@ class Sampler:
         self._forced = list(tokens)
 
     def sample(self, model: "LlamaModel", index: int = -1) -> int:
-        """Sample from the logits at batch output `index` (and accept the token)."""
+        """Sample from the logits at batch output `index` (and accept the token).
+        NonFiniteLogits when they hold a NaN or an inf: checked before any sampler, ours
+        or llama.cpp's, reads them (an argmax of NaN finds nothing; a chain picks noise)."""
+        logits = model.logits(index)
         if self._forced:
             token = self._take_forced()
             if token is not None:
                 return token
         if self._argmax:
-            return greedy_pick(model.logits(index))
+            return greedy_pick(logits)
         if self._grammar is None:
             return llama.llama_sampler_sample(self._chain, model.ctx, index)
-        logits = model.logits(index)
         # the chain's own pick, in C; with penalties (whose history the chain keeps) the
         # pick goes through _pick so that only the kept token is accepted
         token = self._pick(logits, constrained=False) if self._penalized else \

@@ -54,3 +54,25 @@ def with_flat_output(source: Path, target: Path) -> Path:
         handle.write(bytes(tensor.n_bytes))  # zero scales and quants alike
     return target
 
+
+
+def with_nan_rows(source: Path, target: Path, tensor_name: str,
+                  tokens: tuple[str, ...] | None = None) -> Path:
+    """A copy of a GGUF model with NaN in a matrix: all of it, or the rows of the named
+    tokens (an embedding or output matrix has a row per token). Bytes of 0xFF are NaN in
+    F32 and F16 alike, and in a quantized block they make its scale NaN."""
+    reader = open_gguf(source)
+    tensor = next(t for t in reader.tensors if t.name == tensor_name)
+    n_rows = int(tensor.shape[-1])
+    row_bytes = int(tensor.n_bytes) // n_rows
+    if tokens is None:
+        spans = [(0, int(tensor.n_bytes))]
+    else:
+        vocab = list(reader.fields["tokenizer.ggml.tokens"].contents())
+        spans = [(vocab.index(token) * row_bytes, row_bytes) for token in tokens]
+    shutil.copy(source, target)
+    with target.open("r+b") as handle:
+        for offset, length in spans:
+            handle.seek(int(tensor.data_offset) + offset)
+            handle.write(b"\xff" * length)
+    return target
