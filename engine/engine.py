@@ -263,7 +263,7 @@ class Engine:
         held = self.loaded()
         models = frozenset(m.id for m in self.shelf.models()
                            if self.shelf.kind_of(m) in ("chat", None))
-        slots = max(1, self.settings.parallel)
+        slots = self.scheduler.lanes
         return MachineLoad(here, models, frozenset(m["id"] for m in held),
                            sum(m["running"] + m["queued"] for m in held) / slots,
                            {m["id"]: m["decode_tokens_per_s"] for m in held

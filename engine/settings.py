@@ -44,11 +44,15 @@ class CacheLimits:
     min_tokens: int = BLOCK  # shorter matches are not worth a restore
 
 
+MAX_LANES = 16  # requests at once when --parallel is not set, at most (machine/planner.lanes)
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     load: LoadSettings = LoadSettings()
     max_queue: int = 16               # requests waiting for a slot
-    parallel: int = 4                 # requests generating at once, in one batch
+    parallel: int | None = None       # requests generating at once, in one batch; None:
+                                      # the plan's lanes (as many as the context holds)
     resident: int = 4                 # finished conversations kept in KV memory
     cache: CacheLimits | None = None  # None: no prompt cache
     cache_folder: Path | None = None  # None: RAM tier only
@@ -80,12 +84,12 @@ class EngineSettings:
     @property
     def sequences(self) -> int:
         """KV sequences: the active ones, the resident ones, and one for measurements."""
-        return self.parallel + self.resident + 1
+        return (self.parallel or MAX_LANES) + self.resident + 1
 
     def load_settings(self) -> LoadSettings:
         # Repacked 4-bit weights decode 13-20% faster on x86 (measured at the Qwen3 1.7B-8B
         # shapes), but their kernels round differently for one row than for several
         # (logit gaps near 2): batch invariance gives them up, when asked.
-        invariant = self.batch_invariant and self.parallel > 1
+        invariant = self.batch_invariant and (self.parallel or MAX_LANES) > 1
         return replace(self.load, n_seq_max=self.sequences,
                        repack=self.load.repack and not invariant)

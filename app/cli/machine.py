@@ -51,7 +51,8 @@ def cmd_plan(args) -> int:
     if args.workers:
         return _plan_cluster(args, shape, prefs)
     result = plan(hardware, shape, replace(prefs, cpu_moe_layers=args.cpu_moe_layers,
-                                           tensor_parallel=args.split_mode == "tensor"))
+                                           tensor_parallel=args.split_mode == "tensor",
+                                           parallel=args.parallel))
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
         return 0 if result.fits else 2
@@ -103,7 +104,8 @@ def _plan_cluster(args, shape, prefs) -> int:
 
 def _print_plan(result) -> None:
     print(f"{result.model}: {'fits' if result.fits else 'DOES NOT FIT'} — "
-          f"n_gpu_layers {result.n_gpu_layers}, n_ctx {result.n_ctx}, KV {result.kv_type}"
+          f"n_gpu_layers {result.n_gpu_layers}, n_ctx {result.n_ctx}, KV {result.kv_type}, "
+          f"{result.lanes} lane{'s' * (result.lanes > 1)}"
           + (f", experts of {result.cpu_moe_layers} layers in RAM" if result.cpu_moe_layers else "")
           + (f", {result.split_mode} split {list(result.tensor_split)}"
              if result.tensor_split else ""))
@@ -127,6 +129,8 @@ def add_commands(sub) -> None:
     plan.add_argument("model", help="a model id or a .gguf path")
     plan.add_argument("--ctx", type=int, help="wanted context (default: the largest up "
                       "to 32k that costs little, as serve chooses)")
+    plan.add_argument("--parallel", type=int, metavar="N",
+                      help="requests at once, as serve --parallel (default: the plan's lanes)")
     plan.add_argument("--json", action="store_true")
     plan.add_argument("--vram", type=float, nargs="*", metavar="GIB",
                       help="simulate GPUs with this much memory each")

@@ -213,8 +213,10 @@ def add_commands(sub) -> None:
                             "minutes (0: never); per model: PUT /v1/models/preset")
     serve.add_argument("--queue-size", type=int, default=16,
                        help="requests that may wait for a slot; more get 503 + Retry-After")
-    serve.add_argument("--parallel", type=int, default=4,
-                       help="requests generating at once, batched together (1: one at a time)")
+    serve.add_argument("--parallel", type=int, metavar="N",
+                       help="requests generating at once, batched together (1: one at a "
+                            "time; default: as many as the context's KV cells hold at 512 "
+                            "tokens each, up to 16: the plan says how many)")
     serve.add_argument("--batch-invariant", action="store_true",
                        help="batched greedy answers equal solo ones bit for bit: loads "
                             "without the CPU's repacked 4-bit weights (slower decode)")

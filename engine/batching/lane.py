@@ -66,7 +66,7 @@ class Lane:
         try:
             self._queue.put_nowait(job)
         except queue.Full:
-            waves = (self._queue.qsize() + 1) / max(1, self.settings.parallel)
+            waves = (self._queue.qsize() + 1) / self.scheduler.lanes
             wait = math.ceil(self.scheduler.figures.mean_request_s * waves)
             raise QueueFull(f"the engine queue is full ({self.settings.max_queue} waiting); "
                             "retry shortly", retry_after_s=max(1, wait)) from None

@@ -21,6 +21,7 @@ from ..events import CANCELLED, Failed, Job, Started, Usage
 from .kv_pool import CellLedger
 from ..llama.runtime import Chunk, DecodeFailed, NoKVSlot, common_prefix
 from ..llama.sampler import Sampler
+from ..machine.planner import lanes
 from ..model.host import ModelHost
 from ..model.loaded import Prompt
 from ..settings import EngineSettings
@@ -91,13 +92,16 @@ class Scheduler:
         self.figures = Throughput()
         self._last_set: tuple = ()  # the adapter set the last step advanced
         self._run = 0  # steps in a row it advanced
+        self.lanes, self.lanes_why = lanes(0, settings.parallel)  # set by each load
 
     # -- the loaded model -------------------------------------------------------------
 
     def attach(self) -> None:
-        """A model was loaded: its memory is empty."""
+        """A model was loaded: its memory is empty, and its context sets the lanes."""
         self.slots.clear()
-        self.ledger = CellLedger(self.host.loaded.llama.n_ctx)
+        n_ctx = self.host.loaded.llama.n_ctx
+        self.ledger = CellLedger(n_ctx)
+        self.lanes, self.lanes_why = lanes(n_ctx, self.settings.parallel)
 
     @property
     def scratch(self) -> int:
@@ -109,7 +113,7 @@ class Scheduler:
         return [s for s in self.slots.values() if s.active]
 
     def has_room(self) -> bool:
-        return len(self.active) < self.settings.parallel
+        return len(self.active) < self.lanes
 
     # -- admission --------------------------------------------------------------------
 
@@ -489,7 +493,7 @@ class Scheduler:
         return {"active": len(active),
                 "prefilling": sum(s.prefilling for s in active),
                 "resident": len(self.slots) - len(active),
-                "parallel": self.settings.parallel,
+                "parallel": self.lanes, "lanes_why": self.lanes_why,
                 "kv_cells_used": self.ledger.used, "kv_cells_total": self.ledger.total,
                 "prompt_tokens_per_s": round(prompt_rate, 2),
                 "generated_tokens_per_s": round(generated_rate, 2),

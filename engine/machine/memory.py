@@ -71,6 +71,7 @@ class Preferences:
     image_flops: float = 0.0        # its work for a 1024x768 picture (the forecast's encode time)
     tensor_parallel: bool = False   # may split every layer across GPUs: llama.cpp's experimental
                                     # mode, unmeasured here, so only when asked (--split-mode tensor)
+    parallel: int | None = None     # requests at once, the user's choice; None: the plan's lanes
 
 
 @dataclass(frozen=True)

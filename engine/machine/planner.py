@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..catalog.shape import ModelShape
+from ..settings import MAX_LANES
 from .forecast import Forecast, forecast, image_seconds
 from .hardware import Hardware
 from .memory import (MiB, DeviceUse, Placement, Preferences, can_split_tensors, compute_bytes,
@@ -32,6 +33,7 @@ class Plan:
     moe: bool = False
     split_mode: str = "layer"      # or "tensor": every layer split across the GPUs
     expert_device: str = "CPU"     # where those routed experts are: RAM, or a worker's
+    lanes: int = 1                 # requests generating at once (lanes())
 
     def as_dict(self) -> dict:
         return {"model": self.model, "n_gpu_layers": self.n_gpu_layers, "gpus": list(self.gpus),
@@ -44,7 +46,7 @@ class Plan:
                 "reasons": list(self.reasons), "cpu_moe_layers": self.cpu_moe_layers,
                 "forecast": self.forecast.as_dict() if self.forecast else None,
                 "n_layers": self.n_layers, "moe": self.moe, "split_mode": self.split_mode,
-                "expert_device": self.expert_device}
+                "expert_device": self.expert_device, "lanes": self.lanes}
 
 def _contexts(prefs: Preferences, shape: ModelShape) -> list[int]:
     wanted = min(prefs.ctx, shape.context_length or prefs.ctx)
@@ -54,6 +56,27 @@ def _contexts(prefs: Preferences, shape: ModelShape) -> list[int]:
         sizes.append(n)
         n = (n // 2) // 256 * 256 if n > 512 else n // 2
     return sizes or [wanted]
+
+
+# Lanes (requests generating at once) when the user sets none: one pool of KV cells serves
+# them all (any one may use the whole context), so lanes cost no memory of their own;
+# what bounds them is how many requests the pool holds at once. LANE_TOKENS is the share
+# counted on for each (a chat turn's prompt and answer; a longer one takes more, evicting
+# idle conversations first), MAX_LANES the cap: 16 clients at once on a 24 GB GPU at 32k.
+# Four lanes had made 12 of 16 clients wait on an H200 with 130 GB free.
+LANE_TOKENS = 512
+
+
+def lanes(n_ctx: int, parallel: int | None = None) -> tuple[int, str]:
+    """Requests at once for a context of n_ctx cells, and why, in words."""
+    if parallel:
+        return parallel, f"{parallel} request{'s' * (parallel > 1)} at once (--parallel)"
+    held = n_ctx // LANE_TOKENS
+    n = max(1, min(MAX_LANES, held))
+    why = f"{n} request{'s' * (n > 1)} at once: the {n_ctx:,} KV cells they share hold " \
+          f"{held:,} of {LANE_TOKENS} tokens"
+    return n, why + (f", {MAX_LANES} at most" if held > MAX_LANES else "") + \
+        " (--parallel sets another number)"
 
 
 F16_PREFERENCE = 1.05  # a q8_0 KV cache must be forecast this much faster to be chosen
@@ -104,10 +127,11 @@ def plan(hw: Hardware, shape: ModelShape, prefs: Preferences = Preferences()) ->
     if prefs.image_flops:
         speed = replace(speed, image_s=image_seconds(hw, where_projector(hw, prefs) or "CPU",
                                                      prefs.image_flops))
+    n_lanes, why = lanes(best.n_ctx, prefs.parallel)
     return Plan(shape.name, placement.n_gpu_layers, placement.gpus, placement.split,
                 best.n_ctx, best.kv_type, best.kv_type != "f16", placement.uses, True,
-                _reasons(shape, hw, prefs, best, traded), placement.cpu_moe, speed,
-                shape.n_layers, shape.is_moe, placement.split_mode)
+                (*_reasons(shape, hw, prefs, best, traded), why), placement.cpu_moe, speed,
+                shape.n_layers, shape.is_moe, placement.split_mode, lanes=n_lanes)
 
 
 def _best_at(shape: ModelShape, hw: Hardware, prefs: Preferences, n_ctx: int) -> _Choice | None:

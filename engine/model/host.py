@@ -203,7 +203,8 @@ class ModelHost:
                       image_flops=eyes.image_flops(1024, 768) if eyes else 0.0,
                       calibration=self._calibration.for_architecture(info.architecture),
                       cpu_moe_layers=cpu_moe, speed_calibration=self._calibration.speeds(),
-                      tensor_parallel=self.settings.tensor_parallel)
+                      tensor_parallel=self.settings.tensor_parallel,
+                      parallel=self.settings.parallel)
         asked = override.n_ctx if override and override.n_ctx else None
         if asked is None and self.settings.auto_ctx:
             return auto_context(**chosen)

@@ -130,8 +130,10 @@ def test_hardware_and_plan_commands(home, tmp_path):
     # no --ctx: all the 8k SmolLM2 takes, which costs nothing on an 8 GB GPU
     assert result["fits"] and result["n_gpu_layers"] == 31 and result["n_ctx"] == 8192
     assert any("the most this model takes" in r for r in result["reasons"])
-    asked = json.loads(homerack("plan", STARTER, "--json", "--ctx", "4096", home=home).stdout)
-    assert asked["n_ctx"] == 4096
+    assert result["lanes"] == 16 and "16 requests at once" in result["reasons"][-1]
+    asked = json.loads(homerack("plan", STARTER, "--json", "--ctx", "4096", "--parallel", "3",
+                                home=home).stdout)
+    assert asked["n_ctx"] == 4096 and asked["lanes"] == 3
     assert [d["device"] for d in result["devices"]] == ["GPU0", "CPU"]
     table = homerack("plan", STARTER, "--ram", "0.05", home=home)
     assert table.returncode == 2 and "DOES NOT FIT" in table.stdout

@@ -103,6 +103,19 @@ def test_concurrent_requests_share_steps_and_equal_their_solo_output(engine_for,
     assert settled(engine)["requests"] == 12
 
 
+def test_without_parallel_the_lanes_come_from_the_context(engine_for, tiny_store):
+    """The tiny model takes 512 tokens: its 512 cells hold one request of 512 tokens, so
+    three take turns (four lanes had batched them)."""
+    engine = engine_for(load=LoadSettings(n_ctx=512, n_batch=64))
+    model = tiny_store.resolve("tiny")
+    jobs = [submit(engine, model, f"request number {i} says", max_tokens=16, ignore_eos=True,
+                   cache_prompt=False) for i in range(3)]
+    results = [collector.result() for _, collector in jobs]
+    assert max(done.usage.shared_streams for _, _, done in results) == 1
+    batching = settled(engine)
+    assert batching["parallel"] == 1 and "512 KV cells" in batching["lanes_why"]
+
+
 def test_a_full_queue_answers_503_with_a_retry_time(engine_for, tiny_store):
     engine, model = engine_for(parallel=1, max_queue=1), tiny_store.resolve("tiny")
     release = threading.Event()

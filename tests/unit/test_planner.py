@@ -387,3 +387,19 @@ def test_a_named_draft_must_be_small_beside_its_model():
     with pytest.raises(IncompatibleDraft, match="400% of the model's size"):
         check_size(target, huge)
     check_size(target, LocalModel("small", Path("small.gguf"), 5 * GiB, False))
+
+
+def test_lanes_come_from_the_context_and_parallel_overrides_them():
+    from engine.machine.planner import LANE_TOKENS, lanes
+    from engine.settings import MAX_LANES
+
+    # an 8B model on a 24 GB GPU and on an H200: 32k cells, more than 16 requests' worth
+    for vram in (24, 141):
+        planned = plan(simulated((vram,), 64), LLAMA_7B, auto_context())
+        assert planned.n_ctx == 32768 and planned.lanes == MAX_LANES
+        assert "16 requests at once" in planned.reasons[-1]
+        assert "64 of 512 tokens" in planned.reasons[-1]
+    asked = plan(simulated((24,), 64), LLAMA_7B, replace(auto_context(), parallel=4))
+    assert asked.lanes == 4 and asked.reasons[-1] == "4 requests at once (--parallel)"
+    assert lanes(2048) == (2048 // LANE_TOKENS, lanes(2048)[1]) and lanes(300)[0] == 1
+    assert lanes(1 << 20)[0] == MAX_LANES and lanes(4096, parallel=1)[0] == 1
