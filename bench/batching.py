@@ -8,17 +8,26 @@ the anchor.
 Targets: >= 1.7x at 4 and >= 2x at 8 streams on Gemma, >= 1.4x at 4 on SmolLM2, ahead
 of llama-server in the same run.
 
+Then the many-clients proxy (issue 53's, for a GPU's sixteen conversations): on the first
+model, 16 streams at once, each with a prompt of its own (~300 tokens, or a short one)
+and 64 generated tokens, end to end, Homerack with its default settings (the plan's
+lanes) against llama-server -np 16 on the same file, alternating, medians of 3; and the
+engine's own milliseconds per step outside llama_decode (/health).
+
     python -m bench.batching [--model ID] [--threads 2] [--tokens 128] [--quick]
 """
 
 from __future__ import annotations
 
+import random
 import statistics
 import sys
 import threading
 import time
+from contextlib import ExitStack
 
-from .common import QUICK_NOTE, arguments, ratio, report, start_engine, stream_times
+from .common import (QUICK_NOTE, BenchError, arguments, ratio, report, start_engine,
+                     stream_times)
 
 from app.paths import paths
 from .build_tools import build, llama_server
@@ -83,6 +92,94 @@ def anchor_rows(bins, model: str, threads: int, counts: list[int], tokens: int) 
                  workload(anchor_url, {}, n, tokens, None)) for n in counts if n > 1]
 
 
+VOCABULARY = ("river bridge garden window market winter candle harbor meadow lantern valley "
+              "thunder orchard pepper silver forest mirror ladder copper basket").split()
+
+
+def own_prompt(i: int, long: bool, run: str) -> str:
+    """Stream i's prompt: about 300 tokens no other stream shares, or a short one; `run`
+    makes them new to every prompt cache (the disk tier outlives the engine)."""
+    if not long:
+        return f"{run}: {PROMPTS[i % len(PROMPTS)]} (stream {i})"
+    rng = random.Random(i)
+    return f"{run}, note {i}. " + " ".join(rng.choice(VOCABULARY) for _ in range(290))
+
+
+def all_at_once(url: str, headers: dict, prompts: list[str], tokens: int,
+                model: str | None) -> float:
+    """Seconds from the first request to the end of the last of these streams, sent
+    together (each exactly `tokens` tokens; Homerack's checked as generated)."""
+    errors = []
+
+    def run(prompt):
+        try:
+            stream_times(url, headers, {"prompt": prompt, **({"model": model} if model else {})},
+                         tokens, checked=model is not None)
+        except Exception as exc:  # noqa: BLE001 - reported below, the bench stops
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(p,)) for p in prompts]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise BenchError(f"a stream failed: {errors[0]!r}")
+    return time.perf_counter() - start
+
+
+def many_clients(bins, model: str, threads: int, streams: int, tokens: int,
+                 reps: int) -> None:
+    """The proxy: `streams` clients at once, with long and short prompts, against
+    llama-server -np `streams` (none in quick mode), alternating."""
+    with ExitStack() as stack:
+        engine = start_engine(["--threads", str(threads), "--model", model])  # defaults
+        stack.callback(engine.stop)
+        anchor_url = stack.enter_context(llama_server(bins, [
+            "-m", str(paths().models / f"{model}.gguf"), "-c", "8192", "-np", str(streams),
+            "-t", str(threads)])) if bins else None
+        _compare(engine, anchor_url, model, streams, tokens, reps)
+
+
+def _compare(engine, anchor_url: str | None, model: str, streams: int, tokens: int,
+             reps: int) -> None:
+    for url, headers, name in ((engine.url, engine.headers, model),
+                               (anchor_url, {}, None)):
+        if url:
+            all_at_once(url, headers, ["warm up"], 8, name)
+    lanes = engine.health()["batching"]
+    print(f"\n{streams} clients at once, {tokens} tokens each, end to end; Homerack's "
+          f"defaults: {lanes['parallel']} lanes ({lanes['lanes_why']})")
+    print(f"{'prompts':<22}{'Homerack':>10}{'tok/s':>8}{'llama-server':>14}{'tok/s':>8}"
+          f"{'ratio':>8}")
+    run = f"Run {random.randrange(10 ** 9)}"
+    for long in (True, False):
+        ours, theirs = [], []
+        for rep in range(reps):  # prompts new to both servers each time: no cache helps
+            prompts = [own_prompt(rep * streams + i, long, run) for i in range(streams)]
+            ours.append(all_at_once(engine.url, engine.headers, prompts, tokens, model))
+            if anchor_url:
+                theirs.append(all_at_once(anchor_url, {}, prompts, tokens, None))
+        total = streams * tokens
+        ours_s = statistics.median(ours)
+        what = "~300-token prompts" if long else "short prompts"
+        if not theirs:
+            print(f"{what:<22}{ours_s:>9.2f}s{total / ours_s:>8.1f}")
+            continue
+        theirs_s = statistics.median(theirs)
+        gain = ratio(total / ours_s, total / theirs_s, f"{what} against llama-server",
+                     0.2, 5)
+        print(f"{what:<22}{ours_s:>9.2f}s{total / ours_s:>8.1f}{theirs_s:>13.2f}s"
+              f"{total / theirs_s:>8.1f}{gain:>7.2f}x")
+        report(model, f"{streams} clients at once, {what}, end to end", total / ours_s,
+               "tok/s", total / theirs_s, f"llama-server -np {streams}",
+               ">= 0.9" if long else ">= 1")
+    host = engine.health()["batching"]["host_ms_per_step"]
+    print(f"the engine's own time per step, outside llama_decode: {host:.2f} ms")
+    report(model, "milliseconds per step outside llama_decode", host, "ms")
+
+
 def check(rows: list) -> None:
     """Batching cannot beat one stream per stream: a ratio over the stream count means
     the concurrent run did less work (as when answers were replayed from a cache)."""
@@ -103,7 +200,9 @@ def report_rows(rows: list) -> None:
 
 
 def main() -> int:
-    args = arguments(__doc__, {"tokens": (128, 4), "streams": ("1,2,4,8", "1,2")}, models=MODELS)
+    args = arguments(__doc__, {"tokens": (128, 4), "streams": ("1,2,4,8", "1,2"),
+                               "clients": (16, 2), "answer": (64, 4),
+                               "reps": (3, 1)}, models=MODELS)
     counts = [int(n) for n in args.streams.split(",")]
     bins = None if args.quick else build()
     rows = []
@@ -119,6 +218,8 @@ def main() -> int:
     for model, server, r in rows:
         print(f"{model:<28}{server:<20}{r['streams']:>8}{r['sequential_tps']:>12.1f}"
               f"{r['concurrent_tps']:>10.1f}{r['ratio']:>7.2f}x{r['p50_ms']:>8.1f}{r['p95_ms']:>8.1f}")
+    many_clients(bins, args.models[-1], args.threads, args.clients, args.answer,
+                 args.reps)
     if args.quick:
         print(f"\n{QUICK_NOTE} (llama-server); the ratios above are one-by-one against together")
         return 0

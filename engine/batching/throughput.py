@@ -14,12 +14,19 @@ class Throughput:
         self.totals = {"prompt_tokens": 0, "generated_tokens": 0, "steps": 0,
                        "requests": 0, "evictions": 0, "memory_full": 0, "model_errors": 0}
         self.mean_request_s = 2.0
+        self.step_s = self.decode_s = 0.0  # plain steps' time, and llama_decode's share
         self._recent: deque[tuple[float, int, int]] = deque()  # (time, prompt, generated)
 
     def count(self, prompt: int = 0, generated: int = 0) -> None:
         self.totals["prompt_tokens"] += prompt
         self.totals["generated_tokens"] += generated
         self._recent.append((time.monotonic(), prompt, generated))
+
+    def host_ms_per_step(self) -> float:
+        """Milliseconds a plain step spends outside llama_decode (batching, sampling,
+        streaming: the engine's own cost), on average so far."""
+        steps = self.totals["steps"]
+        return round(1000 * (self.step_s - self.decode_s) / steps, 3) if steps else 0.0
 
     def request_took(self, seconds: float) -> None:
         self.mean_request_s = 0.8 * self.mean_request_s + 0.2 * seconds

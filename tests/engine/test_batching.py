@@ -29,20 +29,33 @@ def slot(seq_id, held, prompt=(), last=None, admitted=0.0):
     return s
 
 
-def test_the_batch_puts_generated_tokens_together_and_each_prompt_apart():
+def test_by_default_generated_tokens_and_prompts_share_one_call():
     decoding = [slot(0, range(10), range(10), last=7), slot(1, range(5), range(5), last=9)]
     young = slot(2, [], range(300), admitted=2.0)
     old = slot(3, range(3), range(100), admitted=1.0)
-    calls = plan_batch([*decoding, young, old], n_batch=512, prefill_share=80)
+    calls = plan_batch([*decoding, young, old], n_batch=512)
+    shape = [[(c.seq_id, c.start, len(c.tokens), c.logits) for c in call] for call in calls]
+    # the older prompt whole (its last token sampled), the younger one up to 128 a waiting prompt
+    assert shape == [[(0, 10, 1, True), (1, 5, 1, True), (3, 3, 97, True), (2, 0, 159, False)]]
+    calls = plan_batch([slot(5, [], range(30), admitted=1.0), slot(6, [], range(40))], 512)
+    assert [[(c.seq_id, len(c.tokens)) for c in call] for call in calls] == [[(6, 40), (5, 30)]]
+
+
+def test_batch_invariant_puts_generated_tokens_together_and_each_prompt_apart():
+    decoding = [slot(0, range(10), range(10), last=7), slot(1, range(5), range(5), last=9)]
+    young = slot(2, [], range(300), admitted=2.0)
+    old = slot(3, range(3), range(100), admitted=1.0)
+    calls = plan_batch([*decoding, young, old], n_batch=512, prefill_share=80, invariant=True)
     shape = [[(c.seq_id, c.start, len(c.tokens), c.logits) for c in call] for call in calls]
     assert shape == [[(0, 10, 1, True), (1, 5, 1, True)],
                      [(3, 3, 80, False)]]  # the older prompt first, capped
     # alone, a prompt takes the whole batch, its last token's logits sampled
-    calls = plan_batch([slot(3, range(3), range(100))], n_batch=512)
+    calls = plan_batch([slot(3, range(3), range(100))], n_batch=512, invariant=True)
     assert [[(c.start, len(c.tokens), c.logits) for c in call] for call in calls] == \
         [[(3, 97, True)]]
     # two short prompts: one batch each, in one step
-    calls = plan_batch([slot(5, [], range(30), admitted=1.0), slot(6, [], range(40))], 512)
+    calls = plan_batch([slot(5, [], range(30), admitted=1.0), slot(6, [], range(40))], 512,
+                       invariant=True)
     assert [[(c.seq_id, len(c.tokens)) for c in call] for call in calls] == [[(6, 40)], [(5, 30)]]
 
 
