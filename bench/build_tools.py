@@ -54,7 +54,14 @@ def tools_dir() -> Path:
     return ROOT / ".cache" / f"llama-tools-{llama_cpp.__version__}-{key}"
 
 
+BINS_ENV = "HOMERACK_DEVICE_BINS"  # llama-bench and llama-server built elsewhere (a GPU's)
+
+
 def build() -> Path:
+    """llama.cpp's tools from the vendored commit, built here once; those in the folder
+    HOMERACK_DEVICE_BINS names where it is set (../shared/device builds them for CUDA)."""
+    if named := os.environ.get(BINS_ENV):
+        return Path(named)
     out = tools_dir()
     bins = out / "bin"
     if all((bins / t).exists() for t in TARGETS):

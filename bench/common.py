@@ -102,10 +102,12 @@ def model_id(name: str) -> str:
 
 def donor() -> Path:
     """The starter whose tokenizer runs a shape's random weights: installed into the
-    benches' home first, as `homerack models` would (a fresh clone has nothing to do)."""
+    benches' home first, as `homerack models` would (a fresh clone has nothing to do);
+    HOMERACK_SHAPE_DONOR's file instead where it is set."""
     from app.local_models import open_store
+    from fixtures.shapes import env_donor
 
-    return open_store().resolve(DONOR).path
+    return env_donor() or open_store().resolve(DONOR).path
 
 
 def report(model: str, figure: str, value: float, unit: str, anchor: float | None = None,

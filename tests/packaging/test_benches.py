@@ -52,3 +52,14 @@ def test_the_benches_are_all_here():
     on_disk = {p.stem for p in (ROOT / "bench").glob("*.py")} - helpers
     assert on_disk == set(BENCHES)
     assert bench.listing() in (ROOT / "docs" / "benchmarks.md").read_text()
+
+
+def test_a_gpu_machine_names_its_own_tools_and_tokenizer_donor(monkeypatch, tmp_path):
+    """../shared/device/run.sh builds llama-bench and llama-server for CUDA and brings a
+    vocabulary-only donor (the starters cannot be installed there): the benches take them."""
+    from bench.build_tools import build
+    from bench.common import donor
+
+    monkeypatch.setenv("HOMERACK_DEVICE_BINS", str(tmp_path / "bin"))
+    monkeypatch.setenv("HOMERACK_SHAPE_DONOR", str(tmp_path / "vocab.gguf"))
+    assert build() == tmp_path / "bin" and donor() == tmp_path / "vocab.gguf"
