@@ -13,6 +13,7 @@ def engine_status(engine) -> dict:
     return {
         "model": _model_id(loaded),
         "n_ctx": loaded.llama.n_ctx if loaded else None,
+        "flash_attn": loaded.llama.flash_attn if loaded else None,
         "offload": offload(loaded, engine.host.cluster),
         "busy": bool(batching.get("active")),
         "memory": loaded.memory if loaded else None,

@@ -34,6 +34,7 @@ def build_id() -> str:
 
 _BUFFER_LINE = re.compile(r"(\S+)\s+(model|KV|compute|output) buffer size =\s+([\d.]+) MiB")
 _PROJECTOR_LINE = re.compile(r"load_hparams: model size:\s+([\d.]+) MiB")  # libmtmd's weights
+_FLASH_LINE = re.compile(r"Flash Attention (enabled|disabled)")  # auto, as it resolved
 _NO_MEMORY_LINE = re.compile(r"(?:failed|unable) to allocate (\S+) buffer")
 
 
@@ -42,6 +43,7 @@ class LoadLog:
     """What llama.cpp's log said while one model loaded."""
     buffers: list[tuple[str, str, int]] = field(default_factory=list)  # (device, kind, bytes)
     no_memory: list[str] = field(default_factory=list)  # devices where an allocation failed
+    flash_attn: bool | None = None  # what llama.cpp's "auto" chose for the context
 
     def totals(self) -> dict[tuple[str, str], int]:
         """Bytes allocated by (device, kind): weights are "model"."""
@@ -92,6 +94,8 @@ def _log(level: int, text: bytes, _user_data) -> None:
             listening.buffers.append(("projector", "model", int(float(match[1]) * (1 << 20))))
         elif match := _NO_MEMORY_LINE.search(line):
             listening.no_memory.append(_device(match.group(1)))
+        elif match := _FLASH_LINE.search(line):
+            listening.flash_attn = match.group(1) == "enabled"
     if os.environ.get("HOMERACK_LLAMA_VERBOSE"):
         sys.stderr.write(line)
 

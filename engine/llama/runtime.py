@@ -74,6 +74,8 @@ class LlamaModel(Tokens):
                 raise
         #: bytes llama.cpp allocated, by (device, kind): weights are "model"
         self.buffers: dict[tuple[str, str], int] = log.totals()
+        #: flash attention as llama.cpp resolved "auto" for this context (None: not said)
+        self.flash_attn: bool | None = log.flash_attn
 
     def _load(self, path: Path, settings: LoadSettings,
               on_progress: Callable[[float], None] | None) -> None:

@@ -23,7 +23,7 @@ class Plan:
     tensor_split: tuple[float, ...]
     n_ctx: int
     kv_type: str
-    flash_attn: bool
+    flash_attn: bool               # the plan requires it (a quantized KV cache, a tensor split)
     uses: tuple[DeviceUse, ...]
     fits: bool
     reasons: tuple[str, ...]
@@ -129,7 +129,8 @@ def plan(hw: Hardware, shape: ModelShape, prefs: Preferences = Preferences()) ->
                                                      prefs.image_flops))
     n_lanes, why = lanes(best.n_ctx, prefs.parallel)
     return Plan(shape.name, placement.n_gpu_layers, placement.gpus, placement.split,
-                best.n_ctx, best.kv_type, best.kv_type != "f16", placement.uses, True,
+                best.n_ctx, best.kv_type,
+                best.kv_type != "f16" or placement.split_mode == "tensor", placement.uses, True,
                 (*_reasons(shape, hw, prefs, best, traded), why), placement.cpu_moe, speed,
                 shape.n_layers, shape.is_moe, placement.split_mode, lanes=n_lanes)
 
@@ -283,7 +284,12 @@ def _reasons(shape: ModelShape, hw: Hardware, prefs: Preferences, best: _Choice,
     if best.kv_type != "f16":
         f16 = place(shape, hw, n_ctx, "f16", prefs, placement.cpu_moe)
         why = "it keeps more on the GPU" if f16.fits() else "to keep the context"
-        reasons.append(f"KV cache quantized to q8_0 (with flash attention): {why}")
+        reasons.append(f"KV cache quantized to q8_0, which requires flash attention: {why}")
+    if placement.split_mode == "tensor":
+        reasons.append("layers split across GPUs, which requires flash attention")
+    elif best.kv_type == "f16":
+        reasons.append("flash attention: llama.cpp's auto (on where the backend has it: the "
+                       "CPU, CUDA, Metal); /health says what it chose")
     for device, cap in prefs.caps:
         reasons.append(f"{device} held to {cap / MiB:,.0f} MiB: a load asking for more "
                        "ran out of memory there")

@@ -375,8 +375,11 @@ def test_metrics_and_health_show_the_batch(batching_server):
         assert f"\n{name} " in metrics.text, name
     assert "homerack_kv_cells_total 4096.0" in metrics.text
     assert httpx.get(f"{batching_server.url}/metrics").status_code == 401
-    batching = httpx.get(f"{batching_server.url}/health", headers=headers).json()["batching"]
+    health = httpx.get(f"{batching_server.url}/health", headers=headers).json()
+    batching = health["batching"]
     assert batching["parallel"] == 8 and batching["kv_cells_total"] == 4096
+    assert health["flash_attn"] is True  # llama.cpp's auto, on for the CPU
+    assert batching["host_ms_per_step"] > 0
 
 
 def test_the_pool_comes_from_the_plan_within_a_memory_budget(starters_dir):
