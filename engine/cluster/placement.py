@@ -17,7 +17,7 @@ from itertools import combinations
 from ..catalog.shape import ModelShape
 from ..machine.hardware import Hardware
 from ..machine.memory import DeviceUse, budgets, compute_bytes
-from ..machine.planner import Plan, Preferences, _contexts, plan
+from ..machine.planner import Plan, Preferences, _contexts, lanes, plan
 
 THIS_MACHINE = "this machine"
 ROUND_TRIPS_PER_STAGE = 2     # llama.cpp RPC per remote stage and token (measured: bench/cluster.py)
@@ -236,9 +236,11 @@ def _as_plan(shape, devices, counts, n_ctx, kv_type, prefs) -> ClusterPlan | Non
                            for s in stages),
                "the output layer stays on this machine: only one activation row crosses "
                "each link per token")
+    n_lanes, why = lanes(n_ctx, prefs.parallel)
     planned = Plan(shape.name, shape.n_layers + 1, tuple(u.device for u in uses),
                    tuple(float(c + (1 if i == len(used) - 1 else 0)) for i, (_d, c) in enumerate(used)),
-                   n_ctx, kv_type, kv_type != "f16", tuple(uses), True, reasons)
+                   n_ctx, kv_type, kv_type != "f16", tuple(uses), True, (*reasons, why),
+                   lanes=n_lanes)
     seconds = _seconds(shape, [(m, kind, c) for (m, _n, kind, _b), c in used])
     return ClusterPlan(planned, tuple(stages), 1 / seconds, ())
 
