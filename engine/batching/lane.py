@@ -48,6 +48,7 @@ class Lane:
         self._pending: Job | None = None  # first in line, waiting for memory or a swap
         self._stopping = False
         self._closed = False
+        self._now = False  # close(): stop after this step, whatever runs or waits
         self._published_at = 0.0
         self._thread = threading.Thread(target=self._work, name=f"homerack-{name}", daemon=True)
         previous = threading.stack_size(WORKER_STACK_BYTES)  # for the thread started next
@@ -116,8 +117,8 @@ class Lane:
     def close(self, why: str | None = None) -> None:
         """Stop now. Requests waiting end with an error saying `why`; running ones too
         when there is a why (unloaded by hand), else as cancelled (the engine stops)."""
-        self._closed = True
-        self._why = why
+        self._why = why  # before the thread can see _now and fail what runs with it
+        self._closed = self._now = True
         self._queue.put(None)
         self._thread.join(timeout=30)
         self.abandon(ModelUnloaded(f"the model was unloaded ({why or 'the engine is stopping'})"
@@ -151,8 +152,10 @@ class Lane:
         self.host.close()
 
     def _ended(self) -> bool:
-        """Told to stop, and (when retiring) nothing left to finish."""
-        return self._stopping and not (self._drain and (self.scheduler.active or self._pending))
+        """Closed; or told to stop and (when retiring) nothing left to finish. A closed lane
+        whose every slot is busy would not read its queue's stop until one ended."""
+        return self._now or \
+            self._stopping and not (self._drain and (self.scheduler.active or self._pending))
 
     def _admit(self) -> None:
         """Start queued requests while there is a free slot and memory for them."""

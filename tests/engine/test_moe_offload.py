@@ -17,8 +17,10 @@ from support import ROOT
 from support.models import STARTER
 
 # The two paths run the same CPU kernels on different threads and buffers: logits differ
-# by rounding only (0.03 measured, on logits of a few units).
-LOGIT_TOLERANCE = 0.1
+# by rounding only: 0.14-0.26 measured on logits of spread 1 (random weights of mean 0,
+# whose sums cancel, show rounding more than the earlier writer's: 0.03 on logits of a
+# few units). A layer computed in the wrong place differs by the logits' whole size.
+LOGIT_TOLERANCE = 0.5
 
 
 @pytest.fixture(scope="module")
