@@ -48,7 +48,7 @@ class Lane:
         self._pending: Job | None = None  # first in line, waiting for memory or a swap
         self._stopping = False
         self._closed = False
-        self._now = False  # close(): stop after this step, whatever runs or waits
+        self._now = False  # close(): stop at once, even with every slot busy
         self._published_at = 0.0
         self._thread = threading.Thread(target=self._work, name=f"homerack-{name}", daemon=True)
         previous = threading.stack_size(WORKER_STACK_BYTES)  # for the thread started next
@@ -152,9 +152,10 @@ class Lane:
         self.host.close()
 
     def _ended(self) -> bool:
-        """Closed; or told to stop and (when retiring) nothing left to finish. A closed lane
-        whose every slot is busy would not read its queue's stop until one ended."""
-        return self._now or \
+        """Told to stop and (when retiring) nothing left to finish; or closed with every
+        slot busy (such a lane would not read its queue, and the stop there, until a
+        request ended; with room it takes what was put before the stop, then stops)."""
+        return self._now and not self.scheduler.has_room() or \
             self._stopping and not (self._drain and (self.scheduler.active or self._pending))
 
     def _admit(self) -> None:
