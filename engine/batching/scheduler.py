@@ -62,20 +62,16 @@ def plan_batch(slots: list[Slot], n_batch: int, prefill_share: int = PREFILL_SHA
     room = min(n_batch - len(tokens), prefill_share) if tokens else n_batch
     calls = [tokens] if tokens else []
     full = room
-    for slot in sorted((s for s in slots if s.prefilling), key=lambda s: s.admitted):
+    for slot in _waiting(slots):
         if room <= 0:
             break
-        start, rest = len(slot.tokens), slot.pending()
-        image = slot.images.get(start)
-        if image is not None:  # whole, in a call of its own, when the step has its share left
+        chunk = _prompt_chunk(slot, room)
+        if chunk.image is not None:  # in a call of its own, when the step has its share left
             if room == full:
-                calls.append([Chunk(slot.seq_id, start, tuple(rest[:image.n_pos]), False, image)])
-                room = 0
+                calls.append([chunk])
             break
-        upto = min((at - start for at in slot.images if at > start), default=len(rest))
-        take = rest[:min(room, upto)]
-        calls.append([Chunk(slot.seq_id, start, tuple(take), len(take) == len(rest))])
-        room -= len(take)
+        calls.append([chunk])
+        room -= len(chunk.tokens)
     return calls
 
 
@@ -86,23 +82,36 @@ def _mixed(tokens: list[Chunk], slots: list[Slot], n_batch: int,
     running streams comes in steps short enough for them to keep flowing; sixteen
     arriving together fill the call). A prompt that reaches an image stops there, and
     the image goes alone when the call is empty."""
-    call, waiting = list(tokens), sorted((s for s in slots if s.prefilling),
-                                         key=lambda s: s.admitted)
+    call, waiting = list(tokens), _waiting(slots)
     room = min(n_batch - len(tokens), share * len(waiting)) if tokens else n_batch
     for slot in waiting:
         if room <= 0:
             break
-        start, rest = len(slot.tokens), slot.pending()
-        image = slot.images.get(start)
-        if image is not None:
+        chunk = _prompt_chunk(slot, room)
+        if chunk.image is not None:
             if not call:
-                return [[Chunk(slot.seq_id, start, tuple(rest[:image.n_pos]), False, image)]]
+                return [[chunk]]
             continue
-        upto = min((at - start for at in slot.images if at > start), default=len(rest))
-        take = rest[:min(room, upto)]
-        call.append(Chunk(slot.seq_id, start, tuple(take), len(take) == len(rest)))
-        room -= len(take)
+        call.append(chunk)
+        room -= len(chunk.tokens)
     return [call] if call else []
+
+
+def _waiting(slots: list[Slot]) -> list[Slot]:
+    """The slots whose prompts are still being evaluated, oldest request first."""
+    return sorted((s for s in slots if s.prefilling), key=lambda s: s.admitted)
+
+
+def _prompt_chunk(slot: Slot, room: int) -> Chunk:
+    """The slot's next prompt chunk: a whole image when one starts here, else text up to
+    `room` tokens and the next image (the last token's logits asked for)."""
+    start, rest = len(slot.tokens), slot.pending()
+    image = slot.images.get(start)
+    if image is not None:
+        return Chunk(slot.seq_id, start, tuple(rest[:image.n_pos]), False, image)
+    upto = min((at - start for at in slot.images if at > start), default=len(rest))
+    take = rest[:min(room, upto)]
+    return Chunk(slot.seq_id, start, tuple(take), len(take) == len(rest))
 
 
 def take_turn(active: list[Slot], last: tuple, run: int) -> tuple[tuple, list[Slot], int]:
@@ -164,8 +173,7 @@ class Scheduler:
             admitted = self._admit(job, held)
         except NonFiniteLogits as exc:  # measuring a drafter's tie margin, at admission
             held.close()
-            self.figures.totals["model_errors"] += 1
-            raise exc.at(len(held.tokens)) from None
+            raise self._model_error(exc, len(held.tokens)) from None
         except BaseException:
             held.close()
             raise
@@ -509,10 +517,14 @@ class Scheduler:
         """The sequence ends with `error`, its cells dropped unsaved (logits that were no
         numbers leave cells that are none either: nothing of it is kept)."""
         if isinstance(error, NonFiniteLogits):
-            error = error.at(len(slot.tokens))
-            self.figures.totals["model_errors"] += 1
+            error = self._model_error(error, len(slot.tokens))
         slot.job.emit(Failed(error))
         self._release(slot)
+
+    def _model_error(self, error: NonFiniteLogits, position: int) -> NonFiniteLogits:
+        """The error a request ends with, at its position, counted (/metrics)."""
+        self.figures.totals["model_errors"] += 1
+        return error.at(position)
 
     def fail_all(self, error) -> None:
         """After an evaluation failed: the memory may not match any token list."""
