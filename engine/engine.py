@@ -42,6 +42,7 @@ from .routing import Decision, Routing, decide, route_between
 from .tools.builtin import DOCUMENTS, DocumentSearch
 from .tools.toolbox import Toolbox
 from .documents.collections import Collections, Embedding
+from .home.household import Household
 from . import status
 
 if TYPE_CHECKING:  # imported where used: the engine starts without the Hub or replicas
@@ -72,6 +73,7 @@ class Engine:
         self.tools = Toolbox(settings.mcp_config, settings.tool_approvals, settings.tool_logs,
                              settings.request_mcp)  # MCP servers and the user's approvals
         self._documents: Collections | None = None
+        self.home = Household(settings.home)  # the paired devices, their use and limits
         if settings.documents is not None:  # search_documents, offered as a tool
             self.tools.builtins[DOCUMENTS] = DocumentSearch(
                 lambda name, query, top_k: self.documents.search(name, query, top_k),
@@ -119,10 +121,15 @@ class Engine:
                 replay(job, answer, route)
                 return job
         job.emit = Recording(job, self.answers, key, route)
-        if job.request.escalate_to:
-            Cascade(job, self._put).start()
-        else:
-            self._put(job)
+        self.home.take(job)  # a device's share and limits (429), the owner's precedence
+        try:
+            if job.request.escalate_to:
+                Cascade(job, self._put).start()
+            else:
+                self._put(job)
+        except HomerackError:
+            self.home.release(job)
+            raise
         return job
 
     def _route(self, job: Job) -> dict | None:

@@ -105,6 +105,17 @@ class QueueFull(HomerackError):
         self.retry_after_s = retry_after_s
 
 
+class RateLimited(HomerackError):
+    """A paired device over one of its limits (requests at once, tokens a minute), or
+    pairing locked after too many wrong codes: retry after `retry_after_s`."""
+    status = 429
+    kind = "rate_limit_exceeded"
+
+    def __init__(self, message: str, retry_after_s: int, param: str | None = None):
+        super().__init__(message, param=param)
+        self.retry_after_s = retry_after_s
+
+
 class StarterModelMissing(HomerackError):
     status = 500
     kind = "starter_model_missing"

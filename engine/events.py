@@ -53,6 +53,8 @@ class GenerationRequest:
     template_kwargs: dict = field(default_factory=dict)  # to the chat template (thinking...)
     thinking_budget: int | None = None  # reasoning tokens at most, then its closing marker
     pictures: tuple = ()  # agent.images.Picture, in the order of the markers in the messages
+    client: str | None = None  # the paired device that asked (engine/home); None: the owner
+    precedence: bool = False   # admitted before the devices' (the owner's, when chosen)
 
     @property
     def adapter_set(self) -> tuple[tuple[str, float], ...]:

@@ -156,6 +156,7 @@ class Fleet:
                 "idle_s": round(lane.idle_s(), 1), "pinned": keep.pinned, "ttl_s": keep.ttl_s,
                 "loads": lane.host.loads,
                 "model_errors": lane.scheduler.figures.totals["model_errors"],
+                "waiting": lane.published.get("waiting", []),  # fairness.FairQueue.waiting
                 "generated_tokens_per_s": lane.published.get("generated_tokens_per_s"),
                 "decode_tokens_per_s": _measured_decode(loaded)})
         return out

@@ -80,6 +80,7 @@ class EngineSettings:
     tool_logs: Path | None = None     # the servers' stderr and the log of every call
     request_mcp: bool = False         # a request may name an MCP server by URL
     documents: Path | None = None     # the documents index (engine/documents/); None: none
+    home: Path | None = None          # the paired devices and their chats (engine/home/)
 
     @property
     def sequences(self) -> int:

@@ -26,7 +26,8 @@ def engine_status(engine) -> dict:
         "max_queue": engine.settings.max_queue,
         "batching": batching,
         "embedding_model": engine.embedder.model.id if engine.embedder.model else None,
-        "models": engine.fleet.loaded(),
+        "models": (models := engine.fleet.loaded()),
+        "home": home_status(engine, models),
         "replicas": engine.replicas.status() if engine.replicas else [],
         "adapters": {"loaded": loaded.adapters.loaded() if loaded else [],
                      "switches": loaded.adapters.switches if loaded else 0},
@@ -38,6 +39,12 @@ def engine_status(engine) -> dict:
                 "load_error": companion.host.load_error,
                 "batching": dict(companion.published)}},
     }
+
+
+def home_status(engine, models: list[dict]) -> dict:
+    """Sharing with the home: whether it is on, the devices, who waits for a turn and why."""
+    waiting = [{**w, "model": m["id"]} for m in models for w in m.get("waiting", ())]
+    return {**engine.home.status(), "waiting": waiting}
 
 
 def offload(loaded, cluster) -> str:

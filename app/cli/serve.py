@@ -109,7 +109,9 @@ def _serve(args, token: str) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         serve(engine, ServeConfig(args.host, args.port, token, args.fd, args.api_docs,
-                                  args.generation_only, args.ollama_port), ready,
+                                  args.generation_only, args.ollama_port,
+                                  (args.share_host, args.share_port) if args.share_home
+                                  else None), ready,
               routers=(hub_routes(engine, downloads),), holder=holder)
     finally:
         remove_engine_file(engine_file, os.getpid())
@@ -147,7 +149,7 @@ def _settings(args):
         presets_file=where.data / "presets.json",
         mcp_config=where.mcp_config, tool_approvals=where.tool_approvals,
         tool_logs=where.tool_logs, request_mcp=args.allow_request_mcp,
-        documents=where.data / "documents.sqlite")
+        documents=where.data / "documents.sqlite", home=where.data / "home")
 
 
 def _routing(store, args):
@@ -278,5 +280,13 @@ def add_commands(sub) -> None:
                        help="also serve Ollama's API on 127.0.0.1:PORT WITHOUT the token, "
                             "for apps that cannot send one (Ollama's own port: 11434); any "
                             "program on this machine can then use the models. Off by default")
+    serve.add_argument("--share-home", action="store_true",
+                       help="also serve this home's paired devices on the LAN: the web chat "
+                            "and the generation routes, with each device's own key "
+                            "(`homerack devices add NAME`). Off by default")
+    serve.add_argument("--share-host", default="0.0.0.0", metavar="ADDR",
+                       help="the address the sharing listener binds (default: every LAN "
+                            "address)")
+    serve.add_argument("--share-port", type=int, default=8580, metavar="N")
     serve.add_argument("--fd", type=int, help=argparse.SUPPRESS)  # a supervised engine child
     serve.set_defaults(func=cmd_serve)

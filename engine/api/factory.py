@@ -13,44 +13,19 @@ only when asked for (`serve --api-docs`).
 
 from __future__ import annotations
 
-import logging
 import secrets
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 
 from ..engine import Engine
-from ..errors import HomerackError, QueueFull, Unauthorized
-from . import (admin_routes, anthropic_routes, embeddings_routes, ollama_routes, openai_routes,
-               responses_routes, tool_routes, document_routes)
+from ..errors import Unauthorized
+from . import (admin_routes, anthropic_routes, embeddings_routes, home_admin_routes,
+               ollama_routes, openai_routes, responses_routes, tool_routes, document_routes)
 from .front_door import FrontDoor
-from .guard import GENERATION_ONLY, BodyTooLarge, RequestGuard
-from .wire import openai_error
-
-
-def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
-    first = exc.errors()[0]
-    if first.get("type") == "json_invalid":
-        return f"the request body is not valid JSON: {first.get('msg')}", None
-    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
-    param = ".".join(loc) or None
-    return f"{param or 'body'}: {first.get('msg')}", param
-
-
-def _body_for(path: str, status: int, message: str, kind: str, param: str | None) -> dict:
-    if anthropic_routes.is_anthropic(path):
-        return anthropic_routes.anthropic_error(status, message, param)
-    if ollama_routes.is_ollama(path):
-        return ollama_routes.ollama_error(message)
-    return openai_error(message, kind, param)
-
-
-def _error_response(request: Request, status: int, message: str, kind: str,
-                    param: str | None, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse(_body_for(request.url.path, status, message, kind, param), status,
-                        headers=headers)
+from .home_door import HomeDoor
+from .error_replies import answer_errors, error_body
+from .guard import GENERATION_ONLY, RequestGuard
 
 
 def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
@@ -59,14 +34,18 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
     """`host_names`: names besides loopback's and IP literals that requests may address
     the engine by (serve --host NAME). `generation_only`: the routes of
     guard.GENERATION_ONLY and no other (serve --generation-only)."""
+    door = HomeDoor(engine)  # the sharing listener, opened by serve or the owner
+
     @asynccontextmanager
     async def lifespan(_app):
         if on_startup is not None:
             on_startup()
         yield
+        await door.close()
 
     docs = {} if api_docs else {"openapi_url": None, "docs_url": None, "redoc_url": None}
     app = FastAPI(title="Homerack engine", version="0.1.0", lifespan=lifespan, **docs)
+    app.state.door = door
     expected = token.encode()
 
     def token_given(request: Request) -> bool:
@@ -81,7 +60,7 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
         app.add_middleware(FrontDoor, engine=engine, replicas=engine.replicas,
                            token_given=token_in)
     app.add_middleware(RequestGuard, names=host_names, error_for=lambda path, status, message:
-                       _body_for(path, status, message, "invalid_request_error", None),
+                       error_body(path, status, message, "invalid_request_error", None),
                        routes=GENERATION_ONLY if generation_only else None)
 
     def require_token(request: Request) -> None:
@@ -89,13 +68,14 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
             raise Unauthorized("missing or wrong API token (Authorization: Bearer <token>, "
                                "or x-api-key: <token>)")
 
-    _answer_errors(app)
+    answer_errors(app)
 
     guarded = [Depends(require_token)]
     for router in (*routers, openai_routes.router(engine), anthropic_routes.router(engine),
                    responses_routes.router(engine), embeddings_routes.router(engine),
                    ollama_routes.router(engine), admin_routes.router(engine),
-                   tool_routes.router(engine), document_routes.router(engine)):
+                   tool_routes.router(engine), document_routes.router(engine),
+                   home_admin_routes.router(engine, door)):
         app.include_router(router, dependencies=guarded)
 
     @app.get("/health")
@@ -106,30 +86,6 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
     return app
 
 
-def _answer_errors(app: FastAPI) -> None:
-    """Every error answered in its route's API's shape, with its status."""
-    @app.exception_handler(HomerackError)
-    async def _homerack_error(request: Request, exc: HomerackError):
-        headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, QueueFull) else None
-        return _error_response(request, exc.status, exc.message, exc.kind, exc.param, headers)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception):
-        """A bug, answered in the route's error shape (the engine goes on serving)."""
-        logging.getLogger("homerack").exception("%s %s failed", request.method, request.url.path)
-        return _error_response(request, 500, f"internal error: {type(exc).__name__}: {exc}",
-                               "server_error", None)
-
-    @app.exception_handler(BodyTooLarge)
-    async def _too_large(request: Request, exc: BodyTooLarge):
-        return _error_response(request, 413, exc.detail, "invalid_request_error", None)
-
-    @app.exception_handler(RequestValidationError)
-    async def _bad_request(request: Request, exc: RequestValidationError):
-        message, param = _validation_message(exc)
-        return _error_response(request, 400, message, "invalid_request_error", param)
-
-
 def create_ollama_app(engine: Engine) -> FastAPI:
     """Ollama's routes alone and without the token, for apps that cannot send one
     (`serve --ollama-port`, off by default): served on loopback only, the Host header
@@ -138,7 +94,7 @@ def create_ollama_app(engine: Engine) -> FastAPI:
                   redoc_url=None)
     app.add_middleware(RequestGuard, names=frozenset(), error_for=lambda path, status, message:
                        ollama_routes.ollama_error(message))
-    _answer_errors(app)
+    answer_errors(app)
     app.include_router(ollama_routes.router(engine))
     return app
 

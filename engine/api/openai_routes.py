@@ -16,6 +16,7 @@ from ..agent.conversation import Conversation, tool
 from ..agent.json_schema import check
 from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
 from ..engine import Engine
+from ..errors import Forbidden
 from ..events import Started, Usage
 from .schemas import ChatCompletionRequest, CompletionRequest, answer_schema, tool_choice
 from .grounding import ground
@@ -79,6 +80,9 @@ def router(engine: Engine) -> APIRouter:
     @api.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, http: Request):
         citations, notes = [], []
+        if body.collections and getattr(http.state, "device", None):
+            raise Forbidden("the owner's documents are not shared with this home's devices",
+                            param="collections")
         if body.collections:
             passages, citations, notes = await asyncio.to_thread(
                 ground, engine, body.collections, body.question())

@@ -4,7 +4,6 @@ and the real address is known before the first request."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import socket
 import sys
@@ -15,6 +14,7 @@ import uvicorn
 
 from . import create_app, create_ollama_app
 from .guard import LOOPBACK_NAMES, host_name
+from .listeners import BesideServer, bind
 from ..engine import Engine
 
 
@@ -27,6 +27,7 @@ class ServeConfig:
     api_docs: bool = False  # serve /openapi.json and /docs
     generation_only: bool = False  # a worker's replica engine (factory.GENERATION_ONLY)
     ollama_port: int | None = None  # Ollama's routes without the token on 127.0.0.1 here
+    share: tuple[str, int] | None = None  # (host, port): also serve the home's devices
 
     def host_names(self) -> frozenset[str]:
         """The name requests may address the engine by besides loopback and IP literals."""
@@ -39,14 +40,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host_name(host)).is_loopback
     except ValueError:
         return host_name(host) in LOOPBACK_NAMES
-
-
-def bind(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)  # early clients wait in the backlog until uvicorn accepts
-    return sock
 
 
 def serve(engine: Engine, config: ServeConfig, on_ready: Callable[[str], None],
@@ -66,6 +59,8 @@ def serve(engine: Engine, config: ServeConfig, on_ready: Callable[[str], None],
         loop["loop"] = asyncio.get_running_loop()
         if beside is not None:
             loop["ollama"] = loop["loop"].create_task(beside[0].serve(sockets=[beside[1]]))
+        if config.share is not None:
+            loop["share"] = loop["loop"].create_task(_share(app.state.door, *config.share))
         on_ready(url)
 
     app = create_app(engine, config.token, on_startup=started, routers=routers,
@@ -82,11 +77,13 @@ def serve(engine: Engine, config: ServeConfig, on_ready: Callable[[str], None],
         engine.close()
 
 
-class _Beside(uvicorn.Server):
-    """A second server on the main one's event loop: the main one takes the signals."""
-    @contextlib.contextmanager
-    def capture_signals(self):
-        yield
+async def _share(door, host: str, port: int) -> None:
+    try:
+        print(f"sharing with this home on {await door.open(host, port)}", file=sys.stderr,
+              flush=True)
+    except Exception as exc:  # said; the owner's engine serves on
+        print(f"not shared with this home: {host}:{port}: "
+              f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr, flush=True)
 
 
 def _ollama_door(engine: Engine, port: int | None):
@@ -103,7 +100,7 @@ def _ollama_door(engine: Engine, port: int | None):
         return None
     print(f"Ollama's API without a token on http://127.0.0.1:{port}", file=sys.stderr,
           flush=True)
-    server = _Beside(uvicorn.Config(create_ollama_app(engine), log_level="warning",
+    server = BesideServer(uvicorn.Config(create_ollama_app(engine), log_level="warning",
                                     access_log=False, timeout_graceful_shutdown=2))
     return server, sock
 

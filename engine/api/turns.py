@@ -52,7 +52,8 @@ class Turn:
         route can still answer with an HTTP error status)."""
         self.channel = Channel()
         request = replace(self.request, response_cache=cache_mode(
-            self.http.headers.get("cache-control", ""), self.request.response_cache))
+            self.http.headers.get("cache-control", ""), self.request.response_cache),
+            client=getattr(self.http.state, "device", None))  # set by home_door's gate
         # off the event loop: a cache lookup renders the prompt and may read the model's
         # header the first time
         self.job = await asyncio.to_thread(self.engine.submit, request, self.channel.emit)

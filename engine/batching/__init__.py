@@ -1,6 +1,7 @@
 """Continuous batching, one lane per loaded model:
 
-  lane.py         a loaded model, its bounded queue and the worker thread that owns it
+  lane.py         a loaded model, its bounded inbox and the worker thread that owns it
+  fairness.py     the requests waiting for a slot, in fair turns between the people asking
   scheduler.py    admit requests into slots and step them all in one batch
   slot.py         one sequence of the shared KV memory and the request it serves
   kv_pool.py      the KV cells accounted for, as llama.cpp's unified cache holds them

@@ -1,6 +1,7 @@
-"""One loaded model and the worker thread that runs it: requests queue FIFO in a bounded
-queue; the worker owns the model and runs the scheduler (scheduler.py), admitting queued
-requests whenever a slot and KV memory are free and stepping all active ones together.
+"""One loaded model and the worker thread that runs it: requests arrive in a bounded
+inbox and wait in fair turns between the people asking (fairness.py); the worker owns
+the model and runs the scheduler (scheduler.py), admitting waiting requests whenever a
+slot and KV memory are free and stepping all active ones together.
 
 A request for another model than the loaded one waits at the head of the line until the
 running requests end, then the model is swapped. Results go back through each job's
@@ -14,6 +15,7 @@ import math
 import queue
 import threading
 import time
+from collections import Counter
 from typing import Callable
 
 from ..errors import HomerackError, ModelUnloaded, QueueFull
@@ -21,6 +23,7 @@ from ..events import CANCELLED, LOADED, Failed, Job
 from ..model.host import ModelHost
 from ..settings import EngineSettings
 from ..catalog.models import ModelStore
+from .fairness import FairQueue
 from .scheduler import Scheduler
 
 PUBLISH_S = 0.1  # how often the worker refreshes the figures other threads read
@@ -44,7 +47,8 @@ class Lane:
         self._why: str | None = None  # why it was closed, for the requests running then
         self.scheduler = Scheduler(self.host, settings)
         self.published: dict = {}  # the scheduler's figures, for other threads
-        self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=settings.max_queue)
+        self._queue: queue.Queue[Job | None] = queue.Queue()  # the inbox; None: stop
+        self._fair = FairQueue()  # taken from the inbox by the worker, in turns
         self._pending: Job | None = None  # first in line, waiting for memory or a swap
         self._stopping = False
         self._closed = False
@@ -64,13 +68,12 @@ class Lane:
             raise ModelUnloaded("the model was unloaded (to make room, the routing pair changed, "
                                 "or the engine is stopping); retry")
         self.last_used = time.monotonic()
-        try:
-            self._queue.put_nowait(job)
-        except queue.Full:
-            waves = (self._queue.qsize() + 1) / self.scheduler.lanes
+        if self.queued >= self.settings.max_queue:
+            waves = (self.queued + 1) / self.scheduler.lanes
             wait = math.ceil(self.scheduler.figures.mean_request_s * waves)
             raise QueueFull(f"the engine queue is full ({self.settings.max_queue} waiting); "
-                            "retry shortly", retry_after_s=max(1, wait)) from None
+                            "retry shortly", retry_after_s=max(1, wait))
+        self._queue.put_nowait(job)
 
     def serves(self, path) -> bool:
         """The lane holds, or is about to hold, the model at `path`."""
@@ -86,7 +89,7 @@ class Lane:
 
     @property
     def queued(self) -> int:
-        return self._queue.qsize() + (self._pending is not None)
+        return self._queue.qsize() + len(self._fair) + (self._pending is not None)
 
     @property
     def busy(self) -> bool:
@@ -106,6 +109,8 @@ class Lane:
             slot.job.emit(Failed(error))
         if self._pending is not None:
             self._pending.emit(Failed(error))
+        for job in self._fair.drain():
+            job.emit(Failed(error))
         while True:
             try:
                 job = self._queue.get_nowait()
@@ -156,7 +161,8 @@ class Lane:
         slot busy (such a lane would not read its queue, and the stop there, until a
         request ended; with room it takes what was put before the stop, then stops)."""
         return self._now and not self.scheduler.has_room() or \
-            self._stopping and not (self._drain and (self.scheduler.active or self._pending))
+            self._stopping and not (self._drain and (self.scheduler.active or self._pending
+                                                     or len(self._fair)))
 
     def _admit(self) -> None:
         """Start queued requests while there is a free slot and memory for them."""
@@ -173,13 +179,21 @@ class Lane:
             self._publish(force=True)
 
     def _take(self) -> Job | None:
-        try:
-            job = self._queue.get_nowait()
-        except queue.Empty:
-            return None
-        if job is None:
-            self._stopping = True
-        return job
+        """The next job in fair turns, after moving what arrived into them (up to a stop:
+        what was put before it is still taken)."""
+        while not self._stopping:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:
+                self._stopping = True
+            else:
+                self._fair.add(job)
+        return self._fair.next(self._running(), self.scheduler.lanes)
+
+    def _running(self) -> Counter:
+        return Counter(slot.job.request.client for slot in self.scheduler.active)
 
     def _wait(self) -> None:
         """Nothing runs: block for the next request, saving resident conversations to
@@ -193,7 +207,7 @@ class Lane:
         if job is None:
             self._stopping = True
         else:
-            self._pending = job
+            self._fair.add(job)
 
     def _start(self, job: Job) -> bool:
         """Load its model if needed and admit it; False when it must wait."""
@@ -233,6 +247,9 @@ class Lane:
         now = time.monotonic()
         if force or now - self._published_at >= PUBLISH_S:
             self.published = self.scheduler.status() if self.host.loaded else {}
+            if len(self._fair):
+                self.published["waiting"] = self._fair.waiting(self._running(),
+                                                               self.scheduler.lanes)
             self._published_at = now
 
     def evaluated_tokens(self) -> int:

@@ -1,0 +1,64 @@
+"""Errors answered in the shape of the API a route belongs to (OpenAI's, Anthropic's or
+Ollama's), with their status and, for a request to retry, Retry-After: one place for
+every app the engine serves (the owner's, Ollama's alone, the home's)."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from ..errors import HomerackError
+from . import anthropic_routes, ollama_routes
+from .guard import BodyTooLarge
+from .wire import openai_error
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    first = exc.errors()[0]
+    if first.get("type") == "json_invalid":
+        return f"the request body is not valid JSON: {first.get('msg')}", None
+    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+    param = ".".join(loc) or None
+    return f"{param or 'body'}: {first.get('msg')}", param
+
+
+def error_body(path: str, status: int, message: str, kind: str, param: str | None) -> dict:
+    if anthropic_routes.is_anthropic(path):
+        return anthropic_routes.anthropic_error(status, message, param)
+    if ollama_routes.is_ollama(path):
+        return ollama_routes.ollama_error(message)
+    return openai_error(message, kind, param)
+
+
+def _error_response(request: Request, status: int, message: str, kind: str,
+                    param: str | None, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse(error_body(request.url.path, status, message, kind, param), status,
+                        headers=headers)
+
+
+def answer_errors(app: FastAPI) -> None:
+    """Every error answered in its route's API's shape, with its status."""
+    @app.exception_handler(HomerackError)
+    async def _homerack_error(request: Request, exc: HomerackError):
+        retry = getattr(exc, "retry_after_s", None)  # QueueFull, RateLimited
+        headers = {"Retry-After": str(retry)} if retry is not None else None
+        return _error_response(request, exc.status, exc.message, exc.kind, exc.param, headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        """A bug, answered in the route's error shape (the engine goes on serving)."""
+        logging.getLogger("homerack").exception("%s %s failed", request.method, request.url.path)
+        return _error_response(request, 500, f"internal error: {type(exc).__name__}: {exc}",
+                               "server_error", None)
+
+    @app.exception_handler(BodyTooLarge)
+    async def _too_large(request: Request, exc: BodyTooLarge):
+        return _error_response(request, 413, exc.detail, "invalid_request_error", None)
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_request(request: Request, exc: RequestValidationError):
+        message, param = _validation_message(exc)
+        return _error_response(request, 400, message, "invalid_request_error", param)

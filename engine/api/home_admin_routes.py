@@ -1,0 +1,83 @@
+"""The owner's side of sharing with the home (the loopback listener, with the token):
+the sharing listener on or off, pairing codes, the paired devices and their limits,
+and who is waiting for a turn."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from ..engine import Engine
+from .home_door import HomeDoor
+
+DEFAULT_SHARE_HOST = "0.0.0.0"
+DEFAULT_SHARE_PORT = 8580
+
+
+class ShareBody(BaseModel):
+    enabled: bool
+    host: str = Field(DEFAULT_SHARE_HOST, max_length=100)
+    port: int = Field(DEFAULT_SHARE_PORT, ge=0, le=65535)
+
+
+class NameBody(BaseModel):
+    name: str = Field(max_length=100)
+
+
+class DeviceLimits(BaseModel):
+    parallel: int | None = Field(None, ge=1, le=256)
+    tokens_per_minute: int | None = Field(None, ge=0)
+
+
+class HomeChoices(BaseModel):
+    parallel: int | None = Field(None, ge=1, le=256)
+    tokens_per_minute: int | None = Field(None, ge=0)
+    owner_first: bool | None = None
+    shared: list[str] | None = Field(None, max_length=1000)
+    share_all: bool = False  # shared: None means "unchanged"; this means "every model"
+
+
+def router(engine: Engine, door: HomeDoor) -> APIRouter:
+    api = APIRouter()
+    home = engine.home
+
+    def status() -> dict:
+        return engine.status()["home"]
+
+    @api.get("/v1/home")
+    async def show():
+        return status()
+
+    @api.put("/v1/home/share")
+    async def share(body: ShareBody):
+        if body.enabled:
+            await door.open(body.host, body.port)
+        else:
+            await door.close()
+        return status()
+
+    @api.post("/v1/home/devices")
+    async def add(body: NameBody):
+        return {**home.devices.add(body.name).public(), "url": home.sharing.get("url")}
+
+    @api.get("/v1/home/devices")
+    async def listed():
+        return {"data": status()["devices"]}
+
+    @api.delete("/v1/home/devices/{name}")
+    async def remove(name: str):
+        home.revoke(name)
+        return {"name": name, "removed": True}
+
+    @api.patch("/v1/home/devices/{name}")
+    async def limit(name: str, body: DeviceLimits):
+        home.devices.set_limits(name, body.parallel, body.tokens_per_minute)
+        return {"name": name, **body.model_dump()}
+
+    @api.patch("/v1/home")
+    async def choose(body: HomeChoices):
+        shared = None if body.share_all else body.shared if body.shared is not None else ...
+        home.choose(body.parallel, body.tokens_per_minute, body.owner_first, shared)
+        return status()
+
+    return api

@@ -1,0 +1,220 @@
+"""The sharing listener: the engine on the LAN for the household's paired devices, beside
+the owner's loopback listener (whose token never works here), started and stopped while
+the engine runs, and announced by mDNS as homerack.local.
+
+Every request passes, in order: the guard (its Host: an IP literal or homerack.local,
+so no rebound name reaches it; its body's size), the gate (a paired device's key, from
+the page's cookie or a Bearer token; without one, only the pairing page; with one, only
+the routes in DEVICE_ROUTES, else 403), and a cross-site check for the cookie (a
+request it authenticates must be JSON, which no form can send, from this page's own
+origin). Every answer carries a strict Content-Security-Policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+
+import uvicorn
+from fastapi import FastAPI
+
+from ..engine import Engine
+from . import anthropic_routes, embeddings_routes, home_routes, ollama_routes, openai_routes
+from .error_replies import answer_errors, error_body
+from .guard import RequestGuard, host_name
+from .listeners import BesideServer, bind
+
+log = logging.getLogger("homerack")
+MDNS_NAME = "homerack.local"
+# What a device may reach: generation, the page and its own conversations.
+DEVICE_ROUTES = frozenset({("GET", "/v1/models"), ("GET", "/api/version")} | {
+    ("POST", p) for p in ("/v1/chat/completions", "/v1/completions", "/v1/messages",
+                          "/v1/messages/count_tokens", "/v1/embeddings", "/api/chat",
+                          "/api/generate", "/api/embed")})
+PUBLIC = frozenset({("POST", "/pair"), ("GET", "/health")} |
+                   {("GET", p) for p in home_routes.PAGES})
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
+       "connect-src 'self'; manifest-src 'self'; form-action 'none'; base-uri 'none'; "
+       "frame-ancestors 'none'")
+HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
+           (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY"),
+           (b"cache-control", b"no-store")]
+
+
+class DeviceGate:
+    """ASGI middleware: finds the device a request comes from and lets it reach only what
+    devices may; marks the request with it (request.state.device)."""
+
+    def __init__(self, app, engine: Engine):
+        self.app, self.engine = app, engine
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", ())}
+        route = (scope["method"], scope["path"])
+        key, by_cookie = _key(headers)
+        device = self.engine.home.devices.device_for(key) if key else None
+        if by_cookie or route == ("POST", "/pair"):
+            refused = _cross_site(scope["method"], headers)
+            if refused:
+                return await _refuse(scope, send, 403, refused, "permission_error")
+        if route in PUBLIC or (device and (route in DEVICE_ROUTES
+                                           or scope["path"].startswith("/home/api/"))):
+            scope.setdefault("state", {})["device"] = device.name if device else None
+            return await self.app(scope, receive, _secured(send))
+        if device is None:
+            return await _refuse(scope, send, 401, "pair this device first: open this "
+                                 "address in a browser and enter the code the desktop shows",
+                                 "invalid_api_key")
+        return await _refuse(scope, send, 403, "the owner shares generation with this home's "
+                             "devices, not this", "permission_error")
+
+
+def _key(headers: dict) -> tuple[str, bool]:
+    bearer = headers.get("authorization", "")
+    if bearer.startswith("Bearer "):
+        return bearer[7:].strip(), False
+    if headers.get("x-api-key"):
+        return headers["x-api-key"], False
+    for part in headers.get("cookie", "").split(";"):
+        name, _, value = part.strip().partition("=")
+        if name == home_routes.KEY_COOKIE:
+            return value, True
+    return "", False
+
+
+def _cross_site(method: str, headers: dict) -> str | None:
+    """Why a request the cookie would authenticate is refused: a change that is not JSON
+    (an HTML form's), or one from another origin."""
+    if method in ("GET", "HEAD"):
+        return None
+    origin = headers.get("origin")
+    if origin is not None and host_name(origin.split("://", 1)[-1]) != \
+            host_name(headers.get("host", "")):
+        return "a request from another site's page"
+    if not headers.get("content-type", "").startswith("application/json"):
+        return "a change is sent as JSON (Content-Type: application/json)"
+    return None
+
+
+def _secured(send):
+    async def sending(message):
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *HEADERS]}
+        await send(message)
+    return sending
+
+
+async def _refuse(scope, send, status: int, message: str, kind: str) -> None:
+    body = json.dumps(error_body(scope["path"], status, message, kind, None)).encode()
+    await _secured(send)({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_share_app(engine: Engine) -> FastAPI:
+    app = FastAPI(title="Homerack (this home's devices)", openapi_url=None, docs_url=None,
+                  redoc_url=None)
+    app.add_middleware(DeviceGate, engine=engine)
+    app.add_middleware(RequestGuard, names=frozenset({MDNS_NAME}),
+                       error_for=lambda path, status, message:
+                       error_body(path, status, message, "invalid_request_error", None))
+    answer_errors(app)
+    for router in (home_routes.router(engine), openai_routes.router(engine),
+                   anthropic_routes.router(engine), embeddings_routes.router(engine),
+                   ollama_routes.router(engine)):
+        app.include_router(router)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    return app
+
+
+class HomeDoor:
+    """The sharing listener on the engine's event loop: opened, closed (at once: open
+    connections end too), and announced on the LAN."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self._server: BesideServer | None = None
+        self._task: asyncio.Task | None = None
+        self._mdns = None
+
+    @property
+    def url(self) -> str | None:
+        return self.engine.home.sharing.get("url")
+
+    async def open(self, host: str, port: int) -> str:
+        if self._server is not None:
+            await self.close()
+        sock = bind(host, port)
+        bound_host, bound_port = sock.getsockname()[:2]
+        shown = lan_address() if bound_host in ("0.0.0.0", "::") else bound_host
+        url = f"http://{shown}:{bound_port}"
+        self._server = BesideServer(uvicorn.Config(create_share_app(self.engine),
+                                              log_level="warning", access_log=False,
+                                              lifespan="off", timeout_graceful_shutdown=1))
+        self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
+        self.engine.home.sharing = {"enabled": True, "url": url, "host": bound_host,
+                                    "port": bound_port}
+        self._mdns = await asyncio.to_thread(_announce, shown, bound_port)
+        return url
+
+    async def close(self) -> None:
+        server, task, mdns = self._server, self._task, self._mdns
+        self._server = self._task = self._mdns = None
+        self.engine.home.sharing = {"enabled": False, "url": None}
+        if server is not None:
+            server.should_exit = server.force_exit = True
+            for listener in server.servers:
+                listener.close()
+            if task is not None:
+                await asyncio.wait([task], timeout=3)
+        if mdns is not None:
+            await asyncio.to_thread(mdns.close)
+
+
+def lan_address() -> str:
+    """This machine's address on the LAN (the route out; no packet is sent)."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("10.255.255.255", 1))
+        return probe.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+    finally:
+        probe.close()
+
+
+class _Announcement:
+    def __init__(self, zeroconf, info):
+        self._zc, self._info = zeroconf, info
+
+    def close(self) -> None:
+        try:
+            self._zc.unregister_service(self._info)
+        finally:
+            self._zc.close()
+
+
+def _announce(address: str, port: int) -> _Announcement | None:
+    """homerack.local and an _http._tcp service for it, best effort (a LAN without
+    multicast still reaches the address the app shows)."""
+    try:
+        from zeroconf import IPVersion, ServiceInfo, Zeroconf
+
+        zc = Zeroconf(ip_version=IPVersion.V4Only)
+        info = ServiceInfo("_http._tcp.local.", "Homerack._http._tcp.local.", port=port,
+                           addresses=[socket.inet_aton(address)], server=f"{MDNS_NAME}.",
+                           properties={"path": "/"})
+        zc.register_service(info, allow_name_change=True)
+        return _Announcement(zc, info)
+    except Exception as exc:  # no multicast here: the address still works
+        log.warning("homerack.local is not announced: %s", exc)
+        return None

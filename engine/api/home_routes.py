@@ -1,0 +1,269 @@
+"""What a paired device reaches on the sharing listener besides the generation routes:
+pairing, the web chat's page, and its own conversations (`engine.home`).
+
+A reply belongs to the engine, not to the page that asked for it: it runs as a task of
+its own and is kept as it grows, so a phone that sleeps mid-answer finds the answer
+finished when it wakes (GET the conversation, or follow `/reply` again). Stop ends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from functools import partial
+from pathlib import Path
+from types import SimpleNamespace
+
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from pydantic import BaseModel, Field
+
+from ..engine import Engine
+from ..errors import HomerackError, InvalidRequest
+from ..formats.parsed import Reasoning, Text
+from .openai_routes import chat_conversation
+from .schemas import ChatCompletionRequest
+from .turns import Done, Turn, conversation_turn
+
+WEB = Path(__file__).with_name("web")
+PAGES = {"/": "index.html", "/app.js": "app.js", "/app.css": "app.css",
+         "/manifest.webmanifest": "manifest.webmanifest", "/icon.svg": "icon.svg"}
+MEDIA = {".webmanifest": "application/manifest+json", ".js": "text/javascript",
+         ".svg": "image/svg+xml"}
+KEY_COOKIE = "homerack_key"
+MAX_TURNS = 200  # messages of a conversation given to the model, the latest
+
+
+class PairBody(BaseModel):
+    code: str = Field(max_length=12)
+    name: str | None = Field(None, max_length=40)
+
+
+class TitleBody(BaseModel):
+    title: str = Field("New chat", max_length=400)
+
+
+class MessageBody(BaseModel):
+    content: str = Field(max_length=200_000)
+    model: str | None = Field(None, max_length=300)
+    picture: str | None = Field(None, max_length=12_000_000)  # a data: URL from the phone
+
+
+class Reply:
+    """One answer being made: its text so far, and the pages following it."""
+
+    def __init__(self, message_id: int):
+        self.message_id, self.text, self.reasoning = message_id, [], []
+        self.done: str | None = None  # the finish reason, or "error"
+        self.error = ""
+        self.turn: Turn | None = None
+        self.version = 0
+        self.changed = asyncio.Condition()
+
+    async def change(self) -> None:
+        async with self.changed:
+            self.version += 1
+            self.changed.notify_all()
+
+    async def after(self, version: int) -> None:
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.version != version)
+
+    def stop(self) -> None:
+        if self.turn is not None:
+            self.turn.cancel()
+
+
+class _Detached:
+    """A reply's stand-in for the page's request (Turn reads these): the reply outlives
+    the page, so it is never disconnected; it carries the device that asked."""
+
+    def __init__(self, device: str):
+        self.headers, self.state = {}, SimpleNamespace(device=device)
+
+    async def is_disconnected(self) -> bool:
+        return False
+
+
+def device_of(http: Request) -> str:
+    return http.state.device  # set by the sharing listener's gate (home_door.py)
+
+
+def router(engine: Engine) -> APIRouter:
+    api, replies = APIRouter(), {}
+    home = engine.home
+
+    @api.post("/pair")
+    async def pair(body: PairBody):
+        device, key = home.devices.pair(body.code, body.name)
+        response = JSONResponse({"key": key, "name": device.name})
+        response.set_cookie(KEY_COOKIE, key, max_age=400 * 86400, httponly=True,
+                            samesite="strict", path="/")
+        return response
+
+    def page(name: str):
+        async def serve_page() -> FileResponse:
+            return FileResponse(WEB / name, media_type=MEDIA.get(Path(name).suffix))
+        return serve_page
+
+    for path, name in PAGES.items():
+        api.add_api_route(path, page(name), methods=["GET"], include_in_schema=False)
+
+    @api.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": shared_models(engine)}
+
+    @api.get("/home/api/me")
+    async def me(http: Request):
+        models = [{"id": m["id"], "vision": "vision" in m.get("capabilities", ())}
+                  for m in shared_models(engine)]
+        return {"device": device_of(http), "models": models}
+
+    @api.get("/home/api/conversations")
+    async def listed(http: Request):
+        return {"data": home.conversations.listed(device_of(http))}
+
+    @api.post("/home/api/conversations")
+    async def create(http: Request, body: TitleBody | None = None):
+        return home.conversations.create(device_of(http), (body or TitleBody()).title)
+
+    @api.get("/home/api/conversations/{conv_id}")
+    async def one(conv_id: str, http: Request):
+        conv = home.conversations.get(device_of(http), conv_id)
+        reply = replies.get(conv_id)
+        return {**conv, "replying": reply is not None and reply.done is None}
+
+    @api.patch("/home/api/conversations/{conv_id}")
+    async def rename(conv_id: str, body: TitleBody, http: Request):
+        home.conversations.rename(device_of(http), conv_id, body.title)
+        return {"id": conv_id, "title": body.title}
+
+    @api.delete("/home/api/conversations/{conv_id}")
+    async def delete(conv_id: str, http: Request):
+        home.conversations.delete(device_of(http), conv_id)
+        if (reply := replies.pop(conv_id, None)) is not None:
+            reply.stop()
+        return {"id": conv_id, "deleted": True}
+
+    @api.post("/home/api/conversations/{conv_id}/messages")
+    async def ask(conv_id: str, body: MessageBody, http: Request):
+        device = device_of(http)
+        if (running := replies.get(conv_id)) is not None and running.done is None:
+            raise InvalidRequest("an answer is still coming in this conversation; stop it "
+                                 "first", param="conversation")
+        model = body.model or default_model(engine)
+        home.check_shared(model)
+        if not body.content.strip() and not body.picture:
+            raise InvalidRequest("content: say something", param="content")
+        conv = home.conversations.get(device, conv_id)
+        if not conv["messages"] and body.content.strip():
+            home.conversations.rename(device, conv_id, body.content[:60])
+        home.conversations.add(device, conv_id, "user", body.content, body.picture, model)
+        request = chat_request(home.conversations.get(device, conv_id)["messages"], model)
+        reply = Reply(home.conversations.add(device, conv_id, "assistant", ""))
+        reply.turn = await asyncio.to_thread(
+            conversation_turn, engine, request, partial(chat_conversation, request),
+            _Detached(device))
+        replies[conv_id] = reply
+        asyncio.get_running_loop().create_task(_run(reply, home))
+        return _follow(reply)
+
+    @api.get("/home/api/conversations/{conv_id}/reply")
+    async def follow(conv_id: str, http: Request):
+        home.conversations.get(device_of(http), conv_id)
+        reply = replies.get(conv_id)
+        if reply is None:
+            raise InvalidRequest("no answer is coming in this conversation",
+                                 param="conversation")
+        return _follow(reply)
+
+    @api.post("/home/api/conversations/{conv_id}/stop")
+    async def stop(conv_id: str, http: Request):
+        home.conversations.get(device_of(http), conv_id)
+        if (reply := replies.get(conv_id)) is not None:
+            reply.stop()
+        return {"id": conv_id, "stopped": reply is not None}
+
+    return api
+
+
+def shared_models(engine: Engine) -> list[dict]:
+    """The chat models this home's devices may use, as /v1/models lists them."""
+    shared, shelf = engine.home.choices.shared, engine.shelf
+    return [{"id": m.id, "object": "model", "created": 0, "owned_by": "homerack",
+             "capabilities": shelf.facts(m, "chat").get("capabilities", [])}
+            for m in shelf.models() if shelf.kind_of(m) == "chat"
+            and (shared is None or m.id in shared)]
+
+
+def default_model(engine: Engine) -> str:
+    models = shared_models(engine)
+    if not models:
+        raise InvalidRequest("the owner shares no chat model with this home", param="model")
+    default = engine.default_model()
+    ids = [m["id"] for m in models]
+    return default.id if default is not None and default.id in ids else ids[0]
+
+
+def chat_request(messages: list[dict], model: str) -> ChatCompletionRequest:
+    """The conversation so far as an OpenAI chat request (its last, empty answer left
+    out), with each picture as the message's image part."""
+    turns = []
+    for m in [m for m in messages if m["content"] or m["picture"]][-MAX_TURNS:]:
+        if m["picture"]:
+            content = [{"type": "text", "text": m["content"]},
+                       {"type": "image_url", "image_url": {"url": m["picture"]}}]
+        else:
+            content = m["content"]
+        turns.append({"role": m["role"], "content": content})
+    return ChatCompletionRequest(model=model, messages=turns, stream=True)
+
+
+async def _run(reply: Reply, home) -> None:
+    """The answer made and kept, whoever follows it."""
+    try:
+        await reply.turn.start()
+        async for event in reply.turn.events():
+            if isinstance(event, Text):
+                reply.text.append(event.text)
+            elif isinstance(event, Reasoning):
+                reply.reasoning.append(event.text)
+            elif isinstance(event, Done):
+                reply.done = event.reason
+            await reply.change()
+    except HomerackError as error:
+        reply.done, reply.error = "error", error.message
+    except asyncio.CancelledError:
+        reply.done = "cancelled"
+    finally:
+        reply.done = reply.done or "cancelled"
+        home.conversations.finish(reply.message_id, "".join(reply.text),
+                                  "".join(reply.reasoning), reply.done)
+        await reply.change()
+
+
+def _follow(reply: Reply) -> StreamingResponse:
+    """The reply as server-sent events: what it holds so far, then each change, then
+    how it ended."""
+    async def events():
+        sent_text = sent_thought = 0
+        while True:
+            version = reply.version
+            text, thought = "".join(reply.text), "".join(reply.reasoning)
+            if len(thought) > sent_thought:
+                yield _sse({"type": "reasoning", "text": thought[sent_thought:]})
+                sent_thought = len(thought)
+            if len(text) > sent_text:
+                yield _sse({"type": "text", "text": text[sent_text:]})
+                sent_text = len(text)
+            if reply.done is not None:
+                yield _sse({"type": "done", "finish": reply.done, "error": reply.error})
+                return
+            await reply.after(version)
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache"})
+
+
+def _sse(payload: dict) -> str:
+    return f"data: {json.dumps(payload)}\n\n"

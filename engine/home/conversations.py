@@ -1,0 +1,122 @@
+"""Each paired device's conversations in the web chat, in one private SQLite file.
+
+Every read and write names the device: a conversation of another device is as absent
+as one that never was (404, not 403: its existence is not told either).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+from ..errors import InvalidRequest, ModelNotFound
+
+MAX_CONVERSATIONS = 500  # per device; the oldest beyond it are dropped
+MAX_TITLE = 120
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY, device TEXT NOT NULL, title TEXT NOT NULL, model TEXT,
+    created REAL NOT NULL, updated REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS by_device ON conversations (device, updated);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+    role TEXT NOT NULL, content TEXT NOT NULL, reasoning TEXT NOT NULL DEFAULT '',
+    picture TEXT, finish TEXT, created REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS by_conversation ON messages (conversation, id);
+"""
+
+
+class Conversations:
+    def __init__(self, path: Path | None):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            path.touch(mode=0o600, exist_ok=True)
+            os.chmod(path, 0o600)
+        self._db = sqlite3.connect(str(path) if path else ":memory:", check_same_thread=False,
+                                   isolation_level=None)
+        self._db.execute("PRAGMA foreign_keys = ON")
+        self._db.executescript(SCHEMA)
+        self._lock = threading.Lock()
+
+    def _rows(self, sql: str, *args) -> list[tuple]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    def listed(self, device: str) -> list[dict]:
+        return [{"id": i, "title": t, "model": m, "updated": u} for i, t, m, u in self._rows(
+            "SELECT id, title, model, updated FROM conversations WHERE device = ? "
+            "ORDER BY updated DESC", device)]
+
+    def create(self, device: str, title: str = "New chat") -> dict:
+        conv_id, now = secrets.token_hex(8), time.time()
+        with self._lock:
+            self._db.execute("INSERT INTO conversations VALUES (?, ?, ?, NULL, ?, ?)",
+                             (conv_id, device, _title(title), now, now))
+            self._db.execute(
+                "DELETE FROM conversations WHERE device = ? AND id NOT IN (SELECT id FROM "
+                "conversations WHERE device = ? ORDER BY updated DESC LIMIT ?)",
+                (device, device, MAX_CONVERSATIONS))
+        return {"id": conv_id, "title": _title(title), "model": None, "updated": now}
+
+    def get(self, device: str, conv_id: str) -> dict:
+        found = self._rows("SELECT id, title, model, updated FROM conversations "
+                           "WHERE id = ? AND device = ?", conv_id, device)
+        if not found:
+            raise ModelNotFound("no such conversation", param="conversation")
+        conv_id, title, model, updated = found[0]
+        messages = [{"id": i, "role": r, "content": c, "reasoning": t, "picture": p,
+                     "finish": f} for i, r, c, t, p, f in self._rows(
+            "SELECT id, role, content, reasoning, picture, finish FROM messages "
+            "WHERE conversation = ? ORDER BY id", conv_id)]
+        return {"id": conv_id, "title": title, "model": model, "updated": updated,
+                "messages": messages}
+
+    def rename(self, device: str, conv_id: str, title) -> None:
+        self._change(device, conv_id, "title = ?", _title(title))
+
+    def delete(self, device: str, conv_id: str) -> None:
+        self.get(device, conv_id)
+        with self._lock:
+            self._db.execute("DELETE FROM conversations WHERE id = ?", (conv_id,))
+
+    def forget_device(self, device: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM conversations WHERE device = ?", (device,))
+
+    def add(self, device: str, conv_id: str, role: str, content: str,
+            picture: str | None = None, model: str | None = None) -> int:
+        self.get(device, conv_id)
+        with self._lock:
+            cursor = self._db.execute(
+                "INSERT INTO messages (conversation, role, content, picture, created) "
+                "VALUES (?, ?, ?, ?, ?)", (conv_id, role, content, picture, time.time()))
+        if model:
+            self._change(device, conv_id, "model = ?", model)
+        else:
+            self._change(device, conv_id, "title = title")
+        return cursor.lastrowid
+
+    def finish(self, message_id: int, content: str, reasoning: str, finish: str) -> None:
+        with self._lock:
+            self._db.execute("UPDATE messages SET content = ?, reasoning = ?, finish = ? "
+                             "WHERE id = ?", (content, reasoning, finish, message_id))
+
+    def _change(self, device: str, conv_id: str, assignment: str, *values) -> None:
+        with self._lock:
+            changed = self._db.execute(
+                f"UPDATE conversations SET {assignment}, updated = ? WHERE id = ? AND "
+                "device = ?", (*values, time.time(), conv_id, device)).rowcount
+        if not changed:
+            raise ModelNotFound("no such conversation", param="conversation")
+
+
+def _title(title) -> str:
+    if not isinstance(title, str) or not title.strip():
+        raise InvalidRequest("title: some words", param="title")
+    return " ".join(title.split())[:MAX_TITLE]
