@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from urllib.parse import quote
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -256,6 +257,25 @@ class EngineClient:
         body = {"query": query, "top_k": top_k}
         return self._checked(self._http.post(f"/v1/collections/{name}/search",
                                              json=body)).json()["data"]
+
+    # -- sharing with the home (engine/api/home_admin_routes.py) -----------------
+
+    def home(self) -> dict:
+        return self._checked(self._http.get("/v1/home")).json()
+
+    def share(self, enabled: bool, host: str | None = None, port: int | None = None) -> dict:
+        body = {"enabled": enabled, **({"host": host} if host else {}),
+                **({"port": port} if port is not None else {})}
+        return self._checked(self._http.put("/v1/home/share", json=body)).json()
+
+    def add_device(self, name: str) -> dict:
+        return self._checked(self._http.post("/v1/home/devices", json={"name": name})).json()
+
+    def remove_device(self, name: str) -> dict:
+        return self._checked(self._http.delete(f"/v1/home/devices/{quote(name, safe='')}")).json()
+
+    def choose_for_home(self, **choices) -> dict:
+        return self._checked(self._http.patch("/v1/home", json=choices)).json()
 
     def count_tokens(self, text: str, model: str | None = None) -> int:
         body = {"content": text, "model": model}

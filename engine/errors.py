@@ -22,6 +22,12 @@ class ModelNotFound(HomerackError):
     param = "model"
 
 
+class NotFound(HomerackError):
+    """A thing the request names that is not there (a paired device, a conversation)."""
+    status = 404
+    kind = "not_found"
+
+
 class InvalidModelFile(HomerackError):
     """Not a GGUF file, or a truncated one. Checked before llama.cpp opens it,
     because llama.cpp can abort the whole process on a bad file."""

@@ -3,6 +3,7 @@ adding its own to the parser (`add_commands`); `main` runs one.
 
   serve.py    `serve`: the engine and its API
   sharing.py  `worker`, `pair`, `workers`: sharing machines with the home's others
+  home.py     `share`, `devices`: sharing the engine with the home's phones and laptops
   chat.py     `chat`: a terminal chat
   models.py   `models`, `pull`: local models and the Hub's
   machine.py  `hardware`, `plan`: this machine, and how a model would run on it
@@ -21,9 +22,9 @@ import sys
 from engine.spawn import follow_parent
 
 from ..paths import make_private, paths
-from . import chat, desktop, documents, machine, models, serve, sharing, tools
+from . import chat, desktop, documents, home, machine, models, serve, sharing, tools
 
-GROUPS = (serve, sharing, chat, models, machine, tools, documents, desktop)  # the order of `homerack --help`
+GROUPS = (serve, sharing, home, chat, models, machine, tools, documents, desktop)  # the order of `homerack --help`
 
 
 def build_parser() -> argparse.ArgumentParser:

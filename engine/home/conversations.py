@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import InvalidRequest, ModelNotFound
+from ..errors import InvalidRequest, NotFound
 
 MAX_CONVERSATIONS = 500  # per device; the oldest beyond it are dropped
 MAX_TITLE = 120
@@ -68,7 +68,7 @@ class Conversations:
         found = self._rows("SELECT id, title, model, updated FROM conversations "
                            "WHERE id = ? AND device = ?", conv_id, device)
         if not found:
-            raise ModelNotFound("no such conversation", param="conversation")
+            raise NotFound("no such conversation", param="conversation")
         conv_id, title, model, updated = found[0]
         messages = [{"id": i, "role": r, "content": c, "reasoning": t, "picture": p,
                      "finish": f} for i, r, c, t, p, f in self._rows(
@@ -113,7 +113,7 @@ class Conversations:
                 f"UPDATE conversations SET {assignment}, updated = ? WHERE id = ? AND "
                 "device = ?", (*values, time.time(), conv_id, device)).rowcount
         if not changed:
-            raise ModelNotFound("no such conversation", param="conversation")
+            raise NotFound("no such conversation", param="conversation")
 
 
 def _title(title) -> str:

@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from ..errors import Forbidden, InvalidRequest, ModelNotFound, RateLimited
+from ..errors import Forbidden, InvalidRequest, NotFound, RateLimited
 from ..files import write_atomic
 
 CODE_TTL_S = 300
@@ -114,14 +114,14 @@ class Devices:
         with self._lock:
             device = self._devices.pop(name, None)
             if device is None:
-                raise ModelNotFound(f"no paired device is called {name!r}", param="name")
+                raise NotFound(f"no paired device is called {name!r}", param="name")
             self._save()
             return device
 
     def set_limits(self, name: str, parallel: int | None, tokens_per_minute: int | None):
         with self._lock:
             if name not in self._devices:
-                raise ModelNotFound(f"no paired device is called {name!r}", param="name")
+                raise NotFound(f"no paired device is called {name!r}", param="name")
             self._devices[name] = replace(self._devices[name], parallel=parallel,
                                           tokens_per_minute=tokens_per_minute)
             self._save()

@@ -24,6 +24,8 @@ class Choices:
 
 class Household:
     def __init__(self, folder: Path | None):
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._file = folder / "home.json" if folder else None
         self.devices = Devices(folder / "devices.json" if folder else None)
         self.conversations = Conversations(folder / "conversations.sqlite" if folder else None)
