@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test setup llama bench bench-tools package package-test screenshots clean
+.PHONY: run test setup llama chromium bench bench-tools package package-test screenshots clean
 
 run: setup
 	$(VENV)/bin/homerack models --quiet
@@ -13,7 +13,7 @@ run: setup
 test: setup
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -ra
 
-setup: llama $(VENV)/.homerack-deps build/mcp-servers/.installed
+setup: llama $(VENV)/.homerack-deps build/mcp-servers/.installed chromium
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,18 @@ build/mcp-servers/.installed: tests/mcp_servers/package.json tests/mcp_servers/p
 		mkdir -p build/mcp-servers && cp tests/mcp_servers/package*.json build/mcp-servers/ && \
 		npm ci --prefix build/mcp-servers --no-audit --no-fund --loglevel=error && touch $@; \
 	else echo "npm not found: the tests with npm's MCP servers will be skipped"; fi
+
+# Debian's Chromium and its driver, for the tests of the home's web chat in a real browser
+# (tests/api/test_home_page.py); installed where this runs as root with apt, else said
+# here, and those tests say it again when they skip.
+chromium:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null || \
+		{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+		  apt-get install -y -q chromium chromium-driver >/dev/null; } || \
+		echo "chromium could not be installed: the web chat's browser tests will be skipped"; \
+	else echo "chromium and chromedriver not found: the web chat's browser tests will be skipped"; fi
 
 # The window's main states as PNGs in build/screenshots/, under Xvfb with the real xcb
 # platform (apt install xvfb); without it, offscreen (no popups).

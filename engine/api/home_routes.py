@@ -117,7 +117,8 @@ def router(engine: Engine) -> APIRouter:
     async def me(http: Request):
         models = [{"id": m["id"], "vision": "vision" in m.get("capabilities", ())}
                   for m in shared_models(engine)]
-        return {"device": device_of(http), "models": models}
+        return {"device": device_of(http), "models": models,
+                "default": default_model(engine) if models else None}
 
     @api.get("/home/api/conversations")
     async def listed(http: Request):

@@ -78,12 +78,15 @@ function copyText(text) {
 }
 
 function codeBlock(code, lang) {
-  const button = el("button", { class: "copy", type: "button", text: "Copy",
+  const button = el("button", { class: "small", type: "button", text: "Copy",
                                 "aria-label": "Copy the code" });
   button.addEventListener("click", () => copyText(code).then(() => {
     button.textContent = "Copied"; setTimeout(() => { button.textContent = "Copy"; }, 1500);
   }));
-  return el("pre", {}, button, el("code", { class: lang ? `language-${lang}` : "", text: code }));
+  const block = document.createDocumentFragment();
+  block.append(el("div", { class: "code-head" }, el("span", { text: lang || "code" }), button),
+               el("pre", {}, el("code", { class: lang ? `language-${lang}` : "", text: code })));
+  return block;
 }
 
 function markdown(text) {
@@ -161,6 +164,13 @@ async function follow(response, conv) {
   const node = messageNode(m);
   $("log").append(node);
   busy(true);
+  let drawn = 0;  // the message is drawn again at most every 50 ms, not per token
+  const redraw = () => {
+    if (Date.now() - drawn < 50) return;
+    drawn = Date.now();
+    fillMessage(node, m);
+    $("log").scrollTop = $("log").scrollHeight;
+  };
   const reader = response.body.getReader();
   const decoder = new TextDecoder();
   let buffer = "";
@@ -177,12 +187,12 @@ async function follow(response, conv) {
         if (event.type === "text") m.content += event.text;
         else if (event.type === "reasoning") m.reasoning += event.text;
         else if (event.type === "done") { m.finish = event.finish; m.error = event.error; }
-        fillMessage(node, m);
-        $("log").scrollTop = $("log").scrollHeight;
+        redraw();
       }
     }
   } finally {
     busy(false);
+    fillMessage(node, m);
   }
   if (conv && conv.id === state.conv) listConversations();
 }
@@ -198,10 +208,10 @@ async function listConversations() {
   $("conversations").replaceChildren(...data.map((c) => {
     const open = el("button", { class: "open", type: "button", text: c.title,
                                 onclick: () => { openConversation(c.id); toggleDrawer(false); } });
-    const rename = el("button", { class: "icon", type: "button", "aria-label": `Rename ${c.title}`,
-                                  text: "✎", onclick: () => renameConversation(c) });
-    const remove = el("button", { class: "icon", type: "button", "aria-label": `Delete ${c.title}`,
-                                  text: "🗑", onclick: () => deleteConversation(c) });
+    const rename = el("button", { class: "small", type: "button", "aria-label": `Rename ${c.title}`,
+                                  text: "Rename", onclick: () => renameConversation(c) });
+    const remove = el("button", { class: "small", type: "button", "aria-label": `Delete ${c.title}`,
+                                  text: "Delete", onclick: () => deleteConversation(c) });
     return el("li", { class: c.id === state.conv ? "current" : "" }, open, rename, remove);
   }));
   return data;
@@ -257,6 +267,7 @@ async function send(event) {
   try {
     if (!state.conv) await newConversation();
     const picture = state.picture;
+    if (!$("log").children.length && content.trim()) $("title").textContent = content.slice(0, 60);
     $("log").append(messageNode({ role: "user", content, picture }));
     $("input").value = "";
     clearPicture();
@@ -325,6 +336,7 @@ async function start() {
   $("chat").hidden = false;
   state.models = me.models;
   $("model").replaceChildren(...me.models.map((m) => el("option", { value: m.id, text: m.id })));
+  if (me.default) $("model").value = me.default;
   showVision();
   const conversations = await listConversations();
   if (conversations.length) await openConversation(conversations[0].id);
