@@ -12,6 +12,8 @@
 - models/: the picker and getting models — model_bar.py, model_control.py,
   download_wizard.py, downloads_panel.py, plan_panel.py (the Memory page);
 - cluster/: the machines of the home — cluster_page.py, cluster_panel.py;
+- home/: the home's phones and laptops — devices_page.py (sharing, pairing codes, the
+  paired devices, their limits, who is waiting);
 - settings/: settings_page.py, sources_panel.py, tools_panel.py (MCP servers, their logs,
   imports, the decisions kept and revoked);
 - documents/: documents_page.py (collections of the user's documents, their progress).

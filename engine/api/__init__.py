@@ -1,8 +1,10 @@
 """The engine's HTTP API over `Engine` (routes go through its methods and its `shelf` of
 models on disk; a contract says so):
 
-  factory.py            the app put together: routes, errors in each wire's shape, guard
-  server.py             uvicorn on a socket bound here
+  factory.py            the owner's app put together: routes, the token, guard
+  error_replies.py      errors answered in each wire's shape (every app's)
+  server.py             uvicorn on a socket bound here; listeners.py: sockets, and the
+                        servers beside the main one on its event loop
   guard.py              Host, body size and route checked before FastAPI reads a request
   front_door.py         the replicas' gateway: a request answered here or on a paired machine
   openai_routes.py      OpenAI's chat completions and completions
@@ -18,6 +20,13 @@ models on disk; a contract says so):
                         the user's decisions, the log of calls
   document_routes.py    document collections: added, listed with progress, searched;
                         grounding.py: a chat's `collections`, passages in, citations out
+  home_door.py          the sharing listener for the home's paired devices: its gate (a
+                        device's key, only generation, no cross-site change), a strict CSP,
+                        opened and closed while the engine runs, announced by mDNS
+  home_routes.py        what a device reaches there besides generation: pairing, the web
+                        chat's page (web/) and its own conversations, replies that outlive
+                        the page; home_admin_routes.py: the owner's side (sharing on or
+                        off, codes, devices, limits, who waits)
   turns.py              one generation as the routes see it
   thinking.py           a request's reasoning settings, as each API states them
   schemas.py            request bodies (pydantic names bad fields)

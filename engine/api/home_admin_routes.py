@@ -8,7 +8,6 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from ..engine import Engine
-from .home_door import HomeDoor
 
 DEFAULT_SHARE_HOST = "0.0.0.0"
 DEFAULT_SHARE_PORT = 8580
@@ -37,7 +36,9 @@ class HomeChoices(BaseModel):
     share_all: bool = False  # shared: None means "unchanged"; this means "every model"
 
 
-def router(engine: Engine, door: HomeDoor) -> APIRouter:
+def router(engine: Engine, door) -> APIRouter:
+    """`door`: home_door.HomeDoor, the sharing listener (given: the route modules import
+    no other route module, and the door serves them)."""
     api = APIRouter()
     home = engine.home
 

@@ -17,6 +17,7 @@ from app.settings import serve_switches
 from app.supervisor import DEFAULT_MODEL, EngineSupervisor
 
 from .main_window import MainWindow
+from ..home.devices_page import SHARE_FLAG
 from ..resources import icon_path
 from ..theme import apply_theme
 
@@ -34,6 +35,8 @@ def create_window(serve_args: list[str] | None = None) -> MainWindow:
     for flag, option in (("use-workers", "--workers"), ("use-replicas", "--replicas")):
         if (where.data / "cluster" / flag).exists() and option not in args:
             args += [option, "auto"]  # the Cluster panel's choices, kept
+    if (where.data / "home" / SHARE_FLAG).exists() and "--share-home" not in args:
+        args.append("--share-home")  # the Devices page's switch, kept
     args += serve_switches(where.data, args)  # Settings' choices
     return MainWindow(where, EngineSupervisor(where.engine_file, args))
 

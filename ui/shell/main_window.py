@@ -19,6 +19,7 @@ from app.supervisor import EngineSupervisor
 
 from ..chat.chat_page import ChatPage
 from ..cluster.cluster_page import ClusterPage
+from ..home.devices_page import DevicesPage
 from ..models.downloads_panel import DownloadsPanel, DownloadWatcher
 from ..models.model_bar import ModelBar
 from ..models.model_control import ModelControl, load_notice
@@ -68,9 +69,11 @@ class MainWindow(QMainWindow):
         self.downloads_panel = DownloadsPanel()
         self.cluster = ClusterPage(self.supervisor, self.paths.data, client)
         self.tools = ToolsPanel(self.paths, self.engine)
+        self.devices = DevicesPage(self.paths.data, client, self.supervisor)
         self.documents = DocumentsPage(self.engine)
         self.drawer = Drawer()
         for name, page in (("Memory", self.plan_panel), ("Cluster", self.cluster),
+                           ("Devices", self.devices),
                            ("Downloads", self.downloads_panel), ("Tools", self.tools),
                            ("Documents", self.documents), ("Settings", self.settings)):
             self.drawer.add_page(name, page)
@@ -128,6 +131,8 @@ class MainWindow(QMainWindow):
         self.watcher.finished.connect(self.control.on_download_finished)
         self.cluster.notice.connect(self.show_notice)
         self.cluster.error.connect(self.show_error)
+        self.devices.notice.connect(self.show_notice)
+        self.devices.error.connect(self.show_error)
         self.tools.notice.connect(self.show_notice)
         self.tools.error.connect(self.show_error)
         self.documents.error.connect(self.show_error)

@@ -166,6 +166,7 @@ def _shoot_all(out: str) -> int:
     for page in ("Memory", "Cluster", "Tools", "Documents", "Settings"):
         window.drawer.open_page(page)
         shoot(f"4-{page.lower()}")
+    _shoot_devices(window, wait, shoot)
     window.drawer.close_page()
     window.set_theme("dark")
     shoot("5-dark")
@@ -175,6 +176,21 @@ def _shoot_all(out: str) -> int:
     shoot("6-narrow-1024x700")
     window.close()
     return 0
+
+
+def _shoot_devices(window, wait, shoot) -> None:
+    """Shared with the home (127.0.0.2 stands for the LAN here), a device being added."""
+    devices = window.devices
+    devices.share_where = {"host": "127.0.0.2", "port": 0}
+    window.drawer.open_page("Devices")
+    devices.share.setChecked(True)
+    wait(lambda: "127.0.0.2" in devices.address.text())
+    devices.name.setText("Ana's phone")
+    devices.add.click()
+    wait(lambda: "Code for" in devices.code.text())
+    shoot("4-devices")
+    devices.share.setChecked(False)
+    wait(lambda: "Not shared" in devices.address.text())
 
 
 def _shoot_tools(window, wait, shoot) -> None:

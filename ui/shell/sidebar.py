@@ -14,8 +14,8 @@ from app.history import SavedConversation
 from ..safe_text import Label
 
 DAY = 86400
-PAGES = {"Memory": "Ctrl+1", "Cluster": "Ctrl+2", "Downloads": "Ctrl+3", "Tools": "Ctrl+4",
-         "Documents": "Ctrl+5", "Settings": "Ctrl+,"}
+PAGES = {"Memory": "Ctrl+1", "Cluster": "Ctrl+2", "Devices": "Ctrl+6", "Downloads": "Ctrl+3",
+         "Tools": "Ctrl+4", "Documents": "Ctrl+5", "Settings": "Ctrl+,"}
 
 
 def date_group(updated: float, now: float) -> str:
