@@ -157,15 +157,16 @@ def router(engine: Engine) -> APIRouter:
         if not body.content.strip() and not body.picture:
             raise InvalidRequest("content: say something", param="content")
         conv = home.conversations.get(device, conv_id)
+        asked = {"role": "user", "content": body.content, "picture": body.picture}
+        request = chat_request([*conv["messages"], asked], model)
+        turn = await asyncio.to_thread(  # checked (pictures decoded) before anything is kept
+            conversation_turn, engine, request, partial(chat_conversation, request),
+            _Detached(device))
         if not conv["messages"] and body.content.strip():
             home.conversations.rename(device, conv_id, body.content[:60])
         home.conversations.add(device, conv_id, "user", body.content, body.picture, model)
-        request = chat_request(home.conversations.get(device, conv_id)["messages"], model)
         reply = Reply(home.conversations.add(device, conv_id, "assistant", ""))
-        reply.turn = await asyncio.to_thread(
-            conversation_turn, engine, request, partial(chat_conversation, request),
-            _Detached(device))
-        replies[conv_id] = reply
+        reply.turn, replies[conv_id] = turn, reply
         asyncio.get_running_loop().create_task(_run(reply, home))
         return _follow(reply)
 

@@ -184,6 +184,10 @@ def test_a_hostile_answer_renders_inert(house, shots, tmp_path):
         time.sleep(0.3)
         assert driver.execute_script("return window.__pwned") is None
         driver.save_screenshot(str(shots / "home-dark.png"))
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+            "width": 360, "height": 740, "deviceScaleFactor": 2, "mobile": True})
+        assert driver.execute_script("return document.documentElement.scrollWidth") <= 360
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
         # a second device sees none of the first one's conversations
         assert http.get("/home/api/conversations").json()["data"][0]["title"] == "Hostile"
         assert all(c["title"] != "Write a long story about a dragon who learns to bake bread."

@@ -175,6 +175,17 @@ def test_an_answer_outlives_the_page_that_asked(owner, lan):
         assert answer["finish"] in ("stop", "length")
 
 
+def test_a_bad_picture_is_a_400_and_keeps_nothing(owner, lan):
+    key = pair(owner, lan, "camera")
+    with device(lan, key) as http:
+        conv = http.post("/home/api/conversations", json={}).json()
+        bad = http.post(f"/home/api/conversations/{conv['id']}/messages", json={
+            "content": "what is this?", "model": "tiny",
+            "picture": "data:image/png;base64,bm90IGEgcGljdHVyZQ=="})
+        assert bad.status_code == 400, bad.text
+        assert http.get(f"/home/api/conversations/{conv['id']}").json()["messages"] == []
+
+
 def test_a_removed_device_is_refused_and_its_stream_ends(owner, lan):
     key = pair(owner, lan, "old phone")
     chat = openai.OpenAI(base_url=f"{lan}/v1", api_key=key, max_retries=0)
@@ -243,6 +254,29 @@ def test_fair_turns_a_short_request_starts_before_a_busy_devices_second_ends(own
     reported = {d["name"]: d for d in owner.get("/health").json()["home"]["devices"]}
     assert isinstance(reported["kid's tablet"]["last_wait_s"], float)
     assert reported["kid's tablet"]["last_wait_s"] < 5
+
+
+def test_the_engine_is_announced_as_homerack_local(lan):
+    from zeroconf import IPVersion, ServiceBrowser, Zeroconf
+
+    port = int(lan.rsplit(":", 1)[1])
+    zc = Zeroconf(ip_version=IPVersion.V4Only)
+    names: list[str] = []
+    try:
+        browser = ServiceBrowser(zc, "_http._tcp.local.",
+                                 handlers=[lambda name, **_: names.append(name)])
+        deadline, found = time.monotonic() + 10, None
+        while found is None and time.monotonic() < deadline:
+            for name in [n for n in names if n.startswith("Homerack")]:
+                info = zc.get_service_info("_http._tcp.local.", name, timeout=1000)
+                if info and info.port == port:
+                    found = info
+            time.sleep(0.1)
+        browser.cancel()
+    finally:
+        zc.close()
+    assert found is not None and found.server == "homerack.local."
+    assert found.parsed_addresses() == [LAN]
 
 
 def test_turning_sharing_off_closes_the_listener_at_once(owner, lan):
