@@ -1,5 +1,6 @@
 """The main window: conversations on the left, the chat in the centre, the model bar
-above it, and Memory, Cluster, Downloads and Settings in a drawer on the right. It holds
+above it, and Memory, Cluster, Devices, Downloads, Tools, Documents and Settings in a
+drawer on the right. It holds
 the window's state (ui/state.py), gives each page its collaborators, lays out and wires;
 each page owns its behaviour, and every error reaches `show_error`."""
 
