@@ -32,11 +32,12 @@ MEDIA = {".webmanifest": "application/manifest+json", ".js": "text/javascript",
          ".svg": "image/svg+xml"}
 KEY_COOKIE = "homerack_key"
 MAX_TURNS = 200  # messages of a conversation given to the model, the latest
+KEEP_FINISHED_S = 60.0  # a finished reply stays in memory this long for its followers
 
 
 class PairBody(BaseModel):
     code: str = Field(max_length=12)
-    name: str | None = Field(None, max_length=40)
+    name: str | None = Field(None, max_length=40)  # accepted, unused: the owner named it
 
 
 class TitleBody(BaseModel):
@@ -57,6 +58,7 @@ class Reply:
         self.done: str | None = None  # the finish reason, or "error"
         self.error = ""
         self.turn: Turn | None = None
+        self.task: asyncio.Task | None = None
         self.version = 0
         self.changed = asyncio.Condition()
 
@@ -95,7 +97,7 @@ def router(engine: Engine) -> APIRouter:
 
     @api.post("/pair")
     async def pair(body: PairBody):
-        device, key = home.devices.pair(body.code, body.name)
+        device, key = home.devices.pair(body.code)  # named by the owner, with the code
         response = JSONResponse({"key": key, "name": device.name})
         response.set_cookie(KEY_COOKIE, key, max_age=400 * 86400, httponly=True,
                             samesite="strict", path="/")
@@ -167,7 +169,10 @@ def router(engine: Engine) -> APIRouter:
         home.conversations.add(device, conv_id, "user", body.content, body.picture, model)
         reply = Reply(home.conversations.add(device, conv_id, "assistant", ""))
         reply.turn, replies[conv_id] = turn, reply
-        asyncio.get_running_loop().create_task(_run(reply, home))
+        # held by the reply (the loop keeps only a weak reference to a task)
+        reply.task = asyncio.get_running_loop().create_task(_run(
+            reply, home, lambda: replies.pop(conv_id, None) if replies.get(conv_id) is reply
+            else None))
         return _follow(reply)
 
     @api.get("/home/api/conversations/{conv_id}/reply")
@@ -221,8 +226,8 @@ def chat_request(messages: list[dict], model: str) -> ChatCompletionRequest:
     return ChatCompletionRequest(model=model, messages=turns, stream=True)
 
 
-async def _run(reply: Reply, home) -> None:
-    """The answer made and kept, whoever follows it."""
+async def _run(reply: Reply, home, forget) -> None:
+    """The answer made and kept, whoever follows it; `forget` drops it from memory."""
     try:
         await reply.turn.start()
         async for event in reply.turn.events():
@@ -242,6 +247,8 @@ async def _run(reply: Reply, home) -> None:
         home.conversations.finish(reply.message_id, "".join(reply.text),
                                   "".join(reply.reasoning), reply.done)
         await reply.change()
+        # kept a while for pages still following it; then the conversation holds it
+        asyncio.get_running_loop().call_later(KEEP_FINISHED_S, forget)
 
 
 def _follow(reply: Reply) -> StreamingResponse:

@@ -68,8 +68,9 @@ class Lane:
             raise ModelUnloaded("the model was unloaded (to make room, the routing pair changed, "
                                 "or the engine is stopping); retry")
         self.last_used = time.monotonic()
-        if self.queued >= self.settings.max_queue:
-            waves = (self.queued + 1) / self.scheduler.lanes
+        waiting = self._queue.qsize() + len(self._fair)  # (the one in hand not counted)
+        if waiting >= self.settings.max_queue:
+            waves = (waiting + 1) / self.scheduler.lanes
             wait = math.ceil(self.scheduler.figures.mean_request_s * waves)
             raise QueueFull(f"the engine queue is full ({self.settings.max_queue} waiting); "
                             "retry shortly", retry_after_s=max(1, wait))

@@ -140,7 +140,7 @@ class Devices:
 
     # -- a device -------------------------------------------------------------
 
-    def pair(self, code, name=None) -> tuple[Device, str]:
+    def pair(self, code) -> tuple[Device, str]:
         """The device a valid code names, paired now, and its key (given once)."""
         now = time.time()
         with self._lock:
