@@ -43,6 +43,7 @@ from .tools.builtin import DOCUMENTS, DocumentSearch
 from .tools.toolbox import Toolbox
 from .documents.collections import Collections, Embedding
 from .home.household import Household
+from .voice.voice import Voice
 from . import status
 
 if TYPE_CHECKING:  # imported where used: the engine starts without the Hub or replicas
@@ -74,6 +75,7 @@ class Engine:
                              settings.request_mcp)  # MCP servers and the user's approvals
         self._documents: Collections | None = None
         self.home = Household(settings.home)  # the paired devices, their use and limits
+        self._voice: Voice | None = None
         if settings.documents is not None:  # search_documents, offered as a tool
             self.tools.builtins[DOCUMENTS] = DocumentSearch(
                 lambda name, query, top_k: self.documents.search(name, query, top_k),
@@ -392,6 +394,16 @@ class Engine:
         crash of the load, so the load journal's watch ends (no safer plan is needed)."""
         self.main.host.end_load_watch()
         self.main.abandon(error)
+
+    @property
+    def voice(self) -> Voice:
+        """Speech in and out (made on first use: the recogniser loads when first asked)."""
+        if self.settings.voice is None:
+            raise NotSupported("this engine keeps no speech models")
+        with self._routing_lock:
+            if self._voice is None:
+                self._voice = Voice(self.settings.voice, self.settings.load.n_threads)
+        return self._voice
 
     @property
     def documents(self) -> Collections:

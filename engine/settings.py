@@ -81,6 +81,7 @@ class EngineSettings:
     request_mcp: bool = False         # a request may name an MCP server by URL
     documents: Path | None = None     # the documents index (engine/documents/); None: none
     home: Path | None = None          # the paired devices and their chats (engine/home/)
+    voice: Path | None = None         # the speech models' folder (engine/voice/); None: none
 
     @property
     def sequences(self) -> int:

@@ -149,7 +149,8 @@ def _settings(args):
         presets_file=where.data / "presets.json",
         mcp_config=where.mcp_config, tool_approvals=where.tool_approvals,
         tool_logs=where.tool_logs, request_mcp=args.allow_request_mcp,
-        documents=where.data / "documents.sqlite", home=where.data / "home")
+        documents=where.data / "documents.sqlite", home=where.data / "home",
+        voice=where.cache / "voice")
 
 
 def _routing(store, args):

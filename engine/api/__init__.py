@@ -12,6 +12,7 @@ models on disk; a contract says so):
   responses_routes.py   OpenAI's Responses; mcp_responses.py: its `mcp` tool (servers
                         listed, calls run or approval asked, rounds until the answer)
   embeddings_routes.py  OpenAI's embeddings
+  audio_routes.py       OpenAI's audio: transcriptions, translations, speech (engine/voice)
   ollama_routes.py      Ollama's API (tags, show, ps, chat, generate, embed), for the apps
                         that speak it; ollama_schemas.py: its request bodies
   admin_routes.py       the engine's own: models, loading, plans, routing, health, metrics

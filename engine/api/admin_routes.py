@@ -59,6 +59,8 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
         models = [{**_entry(m, kind := shelf.kind_of(m)), "loaded": m.id in loaded,
                    **shelf.facts(m, kind)} for m in shelf.models()]
         models += [{**_entry(m, "unreadable"), "loaded": False} for m in shelf.unusable()]
+        if engine.settings.voice is not None:  # the speech models, beside the files
+            models += engine.voice.models()
         if engine.routing:
             models.insert(0, {"id": "auto", "object": "model", "created": 0,
                               "owned_by": "homerack", "kind": "router",

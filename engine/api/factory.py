@@ -20,7 +20,7 @@ from fastapi import Depends, FastAPI, Request
 
 from ..engine import Engine
 from ..errors import Unauthorized
-from . import (admin_routes, anthropic_routes, embeddings_routes, home_admin_routes,
+from . import (admin_routes, anthropic_routes, audio_routes, embeddings_routes, home_admin_routes,
                ollama_routes, openai_routes, responses_routes, tool_routes, document_routes)
 from .front_door import FrontDoor
 from .home_door import HomeDoor
@@ -75,7 +75,7 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
                    responses_routes.router(engine), embeddings_routes.router(engine),
                    ollama_routes.router(engine), admin_routes.router(engine),
                    tool_routes.router(engine), document_routes.router(engine),
-                   home_admin_routes.router(engine, door)):
+                   home_admin_routes.router(engine, door), audio_routes.router(engine)):
         app.include_router(router, dependencies=guarded)
 
     @app.get("/health")

@@ -17,6 +17,7 @@ from typing import Callable
 from starlette.exceptions import HTTPException
 
 MAX_BODY_BYTES = 16 * 1024 * 1024  # a 128k-token conversation is ~1 MB of JSON
+AUDIO_BODY_BYTES = 26 * 1024 * 1024  # a 25 MiB recording, as OpenAI's API takes, and its form
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 # What an engine serving only generation answers (a worker's replica engine, which paired
 # hosts reach with its token): no loading, presets or downloads with the owner's HF_TOKEN.
@@ -67,23 +68,26 @@ class RequestGuard:
         if self.routes is not None and (scope["method"], scope["path"]) not in self.routes:
             return await self._refuse(scope, send, 404, "this engine serves generation, "
                                       "the model list and /health only")
+        max_body = max(self.max_body, AUDIO_BODY_BYTES) \
+            if scope["path"].startswith("/v1/audio/") else self.max_body
         length = headers.get("content-length", "")
-        if length.isdigit() and int(length) > self.max_body:
-            return await self._refuse(scope, send, 413, self._too_large())
-        max_body, seen = self.max_body, 0
+        if length.isdigit() and int(length) > max_body:
+            return await self._refuse(scope, send, 413, self._too_large(max_body))
+        seen = 0
 
         async def counting_receive():
             nonlocal seen
             message = await receive()
             seen += len(message.get("body", b""))
             if seen > max_body:  # a body sent without Content-Length (chunked)
-                raise BodyTooLarge(413, self._too_large())
+                raise BodyTooLarge(413, self._too_large(max_body))
             return message
 
         await self.app(scope, counting_receive, send)
 
-    def _too_large(self) -> str:
-        return f"the request body is over {self.max_body // (1024 * 1024)} MiB"
+    @staticmethod
+    def _too_large(max_body: int) -> str:
+        return f"the request body is over {max_body // (1024 * 1024)} MiB"
 
     async def _refuse(self, scope, send, status: int, message: str) -> None:
         body = json.dumps(self.error_for(scope.get("path", ""), status, message)).encode()

@@ -21,7 +21,8 @@ import uvicorn
 from fastapi import FastAPI
 
 from ..engine import Engine
-from . import anthropic_routes, embeddings_routes, home_routes, ollama_routes, openai_routes
+from . import (anthropic_routes, audio_routes, embeddings_routes, home_routes, ollama_routes,
+               openai_routes)
 from .error_replies import answer_errors, error_body
 from .guard import RequestGuard, host_name
 from .listeners import BesideServer, bind
@@ -32,7 +33,8 @@ MDNS_NAME = "homerack.local"
 DEVICE_ROUTES = frozenset({("GET", "/v1/models"), ("GET", "/api/version")} | {
     ("POST", p) for p in ("/v1/chat/completions", "/v1/completions", "/v1/messages",
                           "/v1/messages/count_tokens", "/v1/embeddings", "/api/chat",
-                          "/api/generate", "/api/embed")})
+                          "/api/generate", "/api/embed", "/v1/audio/transcriptions",
+                          "/v1/audio/translations", "/v1/audio/speech")})
 PUBLIC = frozenset({("POST", "/pair"), ("GET", "/health")} |
                    {("GET", p) for p in home_routes.PAGES})
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
@@ -126,7 +128,7 @@ def create_share_app(engine: Engine) -> FastAPI:
     answer_errors(app)
     for router in (home_routes.router(engine), openai_routes.router(engine),
                    anthropic_routes.router(engine), embeddings_routes.router(engine),
-                   ollama_routes.router(engine)):
+                   ollama_routes.router(engine), audio_routes.router(engine)):
         app.include_router(router)
 
     @app.get("/health")

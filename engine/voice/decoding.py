@@ -1,0 +1,96 @@
+"""An uploaded recording decoded into 16 kHz mono 16-bit samples, in a child process with
+a memory limit, a time limit and a limit on the seconds it may hold: a recording is
+untrusted input (a truncated MP3, a WAV header claiming 10^9 samples, a video without a
+sound track), and a demuxer's or decoder's bug must cost the child, never the engine.
+
+`python -m engine.voice.decoding PATH MAX_SECONDS MEMORY_BYTES` writes one JSON line
+({"seconds", "rate"} or {"error"}), then the samples as little-endian int16."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InvalidRequest
+from ..spawn import module_command
+
+RATE = 16_000
+MAX_SECONDS = 20 * 60   # 20 minutes a request (37 MiB of samples at most)
+MAX_BYTES = 25 << 20    # what OpenAI's API takes too
+TIMEOUT_S = 120.0
+MEMORY_BYTES = 2 << 30
+
+
+def decode(path: Path, param: str = "file", max_seconds: int = MAX_SECONDS) -> np.ndarray:
+    """The recording's samples as float32 in [-1, 1]; InvalidRequest naming `param` when
+    it cannot be read, holds no sound, or is too long."""
+    try:
+        done = subprocess.run(module_command("engine.voice.decoding", str(path),
+                                             str(max_seconds), str(MEMORY_BYTES)),
+                              capture_output=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise InvalidRequest(f"{param}: decoding it took more than {TIMEOUT_S:g} s",
+                             param=param) from None
+    head, _, body = done.stdout.partition(b"\n")
+    try:
+        said = json.loads(head)
+    except ValueError:
+        raise InvalidRequest(f"{param}: its decoder stopped (exit status {done.returncode})",
+                             param=param) from None
+    if "error" in said:
+        raise InvalidRequest(f"{param}: {said['error']}", param=param)
+    samples = np.frombuffer(body[:len(body) // 2 * 2], dtype="<i2")
+    if not samples.size:
+        raise InvalidRequest(f"{param}: it holds no sound", param=param)
+    return samples.astype(np.float32) / 32768.0
+
+
+def _decode(path: Path, max_seconds: int) -> None:
+    import av
+
+    out = sys.stdout.buffer
+    limit = max_seconds * RATE
+    try:
+        with av.open(str(path), metadata_errors="ignore") as container:
+            if not container.streams.audio:
+                return _say({"error": "it has no audio track"})
+            stream = container.streams.audio[0]
+            resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
+            chunks, count = [], 0
+            for frame in container.decode(stream):
+                for piece in resampler.resample(frame):
+                    data = piece.to_ndarray().astype("<i2").tobytes()
+                    count += len(data) // 2
+                    if count > limit:
+                        return _say({"error": f"it is longer than {max_seconds // 60} minutes"})
+                    chunks.append(data)
+            for piece in resampler.resample(None):
+                chunks.append(piece.to_ndarray().astype("<i2").tobytes())
+    except MemoryError:
+        return _say({"error": "decoding it needs more memory than a recording may"})
+    except Exception as exc:  # noqa: BLE001 (any failure of the demuxer: the file's fault)
+        return _say({"error": f"not a recording this engine can read ({type(exc).__name__}: "
+                              f"{str(exc)[:200]})"})
+    _say({"seconds": count / RATE, "rate": RATE})
+    for data in chunks:
+        out.write(data)
+
+
+def _say(head: dict) -> None:
+    sys.stdout.buffer.write(json.dumps(head).encode() + b"\n")
+
+
+if __name__ == "__main__":
+    try:
+        import resource
+
+        memory = int(sys.argv[3])
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    except ImportError:  # Windows: the timeout still holds
+        pass
+    _decode(Path(sys.argv[1]), int(sys.argv[2]))
+    sys.stdout.buffer.flush()

@@ -1,0 +1,43 @@
+"""The speech models as the engine holds them: each loaded on first use and kept, listed
+in /v1/models with `kind` "transcription" or "speech"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ModelNotFound
+from . import speaker, transcriber
+from .speaker import Speaker
+from .transcriber import Transcriber
+
+# the model ids OpenAI's clients send, answered by the models here
+TRANSCRIPTION_ALIASES = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
+SPEECH_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+
+
+class Voice:
+    def __init__(self, folder: Path, threads: int):
+        self.transcriber = Transcriber(folder, threads)
+        self.speaker = Speaker()
+
+    def transcription_model(self, name: str | None) -> Transcriber:
+        if name in (None, "", transcriber.MODEL_ID, *TRANSCRIPTION_ALIASES):
+            return self.transcriber
+        raise ModelNotFound(f"no speech recognition model is called {name!r} (this engine "
+                            f"has {transcriber.MODEL_ID})", param="model")
+
+    def speech_model(self, name: str | None) -> Speaker:
+        if name in (None, "", speaker.MODEL_ID, *SPEECH_ALIASES):
+            return self.speaker
+        raise ModelNotFound(f"no speech model is called {name!r} (this engine has "
+                            f"{speaker.MODEL_ID})", param="model")
+
+    def models(self) -> list[dict]:
+        base = {"object": "model", "created": 0, "owned_by": "homerack"}
+        return [{**base, "id": transcriber.MODEL_ID, "kind": "transcription",
+                 "loaded": self.transcriber.loaded, "aliases": list(TRANSCRIPTION_ALIASES),
+                 "capabilities": ["transcription", "translation"],
+                 "size": transcriber.MODEL_BYTES},
+                {**base, "id": speaker.MODEL_ID, "kind": "speech", "loaded": True,
+                 "aliases": list(SPEECH_ALIASES), "capabilities": ["speech"],
+                 "voices": self.speaker.voices()}]
