@@ -56,6 +56,9 @@ BENCHES = (
           takes_model=False),
     Bench("portable", "the packaged app's portable llama.cpp vs this machine's native build",
           takes_model=False),
+    Bench("voice", "Whisper's real-time factor through the API vs faster-whisper's own "
+          "transcribe; first audio of a spoken answer vs eSpeak NG's own call",
+          takes_model=False),
 )
 SUITE = tuple(b for b in BENCHES if b.suite_models)
 
