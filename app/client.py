@@ -258,6 +258,20 @@ class EngineClient:
         return self._checked(self._http.post(f"/v1/collections/{name}/search",
                                              json=body)).json()["data"]
 
+    # -- speech (engine/api/audio_routes.py) ------------------------------------------
+
+    def transcribe(self, audio: bytes, language: str | None = None) -> str:
+        """A recording's words (any format the engine decodes)."""
+        data = {"model": "whisper-1", **({"language": language} if language else {})}
+        return self._checked(self._http.post("/v1/audio/transcriptions", data=data,
+                                             files={"file": ("speech.wav", audio)})).json()["text"]
+
+    def speech(self, text: str, voice: str = "alloy", speed: float = 1.0) -> bytes:
+        """`text` spoken, as a WAV."""
+        return self._checked(self._http.post("/v1/audio/speech", json={
+            "model": "tts-1", "input": text, "voice": voice, "speed": speed,
+            "response_format": "wav"})).content
+
     # -- sharing with the home (engine/api/home_admin_routes.py) -----------------
 
     def home(self) -> dict:

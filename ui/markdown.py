@@ -85,6 +85,8 @@ def _frame(message: Shown, body: str, colors: Colors) -> str:
     actions = [f'<a href="copymsg:{key}">Copy</a>']
     if message.role == "user":
         actions.append(f'<a href="edit:{key}">Edit</a>')
+    if message.role == "assistant":
+        actions.append(f'<a href="speak:{key}">Read aloud</a>')
     if message.role == "assistant" and message.last:
         actions.append(f'<a href="regen:{key}">Regenerate</a>')
     index, count = message.variant

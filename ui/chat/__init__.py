@@ -1,5 +1,6 @@
 """The conversation in the centre: the page that sends, streams and edits (chat_page.py),
 the rendered messages (chat_view.py), the composer (composer.py), the welcome with its
 suggestions (welcome.py), the Tools button (tools_menu.py: the MCP servers a chat is
-offered), the card that asks before a tool runs (approval_card.py) and the Documents
-button (documents_menu.py: the collections a chat's answers are grounded in)."""
+offered), the card that asks before a tool runs (approval_card.py), the Documents
+button (documents_menu.py: the collections a chat's answers are grounded in) and voice
+(voice.py: Speak, Read aloud, Talk; the microphone and the speakers, or their stand-ins)."""

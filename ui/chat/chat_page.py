@@ -28,6 +28,7 @@ from ..tasks import Task, start_task
 from .approval_card import ApprovalCard
 from .chat_view import ChatView
 from .composer import ComposerBar
+from .voice import VoiceControls
 from .documents_menu import DocumentsButton
 from .tools_menu import ToolsButton
 from .welcome import Welcome
@@ -117,6 +118,10 @@ class ChatPage(QWidget):
         self.bar.add_button(self.tools)
         self.documents = DocumentsButton(state)
         self.bar.add_button(self.documents)
+        self.voice = VoiceControls(self.composer, lambda: self.engine.client, parent=self)
+        self.voice.error.connect(self.error)
+        for button in (self.voice.talk, self.voice.speak):
+            self.bar.add_button(button)
         self.cards = QVBoxLayout()  # approval cards of the conversation shown
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -224,12 +229,14 @@ class ChatPage(QWidget):
             reply = self.sessions.feed(conversation_id, text, kind)
         if reply and self.conversation and self.conversation.id == conversation_id:
             self.view.set_last(_streaming(reply))
+            self.voice.reply_grew(reply.text)
 
     def _on_reply(self, conversation_id: int, done: StreamedReply) -> None:
         status = "stopped" if done.finish_reason == "stopped" else "complete"
         self._finish(conversation_id, status, done.model, done.detail(), _stats(done),
                      done.thought_s, done.citations or [])
         if self.conversation and self.conversation.id == conversation_id:
+            self.voice.reply_ended(done.text)
             self.finished.emit(done)
             QAccessible.updateAccessibility(QAccessibleAnnouncementEvent(
                 self.view, "The reply is complete: " + done.text[:300]))
@@ -299,6 +306,9 @@ class ChatPage(QWidget):
             self.refresh()
 
     def _on_action(self, action: str, key: str) -> None:
+        if action == "speak":
+            self.voice.read_aloud(self.view.text_of(key))
+            return
         if not key.isdigit() or self.current_reply():
             return
         if action == "edit":

@@ -14,7 +14,7 @@ from ..markdown import Shown, render
 from ..safe_text import SafeBrowser, rich_escape
 from ..theme import colors, scheme_changed
 
-ACTIONS = {"edit", "regen", "prev", "next"}
+ACTIONS = {"edit", "regen", "prev", "next", "speak"}
 THINK = "think"  # a link that opens or closes a message's Thinking section
 TOOLS = "tools"  # one that opens or closes its tool calls
 SOURCE = "source"  # a cited file, opened
@@ -26,7 +26,7 @@ ZOOM_STEP = 0.1
 
 class ChatView(SafeBrowser):
     copied = Signal(str)
-    action = Signal(str, str)  # ("edit" | "regen" | "prev" | "next", message key)
+    action = Signal(str, str)  # ("edit" | "regen" | "prev" | "next" | "speak", message key)
     source_opened = Signal(str)  # the cited file opened
 
     def __init__(self, parent=None):
@@ -55,6 +55,10 @@ class ChatView(SafeBrowser):
             self._messages.append(message)
         if not self._timer.isActive():
             self._timer.start()
+
+    def text_of(self, key: str) -> str:
+        """A message's text as Copy takes it."""
+        return self._rendered.texts.get(key, "")
 
     def messages(self) -> list[Shown]:
         return list(self._messages)

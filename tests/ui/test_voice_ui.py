@@ -1,0 +1,92 @@
+"""Voice in the chat against a real engine: a recorded question fed through the
+microphone's path becomes text in the composer (words appearing while it is 'said'),
+Read aloud and a voice conversation send speech to the speakers' stand-in in order,
+speaking over an answer stops it, and a machine without a microphone says so."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from PySide6.QtWidgets import QPlainTextEdit
+
+from app.client import EngineClient
+from support.engines import start_engine
+from ui.chat.voice import Microphone, RecordedInput, RecordedOutput, VoiceControls
+
+pytestmark = pytest.mark.slow
+QUESTION = "Good morning. What is the weather like in Paris today?"
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory, tiny_model):
+    home = tmp_path_factory.mktemp("voice-ui")
+    (home / "data" / "models").mkdir(parents=True)
+    (home / "data" / "models" / "tiny.gguf").symlink_to(tiny_model)
+    process, address, _ = start_engine(home, "desk", ["--model", "tiny", "--ctx", "512"])
+    engine = EngineClient(address)
+    yield engine
+    engine.close()
+    process.stop()
+
+
+def controls(qtbot, client, microphone=None):
+    composer = QPlainTextEdit()
+    qtbot.addWidget(composer)
+    output = RecordedOutput()
+    voice = VoiceControls(composer, lambda: client, microphone, output)
+    return composer, voice, output
+
+
+def test_a_recorded_question_becomes_text_as_it_is_said(qtbot, client):
+    recording = RecordedInput(client.speech(QUESTION, speed=0.9), chunk_s=1.0)
+    composer, voice, output = controls(qtbot, client, recording)
+    composer.setPlainText("About the trip:")
+    voice.speak.setChecked(True)
+    assert output.played == [b""]  # speaking over stops what was being said
+    qtbot.waitUntil(lambda: composer.toPlainText() != "About the trip:", timeout=30000)
+    partial = composer.toPlainText()
+    voice.speak.setChecked(False)
+    qtbot.waitUntil(lambda: "paris" in composer.toPlainText().lower(), timeout=60000)
+    final = composer.toPlainText()
+    assert final.startswith("About the trip: ") and "morning" in final.lower()
+    assert len(partial) <= len(final)
+
+
+def test_read_aloud_plays_each_sentence_in_order(qtbot, client):
+    _, voice, output = controls(qtbot, client, RecordedInput(client.speech("hi")))
+    voice.read_aloud("This first sentence is about bread. The second one is about "
+                     "water! And the third sentence is about salt?")
+    qtbot.waitUntil(lambda: len([p for p in output.played if p]) == 3, timeout=30000)
+    pieces = [p for p in output.played if p]
+    assert all(p.startswith(b"RIFF") for p in pieces)
+    heard = [client.transcribe(p).lower() for p in pieces]
+    assert "first" in heard[0] and "second" in heard[1] and "third" in heard[2], heard
+
+
+def test_a_voice_conversation_speaks_each_sentence_as_the_answer_streams(qtbot, client):
+    _, voice, output = controls(qtbot, client, RecordedInput(client.speech("hi")))
+    voice.talk.setChecked(True)
+    voice.reply_grew("Bread needs time")
+    assert not output.played  # no sentence is complete yet
+    began = time.monotonic()
+    voice.reply_grew("Bread needs time. Mix the dough")
+    qtbot.waitUntil(lambda: len(output.played) == 1, timeout=30000)
+    first = time.monotonic() - began
+    voice.reply_ended("Bread needs time. Mix the dough, then wait.")
+    qtbot.waitUntil(lambda: len(output.played) == 2, timeout=30000)
+    assert "dough" in client.transcribe(output.played[1]).lower()
+    print(f"\nfirst sound {first * 1000:.0f} ms after the first sentence ended")
+    voice.talk.setChecked(False)
+    voice.reply_grew("Not spoken. Not at all.")
+    qtbot.wait(300)
+    assert len(output.played) == 2
+
+
+def test_a_machine_without_a_microphone_says_so(qtbot, client):
+    microphone = Microphone()
+    if microphone.available():
+        pytest.skip("this machine has a microphone")
+    _, voice, _ = controls(qtbot, client, microphone)
+    voice.check_devices()
+    assert not voice.speak.isEnabled() and "No microphone" in voice.speak.toolTip()
