@@ -212,7 +212,8 @@ def test_make_screenshots_renders_every_state(gui_home, tmp_path):
     subprocess.run([sys.executable, "-m", "ui.shell.screenshots", str(out)], env=env, check=True,
                    timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     shots = sorted(p.name for p in out.glob("*.png"))
-    assert shots == ["1-first-run.png", "2-chat-with-code-and-table.png", "4-cluster.png",
+    assert shots == ["1-first-run.png", "10-voice-read-aloud.png", "10-voice-speaking.png",
+                     "2-chat-with-code-and-table.png", "4-cluster.png",
                      "4-devices.png", "4-documents.png", "4-memory.png", "4-settings.png", "4-tools.png",
                      "5-dark.png", "6-narrow-1024x700.png", "7-thinking-collapsed.png",
                      "7-thinking-open.png", "8-picture.png", "9-answer-with-sources.png",

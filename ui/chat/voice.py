@@ -167,6 +167,7 @@ class VoiceControls(QObject):
         self.speak.toggled.connect(self._speaking)
         self._before = ""      # the composer's text when speaking began
         self._asking = False   # a recognition in flight
+        self._asked = self._shown = 0  # recognitions asked, and the latest one shown
         self._spoken = 0       # characters of the answer sent to be spoken
         self._pieces: dict[int, bytes] = {}
         self._made = self._played = 0
@@ -206,9 +207,14 @@ class VoiceControls(QObject):
         if client is None:
             return
         self._asking = True
+        self._asked += 1
+        asked = self._asked
 
         def heard(text: str) -> None:
             self._asking = False
+            if asked < self._shown:  # a partial one, overtaken by the final one
+                return
+            self._shown = asked
             self.composer.setPlainText(" ".join(t for t in (self._before, text.strip()) if t))
             if final:
                 self.composer.setFocus()

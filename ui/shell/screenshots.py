@@ -167,6 +167,7 @@ def _shoot_all(out: str) -> int:
         window.drawer.open_page(page)
         shoot(f"4-{page.lower()}")
     _shoot_devices(window, wait, shoot)
+    _shoot_voice(window, wait, shoot)
     window.drawer.close_page()
     window.set_theme("dark")
     shoot("5-dark")
@@ -176,6 +177,30 @@ def _shoot_all(out: str) -> int:
     shoot("6-narrow-1024x700")
     window.close()
     return 0
+
+
+def _shoot_voice(window, wait, shoot) -> None:
+    """A recorded question through the microphone's path into the composer, sent, and
+    the answer read aloud to the speakers' stand-in."""
+    from ..chat.voice import RecordedInput, RecordedOutput
+
+    window.drawer.close_page()
+    window.open_conversation(window.new_conversation().id)
+    voice, client = window.chat.voice, window.engine.client
+    voice.microphone = RecordedInput(client.speech("Please tell me a short story about a "
+                                                   "dragon who bakes bread.", speed=0.9))
+    voice.output = output = RecordedOutput()
+    voice.speak.setChecked(True)
+    wait(lambda: window.chat.composer.toPlainText())
+    shoot("10-voice-speaking")
+    voice.speak.setChecked(False)
+    wait(lambda: "story" in window.chat.composer.toPlainText().lower())
+    window.chat.send(window.chat.composer.toPlainText())
+    wait(lambda: not window.chat.sessions.running())
+    answer = window.history.messages(window.state.now.conversation.id)[-1]
+    window.chat.view.action.emit("speak", str(answer.id))
+    wait(lambda: output.played)
+    shoot("10-voice-read-aloud")
 
 
 def _shoot_devices(window, wait, shoot) -> None:
