@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from ..engine import Engine
+from ..errors import InvalidRequest
 
 DEFAULT_SHARE_HOST = "0.0.0.0"
 DEFAULT_SHARE_PORT = 8580
@@ -40,7 +41,6 @@ def router(engine: Engine, door) -> APIRouter:
     """`door`: home_door.HomeDoor, the sharing listener (given: the route modules import
     no other route module, and the door serves them)."""
     api = APIRouter()
-    home = engine.home
 
     def status() -> dict:
         return engine.status()["home"]
@@ -52,14 +52,20 @@ def router(engine: Engine, door) -> APIRouter:
     @api.put("/v1/home/share")
     async def share(body: ShareBody):
         if body.enabled:
-            await door.open(body.host, body.port)
+            try:
+                await door.open(body.host, body.port)
+            except (OSError, ValueError) as exc:  # not an address here, or the port taken
+                why = getattr(exc, "strerror", None) or str(exc)
+                raise InvalidRequest(f"host: cannot listen on {body.host}:{body.port} ({why})",
+                                     param="host") from None
         else:
             await door.close()
         return status()
 
     @api.post("/v1/home/devices")
     async def add(body: NameBody):
-        return {**home.devices.add(body.name).public(), "url": home.sharing.get("url")}
+        made = engine.home.devices.add(body.name)
+        return {**made.public(), "url": engine.home.sharing.get("url")}
 
     @api.get("/v1/home/devices")
     async def listed():
@@ -67,18 +73,18 @@ def router(engine: Engine, door) -> APIRouter:
 
     @api.delete("/v1/home/devices/{name}")
     async def remove(name: str):
-        home.revoke(name)
+        engine.home.revoke(name)
         return {"name": name, "removed": True}
 
     @api.patch("/v1/home/devices/{name}")
     async def limit(name: str, body: DeviceLimits):
-        home.devices.set_limits(name, body.parallel, body.tokens_per_minute)
+        engine.home.devices.set_limits(name, body.parallel, body.tokens_per_minute)
         return {"name": name, **body.model_dump()}
 
     @api.patch("/v1/home")
     async def choose(body: HomeChoices):
         shared = None if body.share_all else body.shared if body.shared is not None else ...
-        home.choose(body.parallel, body.tokens_per_minute, body.owner_first, shared)
+        engine.home.choose(body.parallel, body.tokens_per_minute, body.owner_first, shared)
         return status()
 
     return api

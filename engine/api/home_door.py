@@ -171,8 +171,8 @@ class HomeDoor:
     async def close(self) -> None:
         server, task, mdns = self._server, self._task, self._mdns
         self._server = self._task = self._mdns = None
-        self.engine.home.sharing = {"enabled": False, "url": None}
         if server is not None:
+            self.engine.home.sharing = {"enabled": False, "url": None}
             server.should_exit = server.force_exit = True
             for listener in server.servers:
                 listener.close()
