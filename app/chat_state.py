@@ -12,8 +12,9 @@ from .settings import RoutingChoice, Sampling
 
 REGENERATE_TEMPERATURE = 0.6
 # models of these kinds are not offered in the picker: embedding models cannot chat,
-# "auto" is the conversation's Auto-route box, adapters are chosen over their base model
-NOT_PICKED = ("embedding", "router", "adapter")
+# "auto" is the conversation's Auto-route box, adapters are chosen over their base model,
+# speech models hear and speak (voice.py), they do not answer
+NOT_PICKED = ("embedding", "router", "adapter", "transcription", "speech")
 
 
 @dataclass(frozen=True)

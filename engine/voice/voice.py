@@ -37,7 +37,7 @@ class Voice:
         return [{**base, "id": transcriber.MODEL_ID, "kind": "transcription",
                  "loaded": self.transcriber.loaded, "aliases": list(TRANSCRIPTION_ALIASES),
                  "capabilities": ["transcription", "translation"],
-                 "size": transcriber.MODEL_BYTES},
+                 "size_bytes": transcriber.MODEL_BYTES},
                 {**base, "id": speaker.MODEL_ID, "kind": "speech", "loaded": True,
-                 "aliases": list(SPEECH_ALIASES), "capabilities": ["speech"],
+                 "aliases": list(SPEECH_ALIASES), "capabilities": ["speech"], "size_bytes": 0,
                  "voices": self.speaker.voices()}]

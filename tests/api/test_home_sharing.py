@@ -235,8 +235,9 @@ def test_fair_turns_a_short_request_starts_before_a_busy_devices_second_ends(own
     threads = [threading.Thread(target=long_request) for _ in range(8)]
     for thread in threads:
         thread.start()
-    deadline = time.monotonic() + 30
-    while not waiting_seen and time.monotonic() < deadline and len(finished) < 2:
+    deadline = time.monotonic() + 60  # until A holds its share (its model may be loading)
+    while time.monotonic() < deadline and len(finished) < 2 and not any(
+            w["holds"] == 3 for w in waiting_seen):
         waiting_seen = owner.get("/health").json()["home"]["waiting"]
     with device(lan, b) as http:
         with http.stream("POST", "/v1/chat/completions", json={
@@ -249,7 +250,7 @@ def test_fair_turns_a_short_request_starts_before_a_busy_devices_second_ends(own
         thread.join()
     assert b_first and len(finished) == 8
     assert b_first[0] < sorted(finished)[1]
-    assert waiting_seen and waiting_seen[0]["client"] == "busy agent"
+    assert [w["client"] for w in waiting_seen] == ["busy agent"]
     assert waiting_seen[0]["holds"] == 3 and "one stays free" in waiting_seen[0]["why"]
     reported = {d["name"]: d for d in owner.get("/health").json()["home"]["devices"]}
     assert isinstance(reported["kid's tablet"]["last_wait_s"], float)

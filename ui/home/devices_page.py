@@ -62,17 +62,20 @@ class DevicesPage(QWidget):
                               "models after pairing; off closes the door at once")
         self.address = Label("Not shared.", wordWrap=True)
         self.qr = Label("")
-        self.name = QLineEdit(placeholderText="Ana's phone", maxLength=40)
+        self.name = QLineEdit(placeholderText="Ana's phone", maxLength=40,
+                              accessibleName="The new device's name")
         self.add = QPushButton("Add a device")
         self.code = Label("", wordWrap=True)
         self.code.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.table = QTableWidget(0, len(COLUMNS))
+        self.table = QTableWidget(0, len(COLUMNS), accessibleName="Paired devices")
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.verticalHeader().hide()
         self.waiting = Label("Nobody is waiting.", wordWrap=True)
-        self.parallel = QSpinBox(minimum=1, maximum=256)
+        self.parallel = QSpinBox(minimum=1, maximum=256,
+                                 accessibleName="Requests at once, per device")
         self.tokens = QSpinBox(minimum=0, maximum=10_000_000, singleStep=10_000,
-                               specialValueText="no limit")
+                               specialValueText="no limit",
+                               accessibleName="Tokens a minute, per device")
         self.owner_first = QCheckBox("My own requests go first")
         self._lay_out()
         self.share.toggled.connect(self._share)
@@ -98,8 +101,8 @@ class DevicesPage(QWidget):
         column.addWidget(self.table, 1)
         column.addWidget(self.waiting)
         limits = QFormLayout()
-        limits.addRow("Requests at once, per device", self.parallel)
-        limits.addRow("Tokens a minute, per device", self.tokens)
+        limits.addRow(Label("Requests at once, per device"), self.parallel)
+        limits.addRow(Label("Tokens a minute, per device"), self.tokens)
         limits.addRow(self.owner_first)
         column.addLayout(limits)
 
