@@ -16,7 +16,7 @@ import numpy as np
 import openai
 import pytest
 
-from support.engines import api_client, start_engine
+from support.engines import api_client, start_tiny_engine
 
 pytestmark = pytest.mark.slow
 FOX = "the quick brown fox jumps over the lazy dog"
@@ -27,10 +27,7 @@ PARAGRAPH = ("Every morning the baker opens the shop before the sun is up. She b
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, tiny_model):
-    home = tmp_path_factory.mktemp("voice")
-    (home / "data" / "models").mkdir(parents=True)
-    (home / "data" / "models" / "tiny.gguf").symlink_to(tiny_model)
-    process, address, _ = start_engine(home, "voice", ["--model", "tiny", "--ctx", "512"])
+    process, address = start_tiny_engine(tmp_path_factory.mktemp("voice"), "voice", tiny_model)
     yield address
     process.stop()
 

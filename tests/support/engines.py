@@ -64,6 +64,14 @@ def start_engine(home: Path, name: str, args: list[str], env: dict | None = None
     return process, process.wait_ready(), models
 
 
+def start_tiny_engine(home: Path, name: str, tiny_model: Path):
+    """start_engine with the tiny model alone in its folder, loaded: (process, address)."""
+    (home / "data" / "models").mkdir(parents=True, exist_ok=True)
+    (home / "data" / "models" / "tiny.gguf").symlink_to(tiny_model)
+    process, address, _ = start_engine(home, name, ["--model", "tiny", "--ctx", "512"])
+    return process, address
+
+
 def api_client(address, timeout: float = 120):
     """An httpx client of a serving engine's API, with its token."""
     import httpx

@@ -38,3 +38,17 @@ def open_window(qtbot, gui_home, monkeypatch):
     yield make
     for window in windows:
         window.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_client(tmp_path_factory, tiny_model):
+    """A real engine serving the tiny model (a module's own), and its client."""
+    from app.client import EngineClient
+    from support.engines import start_tiny_engine
+
+    process, address = start_tiny_engine(tmp_path_factory.mktemp("tiny-engine"), "desk",
+                                         tiny_model)
+    client = EngineClient(address)
+    yield client
+    client.close()
+    process.stop()

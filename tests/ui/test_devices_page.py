@@ -12,8 +12,6 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from app.client import EngineClient
-from support.engines import start_engine
 from ui.home.devices_page import SHARE_FLAG, DevicesPage, qr_pixmap
 
 pytestmark = pytest.mark.slow
@@ -21,15 +19,8 @@ LAN = "127.0.0.2"
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory, tiny_model):
-    home = tmp_path_factory.mktemp("devices-ui")
-    (home / "data" / "models").mkdir(parents=True)
-    (home / "data" / "models" / "tiny.gguf").symlink_to(tiny_model)
-    process, address, _ = start_engine(home, "desk", ["--model", "tiny", "--ctx", "512"])
-    client = EngineClient(address)
-    yield client
-    client.close()
-    process.stop()
+def engine(tiny_client):
+    return tiny_client
 
 
 def test_share_add_pair_remove_and_unshare(qtbot, engine, tmp_path):

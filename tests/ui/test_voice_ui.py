@@ -10,8 +10,6 @@ import time
 import pytest
 from PySide6.QtWidgets import QPlainTextEdit
 
-from app.client import EngineClient
-from support.engines import start_engine
 from ui.chat.voice import Microphone, RecordedInput, RecordedOutput, VoiceControls
 
 pytestmark = pytest.mark.slow
@@ -19,15 +17,8 @@ QUESTION = "Good morning. What is the weather like in Paris today?"
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory, tiny_model):
-    home = tmp_path_factory.mktemp("voice-ui")
-    (home / "data" / "models").mkdir(parents=True)
-    (home / "data" / "models" / "tiny.gguf").symlink_to(tiny_model)
-    process, address, _ = start_engine(home, "desk", ["--model", "tiny", "--ctx", "512"])
-    engine = EngineClient(address)
-    yield engine
-    engine.close()
-    process.stop()
+def client(tiny_client):
+    return tiny_client
 
 
 def controls(qtbot, client, microphone=None):
