@@ -151,6 +151,7 @@ def router(engine: Engine) -> APIRouter:
     @api.post("/home/api/conversations/{conv_id}/messages")
     async def ask(conv_id: str, body: MessageBody, http: Request):
         device = device_of(http)
+        conv = home.conversations.get(device, conv_id)  # first: another device's is absent
         if (running := replies.get(conv_id)) is not None and running.done is None:
             raise InvalidRequest("an answer is still coming in this conversation; stop it "
                                  "first", param="conversation")
@@ -158,7 +159,6 @@ def router(engine: Engine) -> APIRouter:
         home.check_shared(model)
         if not body.content.strip() and not body.picture:
             raise InvalidRequest("content: say something", param="content")
-        conv = home.conversations.get(device, conv_id)
         asked = {"role": "user", "content": body.content, "picture": body.picture}
         request = chat_request([*conv["messages"], asked], model)
         turn = await asyncio.to_thread(  # checked (pictures decoded) before anything is kept
