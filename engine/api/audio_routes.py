@@ -131,7 +131,10 @@ def router(engine: Engine) -> APIRouter:
     async def speech(body: SpeechRequest):
         voice = engine.voice.speech_model(body.model)
         pieces = voice.sentences(body.input, body.voice, body.speed)
-        first = await asyncio.to_thread(next, pieces)  # a bad voice or input fails here: 400
+        # a bad voice or input fails here: 400
+        first = await asyncio.to_thread(next, pieces, None)
+        if first is None:
+            raise InvalidRequest("input: nothing to say", param="input")
         fmt = body.response_format
         if fmt in STREAMED:
             async def made():

@@ -4,8 +4,10 @@ and who is waiting for a turn."""
 
 from __future__ import annotations
 
+import ipaddress
+
 from fastapi import APIRouter
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from ..engine import Engine
 from ..errors import InvalidRequest
@@ -16,8 +18,16 @@ DEFAULT_SHARE_PORT = 8580
 
 class ShareBody(BaseModel):
     enabled: bool
-    host: str = Field(DEFAULT_SHARE_HOST, max_length=100)
+    host: str = Field(DEFAULT_SHARE_HOST, max_length=100)  # an address of this machine
     port: int = Field(DEFAULT_SHARE_PORT, ge=0, le=65535)
+
+    @field_validator("host")
+    @classmethod
+    def _an_address(cls, host: str) -> str:
+        try:
+            return str(ipaddress.ip_address(host))
+        except ValueError:
+            raise ValueError("an IP address of this machine (0.0.0.0: every one)") from None
 
 
 class NameBody(BaseModel):

@@ -93,7 +93,7 @@ class Speaker:
             yield self._say(sentence, espeak_voice, speed)
 
     def _say(self, sentence: str, voice: str, speed: float) -> bytes:
-        data = sentence.encode("utf-8") + b"\0"
+        data = sentence.encode("utf-8", "replace") + b"\0"  # (a lone surrogate: "?")
         with self._lock:
             lib = self._loaded()
             if lib.espeak_SetVoiceByName(voice.encode()) != 0 and \

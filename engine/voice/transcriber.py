@@ -111,6 +111,8 @@ class Transcriber:
         if prompt is not None and len(prompt) > MAX_PROMPT_CHARS:
             raise InvalidRequest(f"prompt: at most {MAX_PROMPT_CHARS} characters",
                                  param="prompt")
+        if prompt:  # as UTF-8 can carry it (JSON can hold lone surrogates)
+            prompt = prompt.encode("utf-8", "replace").decode("utf-8")
         with self._lock:
             model = self._loaded()
             pieces, info = model.transcribe(
