@@ -381,6 +381,11 @@ class Engine:
         """What the engine holds and does (GET /health): status.py puts it together."""
         return status.engine_status(self)
 
+    def home_status(self) -> dict:
+        """Sharing with the home, its devices and who waits (GET /v1/home): /health's
+        `home` without the rest of the engine's status."""
+        return status.home_status(self, self.fleet.loaded())
+
     def cluster_status(self) -> dict | None:
         return status.cluster_status(self.host.cluster, self.main)
 

@@ -53,7 +53,7 @@ def router(engine: Engine, door) -> APIRouter:
     api = APIRouter()
 
     def status() -> dict:
-        return engine.status()["home"]
+        return engine.home_status()
 
     @api.get("/v1/home")
     async def show():
