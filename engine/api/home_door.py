@@ -148,10 +148,6 @@ class HomeDoor:
         self._task: asyncio.Task | None = None
         self._mdns = None
 
-    @property
-    def url(self) -> str | None:
-        return self.engine.home.sharing.get("url")
-
     async def open(self, host: str, port: int) -> str:
         if self._server is not None:
             await self.close()
