@@ -22,9 +22,11 @@ def wav_header(rate: int, data_bytes: int = 0xFFFFFFFF - 36) -> bytes:
 
 
 def streamed(pieces: Iterable[bytes], rate: int, fmt: str) -> Iterator[bytes]:
-    if fmt == "wav":
-        yield wav_header(rate)
-    yield from pieces
+    """The pieces as they come, a WAV's header sent with the first (one write, not two)."""
+    header = wav_header(rate) if fmt == "wav" else b""
+    for piece in pieces:
+        yield header + piece
+        header = b""
 
 
 def encoded(pieces: Iterable[bytes], rate: int, fmt: str) -> bytes:

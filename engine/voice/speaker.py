@@ -41,6 +41,7 @@ class Speaker:
         self.rate = 22050
         self._lock = threading.Lock()
         self._pieces: list[bytes] = []
+        self._voice: str | None = None  # the voice eSpeak has set
         self._callback = _SYNTH(self._collect)  # kept: the library holds its address
 
     def _collect(self, samples, count, _events) -> int:
@@ -96,10 +97,14 @@ class Speaker:
         data = sentence.encode("utf-8", "replace") + b"\0"  # (a lone surrogate: "?")
         with self._lock:
             lib = self._loaded()
-            if lib.espeak_SetVoiceByName(voice.encode()) != 0 and \
-                    lib.espeak_SetVoiceByProperties(ctypes.byref(_Voice(
-                        languages=voice.split("+")[0].lower().encode()))) != 0:
-                raise InvalidRequest(f"voice: eSpeak NG has no voice {voice!r}", param="voice")
+            if voice != self._voice:  # (eSpeak reads a voice's files each time it is set)
+                self._voice = None
+                if lib.espeak_SetVoiceByName(voice.encode()) != 0 and \
+                        lib.espeak_SetVoiceByProperties(ctypes.byref(_Voice(
+                            languages=voice.split("+")[0].lower().encode()))) != 0:
+                    raise InvalidRequest(f"voice: eSpeak NG has no voice {voice!r}",
+                                         param="voice")
+                self._voice = voice
             lib.espeak_SetParameter(_RATE, max(80, min(450, int(RATE_WPM * speed))), 0)
             self._pieces = []
             lib.espeak_Synth(data, len(data), 0, 0, 0, _CHARS_UTF8, None, None)
