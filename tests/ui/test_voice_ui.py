@@ -1,7 +1,8 @@
 """Voice in the chat against a real engine: a recorded question fed through the
 microphone's path becomes text in the composer (words appearing while it is 'said'),
 Read aloud and a voice conversation send speech to the speakers' stand-in in order,
-speaking over an answer stops it, and a machine without a microphone says so."""
+speaking over an answer stops it, a hands-free question is taken when its speaker pauses,
+and a machine without a microphone says so."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import time
 import pytest
 from PySide6.QtWidgets import QPlainTextEdit
 
-from ui.chat.voice import Microphone, RecordedInput, RecordedOutput, VoiceControls
+from ui.chat.sound_devices import RATE, Microphone, RecordedInput, RecordedOutput, wav_of
+from ui.chat.voice import VoiceControls
 
 pytestmark = pytest.mark.slow
 QUESTION = "Good morning. What is the weather like in Paris today?"
@@ -56,7 +58,7 @@ def test_read_aloud_plays_each_sentence_in_order(qtbot, client):
 
 
 def test_a_voice_conversation_speaks_each_sentence_as_the_answer_streams(qtbot, client):
-    _, voice, output = controls(qtbot, client, RecordedInput(client.speech("hi")))
+    _, voice, output = controls(qtbot, client, RecordedInput(wav_of(bytes(RATE * 2))))
     voice.talk.setChecked(True)
     voice.reply_grew("Bread needs time")
     assert not output.played  # no sentence is complete yet
@@ -72,6 +74,32 @@ def test_a_voice_conversation_speaks_each_sentence_as_the_answer_streams(qtbot, 
     voice.reply_grew("Not spoken. Not at all.")
     qtbot.wait(300)
     assert len(output.played) == 2
+
+
+def test_hands_free_a_question_is_taken_when_its_speaker_pauses(qtbot, client):
+    """Talk on, no button pressed: the question is recognised once its speaker has paused
+    and `said`; while the answer is made and spoken the microphone's sound is no turn;
+    after it, a question is heard again."""
+    recording = RecordedInput(client.speech(QUESTION, speed=0.9), quiet_s=0.5)
+    rate = recording.rate
+    _, voice, output = controls(qtbot, client, recording)
+    asked: list[str] = []
+    voice.said.connect(asked.append)
+    voice.talk.setChecked(True)
+    qtbot.waitUntil(lambda: len(asked) == 1, timeout=30000)
+    assert "morning" in asked[0].lower() and "paris" in asked[0].lower(), asked
+    voice.reply_grew("It is sunny in Paris. It is")
+    recording.heard = 0  # the same words again, as an echo of the room, while it answers
+    qtbot.waitUntil(lambda: recording.heard > len(recording.frames) + 2 * rate,
+                    timeout=30000)  # and a second's quiet after them: a turn, were it heard
+    qtbot.waitUntil(lambda: not voice._asking, timeout=30000)
+    assert len(asked) == 1
+    voice.reply_ended("It is sunny in Paris. It is warm, too.")
+    qtbot.waitUntil(lambda: len(output.played) == 2, timeout=30000)
+    recording.heard = 0
+    qtbot.waitUntil(lambda: len(asked) == 2, timeout=30000)
+    assert "paris" in asked[1].lower()
+    voice.talk.setChecked(False)
 
 
 def test_a_machine_without_a_microphone_says_so(qtbot, client):

@@ -213,6 +213,7 @@ def test_make_screenshots_renders_every_state(gui_home, tmp_path):
                    timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     shots = sorted(p.name for p in out.glob("*.png"))
     assert shots == ["1-first-run.png", "10-voice-read-aloud.png", "10-voice-speaking.png",
+                     "10-voice-talk.png",
                      "2-chat-with-code-and-table.png", "4-cluster.png",
                      "4-devices.png", "4-documents.png", "4-memory.png", "4-settings.png", "4-tools.png",
                      "5-dark.png", "6-narrow-1024x700.png", "7-thinking-collapsed.png",

@@ -120,6 +120,7 @@ class ChatPage(QWidget):
         self.bar.add_button(self.documents)
         self.voice = VoiceControls(self.composer, lambda: self.engine.client, parent=self)
         self.voice.error.connect(self.error)
+        self.voice.said.connect(self._said)
         for button in (self.voice.talk, self.voice.speak):
             self.bar.add_button(button)
         self.cards = QVBoxLayout()  # approval cards of the conversation shown
@@ -186,6 +187,13 @@ class ChatPage(QWidget):
         self._set_attachments([])
         self.generate()
 
+    def _said(self, text: str) -> None:
+        """A hands-free question: sent as if typed; listening resumes at once if it was
+        not (a reply already on its way)."""
+        self.send(text)
+        if not self.current_reply():
+            self.voice.reply_ended("")
+
     def generate(self, fresh: bool = False) -> None:
         """Ask for the conversation's next reply; `fresh`: another answer, never the
         cached one."""
@@ -243,6 +251,8 @@ class ChatPage(QWidget):
 
     def _on_failed(self, conversation_id: int, error) -> None:
         self._finish(conversation_id, "interrupted")
+        if self.conversation and self.conversation.id == conversation_id:
+            self.voice.reply_ended("")
         if self.engine.client is not None and self.engine.last_death is None:
             self.error.emit(f"The reply failed: {error}")
 

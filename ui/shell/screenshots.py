@@ -181,8 +181,9 @@ def _shoot_all(out: str) -> int:
 
 def _shoot_voice(window, wait, shoot) -> None:
     """A recorded question through the microphone's path into the composer, sent, and
-    the answer read aloud to the speakers' stand-in."""
-    from ..chat.voice import RecordedInput, RecordedOutput
+    the answer read aloud to the speakers' stand-in; then a hands-free one, sent when its
+    speaker paused."""
+    from ..chat.sound_devices import RecordedInput, RecordedOutput
 
     window.drawer.close_page()
     window.open_conversation(window.new_conversation().id)
@@ -201,6 +202,14 @@ def _shoot_voice(window, wait, shoot) -> None:
     window.chat.view.action.emit("speak", str(answer.id))
     wait(lambda: output.played)
     shoot("10-voice-read-aloud")
+    conversation = window.state.now.conversation.id
+    voice.microphone = RecordedInput(client.speech("And what does the dragon drink with "
+                                                   "its bread?", speed=0.9), quiet_s=0.5)
+    voice.talk.setChecked(True)  # hands-free: heard, sent and answered aloud, no button
+    wait(lambda: len(window.history.messages(conversation)) == 4)
+    wait(lambda: not window.chat.sessions.running() and not voice.output.busy())
+    shoot("10-voice-talk")
+    voice.talk.setChecked(False)
 
 
 def _shoot_devices(window, wait, shoot) -> None:
