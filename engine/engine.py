@@ -62,7 +62,7 @@ class Engine:
         self.embedder = Embedder(store, settings.load)
         self.presets = Presets(settings.presets_file)
         self.fleet = Fleet(store, settings, cluster, self.presets,
-                           lambda: {"CPU": self.embedder.bytes})
+                           lambda: {"CPU": self.embedder.bytes + self._voice_bytes()})
         self.routing: Routing | None = None
         self.answers = (ResponseCache(settings.response_cache, settings.response_cache_bytes)
                         if settings.response_cache else None)
@@ -399,6 +399,9 @@ class Engine:
         crash of the load, so the load journal's watch ends (no safer plan is needed)."""
         self.main.host.end_load_watch()
         self.main.abandon(error)
+
+    def _voice_bytes(self) -> int:
+        return self._voice.bytes if self._voice is not None else 0
 
     @property
     def voice(self) -> Voice:

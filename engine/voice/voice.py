@@ -1,5 +1,6 @@
-"""The speech models as the engine holds them: each loaded on first use and kept, listed
-in /v1/models with `kind` "transcription" or "speech"."""
+"""The speech models as the engine holds them: each loaded on first use (the recogniser let
+go again after ten idle minutes, its memory counted beside the chat models' meanwhile),
+listed in /v1/models with `kind` "transcription" or "speech"."""
 
 from __future__ import annotations
 
@@ -20,6 +21,11 @@ class Voice:
         self.transcriber = Transcriber(folder, threads)
         self.speaker = Speaker()
 
+    @property
+    def bytes(self) -> int:
+        """RAM the speech models hold now (eSpeak NG's few MiB are not counted)."""
+        return self.transcriber.bytes
+
     def transcription_model(self, name: str | None) -> Transcriber:
         if name in (None, "", transcriber.MODEL_ID, *TRANSCRIPTION_ALIASES):
             return self.transcriber
@@ -37,7 +43,8 @@ class Voice:
         return [{**base, "id": transcriber.MODEL_ID, "kind": "transcription",
                  "loaded": self.transcriber.loaded, "aliases": list(TRANSCRIPTION_ALIASES),
                  "capabilities": ["transcription", "translation"],
-                 "size_bytes": transcriber.MODEL_BYTES},
+                 "size_bytes": transcriber.MODEL_BYTES,
+                 "resident_bytes": self.transcriber.bytes},
                 {**base, "id": speaker.MODEL_ID, "kind": "speech", "loaded": True,
                  "aliases": list(SPEECH_ALIASES), "capabilities": ["speech"], "size_bytes": 0,
                  "voices": self.speaker.voices()}]
