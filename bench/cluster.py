@@ -40,16 +40,11 @@ from .common import QUICK_NOTE, ROOT, arguments, ratio, report, stream_times
 from app.engine_proc import EngineProcess
 from app.paths import paths
 from .build_tools import build, llama_server, packaging_module
+from fixtures.network import free_port
 
 MODELS = ("gemma-3-270m-q4_k_m", "smollm2-135m-instruct-q4_1")
 PROMPT = "The history of Rome"
 NICE = ["nice", "-n", "5"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def token_times(url: str, headers: dict, tokens: int) -> list[float]:

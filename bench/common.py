@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HOMERACK_HOME", str(ROOT / ".cache" / "bench-home"))
 
 from app.engine_proc import EngineProcess
+from fixtures.network import sse_events
 
 QUICK_NOTE = "quick mode: anchors not measured, so no ratio is printed"
 DONOR = "smollm2-135m-instruct-q4_1"  # the tokenizer a shape's random weights run with
@@ -166,11 +167,7 @@ def start_engine(args: list[str], env: dict | None = None, response_cache: bool 
     return engine
 
 
-def chunks(reply):
-    """The JSON chunks of a streamed (server-sent events) answer, as they arrive."""
-    for line in reply.iter_lines():
-        if line.startswith("data: {"):
-            yield json.loads(line[6:])
+chunks = sse_events  # the JSON chunks of a streamed answer, as they arrive
 
 
 def stream_times(url: str, headers: dict, body: dict, tokens: int, checked: bool) -> list[float]:

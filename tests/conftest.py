@@ -188,8 +188,6 @@ def vision_dir(tmp_path_factory, starters_dir) -> Path:
 @pytest.fixture(scope="module")
 def door_port() -> int:
     """A free port on loopback for an engine's second listener (`serve --ollama-port`)."""
-    import socket
+    from fixtures.network import free_port
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()

@@ -17,6 +17,7 @@ import pytest
 
 from fixtures.documents import pdf_bytes, write_docx, write_reranker
 from support.engines import api_client, start_engine
+from fixtures.network import sse_events
 
 pytestmark = pytest.mark.slow
 STARTER = "smollm2-135m-instruct-q4_1"
@@ -123,8 +124,7 @@ def test_a_streamed_answer_carries_its_sources_first(served):
     with http.stream("POST", "/v1/chat/completions", json={
             "model": STARTER, "stream": True, "max_tokens": 8, "collections": ["home"],
             "messages": [{"role": "user", "content": "What is the tyre pressure?"}]}) as got:
-        first = next(json.loads(line[6:]) for line in got.iter_lines()
-                     if line.startswith("data: "))
+        first = next(sse_events(got))
     assert first["citations"][0]["page"] == 3
 
 

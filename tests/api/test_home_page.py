@@ -20,6 +20,7 @@ from PIL import Image
 
 from support.engines import api_client, models_once_read, start_engine
 from support.models import STARTER
+from fixtures.network import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     not (shutil.which("chromium") and shutil.which("chromedriver")),
@@ -34,7 +35,6 @@ HOSTILE = ('Here: <img src=x onerror="window.__pwned=1"> <script>window.__pwned=
 
 @pytest.fixture(scope="module")
 def house(tmp_path_factory, vision_dir, starters_dir):
-    from test_home_sharing import free_port
 
     home = tmp_path_factory.mktemp("page-house")
     models = home / "data" / "models"

@@ -7,7 +7,6 @@ the lock after 20 wrong codes (last: it locks pairing for this engine)."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
@@ -19,15 +18,10 @@ import pytest
 
 from support.engines import api_client, models_once_read, start_engine
 from support.models import STARTER
+from fixtures.network import free_port
 
 pytestmark = pytest.mark.slow
 LAN = "127.0.0.2"
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

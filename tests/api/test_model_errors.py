@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import threading
 
-import httpx
 import openai
 import pytest
 
 from support.engines import api_client, start_engine
 from support.models import with_nan_rows
+from fixtures.network import sse_events
 
 HEALTHY, ALL_NAN, Z_NAN = "tiny", "nan-output", "nan-z"
 Z_TOKENS = ("z", "<0x7A>")  # every token whose text holds a z (the tiny vocabulary's)
@@ -84,10 +84,7 @@ def _stream(http, grammar: str, out: dict, key: str) -> None:
     with http.stream("POST", "/v1/chat/completions", json={
             "model": Z_NAN, "messages": ASK, "max_tokens": 60, "temperature": 0,
             "grammar": grammar, "stream": True}) as reply:
-        for line in reply.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            payload = httpx.Response(200, content=line[6:]).json()
+        for payload in sse_events(reply):
             if "error" in payload:
                 error = payload["error"]
                 continue

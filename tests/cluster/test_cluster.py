@@ -33,6 +33,7 @@ from engine.cluster.protocol import Refused
 from engine.catalog.shape import ModelShape
 from engine.machine.hardware import GiB, simulated
 from engine.machine.planner import Preferences
+from fixtures.network import sse_events
 
 MiB = 1 << 20
 
@@ -436,10 +437,8 @@ def test_a_worker_killed_mid_reply_is_named_and_the_next_prompt_is_answered(home
         events, killed_at = [], None
         with httpx.stream("POST", f"{address.url}/v1/chat/completions", json=body, timeout=60,
                           headers={"Authorization": f"Bearer {address.token}"}) as stream:
-            for line in stream.iter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                events.append(json.loads(line[6:]))
+            for event in sse_events(stream):
+                events.append(event)
                 if len(events) == 10:
                     workers[1][0].send_signal(signal.SIGSTOP)  # silent: only heartbeats tell
                     killed_at = time.monotonic()

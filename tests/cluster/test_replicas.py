@@ -32,6 +32,7 @@ import pytest
 
 from support.engines import start_engine
 from support.models import PARIS_QUESTION, STARTER
+from fixtures.network import sse_events
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -219,14 +220,13 @@ def test_a_replica_frozen_mid_stream_is_named_and_what_waited_is_answered_here(f
         with httpx.stream("POST", f"{front.url}/v1/chat/completions", json=body, timeout=60,
                           headers={"Authorization": f"Bearer {front.token}",
                                    "X-Homerack-Machine": "r1"}) as stream:
-            for line in stream.iter_lines():
-                if line.startswith("data: {"):
-                    events.append(json.loads(line[6:]))
-                    if len(events) == 5:
-                        replica[0].send_signal(signal.SIGSTOP)  # silent: heartbeats tell
-                        frozen_at = time.monotonic()
-                        waiter = threading.Thread(target=waits_for_r1)
-                        waiter.start()
+            for event in sse_events(stream):
+                events.append(event)
+                if len(events) == 5:
+                    replica[0].send_signal(signal.SIGSTOP)  # silent: heartbeats tell
+                    frozen_at = time.monotonic()
+                    waiter = threading.Thread(target=waits_for_r1)
+                    waiter.start()
         noticed = time.monotonic() - frozen_at
         error = events[-1].get("error")
         assert error and "r1" in error["message"] and "lost" in error["message"], events[-1]

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from fixtures.network import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 NPM = ROOT / "build" / "mcp-servers" / "node_modules" / "@modelcontextprotocol"
@@ -52,9 +53,7 @@ def filesystem(folder: Path) -> dict:
 def everything_http():
     """server-everything over Streamable HTTP on a free loopback port: its /mcp URL."""
     script = _npm("server-everything")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     process = subprocess.Popen(["node", str(script), "streamableHttp"],
                                env=dict(os.environ, PORT=str(port)),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

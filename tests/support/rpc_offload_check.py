@@ -28,12 +28,7 @@ from engine.settings import LoadSettings  # noqa: E402
 from engine.model.loader import LoadJournal, load  # noqa: E402
 from engine.machine.planner import Preferences  # noqa: E402
 from engine.llama.rpc import add_worker  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from fixtures.network import free_port  # noqa: E402
 
 
 def start_worker(endpoint: str) -> subprocess.Popen:

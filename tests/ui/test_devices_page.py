@@ -5,7 +5,6 @@ the switch off closes the listener and is kept for the app's next start."""
 
 from __future__ import annotations
 
-import socket
 import time
 from types import SimpleNamespace
 
@@ -13,6 +12,7 @@ import httpx
 import pytest
 
 from ui.home.devices_page import SHARE_FLAG, DevicesPage, qr_pixmap
+from fixtures.network import free_port
 
 pytestmark = pytest.mark.slow
 LAN = "127.0.0.2"
@@ -24,9 +24,7 @@ def engine(tiny_client):
 
 
 def test_share_add_pair_remove_and_unshare(qtbot, engine, tmp_path):
-    with socket.socket() as sock:
-        sock.bind((LAN, 0))
-        port = sock.getsockname()[1]
+    port = free_port(LAN)
     supervisor = SimpleNamespace(serve_args=["--model", "tiny"])
     page = DevicesPage(tmp_path, lambda: engine, supervisor)
     page.share_where = {"host": LAN, "port": port}
