@@ -1,5 +1,5 @@
-"""Files attached to a message: text, Markdown, code and PDF, read to text for the
-context; images kept in the message itself as Markdown images with a data URL (shown as
+"""Files attached to a message: text, Markdown, code, HTML, DOCX and PDF, read to text for
+the context by the documents' one reader; images kept in the message itself as Markdown images with a data URL (shown as
 thumbnails, sent to the model as image parts). Qt-free: the window asks, shows what came
 back, and offers the start of a file too long for the context."""
 
@@ -9,13 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-MAX_FILE_BYTES = 20 << 20
-# Text the model reads: most of what people attach (plain text, Markdown, code, data).
-TEXT_SUFFIXES = {
-    ".txt", ".md", ".markdown", ".rst", ".csv", ".tsv", ".json", ".jsonl", ".yaml", ".yml",
-    ".toml", ".ini", ".cfg", ".xml", ".html", ".css", ".log", ".py", ".js", ".ts", ".tsx",
-    ".jsx", ".c", ".h", ".cc", ".cpp", ".hpp", ".rs", ".go", ".java", ".kt", ".swift", ".rb",
-    ".php", ".sh", ".bash", ".zsh", ".sql", ".r", ".lua", ".pl", ".cs", ".m", ".scala", ".tex"}
+MAX_PICTURE_BYTES = 20 << 20
 
 
 class AttachmentError(ValueError):
@@ -42,16 +36,19 @@ class Attachment:
 
 
 def read_text(path: Path, **pdf_limits) -> str:
-    """A file's text; PDFs page by page with pypdf, in a child process (`pdf_limits`:
-    its timeout and memory, engine/documents/pdf_pages.py)."""
-    _check_size(path)
-    if path.suffix.lower() == ".pdf":
-        return _pdf_text(path, **pdf_limits)
-    data = path.read_bytes()
-    if path.suffix.lower() not in TEXT_SUFFIXES and b"\0" in data[:8192]:
-        raise AttachmentError(f"{path.name} is not a text file: attach text, Markdown, "
-                              "code or a PDF")
-    return data.decode("utf-8", errors="replace")
+    """A file's text, read by the documents' reader (engine/documents/reading.py: text,
+    code, HTML, DOCX; PDFs page by page with pypdf in a child process, `pdf_limits` its
+    timeout and memory); a file it cannot read is an AttachmentError saying why."""
+    from engine.documents.reading import Unreadable, read_text as read
+
+    try:
+        text = read(path, **pdf_limits)
+    except Unreadable as exc:
+        raise AttachmentError(f"{path.name}: {exc}") from None
+    if path.suffix.lower() == ".pdf" and not text:
+        raise AttachmentError(f"{path.name} has no text to read (a scanned PDF?): "
+                              "Homerack does not read images yet")
+    return text
 
 
 def _check_size(path: Path) -> None:
@@ -59,25 +56,9 @@ def _check_size(path: Path) -> None:
         size = path.stat().st_size
     except OSError as exc:
         raise AttachmentError(f"{path.name} cannot be read: {exc.strerror}") from None
-    if size > MAX_FILE_BYTES:
-        raise AttachmentError(f"{path.name} is {size / 2**20:.0f} MiB: attach a file under "
-                              f"{MAX_FILE_BYTES >> 20} MiB, or the part of it you need")
-
-
-def _pdf_text(path: Path, **limits) -> str:
-    """In a child process (engine/documents/pdf_pages.py): the parser's bugs cost it, not
-    the window."""
-    from engine.documents.pdf_pages import PdfError, pdf_pages
-
-    try:
-        pages = pdf_pages(path, **limits)
-        text = "\n\n".join(p.strip() for p in pages if p.strip())
-    except PdfError as exc:
-        raise AttachmentError(f"{path.name}: {exc}") from None
-    if not text:
-        raise AttachmentError(f"{path.name} has no text to read (a scanned PDF?): "
-                              "Homerack does not read images yet")
-    return text
+    if size > MAX_PICTURE_BYTES:
+        raise AttachmentError(f"{path.name} is {size / 2**20:.0f} MiB: attach a picture "
+                              f"under {MAX_PICTURE_BYTES >> 20} MiB")
 
 
 def fitted(name: str, text: str, tokens: int, budget: int) -> Attachment:

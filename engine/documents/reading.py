@@ -1,6 +1,7 @@
 """A file as sections of text that keep where they came from: a page (PDF), a line range
 and the heading above them (text, Markdown, code, HTML, DOCX). What cannot be read says
-why in words (`Unreadable`); the indexer lists it and goes on.
+why in words (`Unreadable`); the indexer lists it and goes on. The one reader of files to
+text: a file attached to a message is read by `read_text` here too.
 
 A file is opened without following a link and without blocking, and read only when it
 is a regular file (a FIFO named `.txt` or a link to /dev/zero is refused, not read).
@@ -21,6 +22,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import BinaryIO, Iterator
 from xml.etree import ElementTree
+
+from .pdf_pages import PdfError, pdf_pages
 
 MAX_FILE_BYTES = 256 << 20  # a larger file is listed as too large, never read
 MAX_TEXT_BYTES = 32 << 20  # of text, HTML or a DOCX's text part
@@ -53,12 +56,7 @@ def read_lines(path: Path) -> Iterator[Line]:
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
         raise Unreadable(f"{suffix or 'no suffix'}: not a kind of file indexed here")
-    handle = open_regular(path)
-    size = os.fstat(handle.fileno()).st_size
-    limit = MAX_FILE_BYTES if suffix == ".pdf" else MAX_TEXT_BYTES
-    if size > limit:
-        handle.close()
-        raise Unreadable(f"{size >> 20} MiB: larger than {limit >> 20} MiB")
+    handle = _opened(path, suffix)
     if suffix == ".pdf":
         handle.close()
         return _pdf(path)
@@ -69,6 +67,36 @@ def read_lines(path: Path) -> Iterator[Line]:
     if suffix in HTML_SUFFIXES:
         return _numbered(_html_text(text))
     return _markdown(text) if suffix in (".md", ".markdown") else _numbered(text)
+
+
+def read_text(path: Path, **pdf_limits) -> str:
+    """A file's whole text, for a message it is attached to: by the same reader and under
+    the same limits as a document indexed (`pdf_limits`: the PDF child's timeout and
+    memory); a file of another suffix is read as plain text unless it is binary."""
+    suffix = path.suffix.lower()
+    handle = _opened(path, suffix)
+    if suffix == ".pdf":
+        handle.close()
+        try:
+            pages = pdf_pages(path, **pdf_limits)
+        except PdfError as exc:
+            raise Unreadable(str(exc)) from None
+        return "\n\n".join(page.strip() for page in pages if page.strip())
+    if suffix == ".docx":
+        return "\n".join(line.text for line in _docx(handle))
+    with handle:
+        text = _text(handle)
+    return _html_text(text) if suffix in HTML_SUFFIXES else text
+
+
+def _opened(path: Path, suffix: str) -> BinaryIO:
+    handle = open_regular(path)
+    size = os.fstat(handle.fileno()).st_size
+    limit = MAX_FILE_BYTES if suffix == ".pdf" else MAX_TEXT_BYTES
+    if size > limit:
+        handle.close()
+        raise Unreadable(f"{size >> 20} MiB: larger than {limit >> 20} MiB")
+    return handle
 
 
 def open_regular(path: Path) -> BinaryIO:
@@ -87,7 +115,6 @@ def open_regular(path: Path) -> BinaryIO:
 
 
 def _pdf(path: Path) -> Iterator[Line]:
-    from .pdf_pages import PdfError, pdf_pages
     try:
         pages = pdf_pages(path)
     except PdfError as exc:

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from fixtures.documents import pdf_bytes
+from fixtures.documents import pdf_bytes, write_docx
 
 from app.attachments import AttachmentError, fitted, read_text
 from app.history import History
@@ -43,6 +43,8 @@ def test_importing_something_else_says_what_is_wrong(tmp_path, text):
 
 
 def test_text_and_pdf_attachments_are_read_and_binaries_refused(tmp_path):
+    """By the documents' reader (one reader of files to text): a DOCX is read too, and a
+    link is not followed."""
     code = tmp_path / "hello.py"
     code.write_text("print('hello')\n")
     assert read_text(code) == "print('hello')\n"
@@ -51,8 +53,14 @@ def test_text_and_pdf_attachments_are_read_and_binaries_refused(tmp_path):
     assert "Homerack reads PDFs" in read_text(pdf)
     binary = tmp_path / "blob.bin"
     binary.write_bytes(b"\0\1\2" * 100)
-    with pytest.raises(AttachmentError, match="not a text file"):
+    with pytest.raises(AttachmentError, match="blob.bin: binary, not text"):
         read_text(binary)
+    docx = tmp_path / "plan.docx"
+    write_docx(docx, [("Heading1", "The plan"), ("", "Bake at dawn.")])
+    assert read_text(docx) == "The plan\nBake at dawn."
+    (tmp_path / "link.txt").symlink_to(code)
+    with pytest.raises(AttachmentError, match="a link"):
+        read_text(tmp_path / "link.txt")
     broken = tmp_path / "broken.pdf"
     broken.write_bytes(b"%PDF-1.4 nothing else")
     with pytest.raises(AttachmentError):
