@@ -1,6 +1,6 @@
 """Homerack's inference engine. Knows nothing of Qt. Rooms, each with its own map:
-agent/, api/, batching/, catalog/, cluster/, formats/, hub/, llama/, machine/, model/,
-speculation/; and on the floor beside them:
+agent/, api/, batching/, catalog/, cluster/, documents/, formats/, home/, hub/, llama/,
+machine/, model/, speculation/, tools/, voice/; and on the floor beside them:
 
   engine.py          the front door the API calls: submit, load, models, routing
   fleet.py           the models one engine holds at once, a lane each, as a difference
@@ -11,6 +11,7 @@ speculation/; and on the floor beside them:
   errors.py          one error hierarchy, each with its HTTP status
   settings.py        what the engine is started with (frozen values, at the bottom)
   presets.py         the user's choices per model, kept in a file
+  sampling_limits.py the bounds of the sampling fields, written once
   status.py          the engine's figures as /health answers them
   metrics.py         the status as Prometheus metrics
   files.py           small files written whole, read back checked

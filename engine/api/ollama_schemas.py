@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import InvalidRequest
 from ..presets import Keep
+from ..sampling_limits import MinP, Penalty, Temperature, TopK, TopP
 from .schemas import ChatCompletionRequest, FunctionDef
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns))+$")
@@ -23,14 +24,14 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="ignore")
     num_ctx: int | None = Field(None, ge=256)
     num_predict: int | None = None  # -1: until the context ends, as Ollama
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=0)
-    min_p: float | None = Field(None, ge=0, le=1)
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None
+    min_p: MinP | None = None
     seed: int | None = None
     stop: list[str] | str | None = None
-    frequency_penalty: float | None = Field(None, ge=-2, le=2)
-    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: Penalty | None = None
+    presence_penalty: Penalty | None = None
 
 
 class Function(BaseModel):

@@ -14,6 +14,7 @@ from ..errors import InvalidRequest
 from ..events import SamplingParams
 from ..presets import Keep, LoadOverride
 from ..routing import DEFAULT_THRESHOLD
+from ..sampling_limits import MinP, Penalty, Temperature, TopK, TopP
 from .thinking import Thinking
 
 
@@ -190,14 +191,14 @@ class SamplingFields(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=0)
-    min_p: float | None = Field(None, ge=0, le=1)
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None
+    min_p: MinP | None = None
     seed: int | None = None
     stop: str | list[str] | None = None
-    frequency_penalty: float | None = Field(None, ge=-2, le=2)
-    presence_penalty: float = Field(0.0, ge=-2, le=2)
+    frequency_penalty: Penalty | None = None
+    presence_penalty: Penalty = 0.0
     n: int = Field(1, ge=1, le=1, description="only one choice per request is supported")
     ignore_eos: bool = False  # llama-server's extension: generate exactly max_tokens
     speculation: Literal["off", "lookup", "draft"] | None = None  # None: the engine default

@@ -20,6 +20,7 @@ import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from ..sampling_limits import within
 from .gguf_file import GGUFInfo
 
 # (parameters up to, temperature, top-p, frequency penalty): smaller models wander sooner
@@ -27,6 +28,7 @@ from .gguf_file import GGUFInfo
 BY_SIZE = ((0.5e9, 0.0, 1.0, 0.3), (1.5e9, 0.2, 0.9, 0.0), (4.5e9, 0.5, 0.9, 0.0),
            (float("inf"), 0.7, 0.9, 0.0))
 TOP_K, MIN_P = 40, 0.05
+TOP_K_CHOSEN = 1000  # above: no author's choice, a mistake in the file
 SIDECAR_SUFFIX = ".generation_config.json"
 
 # The file's key, or generation_config.json's, for each of ours.
@@ -99,14 +101,11 @@ def _from_config(path: Path) -> dict:
 
 
 def _chosen(values: dict, keys: dict[str, str]) -> dict:
-    """Our fields from `values` under `keys`, those with a sane value only."""
-    limits = {"temperature": (0.0, 2.0), "top_p": (0.01, 1.0), "top_k": (0, 1000),
-              "min_p": (0.0, 1.0)}
+    """Our fields from `values` under `keys`, those a request could set only (the API's
+    bounds), and a top_k a model's authors would plausibly choose."""
     chosen = {}
     for ours, theirs in keys.items():
         value = values.get(theirs)
-        low, high = limits[ours]
-        if isinstance(value, (int, float)) and not isinstance(value, bool) \
-                and low <= value <= high:
+        if within(ours, value) and not (ours == "top_k" and value > TOP_K_CHOSEN):
             chosen[ours] = int(value) if ours == "top_k" else float(value)
     return chosen

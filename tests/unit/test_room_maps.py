@@ -1,5 +1,5 @@
 """ARCHITECTURE.md's map is each room's docstring: every package's docstring names every
-module in it (engine/speculation/__init__.py's table is the model), so a module added
+module and every room (as "name/") in it (engine/speculation/__init__.py's table is the model), so a module added
 without a word in its room's map fails here."""
 
 import ast
@@ -21,3 +21,5 @@ def test_each_rooms_docstring_names_every_module_in_it(room):
         docstring += " ".join(f"{b.name}.py" for b in BENCHES)
     modules = {p.name for p in room.glob("*.py")} - {"__init__.py"}
     assert {m for m in modules if m not in docstring} == set()
+    rooms = {f"{p.parent.name}/" for p in room.glob("*/__init__.py")}
+    assert {r for r in rooms if r not in docstring} == set()  # its rooms too, as "name/"
