@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from support.engines import GREEDY, Collector, run, start_engine
-from support.models import STARTER
+from support.models import PARIS_QUESTION, STARTER
 from engine.engine import Engine
 from engine.settings import EngineSettings, LoadSettings
 from engine.batching.lane import PUBLISH_S
@@ -226,7 +226,7 @@ def test_a_cancelled_request_leaves_at_once_and_frees_its_cells(engine_for, tiny
 
 # -- through the API, the starter model --------------------------------------------
 
-QUESTIONS = ["What is the capital of France?", "Name three colours.", "What is 2 + 2?",
+QUESTIONS = [PARIS_QUESTION, "Name three colours.", "What is 2 + 2?",
              "Say hello in Spanish.", "What do bees make?", "Name a large ocean.",
              "What is water made of?", "Which planet is red?"]
 
@@ -265,8 +265,12 @@ def stream(client, question, times=None, **extra):
 # SAFE_MARGIN. Observed: a batched answer parted from its solo one at a step 0.024 from
 # the edge (so 0.002 was too little), and on a CI run at a step more than 0.1 from it, 16
 # tokens into "Which planet is red?" (the two runs' rounding differences grow along an
-# answer). 0.2 still checks about 180 characters of the eight answers.
-SAFE_MARGIN = 0.2
+# answer). And the first step is the prompt's evaluation, batched with the other prompts:
+# the bare "What is the capital of France?" opens 0.23 from the edge (The/La/L'), and in two
+# whole-suite runs its batched answer began "The" where the solo one began "L'" (a shift
+# over 0.115). So 0.3, and that question asked as support.models' PARIS_QUESTION, whose
+# steps are clear: 166 characters of the eight answers are still checked.
+SAFE_MARGIN = 0.3
 
 
 def safe_prefixes(model_path, questions, max_tokens: int, monkeypatch) -> list[str]:
@@ -310,11 +314,6 @@ def safe_prefixes(model_path, questions, max_tokens: int, monkeypatch) -> list[s
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=(
-    "quarantined 2026-12-05: in the whole suite (two fresh-clone runs) the batched answer to "
-    "the first question began 'The capital of France is Paris.' where the solo and in-process "
-    "answers begin 'L'Étoile'; alone, and after the api tests, it passes. Cause not found "
-    "yet: see the closing note of that stop"))
 def test_eight_streams_through_the_openai_client_equal_their_solo_answers(batching_server, home,
                                                                          monkeypatch):
     client = openai.OpenAI(base_url=f"{batching_server.url}/v1", api_key=batching_server.token,
