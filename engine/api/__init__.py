@@ -20,7 +20,7 @@ models on disk; a contract says so):
   tool_routes.py        MCP: the servers, their tools and policies, an approved call,
                         the user's decisions, the log of calls
   document_routes.py    document collections: added, listed with progress, searched;
-                        grounding.py: a chat's `collections`, passages in, citations out
+                        grounding.py: a conversation's `collections` (every wire format), passages in, citations out
   home_door.py          the sharing listener for the home's paired devices: its gate (a
                         device's key, only generation, no cross-site change), a strict CSP,
                         opened and closed while the engine runs, announced by mDNS

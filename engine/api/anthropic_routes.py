@@ -17,10 +17,10 @@ from ..agent.conversation import Choice, Conversation, Message, ToolCall, tool
 from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
 from ..engine import Engine
 from ..errors import HomerackError, InvalidRequest
-from .schemas import SamplingFields, content_of, text_of
+from .schemas import Groundable, SamplingFields, content_of, text_of
 from .thinking import Thinking
 from .turns import Done, conversation_turn, guarded
-from .wire import extension
+from .wire import cited, extension
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
@@ -67,7 +67,7 @@ class ThinkingConfig(BaseModel):
     budget_tokens: int | None = Field(None, ge=1)
 
 
-class MessagesRequest(SamplingFields):
+class MessagesRequest(SamplingFields, Groundable):
     messages: list[AnthropicMessage] = Field(min_length=1)
     max_tokens: int = Field(ge=1)
     system: str | list[dict[str, Any]] | None = None
@@ -169,7 +169,7 @@ def router(engine: Engine) -> APIRouter:
             return JSONResponse(anthropic_error(499, "client disconnected"), 499)
         message_id = f"msg_{uuid.uuid4().hex[:24]}"
         head = {"id": message_id, "type": "message", "role": "assistant",
-                "model": started.model, "stop_sequence": None}
+                "model": started.model, "stop_sequence": None, **cited(turn)}
         if body.stream:
             return StreamingResponse(_events(turn, head, started.prompt_tokens),
                                      media_type="text/event-stream",

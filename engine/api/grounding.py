@@ -1,12 +1,20 @@
-"""A chat request's `collections`: the passages its question finds in them go to the model
-with their sources, numbered, and the answer carries them as `citations`. When nothing
-relevant is found the request says so (a note, and no citations) rather than letting the
-model answer as if its documents had spoken."""
+"""A conversation's `collections`, in any wire format (OpenAI's chat, Anthropic's Messages,
+the Responses API, Ollama's chat and generate): the passages its last question finds in
+them go to the model with their sources, numbered, in its system message, and the answer
+carries them as `citations`. When nothing relevant is found the request says so (a note,
+and no citations) rather than letting the model answer as if its documents had spoken.
+The owner's documents are not shared with the home's devices."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
+from fastapi import Request
+
+from ..agent.conversation import Conversation, Message
+from ..agent.images import MARKER
 from ..engine import Engine
-from ..errors import InvalidRequest
+from ..errors import Forbidden, InvalidRequest
 
 TOP_K = 5
 # cosine similarity below which a passage is not relevant (MiniLM's unrelated pairs sit
@@ -18,9 +26,19 @@ INSTRUCTION = ("Passages from the user's documents follow, numbered. Answer from
                "hold it, say so.")
 
 
-def ground(engine: Engine, collections: list[str], question: str
-           ) -> tuple[str | None, list[dict], list[str]]:
-    """(the text for the system message or None, the citations, notes)."""
+@dataclass(frozen=True)
+class Grounded:
+    conversation: Conversation  # with the passages in its system message, if any matched
+    citations: list[dict]
+    notes: list[str]
+
+
+def ground(engine: Engine, collections: list[str], conversation: Conversation,
+           http: Request) -> Grounded:
+    if getattr(http.state, "device", None):
+        raise Forbidden("the owner's documents are not shared with this home's devices",
+                        param="collections")
+    question = _question(conversation)
     if not question.strip():
         raise InvalidRequest("collections: the last user message has no text to search "
                              "with", param="collections")
@@ -34,12 +52,30 @@ def ground(engine: Engine, collections: list[str], question: str
     relevant = sorted((f for f in found if f["similarity"] >= MIN_SIMILARITY),
                       key=lambda f: -f["similarity"])[:TOP_K]
     if not relevant:
-        return None, [], [f"nothing in {', '.join(collections)} matched the question: "
-                          "answered without the documents"]
+        return Grounded(conversation, [], [f"nothing in {', '.join(collections)} matched "
+                                           "the question: answered without the documents"])
     relevant, notes = _whole(engine, relevant)
     citations = [{"index": n, **passage} for n, passage in enumerate(relevant, 1)]
     blocks = [f"[{c['index']}] {c['path']}{_place(c)}:\n{c['text']}" for c in citations]
-    return INSTRUCTION + "\n\n" + "\n\n".join(blocks), citations, notes
+    text = INSTRUCTION + "\n\n" + "\n\n".join(blocks)
+    return Grounded(_with_passages(conversation, text), citations, notes)
+
+
+def _question(conversation: Conversation) -> str:
+    """The last user message's text (its pictures' markers left out)."""
+    last = next((m for m in reversed(conversation.messages) if m.role == "user"), None)
+    return last.content.replace(MARKER, " ") if last is not None else ""
+
+
+def _with_passages(conversation: Conversation, text: str) -> Conversation:
+    """`text` in the system message: the first one's extended, or one added (some
+    templates refuse a second system message)."""
+    messages = list(conversation.messages)
+    if messages and messages[0].role == "system":
+        messages[0] = replace(messages[0], content=messages[0].content + "\n\n" + text)
+    else:
+        messages.insert(0, Message("system", text, where="collections"))
+    return replace(conversation, messages=tuple(messages))
 
 
 def _whole(engine: Engine, relevant: list[dict]) -> tuple[list[dict], list[str]]:

@@ -34,7 +34,7 @@ from .ollama_schemas import (OllamaChat, OllamaEmbed, OllamaEmbeddings, OllamaGe
 from .schemas import tool_choice
 from .thinking import Thinking
 from .turns import Done, Turn, conversation_turn, guarded, request_for
-from .wire import cancelled
+from .wire import cancelled, cited
 
 VERSION = "0.12.6"  # the Ollama API these routes answer as (clients check it for features)
 _QUANT = re.compile(r"(?:^|[-_.])((?:I?Q\d(?:_[A-Z0-9]+)*)|BF16|F16|F32)(?:[-_.]|$)",
@@ -92,6 +92,9 @@ def router(engine: Engine) -> APIRouter:
         if not body.prompt and not body.images:
             return await _load_or_unload(engine, body, http)
         if body.raw:  # the prompt as it is, no template
+            if body.collections:
+                raise InvalidRequest("collections: a raw prompt has no conversation to "
+                                     "ground", param="collections")
             if body.images:
                 raise InvalidRequest("images: a raw prompt cannot carry images (the "
                                      "model's template places them)", param="images")
@@ -220,7 +223,8 @@ async def _answer(engine: Engine, body, turn: Turn, field: str):
         {"message": {"role": "assistant", "content": got.text, **thinking,
                      **({"tool_calls": calls} if calls else {})}}
     return {"model": body.model, "created_at": _now(), **answer, "done": True,
-            "done_reason": _reason(got.done.reason), **_durations(got.done, started)}
+            "done_reason": _reason(got.done.reason), **_durations(got.done, started),
+            **cited(turn)}
 
 
 async def _chunks(turn: Turn, name: str, field: str, started: float) -> AsyncIterator[str]:
@@ -254,7 +258,7 @@ async def _chunks(turn: Turn, name: str, field: str, started: float) -> AsyncIte
                 yield part(tool_calls=[_call(name, "".join(args), i)
                                        for i, (name, args) in sorted(calls.items())])
             yield line({**_final(field), "done": True, "done_reason": _reason(event.reason),
-                        **_durations(event, started)})
+                        **_durations(event, started), **cited(turn)})
 
 
 def _call(name: str, arguments: str, index: int) -> dict:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import InvalidRequest
 from ..presets import Keep
 from ..sampling_limits import MinP, Penalty, Temperature, TopK, TopP
-from .schemas import ChatCompletionRequest, FunctionDef
+from .schemas import ChatCompletionRequest, FunctionDef, Groundable
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns))+$")
 _UNIT_S = {"h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
@@ -62,7 +62,7 @@ class ToolDef(BaseModel):
     function: FunctionDef
 
 
-class Generating(BaseModel):
+class Generating(Groundable):
     """What /api/chat and /api/generate share."""
     model_config = ConfigDict(extra="ignore")
     model: str = Field(min_length=1, max_length=1024)
@@ -128,7 +128,7 @@ def openai_body(body: Generating) -> ChatCompletionRequest:
     fields = {"model": body.model, "max_tokens": limit, "temperature": o.temperature,
               "top_p": o.top_p, "top_k": o.top_k, "min_p": o.min_p, "seed": o.seed,
               "stop": stop, "frequency_penalty": o.frequency_penalty,
-              "presence_penalty": o.presence_penalty or 0.0}
+              "presence_penalty": o.presence_penalty or 0.0, "collections": body.collections}
     # built, not validated: Options checked every value, and the messages go apart
     return ChatCompletionRequest.model_construct(
         messages=[], **{k: v for k, v in fields.items() if v is not None})

@@ -16,12 +16,10 @@ from ..agent.conversation import Conversation, tool
 from ..agent.json_schema import check
 from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
 from ..engine import Engine
-from ..errors import Forbidden
 from ..events import Started, Usage
 from .schemas import ChatCompletionRequest, CompletionRequest, answer_schema, tool_choice
-from .grounding import ground
 from .turns import Done, Turn, conversation_turn, guarded, request_for
-from .wire import cancelled, openai_error, extension
+from .wire import cancelled, cited, openai_error, extension
 
 FINGERPRINT = "homerack-0.1"
 
@@ -79,14 +77,6 @@ def router(engine: Engine) -> APIRouter:
 
     @api.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, http: Request):
-        citations, notes = [], []
-        if body.collections and getattr(http.state, "device", None):
-            raise Forbidden("the owner's documents are not shared with this home's devices",
-                            param="collections")
-        if body.collections:
-            passages, citations, notes = await asyncio.to_thread(
-                ground, engine, body.collections, body.question())
-            body = body.with_passages(passages) if passages else body
         turn = await asyncio.to_thread(conversation_turn, engine, body,
                                        partial(chat_conversation, body), http,
                                        thinking=body.thinking())
@@ -95,8 +85,7 @@ def router(engine: Engine) -> APIRouter:
         except asyncio.CancelledError:
             return cancelled()
         meta = _meta("chatcmpl", started)
-        turn.notes += notes
-        sources = {"citations": citations} if body.collections else {}
+        sources = cited(turn)
         if body.stream:  # the sources in the first chunk
             return _streaming(_chat_chunks(turn, meta, body.include_usage(), sources))
         try:

@@ -22,10 +22,10 @@ from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
 from ..engine import Engine
 from ..errors import HomerackError, InvalidRequest
 from . import mcp_responses
-from .schemas import SamplingFields, content_of, text_of
+from .schemas import Groundable, SamplingFields, content_of, text_of
 from .thinking import Thinking
 from .turns import Done, Turn, conversation_turn, guarded
-from .wire import cancelled, extension
+from .wire import cancelled, cited, extension
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
 
@@ -55,7 +55,7 @@ class ReasoningOptions(BaseModel):
     effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
 
 
-class ResponsesRequest(SamplingFields):
+class ResponsesRequest(SamplingFields, Groundable):
     input: str | list[dict[str, Any]]
     instructions: str | None = None
     tools: list[FunctionTool] | None = None
@@ -237,7 +237,7 @@ def router(engine: Engine) -> APIRouter:
         output.reasoning = [got.reasoning] if got.reasoning else []
         output.calls = [_call_item(start, args) for start, args in got.calls]
         return {**_response(body, response_id, started.model, output, got.done),
-                "homerack": extension(started, turn.notes)}
+                "homerack": extension(started, turn.notes), **cited(turn)}
 
     return api
 
@@ -245,10 +245,13 @@ def router(engine: Engine) -> APIRouter:
 async def _with_mcp(engine: Engine, body: ResponsesRequest, http: Request):
     """A request with `mcp` tools: rounds of generation and calls (mcp_responses.py),
     answered whole, or as a stream of its items once they are done."""
+    sources: dict = {}
+
     async def run_round(round_body: ResponsesRequest):
         turn = await asyncio.to_thread(conversation_turn, engine, round_body,
                                        partial(conversation, round_body), http,
                                        thinking=round_body.thinking())
+        sources.update(cited(turn))  # each round grounded alike: the last one's kept
         return await turn.start(), await turn.collect()
 
     try:
@@ -256,7 +259,7 @@ async def _with_mcp(engine: Engine, body: ResponsesRequest, http: Request):
     except asyncio.CancelledError:
         return cancelled()
     response = {**_response(body, f"resp_{uuid.uuid4().hex[:24]}", started.model, None, done),
-                "output": items}
+                "output": items, **sources}
     response["usage"].update(input_tokens=usage[0], output_tokens=usage[1],
                              total_tokens=usage[0] + usage[1])
     if body.stream:
@@ -306,7 +309,7 @@ async def _events(turn: Turn, body: ResponsesRequest, response_id: str,
         return event("error", code=error.kind, message=error.message, param=error.param)
 
     output, index, kind_open = _Output(), -1, None
-    shell = _response(body, response_id, model, None, None)
+    shell = {**_response(body, response_id, model, None, None), **cited(turn)}
     yield event("response.created", response=shell)
     yield event("response.in_progress", response=shell)
     async for part in guarded(turn, failed):
@@ -351,6 +354,6 @@ async def _events(turn: Turn, body: ResponsesRequest, response_id: str,
         elif isinstance(part, Done):
             for line in close_item():
                 yield line
-            final = _response(body, response_id, model, output, part)
+            final = {**_response(body, response_id, model, output, part), **cited(turn)}
             yield event("response.completed" if final["status"] == "completed"
                         else "response.incomplete", response=final)

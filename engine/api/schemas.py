@@ -241,7 +241,13 @@ class SamplingFields(BaseModel):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
-class ChatCompletionRequest(SamplingFields):
+class Groundable(BaseModel):
+    """Homerack's, in every conversation's body: document collections searched for the
+    last question (grounding.py); the answer carries `citations`."""
+    collections: list[str] | None = Field(None, max_length=16)
+
+
+class ChatCompletionRequest(SamplingFields, Groundable):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     tools: list[ToolDef] | None = None
@@ -256,32 +262,9 @@ class ChatCompletionRequest(SamplingFields):
     # Homerack's: the model's reasoning ends after this many tokens (its closing marker is
     # written for it), as Anthropic's thinking.budget_tokens
     thinking_budget_tokens: int | None = Field(None, ge=1)
-    # Homerack's: document collections searched for the last question (grounding.py)
-    collections: list[str] | None = Field(None, max_length=16)
 
     def token_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
-
-    def question(self) -> str:
-        """The last user message's text (what `collections` are searched with)."""
-        last = next((m for m in reversed(self.messages) if m.role == "user"), None)
-        if last is None or last.content is None:
-            return ""
-        if isinstance(last.content, str):
-            return last.content
-        return " ".join(p.get("text", "") for p in last.content
-                        if isinstance(p, dict) and p.get("type") == "text")
-
-    def with_passages(self, text: str) -> "ChatCompletionRequest":
-        """The request with `text` in its system message (one added, or the first one's
-        text extended: some templates refuse a second system message)."""
-        messages = list(self.messages)
-        first = messages[0]
-        if first.role in ("system", "developer") and isinstance(first.content, str):
-            messages[0] = first.model_copy(update={"content": first.content + "\n\n" + text})
-        else:
-            messages.insert(0, ChatMessage(role="system", content=text))
-        return self.model_copy(update={"messages": messages})
 
     def thinking(self) -> Thinking:
         return Thinking(self.reasoning_format != "none", self.reasoning_effort,

@@ -20,6 +20,7 @@ from ..engine import Engine
 from ..errors import HomerackError, InvalidRequest, ModelNotFound
 from ..events import Delta, Failed, Finished, GenerationRequest, Started, Usage
 from .channel import Channel
+from .grounding import ground
 from .thinking import Thinking
 
 
@@ -46,6 +47,7 @@ class Turn:
         self.reader: FormatStream | None = None
         self.started: Started | None = None
         self.notes: list[str] = []  # for the answer, beside the engine's own
+        self.citations: list[dict] | None = None  # grounding.py's, when collections were asked
 
     async def start(self) -> Started:
         """Submit and wait for the first token (an error before it raises here, so a
@@ -186,6 +188,9 @@ def conversation_turn(engine: Engine, body, conv: Conversation | Callable[[], Co
     `conv` may be the function that reads it from the body: its images are decoded here,
     on a worker thread, not on the event loop."""
     conv = checked(conv() if callable(conv) else conv, choice_param)
+    grounded = ground(engine, body.collections, conv, http) \
+        if getattr(body, "collections", None) else None
+    conv = grounded.conversation if grounded else conv
     request = request_for(engine, body)
     family = engine.chat_format_of(request.model).family
     composed = compose(conv, family, separate=thinking.separate, id_prefix=id_prefix)
@@ -200,7 +205,8 @@ def conversation_turn(engine: Engine, body, conv: Conversation | Callable[[], Co
     needs_reader = reading.schemas is not None or family.think or family.drop or \
         family.is_harmony
     turn = Turn(engine, request, http, reading if needs_reader else None)
-    turn.notes = conv.notes() + list(composed.notes)
+    turn.notes = conv.notes() + list(composed.notes) + (grounded.notes if grounded else [])
+    turn.citations = grounded.citations if grounded else None
     return turn
 
 

@@ -15,6 +15,11 @@ def extension(started: Started, notes: list[str] = ()) -> dict:
             "route": started.route, "adapters": list(started.adapters)}
 
 
+def cited(turn) -> dict:
+    """A grounded turn's `citations` for its answer (nothing when none were asked)."""
+    return {"citations": turn.citations} if turn.citations is not None else {}
+
+
 def openai_error(message: str, kind: str, param: str | None = None) -> dict:
     """OpenAI's error shape (every route but Anthropic's answers errors in it)."""
     return {"error": {"message": message, "type": kind, "param": param, "code": kind}}

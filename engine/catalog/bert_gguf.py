@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFWriter, MODEL_ARCH, PoolingType, get_tensor_name_map
 
+from .gguf_file import write_whole
+
 SPECIAL = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # Added to activations as they are (llama.cpp's CPU add takes no f16 operand there), so
 # kept in F32 as llama.cpp's converter keeps them; other matrices are written F16.
@@ -60,10 +62,7 @@ def write_bert(path: Path, config: dict, tensors: dict[str, np.ndarray], vocab: 
         half = data.ndim == 2 and target.split(".")[0] not in F32_TENSORS
         data = np.ascontiguousarray(data, dtype=np.float16 if half else np.float32)
         writer.add_tensor(target, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_whole(writer)
     return path
 
 

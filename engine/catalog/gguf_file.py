@@ -94,6 +94,15 @@ def open_gguf(path: str | os.PathLike, mode: str = "r"):
     return _plain_map_reader()(path, mode)
 
 
+def write_whole(writer) -> None:
+    """A `gguf` GGUFWriter's file written and closed: header, metadata, tensors (the
+    writer's own steps, in its order)."""
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 @functools.cache
 def _plain_map_reader():
     import numpy as np

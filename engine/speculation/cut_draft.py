@@ -31,7 +31,7 @@ from ..errors import HomerackError
 from ..llama.runtime import LlamaModel
 from ..llama.vocab import Vocabulary
 from ..catalog.fingerprint import model_fingerprint
-from ..catalog.gguf_file import open_gguf
+from ..catalog.gguf_file import open_gguf, write_whole
 
 KEEP_TOKENS = 65536
 MAX_OUTSIDE = 0.1  # share of emitted tokens outside the kept ones that sends a draft back whole
@@ -169,10 +169,7 @@ def _write_cut(source: Path, target: Path, keep: np.ndarray) -> dict:
                           raw_dtype=tensor.tensor_type)
     if table is None:
         raise DraftCutFailed(f"{source.name} has no token table to cut")
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_whole(writer)
     partial.replace(target)
     return {"table_offset": int(table.data_offset), "table_type": int(table.tensor_type),
             "n_embd": int(table.shape[0]), "n_vocab": int(table.shape[1])}

@@ -12,6 +12,7 @@ import json
 import stat
 import time
 
+import anthropic
 import openai
 import pytest
 
@@ -126,6 +127,60 @@ def test_a_streamed_answer_carries_its_sources_first(served):
             "messages": [{"role": "user", "content": "What is the tyre pressure?"}]}) as got:
         first = next(sse_events(got))
     assert first["citations"][0]["page"] == 3
+
+
+TORQUE = "What torque do the wheel bolts need?"
+
+
+def _cites_the_manual(citations) -> None:
+    assert citations[0]["index"] == 1 and citations[0]["path"].endswith("manual.pdf")
+    assert citations[0]["page"] == 2
+
+
+def test_anthropics_messages_are_grounded_too(served):
+    _, address, *_ = served
+    client = anthropic.Anthropic(base_url=address.url, api_key=address.token)
+    answer = client.messages.create(model=STARTER, max_tokens=16,
+                                    messages=[{"role": "user", "content": TORQUE}],
+                                    extra_body={"collections": ["home"]})
+    _cites_the_manual(answer.model_extra["citations"])
+    with client.messages.stream(model=STARTER, max_tokens=8,
+                                messages=[{"role": "user", "content": TORQUE}],
+                                extra_body={"collections": ["home"]}) as stream:
+        started = next(e for e in stream if e.type == "message_start")
+    _cites_the_manual(started.message.model_extra["citations"])
+
+
+def test_the_responses_api_is_grounded_too(served):
+    _, address, *_ = served
+    client = openai.OpenAI(base_url=address.url + "/v1", api_key=address.token)
+    answer = client.responses.create(model=STARTER, input=TORQUE, max_output_tokens=16,
+                                     extra_body={"collections": ["home"]})
+    _cites_the_manual(answer.model_extra["citations"])
+    with client.responses.stream(model=STARTER, input=TORQUE, max_output_tokens=8,
+                                 extra_body={"collections": ["home"]}) as stream:
+        created = next(e for e in stream if e.type == "response.created")
+    _cites_the_manual(created.response.model_extra["citations"])
+
+
+def test_ollamas_chat_and_generate_are_grounded_too(served):
+    """Ollama's client sends no field of its own: `collections` is for a script's JSON."""
+    http, *_ = served
+    ask = {"model": STARTER, "options": {"num_predict": 16}, "collections": ["home"]}
+    chat = http.post("/api/chat", json={**ask, "stream": False,
+                                        "messages": [{"role": "user", "content": TORQUE}]})
+    generate = http.post("/api/generate", json={**ask, "stream": False, "prompt": TORQUE})
+    for answer in (chat, generate):
+        assert answer.status_code == 200, answer.text
+        _cites_the_manual(answer.json()["citations"])
+    with http.stream("POST", "/api/chat", json={
+            **ask, "messages": [{"role": "user", "content": TORQUE}]}) as streamed:
+        last = [json.loads(line) for line in streamed.iter_lines() if line][-1]
+    assert last["done"]
+    _cites_the_manual(last["citations"])
+    raw = http.post("/api/generate", json={**ask, "prompt": TORQUE, "raw": True,
+                                           "stream": False})
+    assert raw.status_code == 400 and "collections" in raw.json()["error"]
 
 
 @pytest.mark.parametrize("body, field", [

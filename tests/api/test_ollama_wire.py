@@ -21,6 +21,8 @@ USAGE = Usage(prompt_tokens=12, completion_tokens=6, cached_tokens=0, queue_s=0.
 
 
 class FakeTurn:
+    citations = None  # not grounded
+
     def __init__(self, events):
         self._events, self.cancelled = events, False
 
