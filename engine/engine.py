@@ -6,6 +6,12 @@ per loaded model, loads the models requests name on demand and unloads idle ones
 to the small or the large model of the routing pair, the chat rendered, an identical
 deterministic request's answer replayed from the response cache (response_cache.py) or
 the new one recorded there, and a cascade (cascade.py) run when routing asks for one.
+
+`Engine` is the facade for generation and the models' lifecycle. Besides its methods, the
+routes use these services directly, each the one object that holds its state: `shelf`
+(the models on disk, catalog/shelf.py), `presets` (the user's choices per model),
+`tools` (the MCP servers and approvals, tools/toolbox.py), `documents` (the collections,
+documents/library.py), `voice` (speech in and out) and `home` (the household's devices).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from .catalog.drafts import check_draft_fits, check_size
 from .catalog.facts import image_tokens
 from .catalog.sampling_defaults import model_defaults
 from .cascade import Cascade
-from .catalog.models import EMBEDDING_MODEL, LocalModel, ModelStore
+from .catalog.models import LocalModel, ModelStore
 from .catalog.shelf import Shelf
 from .errors import HomerackError, InvalidRequest, NotSupported, TemplateStopped
 from .events import LOADED, Event, GenerationRequest, Job, SamplingParams
@@ -35,13 +41,14 @@ from .model.embeddings import Embedder
 from .model.vocabularies import Vocabularies
 from .model.loaded import prompt_tokens, render_chat
 from .settings import EngineSettings
-from .presets import Keep, LoadOverride, Preset, Presets
+from .presets import Keep, LoadOverride, Presets
 from .catalog.fingerprint import Fingerprints
 from .response_cache import Recording, ResponseCache, deterministic, replay, request_key
 from .routing import Decision, Routing, decide, route_between
 from .tools.builtin import DOCUMENTS, DocumentSearch
 from .tools.toolbox import Toolbox
-from .documents.collections import Collections, Embedding
+from .documents.collections import Collections
+from .documents.library import Library
 from .home.household import Household
 from .voice.voice import Voice
 from . import status
@@ -73,13 +80,13 @@ class Engine:
         self.shelf = Shelf(store)  # what the routes read about the models on disk
         self.tools = Toolbox(settings.mcp_config, settings.tool_approvals, settings.tool_logs,
                              settings.request_mcp)  # MCP servers and the user's approvals
-        self._documents: Collections | None = None
+        self.library = Library(settings.documents, self, store)  # the user's documents
         self.home = Household(settings.home)  # the paired devices, their use and limits
         self._voice: Voice | None = None
         if settings.documents is not None:  # search_documents, offered as a tool
             self.tools.builtins[DOCUMENTS] = DocumentSearch(
                 lambda name, query, top_k: self.documents.search(name, query, top_k),
-                lambda: [c["name"] for c in self.documents.status()])
+                self.library.names)
 
     @property
     def main(self):
@@ -258,12 +265,6 @@ class Engine:
         if keep is not None:
             self.presets.ask(model.id, keep=keep)
 
-    def preset(self, model_id: str) -> Preset:
-        return self.presets.get(model_id)
-
-    def set_preset(self, model_id: str, **changes) -> Preset:
-        return self.presets.set(model_id, **changes)
-
     def machine_load(self, here: str) -> MachineLoad:
         """This machine as the replicas' chooser sees it: the chat models it has and
         holds, how busy they are, how fast each decodes (cluster/replicas.py)."""
@@ -415,37 +416,14 @@ class Engine:
 
     @property
     def documents(self) -> Collections:
-        """The user's document collections (started on first use: the worker resumes
-        what a restart left)."""
-        if self.settings.documents is None:
-            raise NotSupported("this engine keeps no documents index")
-        with self._routing_lock:
-            if self._documents is None:
-                self._documents = Collections(self.settings.documents, self._embedding)
-        return self._documents
-
-    def resume_documents(self) -> None:
-        """An index a stop left midway goes on at the start (nothing to do without one)."""
-        if self.settings.documents is not None and self.settings.documents.exists():
-            self.documents  # noqa: B018 - starting it resumes its worker
-
-    def _embedding(self, model_id: str | None) -> Embedding:
-        """The embedding model a collection uses (None: the MiniLM starter), checked to
-        be one."""
-        model = self.resolve(model_id or EMBEDDING_MODEL)
-        if self.store.kind_of(model) != "embedding":
-            raise InvalidRequest(f"{model.id} is not an embedding model: pick one whose kind "
-                                 "is embedding in /v1/models", param="model")
-        return Embedding(model.id, lambda texts: self.embed(model, texts)[0],
-                         lambda text: len(self.tokenize(model, text)),
-                         lambda ranker, query, texts: self.rank(self.resolve(ranker), query,
-                                                                texts))
+        """The user's document collections, a service the routes use directly (opened on
+        first use: documents/library.py)."""
+        return self.library.collections
 
     def close(self) -> None:
         self.shelf.close()
         self.tools.close()
-        if self._documents is not None:
-            self._documents.close()
+        self.library.close()
         if self.replicas:
             self.replicas.close()
         self.fleet.close()

@@ -97,7 +97,7 @@ def _serve(args, token: str) -> int:
             print(f"listening on {url}", flush=True)
         if args.model:
             engine.preload(store.resolve(args.model, paths=True))
-        engine.resume_documents()
+        engine.library.resume()
         if routing:
             pair = engine.set_routing(routing)
             print(f"routing: {pair['note']}", file=sys.stderr, flush=True)

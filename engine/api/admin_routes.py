@@ -139,12 +139,12 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
             changes["load"] = body.override()
         if body.keep() is not None:
             changes["keep"] = body.keep()
-        return {"model": model.id, **engine.set_preset(model.id, **changes).as_dict()}
+        return {"model": model.id, **engine.presets.set(model.id, **changes).as_dict()}
 
     @router.get("/v1/models/preset")
     async def get_preset(model: str):
         found = engine.resolve(model)
-        return {"model": found.id, **engine.preset(found.id).as_dict()}
+        return {"model": found.id, **engine.presets.get(found.id).as_dict()}
 
 
 def _entry(model, kind: str | None) -> dict:

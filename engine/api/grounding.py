@@ -85,7 +85,7 @@ def _whole(engine: Engine, relevant: list[dict]) -> tuple[list[dict], list[str]]
     best = relevant[0]
     if best.get("page") is not None:
         return relevant, []
-    text = engine.documents.index.file_text(best["collection"], best["path"])
+    text = engine.documents.file_text(best["collection"], best["path"])
     if len(text) > WHOLE_CHARS or text == best["text"]:
         return relevant, []
     whole = {**best, "text": text, "whole": True}

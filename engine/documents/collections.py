@@ -166,6 +166,11 @@ class Collections:
         return [{**found[i].as_json(scores[i]), "similarity": round(float(c), 4),
                  "collection": name} for i, c in zip(best, cosine) if i in found]
 
+    def file_text(self, name: str, path: str) -> str:
+        """A file of collection `name`, its whole text as indexed (a short file is given
+        to a grounded answer whole)."""
+        return self.index.file_text(name, path)
+
     def schedule(self, name: str) -> None:
         self._progress.setdefault(name, Progress())
         self._queue.put(name)
