@@ -216,7 +216,7 @@ class EngineClient:
             raise EngineError(message, response.status_code)
         return response
 
-    # -- MCP tools (engine/api/tool_routes.py) -------------------------------------------
+    # -- MCP tools (engine/api/admin/tool_routes.py) -------------------------------------------
 
     def mcp_servers(self) -> dict:
         return self._checked(self._http.get("/v1/mcp/servers")).json()
@@ -241,7 +241,7 @@ class EngineClient:
         return self._checked(self._http.delete(f"/v1/mcp/approvals/{identity}",
                                                params=params)).json()
 
-    # -- document collections (engine/api/document_routes.py) ----------------------------
+    # -- document collections (engine/api/admin/document_routes.py) ----------------------------
 
     def add_collection(self, name: str, paths: list[str]) -> dict:
         return self._checked(self._http.post("/v1/collections",
@@ -258,7 +258,7 @@ class EngineClient:
         return self._checked(self._http.post(f"/v1/collections/{name}/search",
                                              json=body)).json()["data"]
 
-    # -- speech (engine/api/audio_routes.py) ------------------------------------------
+    # -- speech (engine/api/wire_formats/audio_routes.py) ------------------------------------------
 
     def transcribe(self, audio: bytes, language: str | None = None) -> str:
         """A recording's words (any format the engine decodes)."""
@@ -272,7 +272,7 @@ class EngineClient:
             "model": "tts-1", "input": text, "voice": voice, "speed": speed,
             "response_format": "wav"})).content
 
-    # -- sharing with the home (engine/api/home_admin_routes.py) -----------------
+    # -- sharing with the home (engine/api/admin/home_admin_routes.py) -----------------
 
     def home(self) -> dict:
         return self._checked(self._http.get("/v1/home")).json()

@@ -64,7 +64,7 @@ def _become_child() -> None:
 
 
 def _serve(args, token: str) -> int:
-    from engine.api.hub_routes import hub_routes
+    from engine.api.admin.hub_routes import hub_routes
     from engine.api.server import ServeConfig, serve
     from engine.engine import Engine
     from engine.hub.downloads import Downloads

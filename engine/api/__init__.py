@@ -1,5 +1,26 @@
-"""The engine's HTTP API over `Engine` (routes go through its methods and its `shelf` of
-models on disk; a contract says so):
+"""The engine's HTTP API over `Engine` (routes go through its methods and the services its
+docstring names; a contract says so). Three wings, independent of each other (a
+contract), over a floor they share, under the server that assembles them:
+
+  wire_formats/   each app's way of asking: OpenAI's, Anthropic's, the Responses API,
+                  embeddings, audio, Ollama's
+  admin/          the owner's routes: models, the Hub, tools, documents, the home
+  home/           what the home's paired devices reach: pairing, the web chat, their
+                  conversations
+
+The floor (the wings import it, it imports no wing):
+
+  turns.py              one generation as the routes see it (a conversation rendered,
+                        grounded, read back in its family's format)
+  grounding.py          a conversation's `collections` (every wire format), passages in,
+                        citations out
+  schemas.py            request bodies (pydantic names bad fields), and the conversation
+                        an OpenAI chat body is
+  thinking.py           a request's reasoning settings, as each API states them
+  wire.py               what the routes share on the wire
+  channel.py            events from the worker thread into a request's event loop
+
+The server (it imports the wings):
 
   factory.py            the owner's app put together: routes, the token, guard
   error_replies.py      errors answered in each wire's shape (every app's)
@@ -7,32 +28,9 @@ models on disk; a contract says so):
                         servers beside the main one on its event loop
   guard.py              Host, body size and route checked before FastAPI reads a request
   front_door.py         the replicas' gateway: a request answered here or on a paired machine
-  openai_routes.py      OpenAI's chat completions and completions
-  anthropic_routes.py   Anthropic's Messages
-  responses_routes.py   OpenAI's Responses; mcp_responses.py: its `mcp` tool (servers
-                        listed, calls run or approval asked, rounds until the answer)
-  embeddings_routes.py  OpenAI's embeddings
-  audio_routes.py       OpenAI's audio: transcriptions, translations, speech (engine/voice)
-  ollama_routes.py      Ollama's API (tags, show, ps, chat, generate, embed), for the apps
-                        that speak it; ollama_schemas.py: its request bodies
-  admin_routes.py       the engine's own: models, loading, plans, routing, health, metrics
-  hub_routes.py         the Hub: search, quants and verdicts, cards, downloads
-  tool_routes.py        MCP: the servers, their tools and policies, an approved call,
-                        the user's decisions, the log of calls
-  document_routes.py    document collections: added, listed with progress, searched;
-                        grounding.py: a conversation's `collections` (every wire format), passages in, citations out
   home_door.py          the sharing listener for the home's paired devices: its gate (a
                         device's key, only generation, no cross-site change), a strict CSP,
                         opened and closed while the engine runs, announced by mDNS
-  home_routes.py        what a device reaches there besides generation: pairing, the web
-                        chat's page (web/) and its own conversations, replies that outlive
-                        the page; home_admin_routes.py: the owner's side (sharing on or
-                        off, codes, devices, limits, who waits)
-  turns.py              one generation as the routes see it
-  thinking.py           a request's reasoning settings, as each API states them
-  schemas.py            request bodies (pydantic names bad fields)
-  wire.py               what the routes share on the wire
-  channel.py            events from the worker thread into a request's event loop
 """
 
 from .factory import create_app, create_ollama_app

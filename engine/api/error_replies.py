@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from ..errors import HomerackError
-from . import anthropic_routes, ollama_routes
+from .wire_formats import anthropic_routes, ollama_routes
 from .guard import BodyTooLarge
 from .wire import openai_error
 

@@ -1,7 +1,5 @@
-"""The engine's HTTP API, put together: the routes of each wire format (openai_routes.py,
-anthropic_routes.py, responses_routes.py, embeddings_routes.py, ollama_routes.py), the
-engine's own
-(admin_routes.py) and the Hub's (hub_routes.py, given by `serve`).
+"""The engine's HTTP API, put together: the routes of each wire format (wire_formats/), the
+owner's (admin/; the Hub's, admin/hub_routes.py, given by `serve`).
 
 Every route needs the token, as `Authorization: Bearer` or `x-api-key` (what Anthropic's
 clients send), except /health, which without it says only that the engine is alive.
@@ -20,8 +18,9 @@ from fastapi import Depends, FastAPI, Request
 
 from ..engine import Engine
 from ..errors import Unauthorized
-from . import (admin_routes, anthropic_routes, audio_routes, embeddings_routes, home_admin_routes,
-               ollama_routes, openai_routes, responses_routes, tool_routes, document_routes)
+from .admin import admin_routes, document_routes, home_admin_routes, tool_routes
+from .wire_formats import (anthropic_routes, audio_routes, embeddings_routes, ollama_routes,
+                           openai_routes, responses_routes)
 from .front_door import FrontDoor
 from .home_door import HomeDoor
 from .error_replies import answer_errors, error_body

@@ -21,8 +21,9 @@ import uvicorn
 from fastapi import FastAPI
 
 from ..engine import Engine
-from . import (anthropic_routes, audio_routes, embeddings_routes, home_routes, ollama_routes,
-               openai_routes)
+from .home import home_routes
+from .wire_formats import (anthropic_routes, audio_routes, embeddings_routes, ollama_routes,
+                           openai_routes)
 from .error_replies import answer_errors, error_body
 from .guard import RequestGuard, host_name
 from .listeners import BesideServer, bind

@@ -8,7 +8,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..agent import images
-from ..agent.conversation import Choice, Message, ToolCall
+from ..agent.conversation import Choice, Conversation, Message, ToolCall, tool
+from ..agent.json_schema import check
 from ..agent.images import MARKER, Picture
 from ..errors import InvalidRequest
 from ..events import SamplingParams
@@ -346,3 +347,22 @@ class SourceRequest(BaseModel):
 class UnloadRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str = Field(max_length=1024)
+
+
+def chat_conversation(body: ChatCompletionRequest) -> Conversation:
+    """An OpenAI chat body as the conversation every wire format builds (OpenAI's routes
+    and the home's web chat read it)."""
+    return Conversation(
+        messages=tuple(m.message(f"messages[{i}]") for i, m in enumerate(body.messages)),
+        tools=tuple(tool(t.function.name, t.function.description, t.function.parameters,
+                         f"tools[{i}].function.parameters")
+                    for i, t in enumerate(body.tools or ())),
+        choice=tool_choice(body.tool_choice, body.parallel_tool_calls),
+        schema=_checked_schema(body))
+
+
+def _checked_schema(body: ChatCompletionRequest) -> dict | None:
+    schema = answer_schema(body.response_format, "response_format")
+    if schema is not None:
+        check(schema, "response_format.json_schema.schema")
+    return schema

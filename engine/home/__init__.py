@@ -8,6 +8,6 @@ turn a request away with a 429. `conversations.py`: each device's conversations 
 web chat, kept in a private SQLite file. `household.py`: all of that as the engine holds
 it, with the owner's choices (default limits, the owner's precedence, the models shared).
 Nothing here knows HTTP or llama.cpp: the
-sharing listener (`api/home_routes.py`) and the lanes' fair turns (`batching/fairness.py`)
+sharing listener (`api/home/home_routes.py`) and the lanes' fair turns (`batching/fairness.py`)
 read it through the engine.
 """

@@ -258,7 +258,7 @@ def test_a_generation_only_engine_keeps_generation_the_model_list_and_health():
     from fastapi.testclient import TestClient
 
     from engine.api.factory import create_app
-    from engine.api.hub_routes import hub_routes
+    from engine.api.admin.hub_routes import hub_routes
 
     hub = hub_routes(SimpleNamespace(folder=None), SimpleNamespace())
     app = create_app(SimpleNamespace(replicas=None), "t", routers=(hub,), generation_only=True)

@@ -1,4 +1,4 @@
-"""Ollama's wire shapes from a turn's events (engine/api/ollama_routes.py), without a
+"""Ollama's wire shapes from a turn's events (engine/api/wire_formats/ollama_routes.py), without a
 model: reasoning as `thinking`, text as content, a tool call whole with its arguments
 as an object (Ollama's clients do not assemble pieces), durations in nanoseconds; and
 `keep_alive` read as Ollama reads it."""
@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from engine.api.ollama_routes import _chunks, _conversation
-from engine.api.ollama_schemas import OllamaChat, keep_of
+from engine.api.wire_formats.ollama_routes import _chunks, _conversation
+from engine.api.wire_formats.ollama_schemas import OllamaChat, keep_of
 from engine.api.turns import Done
 from engine.errors import InvalidRequest
 from engine.events import Usage
@@ -107,7 +107,7 @@ def test_a_models_own_system_prompt_and_stops_apply_when_a_request_has_none(tmp_
 
 
 def test_a_loaded_model_whose_file_is_no_longer_listed_still_shows_in_ps():
-    from engine.api.ollama_routes import _running
+    from engine.api.wire_formats.ollama_routes import _running
 
     entry = {"id": "gone:7b", "memory": {"CPU": 1000, "CUDA0": 3000}, "ttl_s": None,
              "pinned": False, "idle_s": 3.0, "n_ctx": 4096}

@@ -26,8 +26,10 @@ VIOLATIONS = [
     ("the domain plans without llama.cpp", "engine/catalog/fingerprint.py", "import llama_cpp"),
     ("machine and agent load no llama.cpp", "engine/agent/conversation.py",
      "from ..llama import grammar"),
-    ("routes go through the Engine", "engine/api/admin_routes.py", "from ..fleet import Fleet"),
-    ("the route modules are independent", "engine/api/hub_routes.py", "from . import openai_routes"),
+    ("routes go through the Engine", "engine/api/admin/admin_routes.py",
+     "from ...fleet import Fleet"),
+    ("the API's server over its wings", "engine/api/admin/hub_routes.py",
+     "from ..wire_formats import openai_routes"),
     ("inside the engine", "engine/model/loader.py", "from ..batching import lane"),
 ]
 
@@ -84,6 +86,16 @@ def test_the_ui_layers_name_every_wing_and_floor_module():
     ui = ROOT / "ui"
     found = {f"ui.{p.stem}" for p in ui.glob("*.py") if p.stem != "__init__"}
     found |= {f"ui.{p.parent.name}" for p in ui.glob("*/__init__.py")}
+    assert named == found
+
+
+def test_the_api_layers_name_every_wing_and_module():
+    layers = CONTRACTS["the API's server over its wings, the wings over the floor they "
+                       "share"]["layers"]
+    named = {m.strip() for layer in layers for m in layer.replace(":", "|").split("|")}
+    api = ROOT / "engine" / "api"
+    found = {f"engine.api.{p.stem}" for p in api.glob("*.py") if p.stem != "__init__"}
+    found |= {f"engine.api.{p.parent.name}" for p in api.glob("*/__init__.py")}
     assert named == found
 
 

@@ -12,12 +12,12 @@ import asyncio
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from ..engine import Engine
-from ..errors import InvalidRequest, ModelNotFound
-from ..events import Failed
-from ..metrics import prometheus_text
-from .channel import Channel
-from .schemas import (LoadRequest, PresetRequest, RoutingRequest, SourceRequest, TokenizeRequest,
+from ...engine import Engine
+from ...errors import InvalidRequest, ModelNotFound
+from ...events import Failed
+from ...metrics import prometheus_text
+from ..channel import Channel
+from ..schemas import (LoadRequest, PresetRequest, RoutingRequest, SourceRequest, TokenizeRequest,
                       UnloadRequest)
 
 

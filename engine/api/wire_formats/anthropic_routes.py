@@ -13,14 +13,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..agent.conversation import Choice, Conversation, Message, ToolCall, tool
-from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
-from ..engine import Engine
-from ..errors import HomerackError, InvalidRequest
-from .schemas import Groundable, SamplingFields, content_of, text_of
-from .thinking import Thinking
-from .turns import Done, conversation_turn, guarded
-from .wire import cited, extension
+from ...agent.conversation import Choice, Conversation, Message, ToolCall, tool
+from ...formats.parsed import CallArgs, CallStart, Reasoning, Text
+from ...engine import Engine
+from ...errors import HomerackError, InvalidRequest
+from ..schemas import Groundable, SamplingFields, content_of, text_of
+from ..thinking import Thinking
+from ..turns import Done, conversation_turn, guarded
+from ..wire import cited, extension
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",

@@ -16,8 +16,8 @@ from typing import Any, Awaitable, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..engine import Engine
-from ..errors import InvalidRequest
+from ...engine import Engine
+from ...errors import InvalidRequest
 
 MAX_ROUNDS = 8
 RESULT_CHARS = 32_000  # of a result, for the model (cut saying so)

@@ -9,10 +9,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import InvalidRequest
-from ..presets import Keep
-from ..sampling_limits import MinP, Penalty, Temperature, TopK, TopP
-from .schemas import ChatCompletionRequest, FunctionDef, Groundable
+from ...errors import InvalidRequest
+from ...presets import Keep
+from ...sampling_limits import MinP, Penalty, Temperature, TopK, TopP
+from ..schemas import ChatCompletionRequest, FunctionDef, Groundable
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns))+$")
 _UNIT_S = {"h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}

@@ -23,18 +23,18 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from ..agent import images
-from ..agent.conversation import Conversation, Message, ToolCall, tool
-from ..agent.images import MARKER
-from ..engine import Engine
-from ..errors import InvalidRequest, NotSupported
-from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
+from ...agent import images
+from ...agent.conversation import Conversation, Message, ToolCall, tool
+from ...agent.images import MARKER
+from ...engine import Engine
+from ...errors import InvalidRequest, NotSupported
+from ...formats.parsed import CallArgs, CallStart, Reasoning, Text
 from .ollama_schemas import (OllamaChat, OllamaEmbed, OllamaEmbeddings, OllamaGenerate,
                              OllamaShow, keep_of, openai_body)
-from .schemas import tool_choice
-from .thinking import Thinking
-from .turns import Done, Turn, conversation_turn, guarded, request_for
-from .wire import cancelled, cited
+from ..schemas import tool_choice
+from ..thinking import Thinking
+from ..turns import Done, Turn, conversation_turn, guarded, request_for
+from ..wire import cancelled, cited
 
 VERSION = "0.12.6"  # the Ollama API these routes answer as (clients check it for features)
 _QUANT = re.compile(r"(?:^|[-_.])((?:I?Q\d(?:_[A-Z0-9]+)*)|BF16|F16|F32)(?:[-_.]|$)",
@@ -297,8 +297,8 @@ async def _load_or_unload(engine: Engine, body: OllamaGenerate, http: Request) -
         await asyncio.to_thread(engine.unload, model.id)
         reason = "unload"
     else:
-        from ..events import Failed
-        from .channel import Channel
+        from ...events import Failed
+        from ..channel import Channel
 
         engine.ask(model, body.options.num_ctx, keep)
         channel = Channel()

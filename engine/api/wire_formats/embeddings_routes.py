@@ -11,8 +11,8 @@ from typing import Literal
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..engine import Engine
-from ..errors import InvalidRequest
+from ...engine import Engine
+from ...errors import InvalidRequest
 
 
 class EmbeddingRequest(BaseModel):

@@ -9,8 +9,8 @@ import ipaddress
 from fastapi import APIRouter
 from pydantic import BaseModel, Field, field_validator
 
-from ..engine import Engine
-from ..errors import InvalidRequest
+from ...engine import Engine
+from ...errors import InvalidRequest
 
 DEFAULT_SHARE_HOST = "0.0.0.0"
 DEFAULT_SHARE_PORT = 8580

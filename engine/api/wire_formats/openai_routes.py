@@ -12,14 +12,12 @@ from typing import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from ..agent.conversation import Conversation, tool
-from ..agent.json_schema import check
-from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
-from ..engine import Engine
-from ..events import Started, Usage
-from .schemas import ChatCompletionRequest, CompletionRequest, answer_schema, tool_choice
-from .turns import Done, Turn, conversation_turn, guarded, request_for
-from .wire import cancelled, cited, openai_error, extension
+from ...formats.parsed import CallArgs, CallStart, Reasoning, Text
+from ...engine import Engine
+from ...events import Started, Usage
+from ..schemas import ChatCompletionRequest, CompletionRequest, chat_conversation
+from ..turns import Done, Turn, conversation_turn, guarded, request_for
+from ..wire import cancelled, cited, openai_error, extension
 
 FINGERPRINT = "homerack-0.1"
 
@@ -53,23 +51,6 @@ def sse(payload: dict) -> str:
 
 def error_event(error) -> str:
     return sse(openai_error(error.message, error.kind, error.param))
-
-
-def chat_conversation(body: ChatCompletionRequest) -> Conversation:
-    return Conversation(
-        messages=tuple(m.message(f"messages[{i}]") for i, m in enumerate(body.messages)),
-        tools=tuple(tool(t.function.name, t.function.description, t.function.parameters,
-                         f"tools[{i}].function.parameters")
-                    for i, t in enumerate(body.tools or ())),
-        choice=tool_choice(body.tool_choice, body.parallel_tool_calls),
-        schema=_checked_schema(body))
-
-
-def _checked_schema(body: ChatCompletionRequest) -> dict | None:
-    schema = answer_schema(body.response_format, "response_format")
-    if schema is not None:
-        check(schema, "response_format.json_schema.schema")
-    return schema
 
 
 def router(engine: Engine) -> APIRouter:

@@ -10,7 +10,7 @@ from typing import Literal
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..engine import Engine
+from ...engine import Engine
 
 
 class CollectionRequest(BaseModel):

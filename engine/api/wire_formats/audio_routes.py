@@ -16,11 +16,11 @@ from fastapi import APIRouter, File, Form, UploadFile
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
-from ..engine import Engine
-from ..errors import InvalidRequest
-from ..voice.decoding import MAX_BYTES, decode
-from ..voice.encoding import FORMATS, STREAMED, encoded, streamed
-from ..voice.transcriber import Transcript
+from ...engine import Engine
+from ...errors import InvalidRequest
+from ...voice.decoding import MAX_BYTES, decode
+from ...voice.encoding import FORMATS, STREAMED, encoded, streamed
+from ...voice.transcriber import Transcript
 
 TEXT_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 

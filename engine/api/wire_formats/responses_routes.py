@@ -16,16 +16,16 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..agent.conversation import Choice, Conversation, Message, ToolCall, tool
-from ..agent.json_schema import check
-from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
-from ..engine import Engine
-from ..errors import HomerackError, InvalidRequest
+from ...agent.conversation import Choice, Conversation, Message, ToolCall, tool
+from ...agent.json_schema import check
+from ...formats.parsed import CallArgs, CallStart, Reasoning, Text
+from ...engine import Engine
+from ...errors import HomerackError, InvalidRequest
 from . import mcp_responses
-from .schemas import Groundable, SamplingFields, content_of, text_of
-from .thinking import Thinking
-from .turns import Done, Turn, conversation_turn, guarded
-from .wire import cancelled, cited, extension
+from ..schemas import Groundable, SamplingFields, content_of, text_of
+from ..thinking import Thinking
+from ..turns import Done, Turn, conversation_turn, guarded
+from ..wire import cancelled, cited, extension
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
 

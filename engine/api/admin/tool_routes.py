@@ -12,8 +12,8 @@ from typing import Any, Literal
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..engine import Engine
-from ..errors import Forbidden, InvalidRequest
+from ...engine import Engine
+from ...errors import Forbidden, InvalidRequest
 
 # how a call was approved: by the card (once, this chat, always: the app writes that
 # lasting allow itself), or by the user's lasting "allow" (policy)

@@ -18,12 +18,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
-from ..engine import Engine
-from ..errors import HomerackError, InvalidRequest
-from ..formats.parsed import Reasoning, Text
-from .openai_routes import chat_conversation
-from .schemas import ChatCompletionRequest
-from .turns import Done, Turn, conversation_turn
+from ...engine import Engine
+from ...errors import HomerackError, InvalidRequest
+from ...formats.parsed import Reasoning, Text
+from ..schemas import ChatCompletionRequest, chat_conversation
+from ..turns import Done, Turn, conversation_turn
 
 WEB = Path(__file__).with_name("web")
 PAGES = {"/": "index.html", "/app.js": "app.js", "/app.css": "app.css",
