@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Callable
 
 from .errors import HomerackError
-from .events import Delta, Event, Failed, Finished, Job, Started
+from .events import Delta, Event, Failed, Finished, GenerationRequest, Job, Started
 from .routing import confident
 
 
@@ -18,8 +18,10 @@ class Cascade:
     """One cascading job: `start` puts the small model's attempt on its lane; what the
     client sees is decided when that attempt ends."""
 
-    def __init__(self, job: Job, put: Callable[[Job], None]):
+    def __init__(self, job: Job, put: Callable[[Job], None],
+                 render: Callable[[GenerationRequest], GenerationRequest]):
         self.job, self._put = job, put  # put: a job onto the lane serving its model
+        self._render = render  # Engine.render: the large model's prompt in its own format
         self._held: list[Event] = []  # the small model's Started and Deltas, not yet shown
         self._started_at = time.perf_counter()
 
@@ -60,10 +62,14 @@ class Cascade:
         why = (f"small model failed: {event.error.message}" if isinstance(event, Failed)
                else "small answer discarded: its confidence was under the threshold")
         route = {**self._route(event), "model": large.id, "escalated": True, "reason": why}
-        # the large model's own chat format renders the prompt again (rendered_prompt was
-        # the small model's)
-        request = replace(job.request, model=large, escalate_to=None, measure_confidence=False,
-                          rendered_prompt=None)
+        # the large model's own chat format renders the prompt again (it is another
+        # model's prompt: the small one's was rendered in the small one's format)
+        try:
+            request = self._render(replace(job.request, model=large, escalate_to=None,
+                                           measure_confidence=False, rendered=None))
+        except HomerackError as error:
+            job.emit(Failed(error))
+            return
 
         def marked(out: Event) -> None:
             job.emit(replace(out, route=route) if isinstance(out, Started) else out)

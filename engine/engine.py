@@ -32,14 +32,14 @@ from .cascade import Cascade
 from .catalog.models import LocalModel, ModelStore
 from .catalog.shelf import Shelf
 from .errors import HomerackError, InvalidRequest, NotSupported, TemplateStopped
-from .events import LOADED, Event, GenerationRequest, Job, SamplingParams
+from .events import LOADED, Event, GenerationRequest, Job, Rendered, SamplingParams
 from .fleet import Fleet
 from .llama.grammar import composed_grammar
 from .llama.probe import probe
 from .machine.planner import Preferences
 from .model.embeddings import Embedder
 from .model.vocabularies import Vocabularies
-from .model.loaded import prompt_tokens, render_chat
+from .model.loaded import prompt_tokens
 from .settings import EngineSettings
 from .presets import Keep, LoadOverride, Presets
 from .catalog.fingerprint import Fingerprints
@@ -122,7 +122,7 @@ class Engine:
                                                         self.settings.image_hosts))
         job = Job(next(self._ids), request, emit)
         route = self._route(job)
-        job.request = self._rendered(job.request)
+        job.request = self.render(job.request)
         key = self._cache_key(job.request)
         if key and job.request.response_cache == "use":
             answer = self.answers.get(*key, job.request.model.path)
@@ -133,7 +133,7 @@ class Engine:
         self.home.take(job)  # a device's share and limits (429), the owner's precedence
         try:
             if job.request.escalate_to:
-                Cascade(job, self._put).start()
+                Cascade(job, self._put, self.render).start()
             else:
                 self._put(job)
         except HomerackError:
@@ -150,22 +150,22 @@ class Engine:
         job.request = _routed(job.request, decision)
         return {"mode": routing.mode, "model": decision.model.id, "reason": decision.reason}
 
-    def _rendered(self, request: GenerationRequest) -> GenerationRequest:
-        """The chat rendered with its model's format; as it was when that fails (the
-        worker renders again and reports why, as for any request it cannot start),
-        except for a template stopped past its budget: that fails here, once."""
+    def render(self, request: GenerationRequest) -> GenerationRequest:
+        """The chat rendered once, with its model's format (`Rendered`, carried on the
+        request from here); a template that fails fails the request here, in its own
+        words (a 400 naming messages)."""
         if request.messages is None:
             return request
         request = with_system(request)
+        chat_format = self.chat_format_of(request.model)
         try:
-            text = render_chat(request, self.chat_format_of(request.model))
+            text = chat_format.render(list(request.messages),
+                                      list(request.tools) if request.tools else None,
+                                      request.template_kwargs)
         except TemplateStopped as exc:
             raise TemplateStopped(f"{request.model.id}: {exc.message}", param="messages") \
                 from None
-        except Exception as exc:
-            log.debug("rendering left to the worker (%s)", exc)
-            return request
-        return replace(request, rendered_prompt=text)
+        return replace(request, rendered=Rendered(text, chat_format))
 
     def _put(self, job: Job) -> None:
         self.fleet.put(job)
@@ -229,12 +229,12 @@ class Engine:
         alone (the model need not be loaded; the count equals its usage.prompt_tokens),
         its pictures' as its projector's header says they tile (the markers around each
         tile aside)."""
-        chat_format = self.chat_format_of(request.model)
+        request = self.render(request)
         if request.pictures:  # the text around them: their markers take no tokens
-            rendered = request.rendered_prompt or render_chat(request, chat_format)
-            request = replace(request, rendered_prompt=rendered.replace(MARKER, ""))
+            request = replace(request, rendered=replace(
+                request.rendered, text=request.rendered.text.replace(MARKER, "")))
         with self.vocabularies.of(request.model) as vocab:
-            text = prompt_tokens(request, chat_format, vocab)[0]
+            text = prompt_tokens(request, vocab)[0]
         return len(text) + image_tokens(request.model, request.pictures)
 
     def tokenize(self, model: LocalModel, text: str) -> list[int]:
@@ -358,9 +358,7 @@ class Engine:
         if (self.answers is None or not request.generates or request.response_cache == "off"
                 or not deterministic(request)):
             return None
-        prompt = (request.prompt or "") if request.messages is None else request.rendered_prompt
-        if prompt is None:
-            return None
+        prompt = (request.prompt or "") if request.messages is None else request.rendered.text
         try:
             escalate = request.escalate_to and self._fingerprints.of(request.escalate_to.path)
             override = self.presets.get(request.model.id).load

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .errors import HomerackError
+from .catalog.chat_format import ChatFormat
 from .catalog.models import AdapterUse, LocalModel
 
 # Logit rows one evaluation keeps (llama_context_params.n_outputs_max, set by the runtime,
@@ -27,6 +28,19 @@ class SamplingParams:
     seed: int | None = None
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A chat as its model's prompt: rendered once, where the engine takes the request
+    (Engine.submit), in the format it was rendered with, and carried from there: nothing
+    downstream renders it or looks its format up again."""
+    text: str
+    chat_format: ChatFormat
+
+    def opens_thinking(self) -> bool:
+        """The prompt itself opened the model's reasoning (its template wrote the marker)."""
+        return self.chat_format.family.opens_thinking(self.text)
 
 
 @dataclass(frozen=True)
@@ -48,7 +62,7 @@ class GenerationRequest:
     escalate_below: float = 0.0            # that is, when its confidence is under this
     measure_confidence: bool = False  # report the sampled tokens' probabilities (Usage)
     response_cache: str = "use"  # "use", "refresh" (answer afresh, keep it) or "off"
-    rendered_prompt: str | None = None  # the chat in `model`'s format, rendered at submit
+    rendered: Rendered | None = None  # the chat in `model`'s format, made by Engine.submit
     adapters: tuple[AdapterUse, ...] = ()  # LoRA adapters over `model`, checked, sorted
     template_kwargs: dict = field(default_factory=dict)  # to the chat template (thinking...)
     thinking_budget: int | None = None  # reasoning tokens at most, then its closing marker

@@ -64,9 +64,8 @@ class Turn:
             raise first.error
         self.started = first
         if self.reading is not None:  # the prompt as rendered says whether it opened thinking
-            prompt = self.job.request.rendered_prompt or ""
             self.reader = FormatStream(replace(
-                self.reading, opened=self.reading.family.opens_thinking(prompt)))
+                self.reading, opened=self.job.request.rendered.opens_thinking()))
         return first
 
     def cancel(self) -> None:

@@ -578,7 +578,7 @@ def reasoning_budget(request, loaded) -> ReasoningBudget | None:
         return None
     opening, closing = think
     tokens = loaded.llama.tokenize(closing, add_special=False, parse_special=True)
-    opened = loaded.chat_format.family.opens_thinking(request.rendered_prompt or "")
+    opened = request.rendered.opens_thinking()
     return ReasoningBudget(request.thinking_budget, opening, closing, opened, tokens)
 
 

@@ -81,12 +81,12 @@ class Loaded:
     def prompt(self, request: GenerationRequest) -> Prompt:
         """The request's prompt as tokens, its images through the projector."""
         if not request.pictures:
-            return Prompt(*prompt_tokens(request, self.chat_format, self.llama))
+            return Prompt(*prompt_tokens(request, self.llama))
         projector = self.sight.projector
         if projector is None:
             raise InvalidRequest(f"{self.model.id} cannot see images: {self.sight.why_not}",
                                  param="messages")
-        texts = (request.rendered_prompt or render_chat(request, self.chat_format)).split(MARKER)
+        texts = request.rendered.text.split(MARKER)
         if len(texts) != len(request.pictures) + 1:
             raise InvalidRequest(f"the chat template placed {len(texts) - 1} of the "
                                  f"{len(request.pictures)} images", param="messages")
@@ -96,8 +96,8 @@ class Loaded:
             owner.close()
             raise InvalidRequest("the prompt ends with an image: text must follow it",
                                  param="messages")
-        notes = [f"chat format: {self.chat_format.describe()}"] if self.chat_format.fallback \
-            else []
+        chat_format = request.rendered.chat_format
+        notes = [f"chat format: {chat_format.describe()}"] if chat_format.fallback else []
         return Prompt(owner.tokens, notes, owner.images, owner)
 
     def budget(self, request: GenerationRequest, n_prompt: int) -> tuple[int, list[str]]:
@@ -115,24 +115,17 @@ class Loaded:
         return wanted, []
 
 
-def render_chat(request: GenerationRequest, chat_format: ChatFormat) -> str:
-    """The request's messages (and tools) as prompt text, in the model's chat format."""
-    tools = list(request.tools) if request.tools else None
-    return chat_format.render(list(request.messages), tools, request.template_kwargs)
-
-
-def prompt_tokens(request: GenerationRequest, chat_format: ChatFormat,
-                  tokenizer) -> tuple[list[int], list[str]]:
-    """The request's prompt as tokens (a chat rendered with the model's format), and notes
-    for the answer. `tokenizer`: the loaded model, or its Vocabulary alone (counting)."""
+def prompt_tokens(request: GenerationRequest, tokenizer) -> tuple[list[int], list[str]]:
+    """The request's prompt as tokens (a chat as Engine.submit rendered it), and notes for
+    the answer. `tokenizer`: the loaded model, or its Vocabulary alone (counting)."""
     notes = []
     if request.messages is not None:
-        text = request.rendered_prompt
-        if text is None:
-            text = render_chat(request, chat_format)
-        if chat_format.fallback:
-            notes.append(f"chat format: {chat_format.describe()}")
-        tokens = tokenizer.tokenize(text, add_special=False, parse_special=True)
+        rendered = request.rendered
+        if rendered is None:  # every chat passes Engine.render on its way in
+            raise RuntimeError("a chat reached the model without its rendered prompt")
+        if rendered.chat_format.fallback:
+            notes.append(f"chat format: {rendered.chat_format.describe()}")
+        tokens = tokenizer.tokenize(rendered.text, add_special=False, parse_special=True)
         if tokenizer.add_bos and (not tokens or tokens[0] != tokenizer.bos):
             tokens.insert(0, tokenizer.bos)
     else:

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from support.engines import GREEDY, Collector, run
-from engine.errors import ContextLengthExceeded, InvalidModelFile, QueueFull
+from engine.errors import ContextLengthExceeded, InvalidModelFile, InvalidRequest, QueueFull
 from engine.engine import Engine
 from engine.settings import EngineSettings, LoadSettings
 from engine.events import Delta, Failed, Finished, GenerationRequest, SamplingParams
@@ -46,6 +46,26 @@ def test_a_chat_is_rendered_once_for_the_cache_key_and_the_admission(tiny_store,
         assert isinstance(done, Finished) and started.response_cache == "miss"
         assert len(rendered) == 1
         assert run(engine, **request)[0].response_cache == "hit"  # the key was the same
+    finally:
+        engine.close()
+
+
+def test_a_template_that_fails_fails_the_request_where_it_comes_in(tiny_store):
+    """Rendered once, at submit: a template that raises is the request's InvalidRequest
+    there (a 400 naming messages), and nothing reaches a lane to render it again."""
+    from tiny_gguf import write_tiny_model
+
+    write_tiny_model(tiny_store.folder / "strict.gguf",
+                     chat_template="{{ raise_exception('roles must alternate') }}")
+    engine = Engine(tiny_store, EngineSettings(LoadSettings(n_ctx=256, n_batch=64)))
+    try:
+        strict = tiny_store.resolve("strict")
+        with pytest.raises(InvalidRequest, match="roles must alternate") as refused:
+            engine.submit(GenerationRequest(model=strict, max_tokens=2,
+                                            messages=({"role": "user", "content": "hi"},)),
+                          lambda _event: None)
+        assert refused.value.param == "messages"
+        assert engine.status()["models"] == []  # no lane was asked to load it
     finally:
         engine.close()
 
