@@ -29,9 +29,9 @@ def sources_file():
 
 def in_place():
     """This machine's other apps' models and the user's choices of them."""
-    from engine.catalog.in_place import InPlace
+    from engine.catalog.in_place import OtherAppsModels
 
-    return InPlace.of_this_machine(sources_file())
+    return OtherAppsModels.of_this_machine(sources_file())
 
 
 def set_folder(path: str, add: bool) -> list[str]:

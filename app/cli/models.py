@@ -14,7 +14,7 @@ def cmd_models(args) -> int:
     from pathlib import Path
 
     from engine.errors import HomerackError
-    from engine.catalog.elsewhere import LABELS
+    from engine.catalog.other_apps import LABELS
     from engine.catalog.models import DEFAULT_MODEL
 
     if args.action in ("loaded", "unload", "keep"):
@@ -56,7 +56,7 @@ def cmd_models(args) -> int:
 
 def place_text(model) -> str:
     """Where a model lives, in words: its path, or "from Ollama: qwen3:8b"."""
-    from engine.catalog.elsewhere import LABELS
+    from engine.catalog.other_apps import LABELS
 
     return str(model.path) if model.source == "homerack" else \
         f"from {LABELS[model.source]}: {model.label}"

@@ -337,7 +337,7 @@ class LoadRequest(PresetRequest):
 
 
 class SourceRequest(BaseModel):
-    """A source of models (catalog/elsewhere.py: "ollama", "lmstudio", …) on or off;
+    """A source of models (catalog/other_apps.py: "ollama", "lmstudio", …) on or off;
     with neither field, the user's choices read again."""
     model_config = ConfigDict(extra="forbid")
     source: str | None = Field(None, max_length=32)

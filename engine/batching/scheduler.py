@@ -152,7 +152,7 @@ class Scheduler:
         self.lanes, self.lanes_why = lanes(n_ctx, self.settings.parallel)
 
     @property
-    def scratch(self) -> int:
+    def spare_sequence(self) -> int:
         """A sequence id no request uses, for measurements."""
         return self.settings.sequences - 1
 
@@ -189,7 +189,7 @@ class Scheduler:
         budget = reasoning_budget(request, loaded)
         # a forced ending, or images (their spans are no tokens a drafter could read): no drafts
         spec = None if budget and budget.limit or held.images else self.host.speculation(
-            request, notes, self.scratch, busy={id(s.spec.drafter) for s in busy if s.spec})
+            request, notes, self.spare_sequence, busy={id(s.spec.drafter) for s in busy if s.spec})
         # a file llama.cpp refuses fails this job alone
         for stale in loaded.adapters.ready(request.adapters,
                                            busy={path for s in busy for path, _ in s.adapters}):
@@ -392,12 +392,12 @@ class Scheduler:
     def _evaluate_image(self, chunk: Chunk) -> None:
         """An image into its sequence: its embeddings kept or encoded now, then decoded."""
         loaded, slot = self.host.loaded, self.slots[chunk.seq_id]
-        sight = loaded.sight
-        started, encoded = time.perf_counter(), sight.images.encoded
-        embeddings = sight.images.embeddings(sight.projector, chunk.image)
-        if sight.images.encoded > encoded:  # the tower ran (a kept one costs no encode)
+        vision = loaded.vision
+        started, encoded = time.perf_counter(), vision.images.encoded
+        embeddings = vision.images.embeddings(vision.projector, chunk.image)
+        if vision.images.encoded > encoded:  # the tower ran (a kept one costs no encode)
             slot.encode_s += time.perf_counter() - started
-        end = sight.projector.decode(loaded.llama, chunk.image, embeddings, chunk.start,
+        end = vision.projector.decode(loaded.llama, chunk.image, embeddings, chunk.start,
                                      chunk.seq_id)
         if end != chunk.start + len(chunk.tokens):
             raise DecodeFailed(f"an image took {end - chunk.start} positions, not "

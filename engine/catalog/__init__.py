@@ -2,9 +2,10 @@
 
   models.py              the models folder, the offline starters, user-added files
   local_model.py         a model on this machine as the catalog lists it (LocalModel)
-  elsewhere.py           the models other apps keep (Ollama, LM Studio, the Hub's cache,
+  other_apps.py          the models other apps keep (Ollama, LM Studio, the Hub's cache,
                          llama.cpp, Jan, GPT4All), found in their folders' layouts
-  in_place.py            those models listed once beside the folder's, the sources chosen
+  in_place.py            OtherAppsModels: those models used in place, listed once beside
+                         the folder's, the sources chosen
   watch.py               the folders watched: files that come and go found in seconds
   shelf.py               what the routes read of the models on disk (Engine.shelf)
   gguf_file.py           GGUF files validated, their metadata read with `gguf`

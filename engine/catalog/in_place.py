@@ -1,5 +1,5 @@
 """The models other apps keep, as the store lists them beside its own folder's: found
-(elsewhere.py) in the sources the user left on and the folders they added, each listed
+(other_apps.py) in the sources the user left on and the folders they added, each listed
 once.
 
 The same file found twice is one model: the first place keeps it (Homerack's folder,
@@ -27,7 +27,7 @@ from typing import Mapping
 
 from ..errors import InvalidRequest
 from ..files import read_json, write_atomic
-from .elsewhere import FOLDER, LABELS, SOURCES, Found, SPLIT_PART, find, known_places
+from .other_apps import FOLDER, LABELS, SOURCES, Found, SPLIT_PART, find, known_places
 from .fingerprint import Fingerprints
 from .local_model import LocalModel
 
@@ -109,7 +109,7 @@ class _Listing:
         return prints
 
 
-class InPlace:
+class OtherAppsModels:
     """The other apps' models and the user's choices of sources; `models(own)` merges
     them with the folder's own."""
 
@@ -127,7 +127,7 @@ class InPlace:
         self._merged: tuple[tuple, list] | None = None
 
     @classmethod
-    def of_this_machine(cls, choices_file: Path | None) -> "InPlace":
+    def of_this_machine(cls, choices_file: Path | None) -> "OtherAppsModels":
         import sys
 
         return cls(known_places(os.environ, sys.platform), choices_file)

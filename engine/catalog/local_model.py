@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .elsewhere import LABELS
+from .other_apps import LABELS
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class LocalModel:
     path: Path
     size_bytes: int
     starter: bool
-    source: str = "homerack"  # or where another app keeps it (elsewhere.LABELS)
+    source: str = "homerack"  # or where another app keeps it (other_apps.LABELS)
     label: str = ""           # its name there: "qwen3:30b-a3b"
     projector: Path | None = None  # a vision projector kept with it
     params: tuple = ()        # Ollama's parameters for it: (key, value) pairs

@@ -23,7 +23,7 @@ from ..errors import InvalidModelFile, InvalidRequest, ModelNotFound, StarterMod
 from .adapters import declares, misfit
 from .projectors import is_projector, projector_for
 from .gguf_file import GGUFInspector
-from .in_place import InPlace
+from .in_place import OtherAppsModels
 from .local_model import LocalModel
 
 
@@ -123,11 +123,11 @@ def _bundled_records(folder: Path) -> dict:
 
 class ModelStore:
     def __init__(self, folder: Path, inspector: GGUFInspector, bundled: Path | None = None,
-                 elsewhere: InPlace | None = None):
+                 other_apps: OtherAppsModels | None = None):
         self.folder = folder
         self.inspector = inspector
         self.bundled = bundled  # the packaged app's starter files (read-only, checked at build)
-        self.elsewhere = elsewhere  # other apps' models; None: the folder's only
+        self.other_apps = other_apps  # other apps' models; None: the folder's only
         folder.mkdir(parents=True, exist_ok=True)
 
     def list(self) -> list[LocalModel]:
@@ -141,7 +141,7 @@ class ModelStore:
     def _listing(self) -> tuple[list[LocalModel], list[LocalModel]]:
         """(usable, unusable), the folder read once."""
         own = self._own()
-        return self.elsewhere.models(own) if self.elsewhere else (own, [])
+        return self.other_apps.models(own) if self.other_apps else (own, [])
 
     def _own(self) -> list[LocalModel]:
         starters = {s.id for s in STARTERS}
@@ -161,8 +161,8 @@ class ModelStore:
         token (an agent, a paired host) would make the engine open any file it names."""
         name = name or DEFAULT_MODEL
         found = self._named(name)
-        if found is None and self.elsewhere is not None:
-            self.elsewhere.refresh_if_stale()  # a model that appeared a moment ago
+        if found is None and self.other_apps is not None:
+            self.other_apps.refresh_if_stale()  # a model that appeared a moment ago
             found = self._named(name)
         if found is not None:
             if found.problem:

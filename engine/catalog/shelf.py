@@ -55,15 +55,15 @@ class Shelf:
 
     def sources(self) -> list[dict]:
         """Where models are found besides the models folder (in_place.py)."""
-        return self.store.elsewhere.describe() if self.store.elsewhere else []
+        return self.store.other_apps.describe() if self.store.other_apps else []
 
     def choose_sources(self, source: str | None = None, enabled: bool | None = None
                        ) -> list[dict]:
         """A source turned on or off; the user's choices read again (the app adds
         folders: the API takes no paths) and the folders looked at again."""
-        if self.store.elsewhere is None:
+        if self.store.other_apps is None:
             raise InvalidRequest("this engine reads its models folder only")
-        self.store.elsewhere.choose(source, enabled)
+        self.store.other_apps.choose(source, enabled)
         if self.watch is not None:
             self.watch.changed()
         return self.sources()

@@ -55,8 +55,8 @@ class ModelWatch:
             self._changed.clear()
 
     def _look(self) -> None:
-        if self.store.elsewhere is not None:
-            self.store.elsewhere.refresh()
+        if self.store.other_apps is not None:
+            self.store.other_apps.refresh()
         self._watch(self._folders())
         for model in self.store.list():
             if self._stop.is_set():
@@ -64,7 +64,7 @@ class ModelWatch:
             self.store.kind_of(model)  # read once; later listings know its kind
 
     def _folders(self) -> set[Path]:
-        roots = self.store.elsewhere.roots() if self.store.elsewhere is not None else []
+        roots = self.store.other_apps.roots() if self.store.other_apps is not None else []
         return {folder for folder in (self.store.folder, *roots) if is_dir(folder)}
 
     def _watch(self, folders: set[Path]) -> None:

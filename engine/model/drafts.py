@@ -38,15 +38,15 @@ class Drafts:
         """Let cuts being built finish (a one-shot engine would otherwise never keep one)."""
         self._cuts.wait(timeout=60)
 
-    def measure_tie_margin(self, loaded: Loaded, scratch_seq: int) -> float:
+    def measure_tie_margin(self, loaded: Loaded, spare_seq: int) -> float:
         """The loaded model's tie margin (speculative.tie_margin), measured once in a
         sequence no request uses."""
         if loaded.tie_margin is None:
-            loaded.tie_margin = tie_margin(loaded.llama, [], scratch_seq)
+            loaded.tie_margin = tie_margin(loaded.llama, [], spare_seq)
         return loaded.tie_margin
 
     def speculation(self, loaded: Loaded, request: GenerationRequest, notes: list[str],
-                    scratch_seq: int, busy: set[int] = frozenset()) -> Speculation | None:
+                    spare_seq: int, busy: set[int] = frozenset()) -> Speculation | None:
         """The request's speculation, its drafter loaded if need be; `busy`: the ids of the
         drafters running requests use (never closed under them)."""
         mode = request.speculation or self.settings.speculation
@@ -72,7 +72,7 @@ class Drafts:
         drafter = loaded.drafters[key]
         margin = TIE_MARGIN
         if request.sampling.temperature <= 0:  # greedy exactness needs it (verify)
-            margin = self.measure_tie_margin(loaded, scratch_seq)
+            margin = self.measure_tie_margin(loaded, spare_seq)
         return Speculation(drafter, controller, SpecStats(
             mode, model=drafter.model_id, device=drafter.device, vocab=drafter.vocab), margin)
 

@@ -17,7 +17,7 @@ from ..llama.backend import build_id
 from ..catalog.fingerprint import model_fingerprint
 from .drafts import Drafts
 from .adapters import AdapterBank
-from .loaded import Loaded, Sight, control_tokens, single_tokens
+from .loaded import Loaded, LoadedVision, control_tokens, single_tokens
 from .vision import ImageCache, load_projector, wanted_projector
 from .loader import LoadJournal, load
 from ..catalog.models import LocalModel, ModelStore
@@ -142,31 +142,31 @@ class ModelHost:
         self.loads += 1
         llama = outcome.llama
         fmt = chat_format_for(info)
-        sight = self._eyes(model, llama, override, prefs)
+        vision = self._vision(model, llama, override, prefs)
         self.loaded = Loaded(model, llama, fmt, single_tokens(llama, fmt.turn_ends),
                              self._prompt_cache(model),
-                             self._compare(outcome.plan, llama, info.architecture, sight.projector),
+                             self._compare(outcome.plan, llama, info.architecture, vision.projector),
                              plan=outcome.plan, override=override, notes=outcome.notes,
                              adapters=AdapterBank(llama),
                              marker_tokens=control_tokens(llama, fmt.family.markers()),
-                             sight=sight)
+                             vision=vision)
         return self.loaded
 
-    def _eyes(self, model: LocalModel, llama: LlamaModel, override: LoadOverride | None,
-              prefs: Preferences) -> Sight:
+    def _vision(self, model: LocalModel, llama: LlamaModel, override: LoadOverride | None,
+                prefs: Preferences) -> LoadedVision:
         """The model's projector, loaded where the plan counted it (a projector that
         fails to load leaves the model without vision, saying why)."""
         facts, why = wanted_projector(model, llama.n_embd, override)
         if facts is None:
-            return Sight(None, why)
+            return LoadedVision(None, why)
         device = (where_projector(self._hardware, prefs) if self._hardware else None) or "CPU"
         try:
             projector = load_projector(facts, llama, device, self.settings.load.n_threads,
                                        self.settings.image_tokens)
         except ModelLoadFailed as exc:
-            return Sight(None, exc.message)
+            return LoadedVision(None, exc.message)
         folder = self.settings.cache_folder
-        return Sight(projector, None, ImageCache(
+        return LoadedVision(projector, None, ImageCache(
             folder / "images" / model_fingerprint(Path(facts.path)) if folder else None))
 
     def held(self) -> dict[str, int]:
@@ -259,6 +259,6 @@ class ModelHost:
                            self.settings.cache_folder, self.settings.cache)
 
     def speculation(self, request: GenerationRequest, notes: list[str],
-                    scratch_seq: int, busy: set[int] = frozenset()) -> Speculation | None:
+                    spare_seq: int, busy: set[int] = frozenset()) -> Speculation | None:
         """The request's speculation over the loaded model (drafts.py)."""
-        return self.drafts.speculation(self.loaded, request, notes, scratch_seq, busy)
+        return self.drafts.speculation(self.loaded, request, notes, spare_seq, busy)

@@ -22,7 +22,7 @@ from .vision import ImageCache
 
 
 @dataclass(frozen=True)
-class Sight:
+class LoadedVision:
     """The loaded model's vision: its projector and the images it has encoded, or why
     it has none (said to a request that brings an image)."""
     projector: Projector | None = None
@@ -60,15 +60,15 @@ class Loaded:
     tie_margin: float | None = None  # measured on its first greedy draft (speculation/verify.py)
     adapters: AdapterBank | None = None  # its LoRA adapters, loaded on first use
     marker_tokens: frozenset[int] = frozenset()  # control tokens its format's reader reads
-    sight: Sight = field(default_factory=Sight)
+    vision: LoadedVision = field(default_factory=LoadedVision)
 
     def close(self) -> None:
         if self.cache:
             self.cache.flush()  # states being written survive a clean shutdown
         for drafter in self.drafters.values():
             drafter.close()
-        if self.sight.projector:
-            self.sight.projector.close()
+        if self.vision.projector:
+            self.vision.projector.close()
         self.llama.close()
 
     def reset_drafters(self) -> None:
@@ -82,9 +82,9 @@ class Loaded:
         """The request's prompt as tokens, its images through the projector."""
         if not request.pictures:
             return Prompt(*prompt_tokens(request, self.llama))
-        projector = self.sight.projector
+        projector = self.vision.projector
         if projector is None:
-            raise InvalidRequest(f"{self.model.id} cannot see images: {self.sight.why_not}",
+            raise InvalidRequest(f"{self.model.id} cannot see images: {self.vision.why_not}",
                                  param="messages")
         texts = request.rendered.text.split(MARKER)
         if len(texts) != len(request.pictures) + 1:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import shutil
 import time
 
-from engine.catalog.elsewhere import known_places
+from engine.catalog.other_apps import known_places
 from engine.catalog.gguf_file import GGUFInspector
-from engine.catalog.in_place import InPlace
+from engine.catalog.in_place import OtherAppsModels
 from engine.catalog.models import ModelStore
 from engine.catalog.watch import ModelWatch
 from fixtures.other_apps import ollama_model
@@ -31,7 +31,7 @@ def test_files_that_come_and_go_are_seen_within_seconds(tmp_path):
     ollama = places["ollama"][0]
     ollama.mkdir(parents=True)
     store = ModelStore(tmp_path / "models", GGUFInspector(),
-                       elsewhere=InPlace(places, env={}))
+                       other_apps=OtherAppsModels(places, env={}))
     watch = ModelWatch(store, every_s=3600).start()  # no slow look: the events alone
     try:
         time.sleep(0.5)

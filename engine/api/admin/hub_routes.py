@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...engine import Engine
-from ...catalog.elsewhere import LABELS
+from ...catalog.other_apps import LABELS
 from ...hub.downloads import Downloads
 from ...errors import InvalidRequest
 from ...hub.repos import model_card, repo_quants, search, suggest_drafts

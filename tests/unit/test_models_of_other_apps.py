@@ -1,5 +1,5 @@
 """The models other apps keep, found in their real folder layouts (engine/catalog/
-elsewhere.py, in_place.py): each source's places per platform, every source's models
+other_apps.py, in_place.py): each source's places per platform, every source's models
 found and named as its app names them, the same file found twice listed once, and every
 kind of damage listed as unusable with its reason while the rest works."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.catalog.elsewhere import find, known_places
+from engine.catalog.other_apps import find, known_places
 from engine.catalog.gguf_file import GGUFInspector
-from engine.catalog.in_place import InPlace
+from engine.catalog.in_place import OtherAppsModels
 from engine.catalog.models import ModelStore
 from engine.errors import InvalidModelFile, ModelNotFound
 from fixtures.other_apps import hub_cache_model, ollama_model, sha256_file, tree_model
@@ -103,7 +103,7 @@ def test_the_same_file_found_in_several_places_is_one_model(tmp_path, ggufs):
     hub_cache_model(places["huggingface"][0], a, "org/Tiny", "a.gguf", copy=True)  # ... named
     tree_model(places["lmstudio"][0], a, "p/r/a-linked.gguf")            # the same inode
     tree_model(places["gpt4all"][0], b, "b-copy.gguf", copy=True)      # same size, fingerprint
-    store = ModelStore(own, GGUFInspector(), elsewhere=InPlace(places, env={}))
+    store = ModelStore(own, GGUFInspector(), other_apps=OtherAppsModels(places, env={}))
     models = {m.id: m for m in store.list()}
     assert set(models) == {"mine", "tiny:latest"}
     assert models["mine"].as_dict()["also_at"] == ["GPT4All: b-copy.gguf"]
@@ -121,7 +121,7 @@ def test_a_model_of_the_same_name_but_other_content_gets_its_source_in_its_id(tm
     shutil.copyfile(a, own / "tiny.gguf")
     tree_model(places["lmstudio"][0], b, "p/r/tiny.gguf")
     tree_model(places["gpt4all"][0], write_tiny_model(tmp_path / "c.gguf", seed=5), "tiny.gguf")
-    store = ModelStore(own, GGUFInspector(), elsewhere=InPlace(places, env={}))
+    store = ModelStore(own, GGUFInspector(), other_apps=OtherAppsModels(places, env={}))
     assert [m.id for m in store.list()] == ["tiny", "tiny@lmstudio", "tiny@gpt4all"]
 
 
@@ -133,7 +133,7 @@ def test_split_models_are_one_and_only_whole(tmp_path, ggufs):
         tree_model(lms, a if i == 1 else b, f"p/big/Big-Q4-0000{i}-of-00003.gguf", copy=True)
     for i in (1, 2):  # its third part has not arrived
         tree_model(lms, a, f"p/half/Half-Q4-0000{i}-of-00003.gguf", copy=True)
-    store = ModelStore(tmp_path / "own", GGUFInspector(), elsewhere=InPlace(places, env={}))
+    store = ModelStore(tmp_path / "own", GGUFInspector(), other_apps=OtherAppsModels(places, env={}))
     [big] = store.list()
     assert big.id == "Big-Q4" and big.size_bytes == a.stat().st_size + 2 * b.stat().st_size
     [half] = store.unusable()
@@ -172,7 +172,7 @@ def test_damage_is_listed_with_its_reason_and_the_rest_works(tmp_path, ggufs):
     (hub / "loop.gguf").symlink_to("loop.gguf")
     (hub / "dangling.gguf").symlink_to("../../blobs/" + "2" * 64)
     (hub / "sub").symlink_to(".", target_is_directory=True)  # a folder loop: not followed
-    store = ModelStore(tmp_path / "own", GGUFInspector(), elsewhere=InPlace(places, env={}))
+    store = ModelStore(tmp_path / "own", GGUFInspector(), other_apps=OtherAppsModels(places, env={}))
     assert [m.id for m in store.list()] == ["good:latest"]
     problems = {m.label: m.problem for m in store.unusable()}
     assert "not readable JSON" in problems["notjson:latest"]
@@ -191,9 +191,9 @@ def test_a_folder_that_disappears_drops_its_models_quietly(tmp_path, ggufs):
     disk = tmp_path / "usb"
     tree_model(disk, a, "models/a.gguf")
     places = machine(tmp_path)
-    in_place = InPlace(places, tmp_path / "sources.json", env={})
+    in_place = OtherAppsModels(places, tmp_path / "sources.json", env={})
     in_place.choose(folders=[disk])
-    store = ModelStore(tmp_path / "own", GGUFInspector(), elsewhere=in_place)
+    store = ModelStore(tmp_path / "own", GGUFInspector(), other_apps=in_place)
     assert [(m.id, m.source) for m in store.list()] == [("a", "folder")]
     shutil.rmtree(disk)  # unmounted
     in_place.refresh()
@@ -207,14 +207,14 @@ def test_sources_turned_off_are_not_read_and_the_choice_is_kept(tmp_path, ggufs)
     places = machine(tmp_path)
     ollama_model(places["ollama"][0], a, "tiny")
     choices = tmp_path / "sources.json"
-    in_place = InPlace(places, choices, env={})
+    in_place = OtherAppsModels(places, choices, env={})
     assert [f.name for f in in_place.found()] == ["tiny:latest"]
     in_place.choose("ollama", enabled=False)
     assert in_place.found() == []
-    again = InPlace(places, choices, env={})
+    again = OtherAppsModels(places, choices, env={})
     assert not again.enabled("ollama") and again.enabled("lmstudio")
     assert [s["enabled"] for s in again.describe() if s["source"] == "ollama"] == [False]
-    assert InPlace(places, None, env={"HOMERACK_MODEL_SOURCES": "none"}).found() == []
+    assert OtherAppsModels(places, None, env={"HOMERACK_MODEL_SOURCES": "none"}).found() == []
 
 
 def test_an_unreadable_folder_is_listed_with_why_and_the_rest_is_found(tmp_path, ggufs,
@@ -236,7 +236,7 @@ def test_an_unreadable_folder_is_listed_with_why_and_the_rest_is_found(tmp_path,
         return real(path)
 
     monkeypatch.setattr(os, "scandir", scandir)
-    store = ModelStore(tmp_path / "own", GGUFInspector(), elsewhere=InPlace(places, env={}))
+    store = ModelStore(tmp_path / "own", GGUFInspector(), other_apps=OtherAppsModels(places, env={}))
     assert [m.id for m in store.list()] == ["a"]
     problems = sorted(m.problem for m in store.unusable())
     assert problems == [f"cannot read {p}: Permission denied" for p in sorted(map(str, locked))]
