@@ -86,14 +86,14 @@ def read_picture(path: Path) -> Attachment:
 
 def read_image(name: str, data: bytes) -> Attachment:
     """An image as a Markdown image whose URL holds it, read as the engine reads one
-    (engine/agent/images.py: upright, its first frame, no bomb), at most IMAGE_SIDE
+    (engine/conversation/images.py: upright, its first frame, no bomb), at most IMAGE_SIDE
     pixels on its longest side; a file that is no image is refused."""
     import base64
     import io
 
     from PIL import Image
 
-    from engine.agent import images
+    from engine.conversation import images
     from engine.errors import InvalidRequest
 
     try:

@@ -4,7 +4,7 @@ unconstrained, in one run, side by side; and the same ratio for llama.cpp's llam
 (vendored commit, `response_format` json_schema) as the anchor.
 
 The schema asks for a string of at least 1,000 characters (the most a schema may ask,
-agent/json_schema.py), so both runs decode the full --tokens (a grammar that completes
+conversation/json_schema.py), so both runs decode the full --tokens (a grammar that completes
 early would end the answer sooner). Each ratio is the median of ratios between
 neighbouring runs: the machine's speed drifts.
 

@@ -1,5 +1,5 @@
 """Homerack's inference engine. Knows nothing of Qt. Rooms, each with its own map:
-agent/, api/, batching/, catalog/, cluster/, documents/, formats/, home/, hub/, llama/,
+api/, batching/, catalog/, cluster/, conversation/, documents/, formats/, home/, hub/, llama/,
 machine/, model/, speculation/, tools/, voice/; and on the floor beside them:
 
   engine.py          the front door the API calls: submit, load, models, routing

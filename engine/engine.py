@@ -22,8 +22,8 @@ import threading
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
-from .agent.compose import Composed
-from .agent.images import MARKER, fetched
+from .conversation.compose import Composed
+from .conversation.images import MARKER, fetched
 from .catalog.chat_format import ChatFormat, chat_format_for
 from .catalog.drafts import check_draft_fits, check_size
 from .catalog.facts import image_tokens

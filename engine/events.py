@@ -66,7 +66,7 @@ class GenerationRequest:
     adapters: tuple[AdapterUse, ...] = ()  # LoRA adapters over `model`, checked, sorted
     template_kwargs: dict = field(default_factory=dict)  # to the chat template (thinking...)
     thinking_budget: int | None = None  # reasoning tokens at most, then its closing marker
-    pictures: tuple = ()  # agent.images.Picture, in the order of the markers in the messages
+    pictures: tuple = ()  # conversation.images.Picture, in the order of the markers in the messages
     client: str | None = None  # the paired device that asked (engine/home); None: the owner
     precedence: bool = False   # admitted before the devices' (the owner's, when chosen)
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 
 from fastapi import Request
 
-from ..agent.conversation import Conversation, Message
-from ..agent.images import MARKER
+from ..conversation.conversation import Conversation, Message
+from ..conversation.images import MARKER
 from ..engine import Engine
 from ..errors import Forbidden, InvalidRequest
 

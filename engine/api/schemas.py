@@ -7,10 +7,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..agent import images
-from ..agent.conversation import Choice, Conversation, Message, ToolCall, tool
-from ..agent.json_schema import check
-from ..agent.images import MARKER, Picture
+from ..conversation import images
+from ..conversation.conversation import Choice, Conversation, Message, ToolCall, tool
+from ..conversation.json_schema import check
+from ..conversation.images import MARKER, Picture
 from ..errors import InvalidRequest
 from ..events import SamplingParams
 from ..presets import Keep, LoadOverride

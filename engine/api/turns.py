@@ -10,10 +10,10 @@ from typing import AsyncIterator, Callable
 
 from fastapi import Request
 
-from ..agent import images
-from ..agent.compose import compose
-from ..agent.conversation import Conversation, checked
-from ..agent.json_schema import MAX_GRAMMAR, MAX_NESTING, nesting
+from ..conversation import images
+from ..conversation.compose import compose
+from ..conversation.conversation import Conversation, checked
+from ..conversation.json_schema import MAX_GRAMMAR, MAX_NESTING, nesting
 from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
 from ..formats.stream import FormatStream, Reading
 from ..engine import Engine

@@ -30,7 +30,7 @@ PUBLISH_S = 0.1  # how often the worker refreshes the figures other threads read
 IDLE_SAVE_S = 1.0  # idle this long, the worker saves resident conversations to the cache
 # The worker parses grammars (llama.cpp's parser recurses once per nested group): a stack
 # of its own size on every system. macOS gives threads 512 KiB, on which a maxLength of
-# 1,200 overflowed; agent/json_schema.py bounds schemas for this size with a wide margin.
+# 1,200 overflowed; conversation/json_schema.py bounds schemas for this size with a wide margin.
 WORKER_STACK_BYTES = 16 << 20
 
 

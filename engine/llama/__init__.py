@@ -1,5 +1,5 @@
 """llama.cpp, through llama-cpp-python's low-level API and ctypes: the only room that
-loads it (contracts keep the planner, the agent and the routes off it).
+loads it (contracts keep the planner, the conversation and the routes off it).
 
   native.py    the native libraries: the best build for this CPU, found and loaded
   backend.py   the backend, started once, and its log (where loads are measured)

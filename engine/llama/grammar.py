@@ -1,6 +1,6 @@
 """JSON Schema -> GBNF with llama-cpp-python's converter (`llama_cpp.llama_grammar.
-SchemaConverter`, llama.cpp's json-schema-to-grammar), for schemas agent/json_schema.py
-checked first: this room loads llama.cpp, the agent room does not."""
+SchemaConverter`, llama.cpp's json-schema-to-grammar), for schemas conversation/json_schema.py
+checked first: this room loads llama.cpp, the conversation room does not."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 
 from llama_cpp.llama_grammar import SchemaConverter
 
-from ..agent.compose import Composed
-from ..agent.json_schema import MAX_GRAMMAR, MAX_NESTING, Branch, nesting
+from ..conversation.compose import Composed
+from ..conversation.json_schema import MAX_GRAMMAR, MAX_NESTING, Branch, nesting
 from ..errors import InvalidRequest
 
 # A JSON string's character: this converter's rule lets raw control characters (a

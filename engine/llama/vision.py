@@ -22,7 +22,7 @@ import llama_cpp as llama
 import numpy as np
 from llama_cpp import mtmd_cpp as mtmd
 
-from ..agent.images import DECODED_SIDE, Picture, decoded
+from ..conversation.images import DECODED_SIDE, Picture, decoded
 from ..errors import InvalidRequest, ModelLoadFailed
 from .backend import _log, measured_load
 from .runtime import DecodeFailed, LlamaModel, NoKVSlot

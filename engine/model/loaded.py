@@ -14,7 +14,7 @@ from ..llama.runtime import LlamaModel
 from ..machine.planner import Plan
 from ..presets import LoadOverride
 from ..speculation.drafters import ModelDrafter
-from ..agent.images import MARKER
+from ..conversation.images import MARKER
 from ..llama.vision import ImagePrompt, Projector
 from .adapters import AdapterBank
 from .prompt_cache import PromptCache

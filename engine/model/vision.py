@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..agent.images import DECODED_SIDE
+from ..conversation.images import DECODED_SIDE
 from ..catalog.facts import checked_projector
 from ..catalog.models import LocalModel
 from ..catalog.projectors import ProjectorFacts

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from support import ROOT
 from support.crafted import gguf_headers, one_bit_png
 from support.engines import api_client, start_engine
-from engine.agent.json_schema import MAX_REPEAT, Branch, check, nesting, quantifiers
+from engine.conversation.json_schema import MAX_REPEAT, Branch, check, nesting, quantifiers
 from engine.llama.grammar import grammar
 from engine.api.guard import host_allowed
 from engine.errors import InvalidRequest

@@ -6,9 +6,9 @@ import json
 import pytest
 
 from support.agent_templates import HERMES, LLAMA3, MISTRAL
-from engine.agent.compose import compose
-from engine.agent.conversation import Choice, Conversation, Message, ToolCall, checked, tool
-from engine.agent.json_schema import Branch, check
+from engine.conversation.compose import compose
+from engine.conversation.conversation import Choice, Conversation, Message, ToolCall, checked, tool
+from engine.conversation.json_schema import Branch, check
 from engine.catalog.chat_format import ChatFormat
 from engine.formats.families import detect
 from engine.errors import InvalidRequest

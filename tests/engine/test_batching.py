@@ -429,7 +429,7 @@ def test_a_grammar_past_its_time_budget_ends_its_request_alone(engine_for, tiny_
     per token grows with every token; past the answer's budget (1 s here, 30 s by
     default) that request ends with a 400 naming the grammar, and a request beside it in
     the same steps finishes."""
-    from engine.agent.json_schema import Branch
+    from engine.conversation.json_schema import Branch
     from engine.errors import GrammarTooSlow
     from engine.llama import sampler
     from engine.llama.grammar import grammar

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine.agent.images import read_image
+from engine.conversation.images import read_image
 from engine.catalog.projectors import read_projector
 from engine.llama.runtime import LlamaModel
 from engine.llama.vision import Projector

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from PIL import Image
 
-from engine.agent.images import (MAX_PICTURES, MAX_PIXELS, MAX_REQUEST_PIXELS, check_request,
+from engine.conversation.images import (MAX_PICTURES, MAX_PIXELS, MAX_REQUEST_PIXELS, check_request,
                                  decoded, from_base64, from_data_url, read_image)
 from engine.errors import InvalidRequest
 from support.crafted import one_bit_png
@@ -157,7 +157,7 @@ def web(tmp_path):
 
 
 def test_an_image_on_the_web_is_fetched_only_when_allowed(web):
-    from engine.agent.images import fetched, remote
+    from engine.conversation.images import fetched, remote
 
     folder, url = web
     (folder / "cat.png").write_bytes(encoded(Image.new("RGB", (12, 7)), "PNG"))
@@ -196,7 +196,7 @@ def test_a_name_is_checked_at_each_connection_and_the_address_checked_is_the_one
     loopback at the connection; the connection's own resolution is the one checked."""
     import socket
 
-    from engine.agent.images import fetched, remote
+    from engine.conversation.images import fetched, remote
 
     folder, url = web
     (folder / "cat.png").write_bytes(encoded(Image.new("RGB", (4, 4)), "PNG"))

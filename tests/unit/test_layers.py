@@ -24,7 +24,7 @@ VIOLATIONS = [
     ("the engine knows no Qt", "engine/metrics.py", "import PySide6"),
     ("the window's shell over its wings", "ui/chat/composer.py", "from ..models import model_bar"),
     ("the domain plans without llama.cpp", "engine/catalog/fingerprint.py", "import llama_cpp"),
-    ("machine and agent load no llama.cpp", "engine/agent/conversation.py",
+    ("machine and conversation load no llama.cpp", "engine/conversation/conversation.py",
      "from ..llama import grammar"),
     ("routes go through the Engine", "engine/api/admin/admin_routes.py",
      "from ...fleet import Fleet"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.agent.images import Picture
+from engine.conversation.images import Picture
 from engine.catalog.models import LocalModel
 from engine.events import GenerationRequest
 

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...agent.conversation import Choice, Conversation, Message, ToolCall, tool
+from ...conversation.conversation import Choice, Conversation, Message, ToolCall, tool
 from ...formats.parsed import CallArgs, CallStart, Reasoning, Text
 from ...engine import Engine
 from ...errors import HomerackError, InvalidRequest

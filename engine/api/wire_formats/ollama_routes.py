@@ -23,9 +23,9 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from ...agent import images
-from ...agent.conversation import Conversation, Message, ToolCall, tool
-from ...agent.images import MARKER
+from ...conversation import images
+from ...conversation.conversation import Conversation, Message, ToolCall, tool
+from ...conversation.images import MARKER
 from ...engine import Engine
 from ...errors import InvalidRequest, NotSupported
 from ...formats.parsed import CallArgs, CallStart, Reasoning, Text

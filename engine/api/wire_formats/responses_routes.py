@@ -16,8 +16,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...agent.conversation import Choice, Conversation, Message, ToolCall, tool
-from ...agent.json_schema import check
+from ...conversation.conversation import Choice, Conversation, Message, ToolCall, tool
+from ...conversation.json_schema import check
 from ...formats.parsed import CallArgs, CallStart, Reasoning, Text
 from ...engine import Engine
 from ...errors import HomerackError, InvalidRequest
