@@ -14,8 +14,10 @@ import json
 import re
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+from .attachments import Attachment, from_markdown
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -33,7 +35,20 @@ CREATE TABLE IF NOT EXISTS messages (
     status TEXT NOT NULL DEFAULT 'complete'  -- or 'interrupted', 'stopped'
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
+CREATE TABLE IF NOT EXISTS attachments (  -- a message's files and pictures, in their order
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    kind TEXT NOT NULL,  -- 'picture' (an image file) or 'file' (its text, UTF-8)
+    name TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    bytes BLOB NOT NULL,
+    truncated INTEGER NOT NULL DEFAULT 0,  -- a file's start only
+    PRIMARY KEY (message_id, position)
+);
 """
+# PRAGMA user_version: 1 once the messages' Markdown attachments (pictures as data URL
+# images, files fenced: how versions before it stored them) are moved to their rows.
+ROWS_VERSION = 1
 # Columns added after the first release, for databases created before them; the SQL
 # after a column fills it for the rows that were there.
 ADDED_COLUMNS = {
@@ -100,6 +115,7 @@ class SavedMessage:
     tools_json: str = "[]"  # the tool calls made for this answer, each a ToolRound's JSON
     sources_json: str = "[]"  # the documents' passages it was given (citations)
     variant: tuple[int, int] = (1, 1)  # its place among its siblings, and their number
+    attachments: tuple[Attachment, ...] = ()  # its files and pictures, before its text
 
     @property
     def tools(self) -> list[dict]:
@@ -124,6 +140,7 @@ class History:
         self._db.executescript(SCHEMA)
         self._add_columns()
         self._index_text()
+        self._attachments_as_rows()
         self.purge()
 
     def _add_columns(self) -> None:
@@ -141,6 +158,41 @@ class History:
         if exists.fetchone() is None:
             with self._db:
                 self._db.executescript(FULL_TEXT)
+
+    def _attachments_as_rows(self) -> None:
+        """Move a history's Markdown attachments to their rows, once, all or nothing."""
+        if self._db.execute("PRAGMA user_version").fetchone()[0] >= ROWS_VERSION:
+            return
+        with self._db:
+            rows = self._db.execute(
+                "SELECT id, content FROM messages WHERE role = 'user' AND (content LIKE "
+                "'%](data:image/%' OR content LIKE 'Attached file %')").fetchall()
+            for message_id, content in rows:
+                text, attachments = from_markdown(content)
+                if attachments:
+                    self._db.execute("UPDATE messages SET content = ? WHERE id = ?",
+                                     (text, message_id))
+                    self._add_attachments(message_id, attachments)
+            if rows:  # the search index holds the old texts
+                self._db.execute("INSERT INTO message_text(message_text) VALUES ('rebuild')")
+            self._db.execute(f"PRAGMA user_version = {ROWS_VERSION}")
+
+    def _add_attachments(self, message_id: int, attachments: tuple[Attachment, ...]) -> None:
+        self._db.executemany(
+            "INSERT INTO attachments (message_id, position, kind, name, sha256, bytes, "
+            "truncated) VALUES (?,?,?,?,?,?,?)",
+            [(message_id, i, a.kind, a.name, a.sha256, a.data, int(a.truncated))
+             for i, a in enumerate(attachments)])
+
+    def _attachments(self, message_ids: list[int]) -> dict[int, tuple[Attachment, ...]]:
+        found: dict[int, list[Attachment]] = {}
+        marks = ",".join("?" * len(message_ids))
+        for message_id, kind, name, data, truncated in self._db.execute(
+                f"SELECT message_id, kind, name, bytes, truncated FROM attachments WHERE "
+                f"message_id IN ({marks}) ORDER BY message_id, position", message_ids):
+            found.setdefault(message_id, []).append(
+                Attachment(kind, name, bytes(data), bool(truncated)))
+        return {key: tuple(value) for key, value in found.items()}
 
     # -- conversations ----------------------------------------------------------
 
@@ -222,14 +274,17 @@ class History:
             branch.append(SavedMessage(*rows[at],
                                        variant=(family.index(at) + 1, len(family))))
             at = rows[at][PARENT]
-        return branch[::-1]
+        attached = self._attachments([m.id for m in branch])
+        return [replace(m, attachments=attached[m.id]) if m.id in attached else m
+                for m in branch[::-1]]
 
     def add_message(self, conversation_id: int, role: str, content: str,
                     status: str = "complete", model: str | None = None,
                     detail: str = "", stats: str = "", reasoning: str = "",
                     thought_s: float | None = None, tools: list[dict] = (),
-                    sources: list[dict] = ()) -> SavedMessage:
-        """A message after the tip, which becomes the new tip."""
+                    sources: list[dict] = (),
+                    attachments: tuple[Attachment, ...] = ()) -> SavedMessage:
+        """A message after the tip, which becomes the new tip; its attachments beside it."""
         parent = self._tip(conversation_id)
         tools_json = json.dumps(list(tools), ensure_ascii=False)
         sources_json = json.dumps(list(sources), ensure_ascii=False)
@@ -240,9 +295,11 @@ class History:
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (conversation_id, role, content, status, model, detail, stats, parent,
                  reasoning, thought_s, tools_json, sources_json))
+            self._add_attachments(cursor.lastrowid, tuple(attachments))
             self._set_tip(conversation_id, cursor.lastrowid)
         return SavedMessage(cursor.lastrowid, role, content, status, model, detail, stats,
-                            parent, reasoning, thought_s, tools_json, sources_json)
+                            parent, reasoning, thought_s, tools_json, sources_json,
+                            attachments=tuple(attachments))
 
     def rewind(self, conversation_id: int, message_id: int) -> None:
         """Make the tip the message before `message_id`: what is added next becomes its

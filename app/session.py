@@ -43,9 +43,9 @@ class Sessions:
         for m in self.history.messages(conversation.id):
             if m.role == "assistant":
                 messages += history_messages(m.tools)  # what its tools answered
-            if m.content:
-                messages.append({"role": m.role, "content": content_parts(m.content)
-                                 if m.role == "user" else m.content})
+            if m.content or m.attachments:
+                messages.append({"role": m.role, "content": content_parts(m.content,
+                                                                          m.attachments)})
         return messages
 
     def start(self, conversation_id: int) -> PendingReply:

@@ -4,16 +4,19 @@ alternatives a conversation keeps are the user's drafts."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import sqlite3
 from pathlib import Path
 
 import jsonschema
 
+from .attachments import FILE, PICTURE, Attachment, from_markdown
 from .history import History, SavedConversation
 
 FORMAT = "homerack-conversations"
-VERSION = 1
+VERSION = 2  # 2: attachments apart from the text (1: in it, as Markdown; still imported)
 ROLES = {"user": "You", "assistant": "Assistant", "system": "System"}
 
 
@@ -29,8 +32,16 @@ def as_data(history: History, conversation: SavedConversation) -> dict:
                           "model": m.model, "detail": m.detail,
                           **({"reasoning": m.reasoning} if m.reasoning else {}),
                           **({"tools": m.tools} if m.tools else {}),
-                          **({"sources": m.sources} if m.sources else {})}
+                          **({"sources": m.sources} if m.sources else {}),
+                          **({"attachments": [_exported(a) for a in m.attachments]}
+                             if m.attachments else {})}
                          for m in history.messages(conversation.id)]}
+
+
+def _exported(attachment: Attachment) -> dict:
+    return {"kind": attachment.kind, "name": attachment.name,
+            "data": base64.b64encode(attachment.data).decode(),
+            **({"truncated": True} if attachment.truncated else {})}
 
 
 def to_json(history: History, conversations: list[SavedConversation]) -> str:
@@ -57,6 +68,7 @@ def to_markdown(history: History, conversations: list[SavedConversation]) -> str
                           f"({call.get('status')})</summary>", "", "~~~~json",
                           json.dumps(call.get("arguments"), ensure_ascii=False), "~~~~", "",
                           "~~~~", str(call.get("result", "")), "~~~~", "", "</details>", ""]
+            lines += [item for a in message.attachments for item in (a.as_markdown(), "")]
             lines += [message.content.strip(), ""]
         parts.append("\n".join(lines))
     return "\n---\n\n".join(parts)
@@ -80,6 +92,9 @@ _ROUND = {"type": "object", "required": ["call_id", "server", "tool", "arguments
                          "tool": {"type": "string"}, "arguments": {"type": "object"},
                          "result": {"type": "string"},
                          "status": {"enum": ["ran", "denied", "failed"]}}}
+_ATTACHMENT = {"type": "object", "required": ["kind", "name", "data"],
+               "properties": {"kind": {"enum": [PICTURE, FILE]}, "name": {"type": "string"},
+                              "data": {"type": "string"}, "truncated": {"type": "boolean"}}}
 IMPORT_SCHEMA = {"type": "object", "required": ["format", "conversations"], "properties": {
     "format": {"const": FORMAT},
     "conversations": {"type": "array", "items": {
@@ -91,7 +106,9 @@ IMPORT_SCHEMA = {"type": "object", "required": ["format", "conversations"], "pro
                 "properties": {"role": {"type": "string"}, "content": {"type": "string"},
                                "status": _TEXT, "model": _TEXT, "detail": _TEXT,
                                "reasoning": _TEXT,
-                               "tools": {"type": "array", "maxItems": 64, "items": _ROUND}}}}}}}}}
+                               "tools": {"type": "array", "maxItems": 64, "items": _ROUND},
+                               "attachments": {"type": "array", "maxItems": 16,
+                                               "items": _ATTACHMENT}}}}}}}}}
 
 
 def import_file(history: History, path: Path) -> list[SavedConversation]:
@@ -122,26 +139,62 @@ def import_json(history: History, text: str) -> list[SavedConversation]:
                            f"{exc.message})") from None
     except RecursionError:
         raise ImportError_("the file is nested too deep to be an export") from None
+    try:
+        attached = [[_imported(message, (i, j)) for j, message in enumerate(item["messages"])]
+                    for i, item in enumerate(data["conversations"])]
+    except ValueError as exc:
+        raise ImportError_(str(exc)) from None
     created: list[int] = []
     try:
-        for item in data["conversations"]:
+        for item, attachments in zip(data["conversations"], attached):
             conversation = history.create(item.get("title") or "Imported chat",
                                           item.get("system_prompt") or "", item.get("model"))
             created.append(conversation.id)
-            _fill(history, conversation, item)
+            _fill(history, conversation, item, attachments)
     except (OSError, sqlite3.Error) as exc:
         history.remove(created)
         raise ImportError_(f"the history could not take them ({exc})") from None
     return [history.get(i) for i in created]
 
 
-def _fill(history: History, conversation: SavedConversation, item: dict) -> None:
-    for message in item["messages"]:
+def _imported(message: dict, where: tuple[int, int]) -> tuple[str, tuple[Attachment, ...]]:
+    """A message's text and attachments as an export carries them (a version 1 export:
+    in its text), every picture's header read as the engine reads one; a ValueError
+    naming the message for one that is not."""
+    from engine.conversation import images
+    from engine.errors import InvalidRequest
+
+    text, attachments = message["content"], ()
+    if message["role"] == "user":
+        text, attachments = from_markdown(text)
+    at = f"conversations/{where[0]}/messages/{where[1]}/attachments"
+    for i, item in enumerate(message.get("attachments") or ()):
+        try:
+            data = base64.b64decode(item["data"], validate=True)
+        except binascii.Error:
+            raise ValueError(f"the file is not a Homerack conversation export (at {at}/{i}: "
+                             "its data is not base64)") from None
+        if item["kind"] == FILE:
+            data = data.decode(errors="replace").encode()
+        attachments += (Attachment(item["kind"], item["name"], data,
+                                   bool(item.get("truncated"))),)
+    for i, attachment in enumerate(attachments):
+        try:
+            if attachment.image:
+                images.read_image(attachment.data, f"{at}/{i}")
+        except InvalidRequest as exc:
+            raise ValueError(f"a picture in the file cannot be shown ({exc.message})") from None
+    return text, attachments
+
+
+def _fill(history: History, conversation: SavedConversation, item: dict,
+          attached: list[tuple[str, tuple[Attachment, ...]]]) -> None:
+    for message, (text, attachments) in zip(item["messages"], attached):
         if message["role"] not in ROLES:
             continue  # a message the app cannot show
-        history.add_message(conversation.id, message["role"], message["content"],
+        history.add_message(conversation.id, message["role"], text,
                             message.get("status") or "complete", message.get("model"),
                             message.get("detail") or "",
                             reasoning=message.get("reasoning") or "",
-                            tools=message.get("tools") or [])
+                            tools=message.get("tools") or [], attachments=attachments)
     history.update(conversation.id, adapters=_adapters(item.get("adapters")))

@@ -2,7 +2,7 @@
 markdown-it-py), code highlighted by pygments with a copy link, and each message's
 actions as links the view handles (copy, edit, regenerate, ‹ 2/3 ›). Raw HTML in a
 message is shown as text, never rendered, and an image is only its alt text and a link,
-unless it is inline (a data URL: a picture the user attached, shown as a thumbnail):
+unless it is a picture the user attached (a row beside the message, shown as a thumbnail):
 model output, imported conversations and Hub cards are untrusted (ui/safe_text.py)."""
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class Shown:
     thinking: bool = False  # still thinking: the section is open, live
     tools: tuple = ()  # its tool calls (app/tool_rounds.py's ToolRound JSON), collapsed
     sources: tuple = ()  # the documents' passages it was given: listed, each a link
+    attached: str = ""  # its attachments as Markdown (files fenced, pictures inline), above
 
 
 @dataclass
@@ -60,8 +61,12 @@ def render(messages: list[Shown], colors: Colors, opened: frozenset[str] = froze
     for message in messages:
         out.texts[message.key] = message.content
         out.stats[message.key] = message.stats
-        body, codes = _body(message.content, colors, len(out.codes))
-        out.codes += codes
+        body = ""
+        for text, pictures in ((message.attached, True), (message.content, False)):
+            if text or not pictures:
+                html_, codes = _body(text, colors, len(out.codes), pictures)
+                body += html_
+                out.codes += codes
         if message.reasoning:
             body = _thinking(message, message.thinking or message.key in opened,
                              colors) + body
@@ -175,13 +180,15 @@ def _duration(seconds: float) -> str:
     return f"{int(seconds // 60)} min {round(seconds % 60)} s"
 
 
-def _body(text: str, colors: Colors, first_code: int) -> tuple[str, list[str]]:
+def _body(text: str, colors: Colors, first_code: int,
+          pictures: bool = False) -> tuple[str, list[str]]:
+    """`pictures`: the text is a message's attachments, whose inline images are shown."""
     if not text:
         return f'<p style="color:{colors.muted}">…</p>', []
     codes: list[str] = []
     parser = _parser()
     tokens = parser.parse(text)
-    env = {"codes": codes, "first": first_code, "colors": colors}
+    env = {"codes": codes, "first": first_code, "colors": colors, "pictures": pictures}
     markup = parser.renderer.render(tokens, parser.options, env)
     markup = markup.replace("<table>", f'<table border="1" cellspacing="0" cellpadding="5" '
                                        f'style="border-color:{colors.border}">')
@@ -203,14 +210,15 @@ _INLINE = re.compile(r"data:image/(png|jpeg|webp|gif|bmp);base64,[A-Za-z0-9+/=]+
 
 
 def _image(renderer, tokens, index, options, env) -> str:
-    """An <img> only for an inline image (Qt decodes it, within its allocation limit);
-    any other source Qt would read, a local path included, on the UI thread: its alt text
-    instead, a link where it points at the web."""
+    """An <img> only for an attached picture (inline: Qt decodes it, within its allocation
+    limit); any other source Qt would read, a local path included, on the UI thread, and
+    any image in a message's own text: its alt text instead, a link where it points at
+    the web."""
     token = tokens[index]
     alt = html.escape(renderer.renderInlineAsText(token.children or [], options, env)
                       or "image")
     src = token.attrGet("src") or ""
-    if _INLINE.fullmatch(src):
+    if env["pictures"] and _INLINE.fullmatch(src):
         return f'<img src="{src}" width="{THUMBNAIL}" alt="{alt}"><br>'
     if src.startswith(("http://", "https://")):
         return f'[image: <a href="{html.escape(src)}">{alt}</a>]'

@@ -55,6 +55,8 @@ class Picture:
     url: str = ""    # an http(s) image not fetched yet (fetched() brings it, when allowed)
     where: str = ""  # its part in the request, for errors
     data: bytes = b""  # the image file, until it is decoded
+    format: str = ""  # as its header says (one of FORMATS)
+    upright: bool = True  # no EXIF orientation to apply: shown as stored, it stands
 
     def __repr__(self) -> str:  # never the pixels in a log
         return f"Picture({self.digest[:12]}, {self.width}x{self.height})"
@@ -89,9 +91,12 @@ def read_image(data: bytes, where: str) -> Picture:
                              f"{MAX_BYTES // 2**20} MiB", param=where)
     with _opened(data, where) as image:
         width, height = image.size
-        if image.getexif().get(_ORIENTATION, 1) in (5, 6, 7, 8):  # turned a quarter
+        orientation = image.getexif().get(_ORIENTATION, 1)
+        if orientation in (5, 6, 7, 8):  # turned a quarter
             width, height = height, width
-    return Picture(hashlib.sha256(data).hexdigest(), width, height, where=where, data=data)
+        kind = image.format
+    return Picture(hashlib.sha256(data).hexdigest(), width, height, where=where, data=data,
+                   format=kind, upright=orientation in (1, None))
 
 
 def decoded(picture: Picture, longest: int = DECODED_SIDE) -> Picture:

@@ -1,4 +1,4 @@
-"""Pictures in the window: attached from a file or pasted, kept in the message (a
+"""Pictures in the window: attached from a file or pasted, kept beside the message (a
 thumbnail in the conversation), sent to a model that sees as image parts, and answered."""
 
 from __future__ import annotations
@@ -43,7 +43,10 @@ def test_a_picture_is_attached_shown_and_answered(qtbot, seeing_home, open_windo
     qtbot.waitUntil(lambda: window.chat.current_reply() is None, timeout=180_000)
     assert errors == []
     messages = window.history.messages(window.state.now.conversation.id)
-    assert messages[0].content.count("](data:image/jpeg;base64,") == 2
+    assert messages[0].content == "What is in these pictures?"
+    assert [(a.kind, a.name) for a in messages[0].attachments] == [
+        ("picture", "photo.png"), ("picture", "pasted picture")]
+    assert messages[0].attachments[0].data == photo.read_bytes()  # kept as its file
     assert messages[-1].role == "assistant" and messages[-1].status == "complete"
     assert window.chat.view.toHtml().count("<img") >= 2  # the thumbnails
 

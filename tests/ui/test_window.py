@@ -160,9 +160,16 @@ def test_attachments_join_the_message_and_a_long_one_offers_its_start(qtbot, ope
     window.settings.max_tokens.setValue(8)
     window.chat.send("What is on the list?")
     wait_reply(qtbot, window)
-    question = window.history.messages(window.state.now.conversation.id)[0].content
-    assert question.startswith("Attached file notes.md:\n```\n# Shopping")
-    assert question.endswith("What is on the list?") and window.chat.attachments == []
+    question = window.history.messages(window.state.now.conversation.id)[0]
+    assert question.content == "What is on the list?" and window.chat.attachments == []
+    (notes_row,) = question.attachments
+    assert notes_row.as_context().startswith("Attached file notes.md:\n```\n# Shopping")
+    sent = window.chat.sessions.request(window.state.now.conversation)[1]["content"]
+    assert sent.startswith("Attached file notes.md:\n```\n# Shopping")
+    assert sent.endswith("```\n\nWhat is on the list?")
+    assert "# Shopping" in window.chat.view.toPlainText()  # shown above the question
+    window.chat.edit(question.id)  # the question back in the box, its file attached again
+    assert window.chat.attachments == [notes_row]
 
 
 def test_zoom_is_kept_for_the_next_start(qtbot, open_window):

@@ -146,7 +146,8 @@ class ChatPage(QWidget):
         shown = [Shown(str(m.id), m.role, m.content, m.status,
                        " · ".join(p for p in (m.model, m.detail) if p), m.stats, m.variant,
                        m.id == last_answer, m.reasoning, m.thought_s, tools=tuple(m.tools),
-                       sources=tuple(m.sources))
+                       sources=tuple(m.sources),
+                       attached="\n\n".join(a.as_markdown() for a in m.attachments))
                  for m in saved]
         reply = self.current_reply()
         if reply:
@@ -174,9 +175,9 @@ class ChatPage(QWidget):
         if not text or self.engine.client is None or self.current_reply():
             return
         conversation = self.conversation or self.new_conversation()
-        content = "\n\n".join([a.as_context() for a in self.attachments] + [text])
         try:
-            self.history.add_message(conversation.id, "user", content)
+            self.history.add_message(conversation.id, "user", text,
+                                     attachments=tuple(self.attachments))
             if conversation.title == "New chat":
                 self.history.update(conversation.id, title=text.splitlines()[0][:48])
         except (OSError, sqlite3.Error) as exc:  # a full disk: the question stays typed
@@ -303,8 +304,8 @@ class ChatPage(QWidget):
             self.generate(fresh=True)  # a new answer, not the cached one
 
     def edit(self, message_id: int | None = None) -> None:
-        """Put a question (the last one by default) back into the composer; what is sent
-        next goes beside it, the old branch kept."""
+        """Put a question (the last one by default) back into the composer, its
+        attachments attached again; what is sent next goes beside it, the old branch kept."""
         if not self.conversation or self.current_reply():
             return
         users = [m for m in self.history.messages(self.conversation.id) if m.role == "user"]
@@ -312,6 +313,7 @@ class ChatPage(QWidget):
         if chosen:
             self.history.rewind(self.conversation.id, chosen.id)
             self.composer.setPlainText(chosen.content)
+            self._set_attachments(list(chosen.attachments))  # sent again with it
             self.composer.setFocus()
             self.refresh()
 
@@ -369,7 +371,8 @@ class ChatPage(QWidget):
         self.attachments = attachments
         self.bar.show_attached(" · ".join(
             f"{a.name} (picture)" if a.image else
-            f"{a.name} ({a.tokens:,} tokens{', its start' if a.truncated else ''})"
+            f"{a.name} ({a.tokens:,} tokens{', its start' if a.truncated else ''})" if a.tokens
+            else f"{a.name}{' (its start)' if a.truncated else ''}"
             for a in attachments))
 
 

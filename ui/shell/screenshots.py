@@ -65,7 +65,7 @@ PICTURE_ANSWER = """A sunset over hills: an orange sun low in a sky that fades f
 yellow to violet, above two green slopes."""
 
 
-def _picture() -> str:
+def _picture():
     """A drawn sunset, attached as the app attaches a picture."""
     import io
 
@@ -81,7 +81,7 @@ def _picture() -> str:
     draw.polygon([(0, 400), (0, 300), (250, 240), (640, 330), (640, 400)], fill=(60, 130, 70))
     out = io.BytesIO()
     image.save(out, "PNG")
-    return read_image("sunset.png", out.getvalue()).as_context()
+    return read_image("sunset.png", out.getvalue())
 
 
 def main(out: str) -> int:
@@ -145,7 +145,8 @@ def _shoot_all(out: str) -> int:
     window.chat.view.anchorClicked.emit(QUrl(f"think:{answer.id}"))
     shoot("7-thinking-open")
     seeing = window.new_conversation()
-    history.add_message(seeing.id, "user", f"{_picture()}\n\nWhat is in this picture?")
+    history.add_message(seeing.id, "user", "What is in this picture?",
+                        attachments=(_picture(),))
     history.add_message(seeing.id, "assistant", PICTURE_ANSWER, model="(sample answer)")
     window.open_conversation(seeing.id)
     shoot("8-picture")
