@@ -333,9 +333,15 @@ def test_memory_plan_shows_bars_and_loads_with_the_users_context(qtbot, open_win
     assert window.state.now.health["model"] == STARTER  # the default model
 
 
-def test_model_wizard_searches_judges_downloads_and_selects(qtbot, open_window, hub):
+def test_model_wizard_searches_judges_downloads_and_selects(qtbot, gui_home, open_window, hub):
     from support.models import SMOL
 
+    models = gui_home / "data" / "models"  # its own folder: the download is this test's
+    shared = models.resolve()
+    models.unlink()
+    models.mkdir()
+    for path in shared.iterdir():
+        (models / path.name).symlink_to(path)
     window = open_window()
     qtbot.mouseClick(window.bar.get, Qt.LeftButton)
     wizard = window.control.wizard
