@@ -3,6 +3,7 @@
   lane.py         a loaded model, its bounded inbox and the worker thread that owns it
   fairness.py     the requests waiting for a slot, in fair turns between the people asking
   scheduler.py    admit requests into slots and step them all in one batch
+  residency.py    which conversation holds which sequence and its cells; who stays, who is saved
   slot.py         one sequence of the shared KV memory and the request it serves
   kv_pool.py      the KV cells accounted for, as llama.cpp's unified cache holds them
   budget.py       where an answer's reasoning is, token by token (reasoning budgets)

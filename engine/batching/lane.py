@@ -154,7 +154,7 @@ class Lane:
                           if self._why else CANCELLED)
             slot.end()
         if self.host.loaded:
-            self.scheduler.save_all()
+            self.scheduler.residency.save_all()
         self.host.close()
 
     def _ended(self) -> bool:
@@ -203,7 +203,7 @@ class Lane:
             job = self._queue.get(timeout=IDLE_SAVE_S)
         except queue.Empty:
             if self.host.loaded:
-                self._guarded(self.scheduler.save_one)
+                self._guarded(self.scheduler.residency.save_one)
             return
         if job is None:
             self._stopping = True
@@ -221,7 +221,7 @@ class Lane:
                 if self.scheduler.active:
                     return False  # the swap waits for the running requests
                 if self.host.loaded:
-                    self.scheduler.save_all()
+                    self.scheduler.residency.save_all()
                 for lane in self._after:
                     lane.join()
                 self.host.ensure_loaded(model)

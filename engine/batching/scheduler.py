@@ -4,11 +4,13 @@ prompts, capped so that running streams do not stall; each sequence samples at i
 batch index.
 
 A request joins at the next step and leaves when it ends. All sequences draw on one pool
-of KV cells (kv_pool.py): a finished conversation stays resident as an idle sequence
-until its cells or its sequence id are needed, and is saved to the prompt cache's RAM and
-disk tiers only then. A new request starts from the sequence that shares the longest
-prefix with its prompt: it continues an idle conversation in place, or shares a prefix's
-cells with another sequence (llama_memory_seq_cp).
+of KV cells (kv_pool.py); which conversation holds which sequence and its cells, who stays
+resident and who is saved to the prompt cache, is residency.py's to decide: a new request
+starts from the sequence sharing the longest prefix with its prompt.
+
+A step is planned (`plan_batch`, pure: which tokens and prompt chunks, in which calls),
+run (`_evaluate`: the llama.cpp calls) and its picks applied (`_sample`, `_advance`: each
+sequence's token, its end, a sequence that outgrew the memory).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from dataclasses import replace
 
 from ..errors import GrammarTooSlow, MemoryFull, NonFiniteLogits
 from ..events import CANCELLED, Failed, Job, Started, Usage
-from .kv_pool import CellLedger
 from ..llama.runtime import Chunk, DecodeFailed, NoKVSlot, common_prefix
 from ..llama.sampler import Sampler
 from ..machine.planner import lanes
@@ -26,6 +27,7 @@ from ..model.host import ModelHost
 from ..model.loaded import Prompt
 from ..settings import EngineSettings
 from .budget import ReasoningBudget
+from .residency import Residency
 from .slot import Output, Slot
 from .throughput import Throughput
 from ..speculation.verify import speculative_step
@@ -134,9 +136,8 @@ class Scheduler:
 
     def __init__(self, host: ModelHost, settings: EngineSettings):
         self.host, self.settings = host, settings
-        self.slots: dict[int, Slot] = {}  # seq id -> slot, active or resident
-        self.ledger = CellLedger(0)
         self.figures = Throughput()
+        self.residency = Residency(host, settings, self.figures)  # who holds which cells
         self._last_set: tuple = ()  # the adapter set the last step advanced
         self._run = 0  # steps in a row it advanced
         self._decode_s = 0.0  # this step's time in llama_decode so far
@@ -146,9 +147,8 @@ class Scheduler:
 
     def attach(self) -> None:
         """A model was loaded: its memory is empty, and its context sets the lanes."""
-        self.slots.clear()
         n_ctx = self.host.loaded.llama.n_ctx
-        self.ledger = CellLedger(n_ctx)
+        self.residency.attach(n_ctx)
         self.lanes, self.lanes_why = lanes(n_ctx, self.settings.parallel)
 
     @property
@@ -158,7 +158,7 @@ class Scheduler:
 
     @property
     def active(self) -> list[Slot]:
-        return [s for s in self.slots.values() if s.active]
+        return self.residency.active
 
     def has_room(self) -> bool:
         return len(self.active) < self.lanes
@@ -185,7 +185,8 @@ class Scheduler:
         loaded, request = self.host.loaded, job.request
         prompt, notes = held.tokens, held.notes
         max_tokens, clamped = loaded.budget(request, len(prompt))
-        busy = [s for s in self.slots.values() if s.active]  # what they use stays loaded
+        kv = self.residency
+        busy = kv.active  # what they use stays loaded
         budget = reasoning_budget(request, loaded)
         # a forced ending, or images (their spans are no tokens a drafter could read): no drafts
         spec = None if budget and budget.limit or held.images else self.host.speculation(
@@ -193,23 +194,23 @@ class Scheduler:
         # a file llama.cpp refuses fails this job alone
         for stale in loaded.adapters.ready(request.adapters,
                                            busy={path for s in busy for path, _ in s.adapters}):
-            self._drop_resident(lambda slot: any(path == stale for path, _ in slot.adapters))
-        source, keep = self._best_source(prompt, request.adapter_set) \
+            kv.drop_resident(lambda slot: any(path == stale for path, _ in slot.adapters))
+        source, keep = kv.best_source(prompt, request.adapter_set) \
             if request.cache_prompt else (None, 0)
         waiting = sum(len(s.pending()) for s in self.active)  # prompts admitted, not yet held
-        if not self._make_room(len(prompt) - keep + 1 + waiting, spare=source):
+        if not kv.make_room(len(prompt) - keep + 1 + waiting, spare=source):
             if self.active:
                 return False
             keep, source = 0, None  # only residents hold cells: start afresh
-            self._make_room(len(prompt) + 1, spare=None)
+            kv.make_room(len(prompt) + 1, spare=None)
         # made before a slot is taken: a grammar llama.cpp rejects fails the request alone
         sampler = Sampler(request.sampling, loaded.llama.n_vocab, request.grammar,
                           loaded.llama.vocab)
-        slot = self._slot_for(source, keep)
+        slot = kv.slot_for(source, keep)
         slot.adapters = request.adapter_set
         if request.cache_prompt:
-            self._restore_longer(slot, prompt)
-        self._trim(slot, common_prefix(slot.tokens, prompt[:-1]))
+            kv.restore_longer(slot, prompt)
+        kv.trim(slot, common_prefix(slot.tokens, prompt[:-1]))
         slot.begin(job, held, sampler, spec, Output(
             job, loaded.llama, loaded.chat_format.turn_ends, loaded.turn_end_tokens, max_tokens,
             loaded.marker_tokens if request.messages is not None else frozenset(), budget))
@@ -221,111 +222,6 @@ class Scheduler:
                                adapters=tuple(u.as_dict() for u in request.adapters))
         self.figures.totals["requests"] += 1
         return True
-
-    def _best_source(self, prompt: list[int], adapters: tuple) -> tuple[Slot | None, int]:
-        """The sequence sharing the longest prefix with the prompt, its cells computed
-        under the same adapters (the last prompt token is always evaluated: sampling
-        needs its logits)."""
-        best, keep = None, 0
-        for slot in self.slots.values():
-            if slot.adapters != adapters:
-                continue
-            n = min(common_prefix(slot.tokens, prompt), len(prompt) - 1)
-            if n > keep:
-                best, keep = slot, n
-        return best, keep
-
-    def _slot_for(self, source: Slot | None, keep: int) -> Slot:
-        """An idle conversation the prompt continues is taken over in place; otherwise
-        a free sequence, holding the source's prefix in shared cells."""
-        if source is not None and not source.active and _continues(source, keep):
-            return source
-        slot = self._free_slot(spare=source)
-        if slot is None:  # no other sequence id: the source must serve
-            self._trim(source, keep)
-            return source
-        if source is not None and keep:
-            self.host.loaded.llama.copy_prefix(source.seq_id, slot.seq_id, keep)
-            self.ledger.share(source.seq_id, slot.seq_id, keep)
-            slot.tokens = source.tokens[:keep]
-        return slot
-
-    def _free_slot(self, spare: Slot | None) -> Slot | None:
-        ids = set(range(self.settings.sequences - 1)) - set(self.slots)
-        if not ids:
-            idle = self._idle(spare)
-            if not idle:
-                return None
-            ids = {self._evict(idle[0])}
-        slot = Slot(min(ids))
-        self.slots[slot.seq_id] = slot
-        return slot
-
-    def _restore_longer(self, slot: Slot, prompt: list[int]) -> None:
-        """A longer prefix from the prompt cache's tiers, restored into the slot."""
-        loaded = self.host.loaded
-        cache, llama = loaded.cache, loaded.llama
-        hit = cache.best(prompt, loaded.adapters.salt(slot.adapters)) if cache else None
-        if hit is None or hit.length <= common_prefix(slot.tokens, prompt):
-            return
-        state = cache.fetch(hit)
-        if state is not None and self._make_room(len(hit.entry.tokens), spare=slot):
-            # llama.cpp empties the sequence first, and the state takes cells of its own
-            # (none shared with the prefix the slot may have held): the ledger follows
-            restored = llama.restore(slot.seq_id, state)
-            self.ledger.drop(slot.seq_id)
-            slot.tokens = list(hit.entry.tokens) if restored else []
-            slot.saved = restored
-        self.ledger.hold(slot.seq_id, len(slot.tokens))
-
-    def _trim(self, slot: Slot, keep: int) -> None:
-        llama = self.host.loaded.llama
-        if keep < len(slot.tokens):
-            if not llama.forget(slot.seq_id, keep):
-                llama.forget(slot.seq_id, 0)
-                keep = 0
-            del slot.tokens[keep:]
-            slot.saved = False
-        self.ledger.hold(slot.seq_id, len(slot.tokens))
-
-    # -- memory -----------------------------------------------------------------------
-
-    def _idle(self, spare: Slot | None = None) -> list[Slot]:
-        """Resident conversations, least recently used first."""
-        return sorted((s for s in self.slots.values() if not s.active and s is not spare),
-                      key=lambda s: s.used)
-
-    def _make_room(self, cells: int, spare: Slot | None) -> bool:
-        """Evict resident conversations until `cells` are free; False if they cannot be."""
-        for slot in self._idle(spare):
-            if self.ledger.free >= cells:
-                break
-            self._evict(slot)
-        return self.ledger.free >= cells
-
-    def _evict(self, slot: Slot) -> int:
-        """Drop a resident conversation, saving it to the prompt cache first."""
-        self.save(slot)
-        self.host.loaded.llama.forget(slot.seq_id, 0)
-        self.ledger.drop(slot.seq_id)
-        del self.slots[slot.seq_id]
-        self.figures.totals["evictions"] += 1
-        return slot.seq_id
-
-    def save(self, slot: Slot) -> None:
-        loaded = self.host.loaded
-        if loaded.cache and not slot.saved and slot.tokens:
-            loaded.cache.save(slot.tokens, loaded.llama.snapshot(slot.seq_id),
-                              loaded.adapters.salt(slot.adapters))
-            slot.saved = True
-
-    def save_one(self) -> bool:
-        """Save one resident conversation the cache lacks (when the engine is idle)."""
-        for slot in self._idle():
-            if not slot.saved and self.host.loaded.cache:
-                self.save(slot)
-                return True
-        return False
 
     # -- the step ---------------------------------------------------------------------
 
@@ -356,7 +252,8 @@ class Scheduler:
         memory could not hold it (then the sequences that outgrew it have ended)."""
         calls = plan_batch(active, self.host.loaded.llama.settings.n_batch,
                            invariant=self.settings.batch_invariant)
-        if not self._make_room(sum(len(c.tokens) for call in calls for c in call), spare=None):
+        if not self.residency.make_room(sum(len(c.tokens) for call in calls for c in call),
+                                        spare=None):
             self._outgrown(active)
             return False
         for call in calls:
@@ -378,9 +275,8 @@ class Scheduler:
         self._decode_s += time.perf_counter() - started  # the step's share in llama_decode
         picks = []
         for chunk, end in zip(call, ends):
-            slot = self.slots[chunk.seq_id]
-            slot.tokens.extend(chunk.tokens)
-            self.ledger.hold(slot.seq_id, len(slot.tokens))
+            slot = self.residency.slots[chunk.seq_id]
+            self.residency.extend(slot, chunk.tokens)
             slot.peers = max(slot.peers, len(call))
             if not slot.decoding:
                 self.figures.count(prompt=len(chunk.tokens))
@@ -391,7 +287,7 @@ class Scheduler:
 
     def _evaluate_image(self, chunk: Chunk) -> None:
         """An image into its sequence: its embeddings kept or encoded now, then decoded."""
-        loaded, slot = self.host.loaded, self.slots[chunk.seq_id]
+        loaded, slot = self.host.loaded, self.residency.slots[chunk.seq_id]
         vision = loaded.vision
         started, encoded = time.perf_counter(), vision.images.encoded
         embeddings = vision.images.embeddings(vision.projector, chunk.image)
@@ -402,8 +298,7 @@ class Scheduler:
         if end != chunk.start + len(chunk.tokens):
             raise DecodeFailed(f"an image took {end - chunk.start} positions, not "
                                f"{len(chunk.tokens)}")
-        slot.tokens.extend(chunk.tokens)
-        self.ledger.hold(slot.seq_id, len(slot.tokens))
+        self.residency.extend(slot, chunk.tokens)
         self.figures.count(prompt=len(chunk.tokens))
 
     def _sample(self, picks: list[tuple[Slot, int]]) -> None:
@@ -439,13 +334,13 @@ class Scheduler:
         """A lone decoding sequence with a drafter: one speculative round."""
         llama, output = self.host.loaded.llama, slot.output
         room = min(output.max_tokens - output.produced, llama.n_ctx - len(slot.tokens))
-        if not self._make_room(min(slot.spec.controller.k, room) + 1, spare=None):
+        if not self.residency.make_room(min(slot.spec.controller.k, room) + 1, spare=None):
             self._outgrown([slot])
             return
         try:
             tokens = speculative_step(llama, slot.tokens, slot.last, slot.spec, slot.sampler,
                                       slot.seq_id, room) if room >= 2 else []
-            self.ledger.hold(slot.seq_id, len(slot.tokens))
+            self.residency.follow(slot)
             if not tokens:  # the next token needs a plain step
                 self._evaluate([Chunk(slot.seq_id, len(slot.tokens), (slot.last,), True)])
                 return
@@ -466,9 +361,10 @@ class Scheduler:
     def _outgrown(self, active: list[Slot]) -> None:
         """The pool is full and no resident can make room: the sequence holding the most
         cells fails, so the others go on."""
-        victim = max(active, key=lambda s: self.ledger.held(s.seq_id))
+        ledger = self.residency.ledger
+        victim = max(active, key=lambda s: ledger.held(s.seq_id))
         self.figures.totals["memory_full"] += 1
-        used, total = self.ledger.held(victim.seq_id), self.ledger.total
+        used, total = ledger.held(victim.seq_id), ledger.total
         self._fail(victim, MemoryFull(
             f"the KV memory is full: this request held {used} of the {total} cells that "
             f"{len(active)} concurrent requests share; retry when fewer are running, or "
@@ -480,7 +376,7 @@ class Scheduler:
         for slot in self.active:
             if slot.job.cancelled.is_set() and slot.output.produced == 0:
                 slot.job.emit(CANCELLED)
-                self._release(slot)
+                self.residency.release(slot)
 
     def _finish(self, slot: Slot) -> None:
         output = slot.output
@@ -491,27 +387,11 @@ class Scheduler:
         self.figures.request_took(time.perf_counter() - slot.admitted)
         self.host.record_speed(usage)
         if output.reason == "cancelled" or not slot.job.request.cache_prompt:
-            self._release(slot)
+            self.residency.release(slot)
         else:
             slot.end()
-            for extra in self._idle()[:-self.settings.resident or None]:
-                self._evict(extra)  # beyond --resident: to the prompt cache
+            self.residency.keep_at_most(self.settings.resident)
         self.host.mark_evaluated()
-
-    def _drop_resident(self, which) -> None:
-        """Forget the resident conversations `which` picks, unsaved (their states were
-        computed under an adapter file since replaced)."""
-        for slot in self._idle():
-            if which(slot):
-                self._release(slot)
-
-    def _release(self, slot: Slot) -> None:
-        """The sequence leaves with its cells at once (cancelled, failed, or asked not
-        to keep its prompt)."""
-        slot.end()
-        self.host.loaded.llama.forget(slot.seq_id, 0)
-        self.ledger.drop(slot.seq_id)
-        del self.slots[slot.seq_id]
 
     def _fail(self, slot: Slot, error) -> None:
         """The sequence ends with `error`, its cells dropped unsaved (logits that were no
@@ -519,7 +399,7 @@ class Scheduler:
         if isinstance(error, NonFiniteLogits):
             error = self._model_error(error, len(slot.tokens))
         slot.job.emit(Failed(error))
-        self._release(slot)
+        self.residency.release(slot)
 
     def _model_error(self, error: NonFiniteLogits, position: int) -> NonFiniteLogits:
         """The error a request ends with, at its position, counted (/metrics)."""
@@ -531,16 +411,11 @@ class Scheduler:
         for slot in self.active:
             slot.job.emit(Failed(error))
             slot.end()
-        self.slots.clear()
-        self.ledger.clear()
+        self.residency.clear()
         loaded = self.host.loaded
         if loaded:
             loaded.llama.clear()
             loaded.reset_drafters()
-
-    def save_all(self) -> None:
-        for slot in self._idle():
-            self.save(slot)
 
     # -- figures ------------------------------------------------------------------------
 
@@ -549,23 +424,15 @@ class Scheduler:
         prompt_rate, generated_rate = self.figures.rates()
         return {"active": len(active),
                 "prefilling": sum(s.prefilling for s in active),
-                "resident": len(self.slots) - len(active),
+                "resident": len(self.residency.slots) - len(active),
                 "parallel": self.lanes, "lanes_why": self.lanes_why,
-                "kv_cells_used": self.ledger.used, "kv_cells_total": self.ledger.total,
+                "kv_cells_used": self.residency.ledger.used,
+                "kv_cells_total": self.residency.ledger.total,
                 "prompt_tokens_per_s": round(prompt_rate, 2),
                 "generated_tokens_per_s": round(generated_rate, 2),
                 "host_ms_per_step": self.figures.host_ms_per_step(),
                 **self.figures.totals}
 
-
-
-SEAM = 8  # tokens a template may render anew at the end of the previous answer
-
-
-def _continues(slot: Slot, keep: int) -> bool:
-    """The prompt continues the slot's conversation: at most its last few tokens differ
-    (a chat template renders the previous answer's ending anew)."""
-    return len(slot.tokens) - keep <= SEAM
 
 
 def reasoning_budget(request, loaded) -> ReasoningBudget | None:

@@ -1,0 +1,191 @@
+"""KV residency: which conversation holds which sequence of the loaded model, and the
+cells it holds (kv_pool.py's ledger, mirroring llama.cpp's unified cache).
+
+A finished conversation stays resident as an idle sequence until its cells or its
+sequence id are needed, and is saved to the prompt cache's RAM and disk tiers only then
+(least recently used first). A new prompt starts from the sequence sharing its longest
+prefix: an idle conversation it continues is taken over in place, any other lends its
+prefix's cells (llama_memory_seq_cp), and the prompt cache's tiers are asked for a longer
+one. The scheduler admits and steps; this room decides what stays in memory.
+"""
+
+from __future__ import annotations
+
+from ..llama.runtime import common_prefix
+from ..model.host import ModelHost
+from ..settings import EngineSettings
+from .kv_pool import CellLedger
+from .slot import Slot
+from .throughput import Throughput
+
+SEAM = 8  # tokens a template may render anew at the end of the previous answer
+
+
+class Residency:
+    """The sequences of the loaded model and their cells. Worker thread only."""
+
+    def __init__(self, host: ModelHost, settings: EngineSettings, figures: Throughput):
+        self.host, self.settings, self.figures = host, settings, figures
+        self.slots: dict[int, Slot] = {}  # seq id -> slot, active or resident
+        self.ledger = CellLedger(0)
+
+    def attach(self, n_ctx: int) -> None:
+        """A model was loaded: its memory is empty."""
+        self.slots.clear()
+        self.ledger = CellLedger(n_ctx)
+
+    @property
+    def active(self) -> list[Slot]:
+        return [s for s in self.slots.values() if s.active]
+
+    def idle(self, spare: Slot | None = None) -> list[Slot]:
+        """Resident conversations, least recently used first."""
+        return sorted((s for s in self.slots.values() if not s.active and s is not spare),
+                      key=lambda s: s.used)
+
+    # -- a prompt's sequence ------------------------------------------------------------
+
+    def best_source(self, prompt: list[int], adapters: tuple) -> tuple[Slot | None, int]:
+        """The sequence sharing the longest prefix with the prompt, its cells computed
+        under the same adapters (the last prompt token is always evaluated: sampling
+        needs its logits)."""
+        best, keep = None, 0
+        for slot in self.slots.values():
+            if slot.adapters != adapters:
+                continue
+            n = min(common_prefix(slot.tokens, prompt), len(prompt) - 1)
+            if n > keep:
+                best, keep = slot, n
+        return best, keep
+
+    def slot_for(self, source: Slot | None, keep: int) -> Slot:
+        """An idle conversation the prompt continues is taken over in place; otherwise
+        a free sequence, holding the source's prefix in shared cells."""
+        if source is not None and not source.active and _continues(source, keep):
+            return source
+        slot = self._free_slot(spare=source)
+        if slot is None:  # no other sequence id: the source must serve
+            self.trim(source, keep)
+            return source
+        if source is not None and keep:
+            self.host.loaded.llama.copy_prefix(source.seq_id, slot.seq_id, keep)
+            self.ledger.share(source.seq_id, slot.seq_id, keep)
+            slot.tokens = source.tokens[:keep]
+        return slot
+
+    def _free_slot(self, spare: Slot | None) -> Slot | None:
+        ids = set(range(self.settings.sequences - 1)) - set(self.slots)
+        if not ids:
+            idle = self.idle(spare)
+            if not idle:
+                return None
+            ids = {self.evict(idle[0])}
+        slot = Slot(min(ids))
+        self.slots[slot.seq_id] = slot
+        return slot
+
+    def restore_longer(self, slot: Slot, prompt: list[int]) -> None:
+        """A longer prefix from the prompt cache's tiers, restored into the slot."""
+        loaded = self.host.loaded
+        cache, llama = loaded.cache, loaded.llama
+        hit = cache.best(prompt, loaded.adapters.salt(slot.adapters)) if cache else None
+        if hit is None or hit.length <= common_prefix(slot.tokens, prompt):
+            return
+        state = cache.fetch(hit)
+        if state is not None and self.make_room(len(hit.entry.tokens), spare=slot):
+            # llama.cpp empties the sequence first, and the state takes cells of its own
+            # (none shared with the prefix the slot may have held): the ledger follows
+            restored = llama.restore(slot.seq_id, state)
+            self.ledger.drop(slot.seq_id)
+            slot.tokens = list(hit.entry.tokens) if restored else []
+            slot.saved = restored
+        self.ledger.hold(slot.seq_id, len(slot.tokens))
+
+    def trim(self, slot: Slot, keep: int) -> None:
+        """The slot's sequence cut back to its first `keep` tokens."""
+        llama = self.host.loaded.llama
+        if keep < len(slot.tokens):
+            if not llama.forget(slot.seq_id, keep):
+                llama.forget(slot.seq_id, 0)
+                keep = 0
+            del slot.tokens[keep:]
+            slot.saved = False
+        self.ledger.hold(slot.seq_id, len(slot.tokens))
+
+    def extend(self, slot: Slot, tokens) -> None:
+        """Tokens evaluated into the slot's sequence."""
+        slot.tokens.extend(tokens)
+        self.follow(slot)
+
+    def follow(self, slot: Slot) -> None:
+        """The ledger holds what the slot's sequence holds (after a speculative round)."""
+        self.ledger.hold(slot.seq_id, len(slot.tokens))
+
+    # -- room, and who leaves -------------------------------------------------------------
+
+    def make_room(self, cells: int, spare: Slot | None) -> bool:
+        """Evict resident conversations until `cells` are free; False if they cannot be."""
+        for slot in self.idle(spare):
+            if self.ledger.free >= cells:
+                break
+            self.evict(slot)
+        return self.ledger.free >= cells
+
+    def evict(self, slot: Slot) -> int:
+        """Drop a resident conversation, saving it to the prompt cache first."""
+        self.save(slot)
+        self.release(slot)
+        self.figures.totals["evictions"] += 1
+        return slot.seq_id
+
+    def keep_at_most(self, resident: int) -> None:
+        """Beyond `resident` idle conversations (0: no limit), the oldest go to the
+        prompt cache."""
+        for extra in self.idle()[:-resident or None]:
+            self.evict(extra)
+
+    def release(self, slot: Slot) -> None:
+        """The sequence leaves with its cells at once, unsaved."""
+        slot.end()
+        self.host.loaded.llama.forget(slot.seq_id, 0)
+        self.ledger.drop(slot.seq_id)
+        del self.slots[slot.seq_id]
+
+    def drop_resident(self, which) -> None:
+        """Forget the resident conversations `which` picks, unsaved (their states were
+        computed under an adapter file since replaced)."""
+        for slot in self.idle():
+            if which(slot):
+                self.release(slot)
+
+    def clear(self) -> None:
+        """After an evaluation failed: the memory may not match any token list."""
+        self.slots.clear()
+        self.ledger.clear()
+
+    # -- the prompt cache -----------------------------------------------------------------
+
+    def save(self, slot: Slot) -> None:
+        loaded = self.host.loaded
+        if loaded.cache and not slot.saved and slot.tokens:
+            loaded.cache.save(slot.tokens, loaded.llama.snapshot(slot.seq_id),
+                              loaded.adapters.salt(slot.adapters))
+            slot.saved = True
+
+    def save_one(self) -> bool:
+        """Save one resident conversation the cache lacks (when the engine is idle)."""
+        for slot in self.idle():
+            if not slot.saved and self.host.loaded.cache:
+                self.save(slot)
+                return True
+        return False
+
+    def save_all(self) -> None:
+        for slot in self.idle():
+            self.save(slot)
+
+
+def _continues(slot: Slot, keep: int) -> bool:
+    """The prompt continues the slot's conversation: at most its last few tokens differ
+    (a chat template renders the previous answer's ending anew)."""
+    return len(slot.tokens) - keep <= SEAM
