@@ -56,6 +56,8 @@ BENCHES = (
           takes_model=False),
     Bench("portable", "the packaged app's portable llama.cpp vs this machine's native build",
           takes_model=False),
+    Bench("gpu", "the plan, 1/4/16 streams, a 3,000-token prompt and TTFT at 16 clients "
+          "with the defaults vs llama-server -np 16 and llama-bench; GPU memory vs the plan"),
     Bench("voice", "Whisper's real-time factor through the API vs faster-whisper's own "
           "transcribe; first audio of a spoken answer vs eSpeak NG's own call",
           takes_model=False),
