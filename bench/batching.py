@@ -26,7 +26,7 @@ import threading
 import time
 from contextlib import ExitStack
 
-from .common import (QUICK_NOTE, BenchError, arguments, ratio, report, start_engine,
+from .common import (QUICK_NOTE, arguments, at_once, ratio, report, start_engine,
                      stream_times)
 
 from app.paths import paths
@@ -109,23 +109,10 @@ def all_at_once(url: str, headers: dict, prompts: list[str], tokens: int,
                 model: str | None) -> float:
     """Seconds from the first request to the end of the last of these streams, sent
     together (each exactly `tokens` tokens; Homerack's checked as generated)."""
-    errors = []
-
-    def run(prompt):
-        try:
-            stream_times(url, headers, {"prompt": prompt, **({"model": model} if model else {})},
-                         tokens, checked=model is not None)
-        except Exception as exc:  # noqa: BLE001 - reported below, the bench stops
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(p,)) for p in prompts]
     start = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise BenchError(f"a stream failed: {errors[0]!r}")
+    at_once(lambda prompt: stream_times(
+        url, headers, {"prompt": prompt, **({"model": model} if model else {})}, tokens,
+        checked=model is not None), prompts)
     return time.perf_counter() - start
 
 

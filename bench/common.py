@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,6 +169,27 @@ def start_engine(args: list[str], env: dict | None = None, response_cache: bool 
 
 
 chunks = sse_events  # the JSON chunks of a streamed answer, as they arrive
+
+
+def at_once(work, items: list) -> list:
+    """`work(item)` for every item, each in a thread of its own, started together; the
+    results in order (a BenchError, the bench stopping, when any failed)."""
+    results, errors = [None] * len(items), []
+
+    def run(i):
+        try:
+            results[i] = work(items[i])
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(items))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise BenchError(f"a request failed: {errors[0]!r}")
+    return results
 
 
 def stream_times(url: str, headers: dict, body: dict, tokens: int, checked: bool) -> list[float]:

@@ -25,14 +25,12 @@ import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from contextlib import ExitStack
 
 from .batching import VOCABULARY, all_at_once, own_prompt
 from .build_tools import build, llama_bench, llama_server
-from .common import (QUICK_NOTE, BenchError, arguments, ratio, report, start_engine,
-                     stream_times)
+from .common import QUICK_NOTE, arguments, at_once, ratio, report, start_engine, stream_times
 
 from app.paths import paths
 
@@ -88,22 +86,10 @@ def long_prompt(words: int) -> str:
 def median_ttft(url: str, headers: dict, model: str | None, clients: int) -> float:
     """The median first-token time of `clients` requests with prompts of their own, sent
     together."""
-    run, times, errors = f"Run {random.random()}", [], []
-
-    def ask(i):
-        try:
-            times.append(first_token_s(url, headers, model, own_prompt(i, True, run)))
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise BenchError(f"a request failed: {errors[0]!r}")
-    return statistics.median(times)
+    run = f"Run {random.random()}"
+    return statistics.median(at_once(
+        lambda i: first_token_s(url, headers, model, own_prompt(i, True, run)),
+        list(range(clients))))
 
 
 def alone(url: str, headers: dict, model: str | None, args) -> dict:
