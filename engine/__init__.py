@@ -2,7 +2,8 @@
 api/, batching/, catalog/, cluster/, conversation/, documents/, formats/, home/, hub/, llama/,
 machine/, model/, speculation/, tools/, voice/; and on the floor beside them:
 
-  engine.py          the front door the API calls: submit, load, models, routing
+  engine.py          the front door the API calls: submit, load, models, status
+  router.py          the routing pair held for model "auto": set, planned, each request routed
   fleet.py           the models one engine holds at once, a lane each, as a difference
   cascade.py         routed requests the small model answers first, escalated if unsure
   routing.py         the small/large pair behind model "auto", and its rules

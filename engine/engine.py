@@ -3,13 +3,14 @@ queue and the worker thread that batches its requests); the fleet (fleet.py) hol
 per loaded model, loads the models requests name on demand and unloads idle ones.
 
 `submit` takes a request through its steps before a lane: the model id "auto" resolved
-to the small or the large model of the routing pair, the chat rendered, an identical
+to the small or the large model of the routing pair (router.py), the chat rendered, an identical
 deterministic request's answer replayed from the response cache (response_cache.py) or
 the new one recorded there, and a cascade (cascade.py) run when routing asks for one.
 
 `Engine` is the facade for generation and the models' lifecycle. Besides its methods, the
 routes use these services directly, each the one object that holds its state: `shelf`
 (the models on disk, catalog/shelf.py), `presets` (the user's choices per model),
+`router` (the routing pair for "auto", router.py),
 `tools` (the MCP servers and approvals, tools/toolbox.py), `documents` (the collections,
 documents/library.py), `voice` (speech in and out) and `home` (the household's devices).
 """
@@ -31,8 +32,8 @@ from .catalog.sampling_defaults import model_defaults
 from .cascade import Cascade
 from .catalog.models import LocalModel, ModelStore
 from .catalog.shelf import Shelf
-from .errors import HomerackError, InvalidRequest, NotSupported, TemplateStopped
-from .events import LOADED, Event, GenerationRequest, Job, Rendered, SamplingParams
+from .errors import HomerackError, NotSupported, TemplateStopped
+from .events import Event, GenerationRequest, Job, Rendered, SamplingParams
 from .fleet import Fleet
 from .llama.grammar import composed_grammar
 from .llama.probe import probe
@@ -44,7 +45,7 @@ from .settings import EngineSettings
 from .presets import Keep, LoadOverride, Presets
 from .catalog.fingerprint import Fingerprints
 from .response_cache import Recording, ResponseCache, deterministic, replay, request_key
-from .routing import Decision, Routing, decide, route_between
+from .router import Router
 from .tools.builtin import DOCUMENTS, DocumentSearch
 from .tools.toolbox import Toolbox
 from .documents.collections import Collections
@@ -70,13 +71,13 @@ class Engine:
         self.presets = Presets(settings.presets_file)
         self.fleet = Fleet(store, settings, cluster, self.presets,
                            lambda: {"CPU": self.embedder.bytes + self._voice_bytes()})
-        self.routing: Routing | None = None
         self.answers = (ResponseCache(settings.response_cache, settings.response_cache_bytes)
                         if settings.response_cache else None)
         self._fingerprints = Fingerprints()
         self._ids = itertools.count(1)
         self.vocabularies = Vocabularies(store)  # tokenizers for counting, unloaded models
-        self._routing_lock = threading.Lock()
+        self._voice_lock = threading.Lock()
+        self.router = Router(store, self.fleet, self.submit)  # the pair "auto" chooses from
         self.shelf = Shelf(store)  # what the routes read about the models on disk
         self.tools = Toolbox(settings.mcp_config, settings.tool_approvals, settings.tool_logs,
                              settings.request_mcp)  # MCP servers and the user's approvals
@@ -97,15 +98,6 @@ class Engine:
         return self.fleet.main.host
 
     @property
-    def companion(self):
-        """The lane holding the small model of the routing pair beside the large one."""
-        routing = self.routing
-        if routing is None:
-            return None
-        small, large = self.fleet.holding(routing.small), self.fleet.holding(routing.large)
-        return small if small is not large else None
-
-    @property
     def scheduler(self):
         return self.main.scheduler
 
@@ -121,7 +113,7 @@ class Engine:
                                                         self.settings.image_urls,
                                                         self.settings.image_hosts))
         job = Job(next(self._ids), request, emit)
-        route = self._route(job)
+        route = self.router.route(job)
         job.request = self.render(job.request)
         key = self._cache_key(job.request)
         if key and job.request.response_cache == "use":
@@ -140,15 +132,6 @@ class Engine:
             self.home.release(job)
             raise
         return job
-
-    def _route(self, job: Job) -> dict | None:
-        """A routed request's model, chosen now (job.request changes); how, for Started."""
-        if not job.request.routed:
-            return None
-        routing = self._routing()
-        decision = decide(routing, job.request)
-        job.request = _routed(job.request, decision)
-        return {"mode": routing.mode, "model": decision.model.id, "reason": decision.reason}
 
     def render(self, request: GenerationRequest) -> GenerationRequest:
         """The chat rendered once, with its model's format (`Rendered`, carried on the
@@ -295,59 +278,12 @@ class Engine:
         return repo_verdicts(repo, probe(), Preferences(ctx=ctx), token=token,
                              fitting=self.store.fitting)
 
-    def route_between(self, small: str, large: str, mode: str, threshold: float) -> Routing:
-        """The routing of two model ids, checked (routing.py); not applied yet."""
-        return route_between(self.store, small, large, mode, threshold)
-
     def grammar(self, composed: Composed, param: str = "tools") -> str | None:
         """The grammar a composed turn's output must follow (None: it is free)."""
         return composed_grammar(composed, param)
 
     def plan_for(self, model: LocalModel, override: LoadOverride | None = None):
         return self.host.plan_for(model, override)
-
-    # -- routing -------------------------------------------------------------------
-
-    def auto_model(self) -> LocalModel:
-        """The model "auto" is composed for before the engine routes it (the large one:
-        requests with tools always go there)."""
-        return self._routing().large
-
-    def plan_routing(self, small: LocalModel, large: LocalModel) -> dict:
-        """Whether the pair fits in memory together (fleet.py's plan of the two)."""
-        return self.fleet.plan_together(small, large)
-
-    def set_routing(self, routing: Routing | None) -> dict | None:
-        """Turn routing on with a pair (both loaded and pinned when they fit together),
-        or off (the small model is unloaded unless it is the default one)."""
-        with self._routing_lock:
-            old, self.routing = self.routing, routing
-            self.fleet.pinned = frozenset()
-            if old is not None and self.fleet.holding(old.small) not in (None, self.main):
-                self.fleet.unload(old.small.id, "the routing pair changed")
-            if routing is None:
-                return None
-            pair = self.plan_routing(routing.small, routing.large)
-            if pair["together"]:
-                self.fleet.pinned = frozenset((routing.small.id, routing.large.id))
-                self.submit(GenerationRequest(model=routing.large),
-                            lambda event: self._then_load_small(event, routing.small))
-            return pair
-
-    def _then_load_small(self, event: Event, small: LocalModel) -> None:
-        """The large model is in: the small one plans beside it."""
-        if event is LOADED:
-            self.submit(GenerationRequest(model=small), lambda _e: None)
-
-    def _routing(self) -> Routing:
-        routing = self.routing  # read once: another thread may turn it off meanwhile
-        if routing is None:
-            raise InvalidRequest(
-                "model 'auto' routes each request to a small or a large model, and no pair is "
-                "configured: start the engine with `homerack serve --route SMALL,LARGE` or "
-                "PUT /v1/routing {\"small\": ..., \"large\": ...} (or choose the pair in the "
-                "app's Routing settings)", param="model")
-        return routing
 
     # -- the response cache -------------------------------------------------------------
 
@@ -407,7 +343,7 @@ class Engine:
         """Speech in and out (made on first use: the recogniser loads when first asked)."""
         if self.settings.voice is None:
             raise NotSupported("this engine keeps no speech models")
-        with self._routing_lock:
+        with self._voice_lock:
             if self._voice is None:
                 self._voice = Voice(self.settings.voice, self.settings.load.n_threads)
         return self._voice
@@ -429,16 +365,6 @@ class Engine:
             self.answers.flush()
         self.embedder.close()
         self.vocabularies.close()
-
-
-def _routed(request: GenerationRequest, decision: Decision) -> GenerationRequest:
-    cascade = decision.escalate_to is not None
-    return replace(request, model=decision.model, routed=False,
-                   escalate_to=decision.escalate_to, escalate_below=decision.threshold,
-                   measure_confidence=cascade,
-                   speculation="off" if cascade else request.speculation)
-
-
 
 
 def with_system(request: GenerationRequest) -> GenerationRequest:

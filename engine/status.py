@@ -9,7 +9,7 @@ def engine_status(engine) -> dict:
     """The engine's status, as GET /health answers it."""
     loaded = engine.host.loaded
     batching = dict(engine.main.published)
-    companion, routing = engine.companion, engine.routing
+    companion, routing = engine.router.companion, engine.router.pair
     return {
         "model": _model_id(loaded),
         "n_ctx": loaded.llama.n_ctx if loaded else None,

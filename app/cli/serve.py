@@ -99,7 +99,7 @@ def _serve(args, token: str) -> int:
             engine.preload(store.resolve(args.model, paths=True))
         engine.library.resume()
         if routing:
-            pair = engine.set_routing(routing)
+            pair = engine.router.set(routing)
             print(f"routing: {pair['note']}", file=sys.stderr, flush=True)
         # every model's kind and defaults known soon (/v1/models does not wait for a
         # parse), and those that appear later within seconds

@@ -128,7 +128,7 @@ def request_for(engine: Engine, body, **content) -> GenerationRequest:
     named, adapters = split_model_id(engine, body.model)
     if routed and body.lora:
         raise InvalidRequest("adapters apply to a named model, not to \"auto\"", param="lora")
-    model = engine.auto_model() if routed else \
+    model = engine.router.auto_model() if routed else \
         engine.resolve(named) if named or not default else default
     draft, speculation = None, body.speculation
     if body.draft_model:

@@ -92,7 +92,7 @@ def test_auto_without_a_pair_explains_how_to_configure_one(engine, tiny_store):
 
 def test_the_cascade_escalates_a_flat_distribution(engine, pair):
     flat, tiny = pair
-    plan = engine.set_routing(Routing(flat, tiny, "cascade", 0.05))
+    plan = engine.router.set(Routing(flat, tiny, "cascade", 0.05))
     assert plan["together"], plan
     started, text, done = ask(engine, tiny)
     assert isinstance(done, Finished) and text
@@ -104,7 +104,7 @@ def test_the_cascade_escalates_a_flat_distribution(engine, pair):
 
 def test_the_cascade_keeps_a_confident_enough_answer(engine, pair):
     flat, tiny = pair
-    engine.set_routing(Routing(flat, tiny, "cascade", 0.0))
+    engine.router.set(Routing(flat, tiny, "cascade", 0.0))
     started, text, done = ask(engine, tiny)
     assert isinstance(done, Finished)
     assert started.model == "flat" and not started.route["escalated"]
@@ -113,7 +113,7 @@ def test_the_cascade_keeps_a_confident_enough_answer(engine, pair):
 
 def test_rules_route_in_the_engine_and_both_models_stay_loaded(engine, pair):
     flat, tiny = pair
-    engine.set_routing(Routing(flat, tiny, "rules"))
+    engine.router.set(Routing(flat, tiny, "rules"))
     short = ask(engine, tiny)
     code = ask(engine, tiny, "write a python function")
     assert short[0].model == "flat" and short[0].route["mode"] == "rules"
@@ -129,11 +129,11 @@ def test_a_pair_that_cannot_stay_loaded_together_is_said_so(tiny_store, pair, en
     engine = Engine(tiny_store, EngineSettings(LoadSettings(n_ctx=256, n_batch=64),
                                                ram_budget=int(one * 1.7)))  # room for one
     try:
-        plan = engine.plan_routing(flat, tiny)
+        plan = engine.router.plan(flat, tiny)
         assert engine.plan_for(tiny).fits
         assert not plan["together"] and "swaps the model" in plan["note"]
-        engine.set_routing(Routing(flat, tiny, "rules"))
-        assert engine.companion is None
+        engine.router.set(Routing(flat, tiny, "rules"))
+        assert engine.router.companion is None
         assert ask(engine, tiny)[0].model == "flat"  # served, by swapping
         assert ask(engine, tiny, "write code")[0].model == "tiny"
     finally:
@@ -142,8 +142,8 @@ def test_a_pair_that_cannot_stay_loaded_together_is_said_so(tiny_store, pair, en
 
 def test_routing_turns_off(engine, pair):
     flat, tiny = pair
-    engine.set_routing(Routing(flat, tiny))
-    engine.set_routing(None)
-    assert engine.companion is None and engine.status()["routing"] is None
+    engine.router.set(Routing(flat, tiny))
+    engine.router.set(None)
+    assert engine.router.companion is None and engine.status()["routing"] is None
     with pytest.raises(InvalidRequest):
         ask(engine, tiny)

@@ -61,10 +61,10 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
         models += [{**_entry(m, "unreadable"), "loaded": False} for m in shelf.unusable()]
         if engine.settings.voice is not None:  # the speech models, beside the files
             models += engine.voice.models()
-        if engine.routing:
+        if pair := engine.router.pair:
             models.insert(0, {"id": "auto", "object": "model", "created": 0,
                               "owned_by": "homerack", "kind": "router",
-                              "routing": engine.routing.as_dict()})
+                              "routing": pair.as_dict()})
         return {"object": "list", "data": models}
 
     @router.get("/v1/sources")
@@ -161,23 +161,23 @@ def _routing_routes(router: APIRouter, engine: Engine) -> None:
     @router.get("/v1/routing")
     async def get_routing():
         """The pair behind model "auto" (null when off), and whether it fits together."""
-        routing = engine.routing
+        routing = engine.router.pair
         if routing is None:
             return {"routing": None}
-        plan = await asyncio.to_thread(engine.plan_routing, routing.small, routing.large)
+        plan = await asyncio.to_thread(engine.router.plan, routing.small, routing.large)
         return {"routing": routing.as_dict(), "plan": plan}
 
     @router.put("/v1/routing")
     async def put_routing(body: RoutingRequest):
         """Turn routing on with this pair: both models load when they fit together; the
         answer's plan says whether they do (when not, each switch swaps the model)."""
-        routing = await asyncio.to_thread(engine.route_between, body.small, body.large,
+        routing = await asyncio.to_thread(engine.router.between, body.small, body.large,
                                           body.mode, body.threshold)
-        plan = await asyncio.to_thread(engine.set_routing, routing)
+        plan = await asyncio.to_thread(engine.router.set, routing)
         return {"routing": routing.as_dict(), "plan": plan}
 
     @router.delete("/v1/routing")
     async def delete_routing():
-        await asyncio.to_thread(engine.set_routing, None)
+        await asyncio.to_thread(engine.router.set, None)
         return {"routing": None}
 
