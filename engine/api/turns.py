@@ -21,6 +21,7 @@ from ..errors import HomerackError, InvalidRequest, ModelNotFound
 from ..events import Delta, Failed, Finished, GenerationRequest, Started, Usage
 from .channel import Channel
 from .grounding import ground
+from .schemas import Groundable
 from .thinking import Thinking
 
 
@@ -177,7 +178,8 @@ def lora_of(engine: Engine, choices) -> list[tuple[str, float]]:
     return out
 
 
-def conversation_turn(engine: Engine, body, conv: Conversation | Callable[[], Conversation],
+def conversation_turn(engine: Engine, body: Groundable,
+                      conv: Conversation | Callable[[], Conversation],
                       http: Request,
                       choice_param: str = "tool_choice", id_prefix: str = "call_",
                       thinking: Thinking = Thinking()) -> Turn:
@@ -187,8 +189,7 @@ def conversation_turn(engine: Engine, body, conv: Conversation | Callable[[], Co
     `conv` may be the function that reads it from the body: its images are decoded here,
     on a worker thread, not on the event loop."""
     conv = checked(conv() if callable(conv) else conv, choice_param)
-    grounded = ground(engine, body.collections, conv, http) \
-        if getattr(body, "collections", None) else None
+    grounded = ground(engine, body.collections, conv, http) if body.collections else None
     conv = grounded.conversation if grounded else conv
     request = request_for(engine, body)
     family = engine.chat_format_of(request.model).family
