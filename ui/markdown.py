@@ -42,7 +42,7 @@ class Shown:
     thinking: bool = False  # still thinking: the section is open, live
     tools: tuple = ()  # its tool calls (app/tool_rounds.py's ToolRound JSON), collapsed
     sources: tuple = ()  # the documents' passages it was given: listed, each a link
-    attached: str = ""  # its attachments as Markdown (files fenced, pictures inline), above
+    attached: tuple = ()  # its attachments above it: (Markdown, is a picture) each
 
 
 @dataclass
@@ -62,11 +62,10 @@ def render(messages: list[Shown], colors: Colors, opened: frozenset[str] = froze
         out.texts[message.key] = message.content
         out.stats[message.key] = message.stats
         body = ""
-        for text, pictures in ((message.attached, True), (message.content, False)):
-            if text or not pictures:
-                html_, codes = _body(text, colors, len(out.codes), pictures)
-                body += html_
-                out.codes += codes
+        for text, picture in (*message.attached, (message.content, False)):
+            html_, codes = _body(text, colors, len(out.codes), picture)
+            body += html_
+            out.codes += codes
         if message.reasoning:
             body = _thinking(message, message.thinking or message.key in opened,
                              colors) + body
@@ -182,7 +181,7 @@ def _duration(seconds: float) -> str:
 
 def _body(text: str, colors: Colors, first_code: int,
           pictures: bool = False) -> tuple[str, list[str]]:
-    """`pictures`: the text is a message's attachments, whose inline images are shown."""
+    """`pictures`: the text is a picture the user attached, an inline image shown."""
     if not text:
         return f'<p style="color:{colors.muted}">…</p>', []
     codes: list[str] = []

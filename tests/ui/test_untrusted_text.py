@@ -62,6 +62,26 @@ def test_a_markdown_image_is_its_alt_text_and_a_web_link_never_an_img():
     assert "<img" not in card and "<h1>A model</h1>" in card
 
 
+def test_only_an_attached_picture_is_drawn_never_one_in_a_text_or_a_files_name():
+    import base64
+    import io
+
+    from PIL import Image
+
+    from app.attachments import Attachment, read_image
+
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 0, 0)).save(out, "PNG")
+    picture = read_image("red.png", out.getvalue())
+    inline = f"![red](data:image/png;base64,{base64.b64encode(out.getvalue()).decode()})"
+    named = Attachment.file(f"notes {inline}.md", "hello")  # an imported file's name
+    html = render([Shown("1", "user", f"look {inline}", attached=(
+        (picture.as_markdown(), True), (named.as_markdown(), False))),
+        Shown("2", "assistant", inline)], LIGHT).html
+    assert html.count("<img") == 1 and picture.data_url in html  # the attached picture
+    assert html.count("[image: red]") == 3  # the question's, the name's, the answer's
+
+
 def test_the_chat_view_reads_no_image_a_message_names(qtbot, tripwire):
     view = ChatView()
     qtbot.addWidget(view)

@@ -147,7 +147,7 @@ class ChatPage(QWidget):
                        " · ".join(p for p in (m.model, m.detail) if p), m.stats, m.variant,
                        m.id == last_answer, m.reasoning, m.thought_s, tools=tuple(m.tools),
                        sources=tuple(m.sources),
-                       attached="\n\n".join(a.as_markdown() for a in m.attachments))
+                       attached=tuple((a.as_markdown(), a.image) for a in m.attachments))
                  for m in saved]
         reply = self.current_reply()
         if reply:
