@@ -50,9 +50,12 @@ class Attachment:
     @cached_property
     def data_url(self) -> str:
         """A picture as a data URL: the one encoding, at the HTTP and HTML boundaries."""
+        import io
+
         from PIL import Image
 
-        mime = Image.MIME.get(_format(self.data), "image/jpeg")
+        with Image.open(io.BytesIO(self.data)) as image:  # its header: what it is
+            mime = Image.MIME.get(image.format, "image/jpeg")
         return f"data:{mime};base64,{base64.b64encode(self.data).decode()}"
 
     def as_context(self) -> str:
@@ -154,15 +157,6 @@ def _as_jpeg(picture) -> bytes:
     Image.frombytes("RGB", (picture.width, picture.height), picture.rgb).save(out, "JPEG",
                                                                               quality=90)
     return out.getvalue()
-
-
-def _format(data: bytes) -> str:
-    """A picture's format by its first bytes (its MIME type in a data URL)."""
-    for magic, kind in ((b"\xff\xd8", "JPEG"), (b"\x89PNG", "PNG"), (b"GIF8", "GIF"),
-                        (b"BM", "BMP")):
-        if data.startswith(magic):
-            return kind
-    return "WEBP" if data[8:12] == b"WEBP" else "JPEG"
 
 
 def content_parts(text: str, attachments: tuple[Attachment, ...]) -> str | list[dict]:

@@ -26,7 +26,6 @@ import statistics
 import subprocess
 import sys
 import time
-from contextlib import ExitStack
 
 from .batching import VOCABULARY, all_at_once, own_prompt
 from .build_tools import build, llama_bench, llama_server
@@ -119,30 +118,29 @@ def main() -> int:
     model = args.models[-1]
     bins = None if args.quick else build()
     before = gpu_memory_mib()
-    with ExitStack() as stack:
-        engine = start_engine(["--threads", str(args.threads), "--model", model])
-        stack.callback(engine.stop)
+    engine = start_engine(["--threads", str(args.threads), "--model", model])
+    try:
         health = engine.health()
         held = gpu_memory_mib()
         show_plan(model, health, held - before if held is not None else None)
         ours = {**alone(engine.url, engine.headers, model, args),
                 **together(engine.url, engine.headers, model, args)}
+    finally:
         engine.stop()
-        stack.pop_all()
-        theirs, bench = {}, {}
-        if bins:
-            path = paths().models / f"{model}.gguf"
-            server = ["-m", str(path), "-c", str(health["n_ctx"]), "-ngl", "999", "-t",
-                      str(args.threads)]
-            with llama_server(bins, [*server, "-np", "1"]) as url:  # its whole context
-                theirs = alone(url, {}, None, args)
-            with llama_server(bins, [*server, "-np", str(args.clients)]) as url:
-                theirs |= together(url, {}, None, args)
-            bench = {
-                "1 stream": llama_bench(bins, path, args.threads, "-p", "0", "-n",
-                                        str(args.tokens), "-ngl", "99")[0]["avg_ts"],
-                "prompt": llama_bench(bins, path, args.threads, "-p", str(args.prompt),
-                                      "-n", "0", "-ngl", "99")[0]["avg_ts"]}
+    theirs, bench = {}, {}
+    if bins:
+        path = paths().models / f"{model}.gguf"
+        server = ["-m", str(path), "-c", str(health["n_ctx"]), "-ngl", "999", "-t",
+                  str(args.threads)]
+        with llama_server(bins, [*server, "-np", "1"]) as url:  # its whole context
+            theirs = alone(url, {}, None, args)
+        with llama_server(bins, [*server, "-np", str(args.clients)]) as url:
+            theirs |= together(url, {}, None, args)
+        bench = {
+            "1 stream": llama_bench(bins, path, args.threads, "-p", "0", "-n",
+                                    str(args.tokens), "-ngl", "99")[0]["avg_ts"],
+            "prompt": llama_bench(bins, path, args.threads, "-p", str(args.prompt),
+                                  "-n", "0", "-ngl", "99")[0]["avg_ts"]}
     return print_table(model, args, ours, theirs, bench)
 
 
