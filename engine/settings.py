@@ -13,11 +13,15 @@ BLOCK = 32  # tokens: the prompt cache's unit (model/prompt_cache.py)
 
 @dataclass(frozen=True)
 class LoadSettings:
-    n_ctx: int = 4096
+    n_ctx: int = 4096  # the tokens one sequence (a conversation) may hold
     n_batch: int = 512
     n_threads: int = 2
     n_gpu_layers: int = 0
-    n_seq_max: int = 1  # sequences sharing the context's one pool of KV cells
+    n_seq_max: int = 1  # the KV sequences the context keeps
+    # Each sequence its own stream of n_ctx cells (llama.cpp's split KV cache, the
+    # planner's choice when every lane's whole context fits: a token attends to its own
+    # cells only), rather than one pool of n_ctx cells all share (kv_unified).
+    kv_split: bool = False
     kv_type: str = "f16"  # or "q8_0" (needs flash attention)
     devices: tuple[str, ...] = ()  # the GPUs to use, by ggml device name
     tensor_split: tuple[float, ...] = ()  # their shares of the GPU layers
@@ -54,6 +58,7 @@ class EngineSettings:
     parallel: int | None = None       # requests generating at once, in one batch; None:
                                       # the plan's lanes (as many as the context holds)
     resident: int = 4                 # finished conversations kept in KV memory
+    kv_layout: str = "auto"           # "split", "unified", or the planner's (memory.Preferences)
     cache: CacheLimits | None = None  # None: no prompt cache
     cache_folder: Path | None = None  # None: RAM tier only
     speculation: str = "off"          # the default for requests that do not say
@@ -85,7 +90,8 @@ class EngineSettings:
 
     @property
     def sequences(self) -> int:
-        """KV sequences: the active ones, the resident ones, and one for measurements."""
+        """KV sequences of one shared pool: the active ones, the resident ones, and one
+        for measurements (a plan that splits the KV cache sets its own: loader.py)."""
         return (self.parallel or MAX_LANES) + self.resident + 1
 
     def load_settings(self) -> LoadSettings:

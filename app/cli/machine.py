@@ -52,7 +52,7 @@ def cmd_plan(args) -> int:
         return _plan_cluster(args, shape, prefs)
     result = plan(hardware, shape, replace(prefs, cpu_moe_layers=args.cpu_moe_layers,
                                            tensor_parallel=args.split_mode == "tensor",
-                                           parallel=args.parallel))
+                                           parallel=args.parallel, kv_layout=args.kv_layout))
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
         return 0 if result.fits else 2
@@ -106,6 +106,7 @@ def _print_plan(result) -> None:
     print(f"{result.model}: {'fits' if result.fits else 'DOES NOT FIT'} — "
           f"n_gpu_layers {result.n_gpu_layers}, n_ctx {result.n_ctx}, KV {result.kv_type}, "
           f"{result.lanes} lane{'s' * (result.lanes > 1)}"
+          + (" (a KV stream each)" if result.kv_split else "")
           + (f", experts of {result.cpu_moe_layers} layers in RAM" if result.cpu_moe_layers else "")
           + (f", {result.split_mode} split {list(result.tensor_split)}"
              if result.tensor_split else ""))
@@ -131,6 +132,8 @@ def add_commands(sub) -> None:
                       "to 32k that costs little, as serve chooses)")
     plan.add_argument("--parallel", type=int, metavar="N",
                       help="requests at once, as serve --parallel (default: the plan's lanes)")
+    plan.add_argument("--kv-layout", choices=("auto", "split", "unified"), default="auto",
+                      help="as serve --kv-layout")
     plan.add_argument("--json", action="store_true")
     plan.add_argument("--vram", type=float, nargs="*", metavar="GIB",
                       help="simulate GPUs with this much memory each")

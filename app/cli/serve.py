@@ -130,6 +130,7 @@ def _settings(args):
                           n_threads=args.threads or _default_threads()),
         auto_ctx=args.ctx is None,
         max_queue=args.queue_size, parallel=args.parallel, resident=args.resident,
+        kv_layout=args.kv_layout,
         batch_invariant=args.batch_invariant,
         ram_budget=int(args.ram * 2**30) if args.ram else None,
         cache=_cache_limits(args), speculation=args.speculation,
@@ -218,8 +219,13 @@ def add_commands(sub) -> None:
                        help="requests that may wait for a slot; more get 503 + Retry-After")
     serve.add_argument("--parallel", type=int, metavar="N",
                        help="requests generating at once, batched together (1: one at a "
-                            "time; default: as many as the context's KV cells hold at 512 "
-                            "tokens each, up to 16: the plan says how many)")
+                            "time; default: 16 where the memory holds a KV stream of the "
+                            "whole context for each, else as many as one pool's KV cells "
+                            "hold at 512 tokens each: the plan says how many)")
+    serve.add_argument("--kv-layout", choices=("auto", "split", "unified"), default="auto",
+                       help="split: a KV stream of the whole context for every request at "
+                            "once (faster with many; memory for each); unified: one pool all "
+                            "share (any one may use it all); auto: split where it fits")
     serve.add_argument("--batch-invariant", action="store_true",
                        help="batched greedy answers equal solo ones bit for bit: loads "
                             "without the CPU's repacked 4-bit weights (slower decode)")

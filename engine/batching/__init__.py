@@ -5,7 +5,8 @@
   scheduler.py    admit requests into slots and step them all in one batch
   residency.py    which conversation holds which sequence and its cells; who stays, who is saved
   slot.py         one sequence of the shared KV memory and the request it serves
-  kv_pool.py      the KV cells accounted for, as llama.cpp's unified cache holds them
+  kv_pool.py      the KV cells accounted for, as llama.cpp's cache holds them (one pool or
+                  a stream each)
   budget.py       where an answer's reasoning is, token by token (reasoning budgets)
   text_stream.py  token bytes turned into text safe to send
   throughput.py   a lane's figures: totals, tokens per second, mean request time

@@ -1,10 +1,12 @@
-"""Bookkeeping of the KV memory's cells, mirroring llama.cpp's unified KV cache.
+"""Bookkeeping of the KV memory's cells, mirroring llama.cpp's KV cache.
 
-All sequences draw from one pool of `total` cells (llama.cpp's `kv_unified`): a sequence
+Unified (`kv_unified`): all sequences draw from one pool of `total` cells, and a sequence
 alone may use all of them. A cell may belong to several sequences at once: copying a
 prefix to another sequence (`llama_memory_seq_cp`) shares its cells instead of storing
-them twice. llama.cpp does not report cell use, so the engine keeps this ledger next to
-every decode, copy and removal; admission and eviction decisions read it.
+them twice. Split: each sequence has a stream of its own (`total` / sequences cells), so
+nothing is shared (a copied prefix is copied) and no sequence takes another's room.
+llama.cpp does not report cell use, so the engine keeps this ledger next to every
+decode, copy and removal; admission and eviction decisions read it.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from collections import Counter
 
 
 class CellLedger:
-    def __init__(self, total: int):
-        self.total = total
+    def __init__(self, total: int, split: bool = False):
+        self.total, self.split = total, split
         self._cells: dict[int, list[int]] = {}  # seq id -> the cell of each position
         self._owners: Counter[int] = Counter()  # cell -> how many sequences hold it
         self._ids = itertools.count()
@@ -47,8 +49,12 @@ class CellLedger:
             cells.append(cell)
 
     def share(self, src: int, dst: int, n: int) -> None:
-        """dst (empty) now holds src's first n positions in the same cells."""
+        """dst (empty) now holds src's first n positions in the same cells (split: in
+        copies of them)."""
         self.drop(dst)
+        if self.split:
+            self.hold(dst, n)
+            return
         cells = self._cells[src][:n]
         self._cells[dst] = list(cells)
         self._owners.update(cells)

@@ -146,15 +146,19 @@ class Scheduler:
     # -- the loaded model -------------------------------------------------------------
 
     def attach(self) -> None:
-        """A model was loaded: its memory is empty, and its context sets the lanes."""
-        n_ctx = self.host.loaded.llama.n_ctx
-        self.residency.attach(n_ctx)
-        self.lanes, self.lanes_why = lanes(n_ctx, self.settings.parallel)
+        """A model was loaded: its memory is empty, and its plan sets the lanes (without
+        one, its context)."""
+        loaded = self.host.loaded
+        self.residency.attach(loaded.llama)
+        if loaded.plan is not None and loaded.plan.lanes_why:
+            self.lanes, self.lanes_why = loaded.plan.lanes, loaded.plan.lanes_why
+        else:
+            self.lanes, self.lanes_why = lanes(loaded.llama.n_ctx, self.settings.parallel)
 
     @property
     def spare_sequence(self) -> int:
         """A sequence id no request uses, for measurements."""
-        return self.settings.sequences - 1
+        return self.residency.spare
 
     @property
     def active(self) -> list[Slot]:
@@ -365,10 +369,11 @@ class Scheduler:
         victim = max(active, key=lambda s: ledger.held(s.seq_id))
         self.figures.totals["memory_full"] += 1
         used, total = ledger.held(victim.seq_id), ledger.total
+        shared = f"its own KV stream of {self.host.loaded.llama.n_ctx}" if ledger.split else \
+            f"the {total} cells that {len(active)} concurrent requests share"
         self._fail(victim, MemoryFull(
-            f"the KV memory is full: this request held {used} of the {total} cells that "
-            f"{len(active)} concurrent requests share; retry when fewer are running, or "
-            "load the model with a larger context"))
+            f"the KV memory is full: this request held {used} of {shared}; retry when "
+            "fewer are running, or load the model with a larger context"))
 
     # -- leaving ------------------------------------------------------------------------
 
@@ -426,11 +431,13 @@ class Scheduler:
                 "prefilling": sum(s.prefilling for s in active),
                 "resident": len(self.residency.slots) - len(active),
                 "parallel": self.lanes, "lanes_why": self.lanes_why,
+                "kv_layout": "split" if self.residency.ledger.split else "unified",
                 "kv_cells_used": self.residency.ledger.used,
                 "kv_cells_total": self.residency.ledger.total,
                 "prompt_tokens_per_s": round(prompt_rate, 2),
                 "generated_tokens_per_s": round(generated_rate, 2),
                 "host_ms_per_step": self.figures.host_ms_per_step(),
+                "decode_ms_per_step": self.figures.decode_ms_per_step(),
                 **self.figures.totals}
 
 

@@ -28,6 +28,11 @@ class Throughput:
         steps = self.totals["steps"]
         return round(1000 * (self.step_s - self.decode_s) / steps, 3) if steps else 0.0
 
+    def decode_ms_per_step(self) -> float:
+        """Milliseconds a plain step spends in llama_decode, on average so far."""
+        steps = self.totals["steps"]
+        return round(1000 * self.decode_s / steps, 3) if steps else 0.0
+
     def request_took(self, seconds: float) -> None:
         self.mean_request_s = 0.8 * self.mean_request_s + 0.2 * seconds
 

@@ -240,7 +240,7 @@ def _as_plan(shape, devices, counts, n_ctx, kv_type, prefs) -> ClusterPlan | Non
     planned = Plan(shape.name, shape.n_layers + 1, tuple(u.device for u in uses),
                    tuple(float(c + (1 if i == len(used) - 1 else 0)) for i, (_d, c) in enumerate(used)),
                    n_ctx, kv_type, kv_type != "f16", tuple(uses), True, (*reasons, why),
-                   lanes=n_lanes)
+                   lanes=n_lanes, lanes_why=why)
     seconds = _seconds(shape, [(m, kind, c) for (m, _n, kind, _b), c in used])
     return ClusterPlan(planned, tuple(stages), 1 / seconds, ())
 

@@ -117,7 +117,8 @@ class LlamaModel(Tokens):
                 f"llama.cpp could not create a {settings.n_ctx}-token context for {path.name} "
                 "(not enough memory?)")
         self.memory = llama.llama_get_memory(self.ctx)
-        self.n_ctx = llama.llama_n_ctx(self.ctx)
+        self.n_ctx = llama.llama_n_ctx_seq(self.ctx)  # what one sequence may hold
+        self.n_cells = llama.llama_n_ctx(self.ctx)  # what they all hold
         self.n_vocab = llama.llama_vocab_n_tokens(self.vocab)
         self.n_swa = llama.llama_model_n_swa(self.model)
         self.n_embd = llama.llama_model_n_embd(self.model)
@@ -128,7 +129,7 @@ class LlamaModel(Tokens):
     @staticmethod
     def _context_params(settings: LoadSettings):
         cparams = llama.llama_context_default_params()
-        cparams.n_ctx = settings.n_ctx
+        cparams.n_ctx = settings.n_ctx * (settings.n_seq_max if settings.kv_split else 1)
         cparams.n_batch = settings.n_batch
         cparams.n_ubatch = settings.n_batch
         cparams.n_seq_max = settings.n_seq_max
@@ -137,9 +138,11 @@ class LlamaModel(Tokens):
         # A full-size sliding-window cache can be cut back to any prefix, which the
         # prompt cache relies on (a pruned one cannot).
         cparams.swa_full = True
-        # One pool of cells for all sequences: any one may use the whole context (a split
-        # cache would give each n_ctx / n_seq_max), and copied prefixes share cells.
-        cparams.kv_unified = True
+        # Unified: one pool of cells for all sequences, any one may use all of it, and
+        # copied prefixes share cells; but a token's attention spans every sequence's
+        # cells (16 streams of ~360 tokens: 0.77x of llama-server's split cache on this
+        # CPU). Split: a stream of n_ctx cells for each sequence (the plan's choice).
+        cparams.kv_unified = not settings.kv_split
         # llama.cpp reserves compute memory for logits at every position of a ubatch
         # (n_vocab x n_ubatch floats: 512 MiB for Gemma 3); the planner counts these.
         cparams.n_outputs_max = MAX_OUTPUTS
@@ -318,9 +321,15 @@ class LlamaModel(Tokens):
         return llama.llama_memory_seq_rm(self.memory, seq_id, from_pos, -1)
 
     def copy_prefix(self, src: int, dst: int, n: int) -> None:
-        """Make sequence dst hold src's first n positions, sharing their cells."""
+        """Make sequence dst hold src's first n positions: sharing their cells in one
+        pool; in a split cache, a copy of src's whole stream cut back to n (llama.cpp
+        copies streams only whole, at the next decode)."""
         llama.llama_memory_seq_rm(self.memory, dst, 0, -1)
-        llama.llama_memory_seq_cp(self.memory, src, dst, 0, n)
+        if self.settings.kv_split:
+            llama.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
+            llama.llama_memory_seq_rm(self.memory, dst, n, -1)
+        else:
+            llama.llama_memory_seq_cp(self.memory, src, dst, 0, n)
 
     def clear(self) -> None:
         """Forget every sequence."""

@@ -54,6 +54,7 @@ class Layout:
 class Preferences:
     ctx: int = 4096
     min_ctx: int = 2048
+    kv_layout: str = "auto"         # "split", "unified", or auto (planner._lanes)
     # ctx is a cap, not a wish (no context was asked): the planner takes the largest
     # context up to it that costs little speed and memory (planner.AUTO_* below)
     auto_ctx: bool = False
@@ -177,15 +178,17 @@ class Placement:
 
 
 def place(shape: ModelShape, hw: Hardware, n_ctx: int, kv_type: str,
-          prefs: Preferences, cpu_moe: int = 0) -> Placement:
+          prefs: Preferences, cpu_moe: int = 0, streams: int = 1) -> Placement:
     """llama.cpp offloads the output matrix with the first GPU layer, then repeating
     layers from the last one down. The largest GPU takes the output and the last layers,
     the next largest the layers before them (so it comes before it in llama.cpp's device
     list); the rest stay on the CPU. With the user's layer count, that many, shared by
     budget, fitting or not. The routed experts of the first `cpu_moe` layers stay in RAM
-    wherever their layer runs (llama.cpp's tensor buffer overrides)."""
+    wherever their layer runs (llama.cpp's tensor buffer overrides). `streams`: KV
+    streams of n_ctx cells each (a split KV cache; the compute and a draft's KV are a
+    sequence's)."""
     gpu_budgets, cpu_budget = budgets(hw, prefs)
-    kv_layer = int(shape.kv_bytes_per_token(kv_type) * n_ctx)
+    kv_layer = int(shape.kv_bytes_per_token(kv_type) * n_ctx) * streams
     order = sorted(range(len(gpu_budgets)), key=lambda i: -gpu_budgets[i][1])
     fills = dict(zip(order, _fill_gpus(shape, [gpu_budgets[i][1] for i in order], kv_layer,
                                        n_ctx, prefs, cpu_moe)))

@@ -33,7 +33,11 @@ class Plan:
     moe: bool = False
     split_mode: str = "layer"      # or "tensor": every layer split across the GPUs
     expert_device: str = "CPU"     # where those routed experts are: RAM, or a worker's
-    lanes: int = 1                 # requests generating at once (lanes())
+    lanes: int = 1                 # requests generating at once (_lanes())
+    lanes_why: str = ""
+    # A KV stream of n_ctx cells for each lane and one spare, instead of one pool of
+    # n_ctx cells for all (_lanes())
+    kv_split: bool = False
 
     def as_dict(self) -> dict:
         return {"model": self.model, "n_gpu_layers": self.n_gpu_layers, "gpus": list(self.gpus),
@@ -46,7 +50,8 @@ class Plan:
                 "reasons": list(self.reasons), "cpu_moe_layers": self.cpu_moe_layers,
                 "forecast": self.forecast.as_dict() if self.forecast else None,
                 "n_layers": self.n_layers, "moe": self.moe, "split_mode": self.split_mode,
-                "expert_device": self.expert_device, "lanes": self.lanes}
+                "expert_device": self.expert_device, "lanes": self.lanes,
+                "lanes_why": self.lanes_why, "kv_split": self.kv_split}
 
 def _contexts(prefs: Preferences, shape: ModelShape) -> list[int]:
     wanted = min(prefs.ctx, shape.context_length or prefs.ctx)
@@ -58,8 +63,8 @@ def _contexts(prefs: Preferences, shape: ModelShape) -> list[int]:
     return sizes or [wanted]
 
 
-# Lanes (requests generating at once) when the user sets none: one pool of KV cells serves
-# them all (any one may use the whole context), so lanes cost no memory of their own;
+# Lanes (requests generating at once) when one pool of KV cells serves them all (_lanes
+# chooses the layout) and the user sets none: the pool serves them all (any one may use the whole context), so lanes cost no memory of their own;
 # what bounds them is how many requests the pool holds at once. LANE_TOKENS is the share
 # counted on for each (a chat turn's prompt and answer; a longer one takes more, evicting
 # idle conversations first), MAX_LANES the cap: 16 clients at once on a 24 GB GPU at 32k.
@@ -127,12 +132,40 @@ def plan(hw: Hardware, shape: ModelShape, prefs: Preferences = Preferences()) ->
     if prefs.image_flops:
         speed = replace(speed, image_s=image_seconds(hw, where_projector(hw, prefs) or "CPU",
                                                      prefs.image_flops))
-    n_lanes, why = lanes(best.n_ctx, prefs.parallel)
+    n_lanes, why, split = _lanes(shape, hw, prefs, best)
+    uses = split.uses if split else placement.uses
     return Plan(shape.name, placement.n_gpu_layers, placement.gpus, placement.split,
                 best.n_ctx, best.kv_type,
-                best.kv_type != "f16" or placement.split_mode == "tensor", placement.uses, True,
+                best.kv_type != "f16" or placement.split_mode == "tensor", uses, True,
                 (*_reasons(shape, hw, prefs, best, traded), why), placement.cpu_moe, speed,
-                shape.n_layers, shape.is_moe, placement.split_mode, lanes=n_lanes)
+                shape.n_layers, shape.is_moe, placement.split_mode, lanes=n_lanes,
+                lanes_why=why, kv_split=split is not None)
+
+
+def _lanes(shape: ModelShape, hw: Hardware, prefs: Preferences,
+           best: _Choice) -> tuple[int, str, Placement | None]:
+    """Requests at once, why, and the placement with a KV stream of the whole context for
+    each of them and a spare (None: one pool all share, lanes()). Split when the memory
+    holds those streams without a layer leaving the GPU, and in RAM within AUTO_KV_SHARE
+    of it (the desktop needs the rest) unless asked (--kv-layout split): a token then attends to its own stream's cells, not to every
+    sequence's (16 streams of ~360 tokens: 0.98x of llama-server -np 16 on this CPU,
+    0.77x with one pool)."""
+    count = prefs.parallel or MAX_LANES
+    placement = best.placement
+    if prefs.kv_layout != "unified" and count > 1 and placement.split_mode == "layer":
+        split = place(shape, hw, best.n_ctx, best.kv_type, prefs, placement.cpu_moe,
+                      streams=count + 1)
+        in_ram = split.uses[-1]
+        light = in_ram.kv <= AUTO_KV_SHARE * in_ram.budget or prefs.kv_layout == "split"
+        if split.fits() and split.n_gpu_layers == placement.n_gpu_layers and light:
+            asked = " (--parallel)" if prefs.parallel else \
+                f", {MAX_LANES} at most (--parallel sets another number)"
+            return count, (f"{count} requests at once{asked}, each in a KV stream of its own "
+                           f"holding the whole {best.n_ctx:,}-token context"), split
+    n, why = lanes(best.n_ctx, prefs.parallel)
+    if prefs.kv_layout == "split":
+        why += f" ({count + 1} KV streams of {best.n_ctx:,} cells do not fit: one pool)"
+    return n, why, None
 
 
 def _best_at(shape: ModelShape, hw: Hardware, prefs: Preferences, n_ctx: int) -> _Choice | None:

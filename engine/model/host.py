@@ -204,7 +204,7 @@ class ModelHost:
                       calibration=self._calibration.for_architecture(info.architecture),
                       cpu_moe_layers=cpu_moe, speed_calibration=self._calibration.speeds(),
                       tensor_parallel=self.settings.tensor_parallel,
-                      parallel=self.settings.parallel)
+                      parallel=self.settings.parallel, kv_layout=self.settings.kv_layout)
         asked = override.n_ctx if override and override.n_ctx else None
         if asked is None and self.settings.auto_ctx:
             return auto_context(**chosen)

@@ -123,17 +123,22 @@ def describe(settings: LoadSettings) -> str:
     experts = f", experts of {settings.cpu_moe_layers} layers {where}" \
         if settings.moves_experts else ""
     split = ", every layer split across the GPUs" if settings.split_mode == "tensor" else ""
-    return (f"{settings.n_ctx} tokens of context, {settings.kv_type} KV cache"
+    streams = f" for each of {settings.n_seq_max} KV streams" if settings.kv_split else ""
+    return (f"{settings.n_ctx} tokens of context{streams}, {settings.kv_type} KV cache"
             f"{layers}{experts}{split}")
 
 
-def _settings(base: LoadSettings, planned: Plan | None) -> LoadSettings:
+def by_plan(base: LoadSettings, planned: Plan | None) -> LoadSettings:
+    """The load settings a plan gives (`base` where it has none or does not fit)."""
     if planned is None or not planned.fits:
         return base
+    # a split KV cache: a stream for each lane and the spare (residents use idle lanes)
+    streams = dict(n_seq_max=planned.lanes + 1, kv_split=True) if planned.kv_split else {}
     return replace(base, n_ctx=planned.n_ctx, n_gpu_layers=planned.n_gpu_layers,
                    kv_type=planned.kv_type, devices=planned.gpus,
                    tensor_split=planned.tensor_split, cpu_moe_layers=planned.cpu_moe_layers,
-                   split_mode=planned.split_mode, expert_device=planned.expert_device)
+                   split_mode=planned.split_mode, expert_device=planned.expert_device,
+                   **streams)
 
 
 def _used(planned: Plan | None) -> dict[str, int]:
@@ -163,7 +168,7 @@ def load(path: Path, info: GGUFInfo, base: LoadSettings, hardware: Hardware | No
         if planned is not None and not planned.fits and (attempt or planner is not plan):
             raise OutOfMemory(f"{path.name} does not load on this machine: "
                               + "; ".join(notes + list(planned.reasons)), device="")
-        settings = _settings(base, planned)
+        settings = by_plan(base, planned)
         journal.begin(path, _used(planned))
         try:
             llama = LlamaModel(path, settings, on_progress)

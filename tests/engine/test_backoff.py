@@ -79,10 +79,12 @@ def test_a_load_that_runs_out_of_memory_backs_off_and_answers(capped_server):
     assert loaded.status_code == 200, loaded.text
     status = loaded.json()
     notes = status["load_notes"]
-    assert "8192 tokens of context, f16 KV cache ran out of memory on CPU" in notes[0]
+    # the plan gave each lane a KV stream of 8192 cells
+    assert "8192 tokens of context for each of 17 KV streams, f16 KV cache ran out of " \
+        "memory on CPU" in notes[0]
     assert notes[-1].startswith("loaded with")
     plan = status["memory"]["plan"]
-    assert (plan["n_ctx"], plan["kv_type"]) != (8192, "f16")
+    assert (plan["n_ctx"], plan["kv_type"], plan["kv_split"]) != (8192, "f16", True)
     assert status["n_ctx"] == plan["n_ctx"]
     assert any("held to" in reason for reason in plan["reasons"])
     assert "Paris" in chat(http)

@@ -117,9 +117,9 @@ def test_concurrent_requests_share_steps_and_equal_their_solo_output(engine_for,
 
 
 def test_without_parallel_the_lanes_come_from_the_context(engine_for, tiny_store):
-    """The tiny model takes 512 tokens: its 512 cells hold one request of 512 tokens, so
-    three take turns (four lanes had batched them)."""
-    engine = engine_for(load=LoadSettings(n_ctx=512, n_batch=64))
+    """The tiny model takes 512 tokens: one pool of 512 cells holds one request of 512
+    tokens, so three take turns (four lanes had batched them)."""
+    engine = engine_for(load=LoadSettings(n_ctx=512, n_batch=64), kv_layout="unified")
     model = tiny_store.resolve("tiny")
     jobs = [submit(engine, model, f"request number {i} says", max_tokens=16, ignore_eos=True,
                    cache_prompt=False) for i in range(3)]
@@ -127,6 +127,44 @@ def test_without_parallel_the_lanes_come_from_the_context(engine_for, tiny_store
     assert max(done.usage.shared_streams for _, _, done in results) == 1
     batching = settled(engine)
     assert batching["parallel"] == 1 and "512 KV cells" in batching["lanes_why"]
+    assert batching["kv_layout"] == "unified"
+
+
+def test_a_kv_stream_for_each_lane_where_the_memory_holds_them(engine_for, tiny_store):
+    """By default the plan gives each of 16 lanes a stream of the whole 512-token context
+    (and one spare): the three run together, each equal to its solo answer."""
+    engine, model = engine_for(), tiny_store.resolve("tiny")
+    prompts = [f"request number {i} says" for i in range(3)]
+    solo = [run(engine, model=model, prompt=p, max_tokens=16, sampling=GREEDY,
+                ignore_eos=True, cache_prompt=False)[1] for p in prompts]
+    jobs = [submit(engine, model, p, max_tokens=16, ignore_eos=True, cache_prompt=False)
+            for p in prompts]
+    results = [collector.result() for _, collector in jobs]
+    assert [text for _, text, _ in results] == solo
+    assert max(done.usage.shared_streams for _, _, done in results) == 3
+    batching = settled(engine)
+    assert batching["kv_layout"] == "split" and batching["parallel"] == 16
+    assert batching["kv_cells_total"] == 17 * 512 and "stream of its own" in batching["lanes_why"]
+
+
+def test_a_prefix_copied_between_streams_answers_as_if_evaluated(engine_for, tiny_store):
+    """A split cache copies a shared document as its source's whole stream cut back to
+    the prefix: the answer after it equals the answer of the same prompt evaluated
+    afresh, and a prefix too short to be worth a copy is evaluated again."""
+    engine, model = engine_for(parallel=2), tiny_store.resolve("tiny")
+    document = " ".join(f"line {i} of the shared document." for i in range(8))
+    first = document + " Question one?"
+    second = document + " Question two, a longer one?"
+    fresh = run(engine, model=model, prompt=second, max_tokens=12, sampling=GREEDY,
+                ignore_eos=True, cache_prompt=False)[1]
+    run(engine, model=model, prompt=first, max_tokens=12, sampling=GREEDY, ignore_eos=True)
+    started, copied, _ = run(engine, model=model, prompt=second, max_tokens=12,
+                             sampling=GREEDY, ignore_eos=True)
+    assert started.cached_tokens > 100 and copied == fresh
+    short = run(engine, model=model, prompt="line 0 of something else", max_tokens=4,
+                sampling=GREEDY, ignore_eos=True)[0]
+    assert short.cached_tokens == 0  # "line 0 of" is shared, and too short to copy
+    assert settled(engine)["kv_layout"] == "split"
 
 
 def test_a_full_queue_answers_503_with_a_retry_time(engine_for, tiny_store):
@@ -148,7 +186,8 @@ def test_a_full_queue_answers_503_with_a_retry_time(engine_for, tiny_store):
 
 def test_a_sequence_outgrowing_the_pool_fails_alone(engine_for, tiny_store):
     # 256 cells for three requests that would need ~3 x 200: one fails, clearly.
-    engine = engine_for(load=LoadSettings(n_ctx=256, n_batch=64), parallel=3)
+    engine = engine_for(load=LoadSettings(n_ctx=256, n_batch=64), parallel=3,
+                        kv_layout="unified")
     model = tiny_store.resolve("tiny")
     jobs = [submit(engine, model, f"stream {i}", max_tokens=200, ignore_eos=True)
             for i in range(3)]
@@ -163,7 +202,8 @@ def test_a_sequence_outgrowing_the_pool_fails_alone(engine_for, tiny_store):
 
 def test_requests_wait_for_cells_rather_than_fail(engine_for, tiny_store):
     # The pool holds one long prompt at a time: the second waits, then runs.
-    engine = engine_for(load=LoadSettings(n_ctx=256, n_batch=64), parallel=2, resident=0)
+    engine = engine_for(load=LoadSettings(n_ctx=256, n_batch=64), parallel=2, resident=0,
+                        kv_layout="unified")
     model = tiny_store.resolve("tiny")
     long_prompt = " ".join(["word"] * 30)  # ~150 tokens
     first = submit(engine, model, long_prompt, max_tokens=40, ignore_eos=True)
@@ -174,7 +214,7 @@ def test_requests_wait_for_cells_rather_than_fail(engine_for, tiny_store):
 
 
 def test_a_common_prefix_is_stored_once(engine_for, tiny_store):
-    engine, model = engine_for(parallel=2), tiny_store.resolve("tiny")
+    engine, model = engine_for(parallel=2, kv_layout="unified"), tiny_store.resolve("tiny")
     document = " ".join(f"line {i} of the shared document." for i in range(8))
     a = run(engine, model=model, prompt=document + " Question one?", max_tokens=8,
             sampling=GREEDY, ignore_eos=True)
@@ -377,11 +417,12 @@ def test_metrics_and_health_show_the_batch(batching_server):
                  "homerack_kv_cells_used", "homerack_kv_cells_total",
                  "homerack_predicted_tokens_seconds", "homerack_prompt_tokens_seconds"):
         assert f"\n{name} " in metrics.text, name
-    assert "homerack_kv_cells_total 4096.0" in metrics.text
+    assert "homerack_kv_cells_total 36864.0" in metrics.text  # a stream of 4,096 for 8 + 1
     assert httpx.get(f"{batching_server.url}/metrics").status_code == 401
     health = httpx.get(f"{batching_server.url}/health", headers=headers).json()
     batching = health["batching"]
-    assert batching["parallel"] == 8 and batching["kv_cells_total"] == 4096
+    assert batching["parallel"] == 8 and batching["kv_cells_total"] == 9 * 4096
+    assert batching["kv_layout"] == "split"
     assert health["flash_attn"] is True  # llama.cpp's auto, on for the CPU
     assert batching["host_ms_per_step"] > 0
 

@@ -143,10 +143,13 @@ A = "the cat is on the mat " * 12
 B = "hello world the dog " * 12
 
 
-def make_engine(store, tmp_path, cached: bool):
+def make_engine(store, tmp_path, cached: bool, **settings):
+    """One pool of 512 cells by default: too few for both conversations at once."""
     limits = CacheLimits(64 * MiB, 64 * MiB) if cached else None
+    settings = {"kv_layout": "unified", **settings}
     return Engine(store, EngineSettings(LoadSettings(n_ctx=512, n_batch=64), cache=limits,
-                                        cache_folder=tmp_path / "kv" if cached else None))
+                                        cache_folder=tmp_path / "kv" if cached else None,
+                                        **settings))
 
 
 def alternate(engine, model):
@@ -171,6 +174,21 @@ def test_engine_outputs_equal_with_and_without_cache(tiny_store, tmp_path):
     # Without the cache, switching conversations loses everything.
     assert all(c < 5 for _, c in cold[2:])
     # With it, coming back to A reuses all of A's first prompt (+ its reply).
+    assert all(c > 60 for _, c in warm[2:])
+
+
+def test_a_split_cache_restores_from_the_prompt_cache_into_a_stream(tiny_store, tmp_path):
+    """A stream for each lane, none kept resident: every switch restores the other
+    conversation from the prompt cache into a stream, and answers as without it."""
+    model = tiny_store.resolve("tiny")
+    plain = make_engine(tiny_store, tmp_path, cached=False)
+    cold = alternate(plain, model)
+    plain.close()
+    split = make_engine(tiny_store, tmp_path, cached=True, kv_layout="split", resident=0)
+    warm = alternate(split, model)
+    layout = split.status()["batching"]["kv_layout"]
+    split.close()
+    assert layout == "split" and [t for t, _ in warm] == [t for t, _ in cold]
     assert all(c > 60 for _, c in warm[2:])
 
 

@@ -117,11 +117,12 @@ def test_quant_choice_before_download():
 def test_prediction_matches_llama_cpp_buffers_within_5_percent(starters_dir, real_shapes,
                                                                model, ctx):
     from engine.llama.runtime import LlamaModel
+    from engine.model.loader import by_plan
     from engine.settings import LoadSettings
     from engine.llama.probe import probe
 
     result = plan(probe(), real_shapes[model], Preferences(ctx=ctx, min_ctx=ctx))
-    loaded = LlamaModel(starters_dir / f"{model}.gguf", LoadSettings(n_ctx=ctx))
+    loaded = LlamaModel(starters_dir / f"{model}.gguf", by_plan(LoadSettings(), result))
     measured = sum(loaded.buffers.values())
     loaded.close()
     predicted = result.uses[-1].total
@@ -393,13 +394,40 @@ def test_lanes_come_from_the_context_and_parallel_overrides_them():
     from engine.machine.planner import LANE_TOKENS, lanes
     from engine.settings import MAX_LANES
 
-    # an 8B model on a 24 GB GPU and on an H200: 32k cells, more than 16 requests' worth
-    for vram in (24, 141):
-        planned = plan(simulated((vram,), 64), LLAMA_7B, auto_context())
-        assert planned.n_ctx == 32768 and planned.lanes == MAX_LANES
-        assert "16 requests at once" in planned.reasons[-1]
-        assert "64 of 512 tokens" in planned.reasons[-1]
+    # an 8B model on a 24 GB GPU: 32k cells in one pool, more than 16 requests' worth
+    planned = plan(simulated((24,), 64), LLAMA_7B, auto_context())
+    assert planned.n_ctx == 32768 and planned.lanes == MAX_LANES and not planned.kv_split
+    assert "16 requests at once" in planned.reasons[-1] == planned.lanes_why
+    assert "64 of 512 tokens" in planned.reasons[-1]
     asked = plan(simulated((24,), 64), LLAMA_7B, replace(auto_context(), parallel=4))
     assert asked.lanes == 4 and asked.reasons[-1] == "4 requests at once (--parallel)"
     assert lanes(2048) == (2048 // LANE_TOKENS, lanes(2048)[1]) and lanes(300)[0] == 1
     assert lanes(1 << 20)[0] == MAX_LANES and lanes(4096, parallel=1)[0] == 1
+
+
+def test_a_kv_stream_for_each_lane_where_the_memory_holds_them():
+    """On an H200 an 8B model's 32k context fits 17 times over (16 lanes and the spare):
+    each lane gets a stream of its own, counted in the plan's memory; on a 24 GB GPU
+    they do not fit, and asking for them says so. In RAM, only within a quarter of it."""
+    from engine.machine.planner import AUTO_KV_SHARE
+    from engine.settings import MAX_LANES
+
+    pool = plan(simulated((141,), 64), LLAMA_7B, replace(auto_context(), kv_layout="unified"))
+    split = plan(simulated((141,), 64), LLAMA_7B, auto_context())
+    assert not pool.kv_split and split.kv_split and split.lanes == MAX_LANES
+    assert split.n_ctx == pool.n_ctx == 32768 and split.n_gpu_layers == pool.n_gpu_layers
+    assert split.uses[0].kv == (MAX_LANES + 1) * pool.uses[0].kv
+    assert "each in a KV stream of its own holding the whole 32,768-token context" \
+        in split.lanes_why
+    four = plan(simulated((141,), 64), LLAMA_7B, replace(auto_context(), parallel=4))
+    assert four.kv_split and four.lanes == 4 and four.uses[0].kv == 5 * pool.uses[0].kv
+
+    asked = plan(simulated((24,), 64), LLAMA_7B, replace(auto_context(), kv_layout="split"))
+    assert not asked.kv_split and "do not fit: one pool" in asked.lanes_why
+
+    for ctx in (1024, 8192):  # every layer in RAM: the streams within a quarter of it
+        cpu = plan(simulated((), 64), LLAMA_7B, Preferences(ctx=ctx, min_ctx=ctx))
+        kv = (MAX_LANES + 1) * plan(simulated((), 64), LLAMA_7B, Preferences(
+            ctx=ctx, min_ctx=ctx, kv_layout="unified")).uses[-1].kv
+        assert cpu.kv_split == (kv <= AUTO_KV_SHARE * cpu.uses[-1].budget)
+        assert cpu.kv_split == (ctx == 1024)
