@@ -159,9 +159,9 @@ def _lanes(shape: ModelShape, hw: Hardware, prefs: Preferences,
         light = in_ram.kv <= AUTO_KV_SHARE * in_ram.budget or prefs.kv_layout == "split"
         if split.fits() and split.n_gpu_layers == placement.n_gpu_layers and light:
             asked = " (--parallel)" if prefs.parallel else \
-                f", {MAX_LANES} at most (--parallel sets another number)"
-            return count, (f"{count} requests at once{asked}, each in a KV stream of its own "
-                           f"holding the whole {best.n_ctx:,}-token context"), split
+                f" ({MAX_LANES} at most; --parallel sets another number)"
+            return count, (f"{count} requests at once, each in a KV stream of its own holding "
+                           f"the whole {best.n_ctx:,}-token context{asked}"), split
     n, why = lanes(best.n_ctx, prefs.parallel)
     if prefs.kv_layout == "split":
         why += f" ({count + 1} KV streams of {best.n_ctx:,} cells do not fit: one pool)"
