@@ -103,15 +103,22 @@ def submit(engine, model, prompt, **request):
     return job, collector
 
 
-def test_concurrent_requests_share_steps_and_equal_their_solo_output(engine_for, tiny_store):
-    engine, model = engine_for(parallel=4), tiny_store.resolve("tiny")
-    prompts = [f"request number {i} says" for i in range(6)]
-    solo = [run(engine, model=model, prompt=p, max_tokens=24, sampling=GREEDY,
+def together_equal_solo(engine, model, count: int, tokens: int) -> list:
+    """`count` prompts run one by one, then all at once: the results of the second, each
+    checked equal to its solo answer."""
+    prompts = [f"request number {i} says" for i in range(count)]
+    solo = [run(engine, model=model, prompt=p, max_tokens=tokens, sampling=GREEDY,
                 ignore_eos=True, cache_prompt=False)[1] for p in prompts]
-    jobs = [submit(engine, model, p, max_tokens=24, ignore_eos=True, cache_prompt=False)
+    jobs = [submit(engine, model, p, max_tokens=tokens, ignore_eos=True, cache_prompt=False)
             for p in prompts]
     results = [collector.result() for _, collector in jobs]
     assert [text for _, text, _ in results] == solo
+    return results
+
+
+def test_concurrent_requests_share_steps_and_equal_their_solo_output(engine_for, tiny_store):
+    engine, model = engine_for(parallel=4), tiny_store.resolve("tiny")
+    results = together_equal_solo(engine, model, 6, 24)
     assert max(done.usage.shared_streams for _, _, done in results) == 4  # the slots were full
     assert settled(engine)["requests"] == 12
 
@@ -134,13 +141,7 @@ def test_a_kv_stream_for_each_lane_where_the_memory_holds_them(engine_for, tiny_
     """By default the plan gives each of 16 lanes a stream of the whole 512-token context
     (and one spare): the three run together, each equal to its solo answer."""
     engine, model = engine_for(), tiny_store.resolve("tiny")
-    prompts = [f"request number {i} says" for i in range(3)]
-    solo = [run(engine, model=model, prompt=p, max_tokens=16, sampling=GREEDY,
-                ignore_eos=True, cache_prompt=False)[1] for p in prompts]
-    jobs = [submit(engine, model, p, max_tokens=16, ignore_eos=True, cache_prompt=False)
-            for p in prompts]
-    results = [collector.result() for _, collector in jobs]
-    assert [text for _, text, _ in results] == solo
+    results = together_equal_solo(engine, model, 3, 16)
     assert max(done.usage.shared_streams for _, _, done in results) == 3
     batching = settled(engine)
     assert batching["kv_layout"] == "split" and batching["parallel"] == 16
