@@ -132,12 +132,10 @@ def quality(engine, questions) -> dict[str, tuple[float, float, float]]:
 def reranker() -> None:
     """The random-head reranker, written once, linked into the models folder."""
     from fixtures.documents import write_reranker
-    from fixtures.shapes import CACHE
+    from fixtures.shapes import CACHE, written_once
 
-    CACHE.mkdir(parents=True, exist_ok=True)
-    written = CACHE / f"{RERANKER}.gguf"
-    if not written.exists():
-        write_reranker((paths().models / f"{MODEL}.gguf").resolve(), written)
+    written = written_once(CACHE / f"{RERANKER}.gguf", lambda tmp: write_reranker(
+        (paths().models / f"{MODEL}.gguf").resolve(), tmp))
     link = paths().models / written.name
     if not link.exists():
         link.symlink_to(written)

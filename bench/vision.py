@@ -29,7 +29,7 @@ from .common import (BenchError, QUICK_NOTE, arguments, donor, generated, ratio,
                      start_engine)
 from app.paths import paths
 from fixtures.projectors import SMOLVLM, SMOLVLM_QUICK, write_projector, write_vision_decoder
-from fixtures.shapes import CACHE
+from fixtures.shapes import CACHE, written_once
 
 MODEL = "smolvlm-256m-shape"
 
@@ -52,12 +52,9 @@ def picture(seed: int, width: int = 1024, height: int = 768) -> str:
 def files(quick: bool) -> tuple[Path, Path]:
     """The decoder and the projector, written once, linked into the models folder."""
     spec = SMOLVLM_QUICK if quick else SMOLVLM
-    CACHE.mkdir(parents=True, exist_ok=True)
-    decoder, projector = CACHE / f"{MODEL}.gguf", CACHE / f"mmproj-{spec.name}-f16.gguf"
-    if not decoder.exists():
-        write_vision_decoder(donor(), decoder)
-    if not projector.exists():
-        write_projector(spec, projector)
+    decoder = written_once(CACHE / f"{MODEL}.gguf", lambda tmp: write_vision_decoder(donor(), tmp))
+    projector = written_once(CACHE / f"mmproj-{spec.name}-f16.gguf",
+                             lambda tmp: write_projector(spec, tmp))
     models = paths().models
     for link in models.glob(f"*{MODEL}*.gguf"):
         link.unlink()

@@ -90,7 +90,7 @@ def tiny_store(tmp_path, tiny_model):
 def server(home):
     """A real engine process on the starter chat model, shared by the API tests."""
     process, address, models = start_engine(
-        home, "server", ["--model", STARTER, "--ctx", "2048", "--queue-size", "4"])
+        home, "server", ["--model", STARTER, "--ctx", "2048", "--queue-size", "32"])
     yield address, process, models
     process.stop()
 

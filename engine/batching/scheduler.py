@@ -58,7 +58,12 @@ def plan_batch(slots: list[Slot], n_batch: int, prefill_share: int = PREFILL_SHA
     the batch takes the same kernels (flash attention's sequential pass, for fewer than
     64 rows; matrix kernels that do not switch with the row count): greedy answers then
     match solo ones (see docs/batching.md). Images go in calls of their own either way."""
-    tokens = [Chunk(s.seq_id, len(s.tokens), (s.last,), True) for s in slots if s.decoding]
+    # in sequence order, whatever order the slots are in: llama.cpp evaluates a split
+    # cache's streams in runs of consecutive ids, a pass over the weights for each run
+    # (out of order, 16 streams took several passes a step, each building its graph
+    # again: 16 short streams at 0.79x of llama-server, 0.91x in order)
+    tokens = [Chunk(s.seq_id, len(s.tokens), (s.last,), True)
+              for s in sorted(slots, key=lambda s: s.seq_id) if s.decoding]
     if not invariant:
         return _mixed(tokens, slots, n_batch, MIXED_SHARE)
     room = min(n_batch - len(tokens), prefill_share) if tokens else n_batch
@@ -96,7 +101,7 @@ def _mixed(tokens: list[Chunk], slots: list[Slot], n_batch: int,
             continue
         call.append(chunk)
         room -= len(chunk.tokens)
-    return [call] if call else []
+    return [sorted(call, key=lambda c: c.seq_id)] if call else []
 
 
 def _waiting(slots: list[Slot]) -> list[Slot]:
@@ -438,6 +443,7 @@ class Scheduler:
                 "generated_tokens_per_s": round(generated_rate, 2),
                 "host_ms_per_step": self.figures.host_ms_per_step(),
                 "decode_ms_per_step": self.figures.decode_ms_per_step(),
+                "graphs_reused": loaded.llama.graphs_reused if (loaded := self.host.loaded) else 0,
                 **self.figures.totals}
 
 

@@ -307,6 +307,12 @@ class LlamaModel(Tokens):
             return "the CPU"
         return ", ".join(settings.devices) or "the GPU"
 
+    @property
+    def graphs_reused(self) -> int:
+        """llama_decode calls that ran the previous call's compute graph again (same
+        shape, same sequences in the same order), skipping its build: llama.cpp's count."""
+        return llama.llama_perf_context(self.ctx).n_reused
+
     def _decode_batch(self, batch) -> None:
         faults.before_evaluation(self.settings.repack)
         rc = llama.llama_decode(self.ctx, batch)

@@ -111,7 +111,7 @@ def _calls_of(client, prompt: str, choice, stream: bool):
 def test_named_and_required_tool_choice_always_give_valid_calls(client, stream):
     named = {"type": "function", "function": {"name": "open_ticket"}}
     jobs = [(prompt, choice) for prompt in PROMPTS for choice in (named, "required")]
-    with ThreadPoolExecutor(4) as pool:
+    with ThreadPoolExecutor(16) as pool:
         results = list(pool.map(lambda job: _calls_of(client, *job, stream), jobs))
     for (prompt, choice), calls in zip(jobs, results):
         assert calls, prompt
@@ -160,7 +160,7 @@ def test_json_schema_output_validates_100_of_100_at_temperature_one(client):
                              "json_schema": {"name": "person", "schema": PERSON}})
         return reply.choices[0].finish_reason, reply.choices[0].message.content
 
-    with ThreadPoolExecutor(4) as pool:
+    with ThreadPoolExecutor(16) as pool:
         results = list(pool.map(one, range(100)))
     for reason, content in results:
         assert reason == "stop", content

@@ -35,10 +35,21 @@ def test_by_default_generated_tokens_and_prompts_share_one_call():
     old = slot(3, range(3), range(100), admitted=1.0)
     calls = plan_batch([*decoding, young, old], n_batch=512)
     shape = [[(c.seq_id, c.start, len(c.tokens), c.logits) for c in call] for call in calls]
-    # the older prompt whole (its last token sampled), the younger one up to 128 a waiting prompt
-    assert shape == [[(0, 10, 1, True), (1, 5, 1, True), (3, 3, 97, True), (2, 0, 159, False)]]
+    # the older prompt whole (its last token sampled), the younger one up to 128 a waiting
+    # prompt; in sequence order
+    assert shape == [[(0, 10, 1, True), (1, 5, 1, True), (2, 0, 159, False), (3, 3, 97, True)]]
     calls = plan_batch([slot(5, [], range(30), admitted=1.0), slot(6, [], range(40))], 512)
-    assert [[(c.seq_id, len(c.tokens)) for c in call] for call in calls] == [[(6, 40), (5, 30)]]
+    assert [[(c.seq_id, len(c.tokens)) for c in call] for call in calls] == [[(5, 30), (6, 40)]]
+
+
+def test_by_default_generated_tokens_keep_their_sequence_order():
+    decoding = [slot(12, range(4), range(4), last=1), slot(0, range(3), range(3), last=2),
+                slot(5, range(9), range(9), last=3)]
+    calls = plan_batch(decoding, n_batch=64)
+    assert [c.seq_id for c in calls[0]] == [0, 5, 12]  # llama.cpp's order for split streams
+    # a prompt joining them takes its place in that order too
+    calls = plan_batch([*decoding, slot(3, [], range(20))], n_batch=64)
+    assert [c.seq_id for c in calls[0]] == [0, 3, 5, 12]
 
 
 def test_batch_invariant_puts_generated_tokens_together_and_each_prompt_apart():
@@ -146,6 +157,22 @@ def test_a_kv_stream_for_each_lane_where_the_memory_holds_them(engine_for, tiny_
     batching = settled(engine)
     assert batching["kv_layout"] == "split" and batching["parallel"] == 16
     assert batching["kv_cells_total"] == 17 * 512 and "stream of its own" in batching["lanes_why"]
+
+
+def test_steps_of_the_same_streams_reuse_llama_cpps_graph(engine_for, tiny_store):
+    """A second round's requests, the first round's conversations resident, take
+    sequences next to each other and go to llama.cpp in sequence order (it evaluates
+    split streams in runs of consecutive ids, a pass and a graph for each run): each
+    step runs the last step's graph again (one run in 20 of 24 steps; 1 of 24 before)."""
+    engine, model = engine_for(), tiny_store.resolve("tiny")
+    for round_ in range(2):
+        reused = settled(engine).get("graphs_reused", 0)
+        jobs = [submit(engine, model, f"round {round_} request {i} says", max_tokens=24,
+                       ignore_eos=True) for i in range(6)]
+        assert all(isinstance(c.result()[2], Finished) for _, c in jobs)
+    # 23 decoding steps for six together; the first of them, and any a prompt joined,
+    # build their graph
+    assert settled(engine)["graphs_reused"] - reused >= 18
 
 
 def test_a_prefix_copied_between_streams_answers_as_if_evaluated(engine_for, tiny_store):
