@@ -149,7 +149,7 @@ def wait_for_cut_draft(address, limit_s: float = 300) -> None:
         usage = complete(address.url, address.token, "Hi", 4, {"draft_model": DRAFT})["usage"]
         if usage["speculative"]["draft_vocab"] < 262144:
             return
-        time.sleep(5)
+        time.sleep(1)
     raise RuntimeError("the engine did not cut the draft in time")
 
 
