@@ -162,8 +162,11 @@ def _compare(engine, anchor_url: str | None, model: str, streams: int, tokens: i
         report(model, f"{streams} clients at once, {what}, end to end", total / ours_s,
                "tok/s", total / theirs_s, f"llama-server -np {streams}",
                ">= 0.9" if long else ">= 1")
-    host = engine.health()["batching"]["host_ms_per_step"]
-    print(f"the engine's own time per step, outside llama_decode: {host:.2f} ms")
+    batching = engine.health()["batching"]
+    host = batching["host_ms_per_step"]
+    print(f"the engine's own time per step, outside llama_decode: {host:.2f} ms; llama.cpp "
+          f"ran the last step's graph again in {batching['graphs_reused']} of "
+          f"{batching['steps']} steps")
     report(model, "milliseconds per step outside llama_decode", host, "ms")
 
 

@@ -61,7 +61,7 @@ def plan_batch(slots: list[Slot], n_batch: int, prefill_share: int = PREFILL_SHA
     # in sequence order, whatever order the slots are in: llama.cpp evaluates a split
     # cache's streams in runs of consecutive ids, a pass over the weights for each run
     # (out of order, 16 streams took several passes a step, each building its graph
-    # again: 16 short streams at 0.79x of llama-server, 0.91x in order)
+    # again: 16 short streams at 0.79x of llama-server, 0.90x in order)
     tokens = [Chunk(s.seq_id, len(s.tokens), (s.last,), True)
               for s in sorted(slots, key=lambda s: s.seq_id) if s.decoding]
     if not invariant:
