@@ -6,7 +6,9 @@ sequence id are needed, and is saved to the prompt cache's RAM and disk tiers on
 (least recently used first). A new prompt starts from the sequence sharing its longest
 prefix: an idle conversation it continues is taken over in place, any other lends its
 prefix's cells (llama_memory_seq_cp; in a split cache, a copy of its stream, made only
-for a prefix worth it), and the prompt cache's tiers are asked for a longer one. The
+for a prefix worth it), and the prompt cache's tiers are asked for a longer one. In a
+split cache a new conversation takes the sequence next to those running (llama.cpp
+evaluates split streams in runs of consecutive ids, a pass over the weights each). The
 scheduler admits and steps; this room decides what stays in memory.
 """
 
