@@ -6,9 +6,7 @@ sequence id are needed, and is saved to the prompt cache's RAM and disk tiers on
 (least recently used first). A new prompt starts from the sequence sharing its longest
 prefix: an idle conversation it continues is taken over in place, any other lends its
 prefix's cells (llama_memory_seq_cp; in a split cache, a copy of its stream, made only
-for a prefix worth it), and the prompt cache's tiers are asked for a longer one. In a
-split cache a new conversation takes the sequence next to those running (llama.cpp
-evaluates split streams in runs of consecutive ids, a pass over the weights each). The
+for a prefix worth it), and the prompt cache's tiers are asked for a longer one. The
 scheduler admits and steps; this room decides what stays in memory.
 """
 
@@ -73,33 +71,26 @@ class Residency:
         a free sequence, holding the source's prefix in shared cells."""
         if source is not None and not source.active and _continues(source, keep):
             return source
-        if self.ledger.split and keep < SPLIT_COPY_MIN:
-            keep = 0  # evaluated again: the source need not stay
-        slot = self._free_slot(spare=source if keep else None)
+        slot = self._free_slot(spare=source)
         if slot is None:  # no other sequence id: the source must serve
             self.trim(source, keep)
             return source
-        if keep:
+        if self.ledger.split and keep < SPLIT_COPY_MIN:
+            keep = 0
+        if source is not None and keep:
             self.host.loaded.llama.copy_prefix(source.seq_id, slot.seq_id, keep)
             self.ledger.share(source.seq_id, slot.seq_id, keep)
             slot.tokens = source.tokens[:keep]
         return slot
 
     def _free_slot(self, spare: Slot | None) -> Slot | None:
-        """A sequence for a new conversation: a free one before a resident's (the least
-        recently used resident first), and in a split cache first one next to those
-        running, since llama.cpp evaluates split streams in runs of consecutive ids, a
-        pass over the weights for each run."""
-        running = {s.seq_id for s in self.active} if self.ledger.split else set()
-        idle = {s.seq_id: rank for rank, s in enumerate(self.idle(spare))}
-        candidates = (set(range(self.spare)) - set(self.slots)) | idle.keys()
-        if not candidates:
-            return None
-        chosen = min(candidates, key=lambda i: (-((i - 1) in running) - ((i + 1) in running),
-                                                i in idle, idle.get(i, 0), i))
-        if chosen in idle:
-            self.evict(self.slots[chosen])
-        slot = Slot(chosen)
+        ids = set(range(self.spare)) - set(self.slots)
+        if not ids:
+            idle = self.idle(spare)
+            if not idle:
+                return None
+            ids = {self.evict(idle[0])}
+        slot = Slot(min(ids))
         self.slots[slot.seq_id] = slot
         return slot
 
