@@ -58,16 +58,11 @@ def plan_batch(slots: list[Slot], n_batch: int, prefill_share: int = PREFILL_SHA
     the batch takes the same kernels (flash attention's sequential pass, for fewer than
     64 rows; matrix kernels that do not switch with the row count): greedy answers then
     match solo ones (see docs/batching.md). Images go in calls of their own either way."""
-    # in sequence order, whatever order the slots are in: llama.cpp evaluates a split
-    # cache's streams in runs of consecutive ids, a pass over the weights for each run
-    # (out of order, 16 streams took several passes a step, each building its graph
-    # again: 16 short streams at 0.79x of llama-server, 0.90x in order)
-    tokens = [Chunk(s.seq_id, len(s.tokens), (s.last,), True)
-              for s in sorted(slots, key=lambda s: s.seq_id) if s.decoding]
+    tokens = [Chunk(s.seq_id, len(s.tokens), (s.last,), True) for s in slots if s.decoding]
     if not invariant:
         return _mixed(tokens, slots, n_batch, MIXED_SHARE)
     room = min(n_batch - len(tokens), prefill_share) if tokens else n_batch
-    calls = [tokens] if tokens else []
+    calls = [_in_sequence_order(tokens)] if tokens else []
     full = room
     for slot in _waiting(slots):
         if room <= 0:
@@ -101,7 +96,15 @@ def _mixed(tokens: list[Chunk], slots: list[Slot], n_batch: int,
             continue
         call.append(chunk)
         room -= len(chunk.tokens)
-    return [sorted(call, key=lambda c: c.seq_id)] if call else []
+    return [_in_sequence_order(call)] if call else []
+
+
+def _in_sequence_order(call: list[Chunk]) -> list[Chunk]:
+    """A call's chunks by sequence id, whatever order the slots are in: llama.cpp
+    evaluates a split cache's streams in runs of consecutive ids, a pass over the weights
+    for each run (out of order, 16 streams took several passes a step, each building its
+    graph again: 16 short streams at 0.79x of llama-server, 0.90x in order)."""
+    return sorted(call, key=lambda chunk: chunk.seq_id)
 
 
 def _waiting(slots: list[Slot]) -> list[Slot]:
