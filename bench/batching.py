@@ -98,9 +98,12 @@ VOCABULARY = ("river bridge garden window market winter candle harbor meadow lan
 
 def own_prompt(i: int, long: bool, run: str) -> str:
     """Stream i's prompt: about 300 tokens no other stream shares, or a short one; `run`
-    makes them new to every prompt cache (the disk tier outlives the engine)."""
+    makes them new to every prompt cache (the disk tier outlives the engine). The stream's
+    number comes first: the short texts cycle, and a prompt that shared the run's tag (a
+    dozen tokens) or an earlier one's text let llama-server's cache keep two thirds of
+    it, so the comparison measured its cache, not its batching."""
     if not long:
-        return f"{run}: {PROMPTS[i % len(PROMPTS)]} (stream {i})"
+        return f"Stream {i} of {run}: {PROMPTS[i % len(PROMPTS)]}"
     rng = random.Random(i)
     return f"{run}, note {i}. " + " ".join(rng.choice(VOCABULARY) for _ in range(290))
 

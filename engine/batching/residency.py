@@ -6,7 +6,8 @@ sequence id are needed, and is saved to the prompt cache's RAM and disk tiers on
 (least recently used first). A new prompt starts from the sequence sharing its longest
 prefix: an idle conversation it continues is taken over in place, any other lends its
 prefix's cells (llama_memory_seq_cp; in a split cache, a copy of its stream, made only
-for a prefix worth it), and the prompt cache's tiers are asked for a longer one. The
+for a prefix worth it; where a sequence must leave anyway, that idle one leaves, saved,
+and serves in place), and the prompt cache's tiers are asked for a longer one. The
 scheduler admits and steps; this room decides what stays in memory.
 """
 
@@ -25,6 +26,9 @@ SEAM = 8  # tokens a template may render anew at the end of the previous answer
 # 23 ms and 16 take 38. Prompts evaluated together cost less a token, so a prefix is
 # copied from 16 tokens on (sixteen clients arriving at once share a dozen).
 SPLIT_COPY_MIN = 16
+# Where a sequence must leave for a new prompt anyway, an idle one sharing at least this
+# many tokens with it is the one that leaves (saved first) and serves in place.
+IN_PLACE_MIN = 8
 
 
 class Residency:
@@ -69,7 +73,8 @@ class Residency:
     def slot_for(self, source: Slot | None, keep: int) -> Slot:
         """An idle conversation the prompt continues is taken over in place; otherwise
         a free sequence, holding the source's prefix in shared cells."""
-        if source is not None and not source.active and _continues(source, keep):
+        if source is not None and not source.active and (
+                _continues(source, keep) or self._serves_in_place(source, keep)):
             return source
         slot = self._free_slot(spare=source)
         if slot is None:  # no other sequence id: the source must serve
@@ -83,8 +88,23 @@ class Residency:
             slot.tokens = source.tokens[:keep]
         return slot
 
+    def _serves_in_place(self, source: Slot, keep: int) -> bool:
+        """In a split cache with no free sequence, the idle source leaves (saved to the
+        prompt cache first) and its sequence serves the prompt, the shared prefix kept
+        where it is, as llama-server takes the slot whose prompt is most alike: no copy
+        of a whole stream (or the prefix evaluated again, under SPLIT_COPY_MIN), and no
+        other conversation has to leave for it."""
+        if not self.ledger.split or keep < IN_PLACE_MIN or self._free_ids():
+            return False
+        self.save(source)
+        self.figures.totals["evictions"] += 1
+        return True
+
+    def _free_ids(self) -> set[int]:
+        return set(range(self.spare)) - set(self.slots)
+
     def _free_slot(self, spare: Slot | None) -> Slot | None:
-        ids = set(range(self.spare)) - set(self.slots)
+        ids = self._free_ids()
         if not ids:
             idle = self.idle(spare)
             if not idle:

@@ -136,6 +136,7 @@ from engine.engine import Engine  # noqa: E402
 from engine.settings import EngineSettings  # noqa: E402
 from engine.settings import LoadSettings  # noqa: E402
 from engine.events import SamplingParams
+from engine.batching.residency import IN_PLACE_MIN, SPLIT_COPY_MIN  # noqa: E402
 from support.engines import run  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)
@@ -190,6 +191,30 @@ def test_a_split_cache_restores_from_the_prompt_cache_into_a_stream(tiny_store, 
     split.close()
     assert layout == "split" and [t for t, _ in warm] == [t for t, _ in cold]
     assert all(c > 60 for _, c in warm[2:])
+
+
+def test_a_split_cache_full_of_residents_serves_a_shared_prefix_in_place(tiny_store, tmp_path):
+    """Two streams, both held by finished conversations: a prompt sharing the start of
+    the more recent one (too short a prefix to copy a stream for) takes that stream over,
+    its prefix kept, after saving the conversation it held; the other stays resident."""
+    model = tiny_store.resolve("tiny")
+    engine = make_engine(tiny_store, tmp_path, cached=True, kv_layout="split", parallel=2)
+    for prompt in (A, B):
+        run(engine, model=model, prompt=prompt, max_tokens=4, sampling=GREEDY)
+    engine.status()  # the two conversations are resident; no sequence is free
+    shared = B[:10]  # the tiny model reads a character a token
+    _, _, done = run(engine, model=model, prompt=shared + "a zebra eats an apple " * 6,
+                     max_tokens=4, sampling=GREEDY)
+    status = engine.status()
+    assert IN_PLACE_MIN <= done.usage.cached_tokens < SPLIT_COPY_MIN
+    assert status["batching"]["evictions"] == 1
+    _, _, again = run(engine, model=model, prompt=B, max_tokens=4, sampling=GREEDY)
+    assert again.usage.cached_tokens >= again.usage.prompt_tokens - 1  # saved before it left
+    assert engine.status()["prompt_cache"]["hits_ram"] == 1
+    _, _, first = run(engine, model=model, prompt=A, max_tokens=4, sampling=GREEDY)
+    assert first.usage.cached_tokens >= first.usage.prompt_tokens - 1
+    assert engine.status()["prompt_cache"]["hits_ram"] == 1  # A stayed resident
+    engine.close()
 
 
 def test_engine_restart_reuses_the_disk_tier(tiny_store, tmp_path):
