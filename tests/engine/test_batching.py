@@ -175,8 +175,9 @@ def test_steps_of_the_same_streams_reuse_llama_cpps_graph(engine_for, tiny_store
 def test_a_prefix_copied_between_streams_answers_as_if_evaluated(engine_for, tiny_store):
     """A split cache copies a shared document as its source's whole stream cut back to
     the prefix: the answer after it equals the answer of the same prompt evaluated
-    afresh, and a prefix too short to be worth a copy is evaluated again."""
-    engine, model = engine_for(parallel=2), tiny_store.resolve("tiny")
+    afresh, and a prefix too short to be worth a copy is evaluated again. (Four lanes:
+    a sequence stays free for each prompt, so none is served in place.)"""
+    engine, model = engine_for(parallel=4), tiny_store.resolve("tiny")
     document = " ".join(f"line {i} of the shared document." for i in range(8))
     first = document + " Question one?"
     second = document + " Question two, a longer one?"
