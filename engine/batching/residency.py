@@ -72,10 +72,19 @@ class Residency:
 
     def slot_for(self, source: Slot | None, keep: int) -> Slot:
         """An idle conversation the prompt continues is taken over in place; otherwise
-        a free sequence, holding the source's prefix in shared cells."""
-        if source is not None and not source.active and (
-                _continues(source, keep) or self._serves_in_place(source, keep)):
-            return source
+        a free sequence, holding the source's prefix in shared cells. In a split cache
+        with no free sequence, an idle source sharing IN_PLACE_MIN tokens leaves (saved
+        to the prompt cache first) and serves the prompt with its prefix where it is, as
+        llama-server takes the slot whose prompt is most alike: no whole stream copied
+        (nor a prefix under SPLIT_COPY_MIN evaluated again), no other conversation sent
+        away for it."""
+        if source is not None and not source.active:
+            if _continues(source, keep):
+                return source
+            if self.ledger.split and keep >= IN_PLACE_MIN and not self._free_ids():
+                self.save(source)  # it leaves: the caller cuts it back to the prefix
+                self.figures.totals["evictions"] += 1
+                return source
         slot = self._free_slot(spare=source)
         if slot is None:  # no other sequence id: the source must serve
             self.trim(source, keep)
@@ -87,18 +96,6 @@ class Residency:
             self.ledger.share(source.seq_id, slot.seq_id, keep)
             slot.tokens = source.tokens[:keep]
         return slot
-
-    def _serves_in_place(self, source: Slot, keep: int) -> bool:
-        """In a split cache with no free sequence, the idle source leaves (saved to the
-        prompt cache first) and its sequence serves the prompt, the shared prefix kept
-        where it is, as llama-server takes the slot whose prompt is most alike: no copy
-        of a whole stream (or the prefix evaluated again, under SPLIT_COPY_MIN), and no
-        other conversation has to leave for it."""
-        if not self.ledger.split or keep < IN_PLACE_MIN or self._free_ids():
-            return False
-        self.save(source)
-        self.figures.totals["evictions"] += 1
-        return True
 
     def _free_ids(self) -> set[int]:
         return set(range(self.spare)) - set(self.slots)

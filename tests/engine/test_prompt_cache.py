@@ -201,7 +201,6 @@ def test_a_split_cache_full_of_residents_serves_a_shared_prefix_in_place(tiny_st
     engine = make_engine(tiny_store, tmp_path, cached=True, kv_layout="split", parallel=2)
     for prompt in (A, B):
         run(engine, model=model, prompt=prompt, max_tokens=4, sampling=GREEDY)
-    engine.status()  # the two conversations are resident; no sequence is free
     shared = B[:10]  # the tiny model reads a character a token
     _, _, done = run(engine, model=model, prompt=shared + "a zebra eats an apple " * 6,
                      max_tokens=4, sampling=GREEDY)
