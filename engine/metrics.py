@@ -24,6 +24,8 @@ COUNTERS = {
     "steps": ("decode_steps", "Batched evaluation steps."),
     "evictions": ("sequences_evicted", "Resident conversations moved to the prompt cache."),
     "memory_full": ("kv_memory_full", "Requests failed because the KV memory ran out."),
+    "kv_mismatches": ("kv_mismatches", "Sequences whose cells held other tokens than their "
+                      "slot's record, cut back to the true common prefix before use."),
 }
 
 

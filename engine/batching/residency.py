@@ -122,7 +122,7 @@ class Residency:
         if state is not None and self.make_room(len(hit.entry.tokens), spare=slot):
             # llama.cpp empties the sequence first, and the state takes cells of its own
             # (none shared with the prefix the slot may have held): the ledger follows
-            restored = llama.restore(slot.seq_id, state)
+            restored = llama.restore(slot.seq_id, state, hit.entry.tokens)
             self.ledger.drop(slot.seq_id)
             slot.tokens = list(hit.entry.tokens) if restored else []
             slot.saved = restored
@@ -130,14 +130,30 @@ class Residency:
 
     def trim(self, slot: Slot, keep: int) -> None:
         """The slot's sequence cut back to its first `keep` tokens."""
-        llama = self.host.loaded.llama
         if keep < len(slot.tokens):
-            if not llama.forget(slot.seq_id, keep):
-                llama.forget(slot.seq_id, 0)
-                keep = 0
-            del slot.tokens[keep:]
-            slot.saved = False
+            self._cut(slot, keep)
         self.ledger.hold(slot.seq_id, len(slot.tokens))
+
+    def verify(self, slot: Slot) -> None:
+        """The guard, before a prompt trusts the cells its slot holds (reused, copied,
+        served in place or restored): the tokens they are known to hold (the runtime's
+        record of every call into llama.cpp) against the slot's. Past their common
+        prefix nothing is trusted: the sequence is cut back to it, and counted
+        (/metrics kv_mismatches), so a bookkeeping mistake costs an evaluation, never
+        an answer computed from another prompt."""
+        held = self.host.loaded.llama.held.of(slot.seq_id)
+        if held != slot.tokens:
+            self.figures.totals["kv_mismatches"] += 1
+            self._cut(slot, common_prefix(held, slot.tokens))
+            self.ledger.hold(slot.seq_id, len(slot.tokens))
+
+    def _cut(self, slot: Slot, keep: int) -> None:
+        llama = self.host.loaded.llama
+        if not llama.forget(slot.seq_id, keep):
+            llama.forget(slot.seq_id, 0)
+            keep = 0
+        del slot.tokens[keep:]
+        slot.saved = False
 
     def extend(self, slot: Slot, tokens) -> None:
         """Tokens evaluated into the slot's sequence."""

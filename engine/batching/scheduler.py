@@ -223,6 +223,7 @@ class Scheduler:
         if request.cache_prompt:
             kv.restore_longer(slot, prompt)
         kv.trim(slot, common_prefix(slot.tokens, prompt[:-1]))
+        kv.verify(slot)
         slot.begin(job, held, sampler, spec, Output(
             job, loaded.llama, loaded.chat_format.turn_ends, loaded.turn_end_tokens, max_tokens,
             loaded.marker_tokens if request.messages is not None else frozenset(), budget))
@@ -305,8 +306,7 @@ class Scheduler:
         embeddings = vision.images.embeddings(vision.projector, chunk.image)
         if vision.images.encoded > encoded:  # the tower ran (a kept one costs no encode)
             slot.encode_s += time.perf_counter() - started
-        end = vision.projector.decode(loaded.llama, chunk.image, embeddings, chunk.start,
-                                     chunk.seq_id)
+        end = vision.projector.decode(loaded.llama, chunk, embeddings)
         if end != chunk.start + len(chunk.tokens):
             raise DecodeFailed(f"an image took {end - chunk.start} positions, not "
                                f"{len(chunk.tokens)}")

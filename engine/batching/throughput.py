@@ -12,7 +12,8 @@ RATE_WINDOW_S = 10.0  # tokens/s are reported over this window
 class Throughput:
     def __init__(self):
         self.totals = {"prompt_tokens": 0, "generated_tokens": 0, "steps": 0,
-                       "requests": 0, "evictions": 0, "memory_full": 0, "model_errors": 0}
+                       "requests": 0, "evictions": 0, "memory_full": 0, "model_errors": 0,
+                       "kv_mismatches": 0}
         self.mean_request_s = 2.0
         self.step_s = self.decode_s = 0.0  # plain steps' time, and llama_decode's share
         self._recent: deque[tuple[float, int, int]] = deque()  # (time, prompt, generated)

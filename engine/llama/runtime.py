@@ -21,6 +21,7 @@ from ..events import MAX_OUTPUTS
 from ..settings import LoadSettings
 from . import faults
 from .backend import ensure_backend, measured_load
+from .held import HeldTokens
 from .vocab import Tokens, piece_of
 
 
@@ -125,6 +126,8 @@ class LlamaModel(Tokens):
         self._batch = llama.llama_batch_init(settings.n_batch, 0, settings.n_seq_max)
         self._embd_batch = None  # made on first use
         self._pieces: dict[int, bytes] = {}
+        #: the tokens each sequence's cells hold (what residency checks its ledger against)
+        self.held = HeldTokens()
 
     @staticmethod
     def _context_params(settings: LoadSettings):
@@ -177,14 +180,14 @@ class LlamaModel(Tokens):
         """Evaluate at most n_batch tokens at positions start.. for one sequence.
         Logits are kept for the last token only (all sampling needs), or for every
         token when verifying a draft."""
-        self._decode_batch(self._fill_batch([Chunk(seq_id, start, tuple(tokens), True)],
-                                            all_logits))
+        chunk = Chunk(seq_id, start, tuple(tokens), True)
+        self._decode_batch(self._fill_batch([chunk], all_logits), [chunk])
 
     def decode_chunks(self, chunks: "list[Chunk]") -> list[int]:
         """Evaluate parts of several sequences in one batch (at most n_batch tokens in
         all). Returns the batch index of each chunk's last token, where its logits are
         when the chunk asked for them."""
-        self._decode_batch(self._fill_batch(chunks))
+        self._decode_batch(self._fill_batch(chunks), chunks)
         ends = list(itertools.accumulate(len(chunk.tokens) for chunk in chunks))
         return [end - 1 for end in ends]
 
@@ -278,12 +281,12 @@ class LlamaModel(Tokens):
                     break
                 chunks.append(Chunk(len(chunks), 0, tuple(tokens), True))
                 used += len(tokens)
-            self._decode_batch(self._fill_batch(chunks, all_logits=True))
+            self._decode_batch(self._fill_batch(chunks, all_logits=True), ())
             for seq, _chunk in enumerate(chunks):
                 pointer = llama.llama_get_embeddings_seq(self.ctx, seq)
                 out[i + seq] = np.ctypeslib.as_array(pointer, shape=(width,))
             if self.memory:
-                llama.llama_memory_clear(self.memory, True)
+                self.clear()
             i += len(chunks)
         return out
 
@@ -313,38 +316,64 @@ class LlamaModel(Tokens):
         shape, same sequences in the same order), skipping its build: llama.cpp's count."""
         return llama.llama_perf_context(self.ctx).n_reused
 
-    def _decode_batch(self, batch) -> None:
+    def _decode_batch(self, batch, chunks) -> None:
+        """One llama_decode of a filled batch holding `chunks` (recorded as held: cells
+        written before a failure are removed by llama.cpp)."""
         faults.before_evaluation(self.settings.repack)
         rc = llama.llama_decode(self.ctx, batch)
         if rc == 1:
             raise NoKVSlot("evaluation failed: no room left in the KV cache")
         if rc != 0:
             raise DecodeFailed(f"evaluation failed: llama_decode returned {rc}")
+        for chunk in chunks:
+            self.held.evaluated(chunk.seq_id, chunk.start, chunk.tokens)
 
     def forget(self, seq_id: int, from_pos: int) -> bool:
         """Drop a sequence's KV entries from from_pos on. False when the memory cannot
         remove part of a sequence (then the caller drops it whole)."""
-        return llama.llama_memory_seq_rm(self.memory, seq_id, from_pos, -1)
+        removed = llama.llama_memory_seq_rm(self.memory, seq_id, from_pos, -1)
+        if removed:
+            self.held.removed(seq_id, from_pos)
+        return removed
 
     def copy_prefix(self, src: int, dst: int, n: int) -> None:
         """Make sequence dst hold src's first n positions: sharing their cells in one
         pool; in a split cache, a copy of src's whole stream cut back to n (llama.cpp
-        copies streams only whole, at the next decode)."""
-        llama.llama_memory_seq_rm(self.memory, dst, 0, -1)
+        copies streams only whole, at the next decode: `settle_copies`)."""
+        self.forget(dst, 0)
         if self.settings.kv_split:
             llama.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
-            llama.llama_memory_seq_rm(self.memory, dst, n, -1)
+            self.held.copied(src, dst, len(self.held.of(src)), queued=True)
+            self.forget(dst, n)
         else:
             llama.llama_memory_seq_cp(self.memory, src, dst, 0, n)
+            self.held.copied(src, dst, n, queued=False)
+
+    def settle_copies(self) -> None:
+        """Make the stream copies llama.cpp has queued now (it makes them at the start of
+        the next llama_decode): a restore or a snapshot before then would be overwritten
+        by one, copied along by another, or read a stream not yet written. One token
+        without logits is evaluated in the last sequence (the one no request uses) and
+        removed: what the copies cost anyway, and a token."""
+        if not self.held.copies_queued:
+            return
+        spare = self.settings.n_seq_max - 1
+        self.forget(spare, 0)
+        token = max(llama.llama_vocab_bos(self.vocab), 0)
+        chunk = Chunk(spare, 0, (token,), False)
+        self._decode_batch(self._fill_batch([chunk]), [chunk])
+        self.forget(spare, 0)
 
     def clear(self) -> None:
         """Forget every sequence."""
         llama.llama_memory_clear(self.memory, True)
+        self.held.cleared()
 
     # -- state -------------------------------------------------------------------
 
     def snapshot(self, seq_id: int) -> bytearray:
         """A copy of one sequence's KV state."""
+        self.settle_copies()
         size = llama.llama_state_seq_get_size(self.ctx, seq_id)
         state = bytearray(size)
         written = llama.llama_state_seq_get_data(
@@ -352,13 +381,16 @@ class LlamaModel(Tokens):
         del state[written:]
         return state
 
-    def restore(self, seq_id: int, state: bytearray) -> bool:
-        """Replace a sequence's KV state with a snapshot; False if llama.cpp refused it."""
+    def restore(self, seq_id: int, state: bytearray, tokens: list[int]) -> bool:
+        """Replace a sequence's KV state with a snapshot of `tokens`; False if llama.cpp
+        refused it."""
+        self.settle_copies()
         self.forget(seq_id, 0)
         buffer = (ctypes.c_uint8 * len(state)).from_buffer(state)
         if llama.llama_state_seq_set_data(self.ctx, buffer, len(state), seq_id) == 0:
             self.forget(seq_id, 0)
             return False
+        self.held.restored(seq_id, tokens)
         return True
 
     def close(self) -> None:

@@ -25,7 +25,7 @@ from llama_cpp import mtmd_cpp as mtmd
 from ..conversation.images import DECODED_SIDE, Picture, decoded
 from ..errors import InvalidRequest, ModelLoadFailed
 from .backend import _log, measured_load
-from .runtime import DecodeFailed, LlamaModel, NoKVSlot
+from .runtime import Chunk, DecodeFailed, LlamaModel, NoKVSlot
 
 TEXT, IMAGE = 0, 1  # mtmd_input_chunk_type
 _SPAN = 2**31 - 2  # the negative ids an image's entries take: -1 .. -(2**31 - 1)
@@ -176,19 +176,20 @@ class Projector:
         out = mtmd.mtmd_get_output_embd(self._ctx)
         return np.ctypeslib.as_array(out, shape=(piece.n_tokens * self.n_embd,)).copy()
 
-    def decode(self, model: LlamaModel, piece: ImagePiece, embeddings: np.ndarray,
-               start: int, seq_id: int) -> int:
-        """Encoded embeddings into the sequence from position `start` (M-RoPE positions
-        and non-causal attention as the model needs); the position after them."""
+    def decode(self, model: LlamaModel, chunk: Chunk, embeddings: np.ndarray) -> int:
+        """An image chunk's encoded embeddings into its sequence from its start (M-RoPE
+        positions and non-causal attention as the model needs); the position after them."""
+        piece = chunk.image
         if embeddings.size != piece.n_tokens * self.n_embd:
             raise DecodeFailed("an image's embeddings do not match its chunk")
         new_pos = llama.llama_pos(0)
         data = np.ascontiguousarray(embeddings, dtype=np.float32)
         failed = mtmd.mtmd_helper_decode_image_chunk(
             self._ctx, model.ctx, piece.chunk, data.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
-            start, seq_id, model.settings.n_batch, ctypes.byref(new_pos),
+            chunk.start, chunk.seq_id, model.settings.n_batch, ctypes.byref(new_pos),
             mtmd.mtmd_helper_post_decode_callback(), None)
         if failed:  # its cells so far stay in the sequence: the scheduler drops it whole
             raise NoKVSlot("llama.cpp could not decode an image's embeddings into the KV "
                            "memory")
+        model.held.evaluated(chunk.seq_id, chunk.start, chunk.tokens)
         return new_pos.value

@@ -9,11 +9,10 @@ import httpx
 import openai
 import pytest
 
-from support.engines import GREEDY, Collector, run, start_engine
+from support.engines import GREEDY, Collector, run, settled, start_engine
 from support.models import PARIS_QUESTION, STARTER
 from engine.engine import Engine
 from engine.settings import EngineSettings, LoadSettings
-from engine.batching.lane import PUBLISH_S
 from engine.errors import MemoryFull, QueueFull
 from engine.events import Failed, Finished, GenerationRequest
 from engine.batching.kv_pool import CellLedger
@@ -95,16 +94,6 @@ def engine_for(tiny_store):
     yield make
     for engine in engines:
         engine.close()
-
-
-def settled(engine) -> dict:
-    """The engine's batching figures once no request runs (they are published by the
-    worker a moment after the last event)."""
-    deadline = time.monotonic() + 5
-    while engine.status()["batching"].get("active") and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(PUBLISH_S * 2)
-    return engine.status()["batching"]
 
 
 def submit(engine, model, prompt, **request):

@@ -45,6 +45,18 @@ def run(engine, **request):
     return collector.result()
 
 
+def settled(engine) -> dict:
+    """An in-process engine's batching figures once no request runs (they are published
+    by the worker a moment after the last event)."""
+    from engine.batching.lane import PUBLISH_S
+
+    deadline = time.monotonic() + 5
+    while engine.status()["batching"].get("active") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(PUBLISH_S * 2)
+    return engine.status()["batching"]
+
+
 def start_engine(home: Path, name: str, args: list[str], env: dict | None = None):
     """A real `homerack serve` with a HOMERACK_HOME of its own under `home`, sharing the
     starter models: (its process, the address it listens on, its models folder).
