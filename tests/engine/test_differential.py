@@ -6,15 +6,18 @@ record before a prompt trusts them."""
 
 from __future__ import annotations
 
+import io
 import shutil
 import threading
 
 import openai
 import pytest
+from PIL import Image
 
 from fixtures.adapter_files import LoraSpec, write_lora
 from engine.catalog.gguf_file import GGUFInspector
 from engine.catalog.models import ModelStore
+from engine.conversation.images import MARKER, read_image
 from engine.engine import Engine
 from engine.batching.residency import Residency
 from engine.llama.runtime import LlamaModel
@@ -64,7 +67,9 @@ def differential(lab, seed: int, rounds: int = 4, **settings) -> int:
     return check(*recorder.take(), alone)
 
 
-QUICK = [("split", 16, 4), ("unified", 4, 4)]
+QUICK = [("split", 16, 4), ("split", 4, 4), ("unified", 4, 4)]
+# the ways to a prompt's cells each of them takes (seed 7; support.differential.Recorder)
+TAKEN = {"copied", "restored", "continued", "new sequence"}
 MATRIX = [("split", 1, 4), ("split", 4, 1), ("split", 16, 1), ("unified", 1, 4),
           ("unified", 16, 1), ("unified", 4, 0)]
 
@@ -74,6 +79,8 @@ def test_concurrent_answers_are_their_own_prompts(lab, layout, lanes, resident):
     """Waves of concurrent requests sharing long prefixes, continued, cancelled, with
     residents held and evicted to the prompt cache and restored from it."""
     assert differential(lab, seed=7, kv_layout=layout, parallel=lanes, resident=resident) >= 20
+    # every lane held (four in a split cache): a resident leaves and serves in place
+    assert set(lab[2].paths) == TAKEN | ({"in place"} if lanes == 4 and layout == "split" else set())
 
 
 @pytest.mark.slow
@@ -113,6 +120,40 @@ def test_answers_under_an_adapter_a_draft_and_a_grammar_are_their_own(lab, layou
     drive(engine, tiny, texts, 7, rounds=2, grammar='root ::= [a-z ]+')
     drive(engine, tiny, texts, 8, rounds=2)
     assert check(*recorder.take(), alone) >= 30
+
+
+@pytest.mark.slow
+def test_answers_with_pictures_are_their_own(vision_dir, tmp_path, monkeypatch):
+    """Chats holding one of two pictures (its span shared as a prefix, or not), their
+    texts differing in a number after it."""
+    store = ModelStore(vision_dir, GGUFInspector())
+    recorder = Recorder(monkeypatch)
+    settings = dict(cache=CACHE, cache_folder=tmp_path)
+    load = LoadSettings(n_ctx=1024, n_batch=256)
+    engine = Engine(store, EngineSettings(load, parallel=4, resident=2, **settings))
+    reference = Engine(store, EngineSettings(load, parallel=1, kv_layout="unified"))
+    pictures = [read_image(_png(color), "image") for color in ((200, 40, 40), (30, 30, 220))]
+    texts = [f"{i} Tell me about the number {i}." for i in range(6)]
+
+    def chat(text):
+        return {"messages": ({"role": "user", "content": f"{MARKER}{text[2:]}"},),
+                "pictures": (pictures[int(text[0]) % 2],)}
+
+    try:
+        drive(engine, store.resolve("smolvlm-256m"), texts, 3, rounds=2, wave=6,
+              continue_=0, shape=chat)
+        engine.close()
+        assert check(*recorder.take(), lambda r: recorder.alone(reference, r)) >= 8
+        assert recorder.paths["copied"] + recorder.paths["restored"] >= 1
+    finally:
+        engine.close()
+        reference.close()
+
+
+def _png(color) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (64, 48), color).save(out, "PNG")
+    return out.getvalue()
 
 
 # -- the guard --------------------------------------------------------------------------

@@ -26,13 +26,15 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from engine.batching.residency import SEAM, Residency
 from engine.batching.scheduler import Scheduler
 from engine.events import Failed, Finished, GenerationRequest
-from engine.llama.runtime import common_prefix
+from engine.llama.runtime import LlamaModel, common_prefix
 
 from .engines import GREEDY, Collector
 
@@ -78,6 +80,29 @@ class Recorder:
 
         monkeypatch.setattr(Scheduler, "_sample", recorded_sample)
         monkeypatch.setattr(Scheduler, "_finish", recorded_finish)
+        self.paths: Counter[str] = Counter()  # which ways to a prompt's cells were taken
+        slot_for, copy, restore = Residency.slot_for, LlamaModel.copy_prefix, LlamaModel.restore
+
+        def counted_slot_for(residency, source, keep):
+            slot = slot_for(residency, source, keep)
+            if slot is not source or not keep:
+                self.paths["new sequence"] += 1
+            else:  # a conversation continued, or one that left serving a shared prefix
+                self.paths["continued" if len(slot.tokens) - keep <= SEAM else "in place"] += 1
+            return slot
+
+        def counted_copy(llama, src, dst, n):
+            self.paths["copied"] += 1
+            copy(llama, src, dst, n)
+
+        def counted_restore(llama, seq_id, state, tokens):
+            restored = restore(llama, seq_id, state, tokens)
+            self.paths["restored"] += restored
+            return restored
+
+        monkeypatch.setattr(Residency, "slot_for", counted_slot_for)
+        monkeypatch.setattr(LlamaModel, "copy_prefix", counted_copy)
+        monkeypatch.setattr(LlamaModel, "restore", counted_restore)
 
     def take(self) -> tuple[list[Seen], list[list[int]]]:
         with self._lock:
@@ -113,10 +138,11 @@ def prompts(seed: int, count: int = 12, length: int = 24) -> list[str]:
 
 def drive(engine, model, texts: list[str], seed: int, rounds: int = 4, wave: int = 8,
           tokens: int = 6, cancel: float = 0.15, continue_: float = 0.25,
-          **request) -> list[str]:
+          shape=lambda text: {"prompt": text}, **request) -> list[str]:
     """Seeded random waves of concurrent requests over `texts`: some continue an earlier
     answer (its prompt extended), some are cancelled while their prompt is evaluated.
-    Returns every prompt asked (the answers' texts extend them)."""
+    `shape` makes a text the request's prompt (or a chat with pictures). Returns every
+    text asked."""
     rng = random.Random(seed)
     answered: list[str] = []
     asked: list[str] = []
@@ -130,10 +156,10 @@ def drive(engine, model, texts: list[str], seed: int, rounds: int = 4, wave: int
             asked.append(prompt)
             collector = Collector()
             job = engine.submit(GenerationRequest(
-                model=model, prompt=prompt, sampling=GREEDY, max_tokens=tokens,
-                ignore_eos=True, **request), collector)
-            if rng.random() < cancel:
-                job.cancel()
+                model=model, sampling=GREEDY, max_tokens=tokens, ignore_eos=True,
+                **shape(prompt), **request), collector)
+            if rng.random() < cancel:  # before its admission, or while its prompt is read
+                threading.Timer(rng.random() * 0.02, job.cancel).start()
             else:
                 jobs.append((prompt, collector))
             time.sleep(rng.random() * 0.01)
