@@ -115,15 +115,15 @@ class Engine:
         job = Job(next(self._ids), request, emit)
         route = self.router.route(job)
         job.request = self.render(job.request)
-        key = self._cache_key(job.request)
-        if key and job.request.response_cache == "use":
-            answer = self.answers.get(*key, job.request.model.path)
-            if answer:
-                replay(job, answer, route)
-                return job
-        job.emit = Recording(job, self.answers, key, route)
         self.home.take(job)  # a device's share and limits (429), the owner's precedence
         try:
+            key = self._cache_key(job.request)  # a device's keyed apart (response_cache.py)
+            if key and job.request.response_cache == "use":
+                answer = self.answers.get(*key, job.request.model.path)
+                if answer:
+                    replay(job, answer, route)
+                    return job
+            job.emit = Recording(job, self.answers, key, route)
             if job.request.escalate_to:
                 Cascade(job, self._put, self.render).start()
             else:

@@ -91,6 +91,12 @@ class NonFiniteLogits(HomerackError):
         return NonFiniteLogits(self.model, self.device, self.what, position)
 
 
+class SpeechFailed(HomerackError):
+    """The speech synthesizer's child process died or ran past its time on a request:
+    that request fails, the engine and the next request go on (voice/speaker.py)."""
+    kind = "speech_error"
+
+
 class NotSupported(HomerackError):
     """A route or field of another API that this engine does not offer."""
     status = 501

@@ -82,6 +82,8 @@ def request_key(request: GenerationRequest, prompt: str, fingerprint: str, n_ctx
     if request.pictures:
         inputs["images"] = [p.digest for p in request.pictures]
         inputs["projector"] = projector
+    if request.client is not None:  # a device's answers are its own (a hit would tell it
+        inputs["client"] = request.client  # what the owner asked)
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 

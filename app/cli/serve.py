@@ -291,9 +291,9 @@ def add_commands(sub) -> None:
                        help="also serve this home's paired devices on the LAN: the web chat "
                             "and the generation routes, with each device's own key "
                             "(`homerack devices add NAME`). Off by default")
-    serve.add_argument("--share-host", default="0.0.0.0", metavar="ADDR",
-                       help="the address the sharing listener binds (default: every LAN "
-                            "address)")
+    serve.add_argument("--share-host", default=None, metavar="ADDR",
+                       help="the address the sharing listener binds (default: this "
+                            "machine's LAN address; 0.0.0.0: every interface)")
     serve.add_argument("--share-port", type=int, default=8580, metavar="N")
     serve.add_argument("--fd", type=int, help=argparse.SUPPRESS)  # a supervised engine child
     serve.set_defaults(func=cmd_serve)

@@ -26,7 +26,7 @@ from .wire_formats import (anthropic_routes, audio_routes, embeddings_routes, ol
                            openai_routes)
 from .error_replies import answer_errors, error_body
 from .guard import RequestGuard, host_name
-from .listeners import BesideServer, bind
+from .listeners import BesideServer, DoorCaps, bind, capped, open_files
 
 log = logging.getLogger("homerack")
 MDNS_NAME = "homerack.local"
@@ -41,6 +41,10 @@ PUBLIC = frozenset({("POST", "/pair"), ("GET", "/health")} |
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
        "media-src blob:; connect-src 'self'; manifest-src 'self'; form-action 'none'; "
        "base-uri 'none'; frame-ancestors 'none'")
+# The LAN's share of the engine's open files (the owner's API, the models and the caches
+# need the rest): connections at once, from one address, and the time a request has to
+# arrive (headers, then its body: a 25 MiB recording on a slow link).
+MAX_CONNECTIONS, PER_ADDRESS, HEADERS_S, BODY_S = 256, 32, 10.0, 120.0
 PAGE_HEADER = "x-homerack-page"  # set by the web chat's own script on an upload
 HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
            (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY"),
@@ -152,20 +156,27 @@ class HomeDoor:
         self._server: BesideServer | None = None
         self._task: asyncio.Task | None = None
         self._mdns = None
+        self.caps = engine.home.door = DoorCaps(min(MAX_CONNECTIONS, open_files() // 4),
+                                                PER_ADDRESS, HEADERS_S, BODY_S)
 
-    async def open(self, host: str, port: int) -> str:
+    async def open(self, host: str | None, port: int) -> str:
+        """Listen on `host` (None: this machine's LAN address, not every interface)."""
         if self._server is not None:
             await self.close()
-        sock = bind(host, port)
+        sock = bind(host or lan_address(), port)
         bound_host, bound_port = sock.getsockname()[:2]
         shown = lan_address() if bound_host in ("0.0.0.0", "::") else bound_host
         url = f"http://{shown}:{bound_port}"
         self._server = BesideServer(uvicorn.Config(create_share_app(self.engine),
+                                              http=capped(self.caps),
                                               log_level="warning", access_log=False,
                                               lifespan="off", timeout_graceful_shutdown=1))
         self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
         self.engine.home.sharing = {"enabled": True, "url": url, "host": bound_host,
                                     "port": bound_port}
+        log.warning("sharing with the home on %s%s: paired devices can use the models "
+                    "(plain HTTP on the LAN; each device's key is its own)", url,
+                    " (every interface)" if bound_host in ("0.0.0.0", "::") else "")
         self._mdns = await asyncio.to_thread(_announce, shown, bound_port)
         return url
 

@@ -23,6 +23,7 @@ from .channel import Channel
 from .grounding import ground
 from .schemas import Groundable
 from .thinking import Thinking
+from .wire import device_of
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class Turn:
         self.channel = Channel()
         request = replace(self.request, response_cache=cache_mode(
             self.http.headers.get("cache-control", ""), self.request.response_cache),
-            client=getattr(self.http.state, "device", None))  # set by home_door's gate
+            client=device_of(self.http))
         # off the event loop: a cache lookup renders the prompt and may read the model's
         # header the first time
         self.job = await asyncio.to_thread(self.engine.submit, request, self.channel.emit)

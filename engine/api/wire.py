@@ -9,6 +9,12 @@ from fastapi.responses import JSONResponse
 from ..events import Started
 
 
+def device_of(http) -> str | None:
+    """The paired device a request comes from (set by the sharing listener's gate,
+    home_door.py); None for the owner's."""
+    return getattr(http.state, "device", None)
+
+
 def extension(started: Started, notes: list[str] = ()) -> dict:
     return {"chat_format": started.chat_format, "notes": [*started.notes, *notes],
             "n_ctx": started.n_ctx, "response_cache": started.response_cache,

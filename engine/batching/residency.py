@@ -57,13 +57,16 @@ class Residency:
 
     # -- a prompt's sequence ------------------------------------------------------------
 
-    def best_source(self, prompt: list[int], adapters: tuple) -> tuple[Slot | None, int]:
+    def best_source(self, prompt: list[int], adapters: tuple,
+                    client: str | None) -> tuple[Slot | None, int]:
         """The sequence sharing the longest prefix with the prompt, its cells computed
-        under the same adapters (the last prompt token is always evaluated: sampling
-        needs its logits)."""
+        under the same adapters for the same client (the last prompt token is always
+        evaluated: sampling needs its logits). Each device reuses only its own prompts:
+        a prefix found in another's would tell it, in its cached_tokens and its speed,
+        what another asked, token by token."""
         best, keep = None, 0
         for slot in self.slots.values():
-            if slot.adapters != adapters:
+            if slot.adapters != adapters or slot.client != client:
                 continue
             n = min(common_prefix(slot.tokens, prompt), len(prompt) - 1)
             if n > keep:
@@ -115,7 +118,7 @@ class Residency:
         """A longer prefix from the prompt cache's tiers, restored into the slot."""
         loaded = self.host.loaded
         cache, llama = loaded.cache, loaded.llama
-        hit = cache.best(prompt, loaded.adapters.salt(slot.adapters)) if cache else None
+        hit = cache.best(prompt, self._salt(slot)) if cache else None
         if hit is None or hit.length <= common_prefix(slot.tokens, prompt):
             return
         state = cache.fetch(hit)
@@ -216,8 +219,14 @@ class Residency:
         loaded = self.host.loaded
         if loaded.cache and not slot.saved and slot.tokens:
             loaded.cache.save(slot.tokens, loaded.llama.snapshot(slot.seq_id),
-                              loaded.adapters.salt(slot.adapters))
+                              self._salt(slot))
             slot.saved = True
+
+    def _salt(self, slot: Slot) -> str:
+        """The prompt cache's key part beside the tokens: the adapters the state was
+        computed under, and the device whose it is (best_source's rule, kept there too)."""
+        salt = self.host.loaded.adapters.salt(slot.adapters)
+        return salt if slot.client is None else f"{salt}@{slot.client}"
 
     def save_one(self) -> bool:
         """Save one resident conversation the cache lacks (when the engine is idle)."""

@@ -108,8 +108,13 @@ def _in_sequence_order(call: list[Chunk]) -> list[Chunk]:
 
 
 def _waiting(slots: list[Slot]) -> list[Slot]:
-    """The slots whose prompts are still being evaluated, oldest request first."""
-    return sorted((s for s in slots if s.prefilling), key=lambda s: s.admitted)
+    """The slots whose prompts are still being evaluated, oldest request first; while a
+    prompt with precedence (the owner's) waits, only those: a device's long prompt then
+    takes no part of the step (the owner's first token waited 41.8 s behind devices'
+    prompt chunks, 0.14 s alone)."""
+    waiting = sorted((s for s in slots if s.prefilling), key=lambda s: s.admitted)
+    first = [s for s in waiting if s.precedence]
+    return first or waiting
 
 
 def _prompt_chunk(slot: Slot, room: int) -> Chunk:
@@ -207,7 +212,7 @@ class Scheduler:
         for stale in loaded.adapters.ready(request.adapters,
                                            busy={path for s in busy for path, _ in s.adapters}):
             kv.drop_resident(lambda slot: any(path == stale for path, _ in slot.adapters))
-        source, keep = kv.best_source(prompt, request.adapter_set) \
+        source, keep = kv.best_source(prompt, request.adapter_set, request.client) \
             if request.cache_prompt else (None, 0)
         waiting = sum(len(s.pending()) for s in self.active)  # prompts admitted, not yet held
         if not kv.make_room(len(prompt) - keep + 1 + waiting, spare=source):
@@ -219,7 +224,8 @@ class Scheduler:
         sampler = Sampler(request.sampling, loaded.llama.n_vocab, request.grammar,
                           loaded.llama.vocab)
         slot = kv.slot_for(source, keep)
-        slot.adapters = request.adapter_set
+        slot.adapters, slot.client = request.adapter_set, request.client
+        slot.precedence = request.precedence
         if request.cache_prompt:
             kv.restore_longer(slot, prompt)
         kv.trim(slot, common_prefix(slot.tokens, prompt[:-1]))
@@ -372,9 +378,9 @@ class Scheduler:
 
     def _outgrown(self, active: list[Slot]) -> None:
         """The pool is full and no resident can make room: the sequence holding the most
-        cells fails, so the others go on."""
-        ledger = self.residency.ledger
-        victim = max(active, key=lambda s: ledger.held(s.seq_id))
+        cells fails (a device's before the owner's), so the others go on."""
+        ledger = self.residency.ledger  # a device's sequence before the owner's
+        victim = max(active, key=lambda s: (s.client is not None, ledger.held(s.seq_id)))
         self.figures.totals["memory_full"] += 1
         used, total = ledger.held(victim.seq_id), ledger.total
         shared = f"its own KV stream of {self.host.loaded.llama.n_ctx}" if ledger.split else \

@@ -41,6 +41,8 @@ class Slot:
     peers: int = 1           # most sequences in one of its steps
     started: Started | None = None  # emitted with the first token
     adapters: tuple = ()     # the LoRA adapters its cells were computed under (adapter_set)
+    client: str | None = None  # the device whose prompts its cells hold (None: the owner's)
+    precedence: bool = False   # its request goes before the devices' (the owner's, when chosen)
     held: Prompt | None = None  # the request's prompt, with its images' chunks
     encode_s: float = 0.0    # its images' time in the vision tower (0: kept ones)
 

@@ -4,7 +4,9 @@ models shared), kept in a private file beside the devices."""
 
 from __future__ import annotations
 
+import itertools
 import json
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -32,6 +34,7 @@ class Household:
         self.meter = Meter()
         self.choices = self._read()
         self.sharing: dict = {"enabled": False, "url": None}  # told by the listener
+        self.door = None  # the listener's caps (api/listeners.DoorCaps): what the LAN holds
 
     def _read(self) -> Choices:
         try:
@@ -77,18 +80,39 @@ class Household:
                 job.request = replace(job.request, precedence=True)
             return
         self.check_shared(job.request.model.id)
+        if job.request.draft_model is not None:
+            self.check_shared(job.request.draft_model.id, "draft_model")
         self.meter.take(client, job, self.limits_of(self.devices.get(client)))
         job.emit = Metered(job.emit, self.meter, client, job.id)
+
+    @contextmanager
+    def working(self, client: str | None, model_id: str | None, param: str = "model"):
+        """A device's request that generates no chat (speech, a transcription, embeddings,
+        a token count): its model checked against what is shared, and the request
+        counted in flight against the device's limits while it runs; what it used
+        (`charge.tokens`, set by the route) counts against its tokens a minute. The
+        owner's (`client` None) passes as it is."""
+        charge = Charge()
+        if client is None:
+            yield charge
+            return
+        if model_id is not None:
+            self.check_shared(model_id, param)
+        self.meter.take(client, charge, self.limits_of(self.devices.get(client)))
+        try:
+            yield charge
+        finally:
+            self.meter.ended(client, charge.id, charge.tokens, 0.0)
 
     def release(self, job) -> None:
         """A device's request that never reached a lane is no longer in flight."""
         if job.request.client is not None:
             self.meter.ended(job.request.client, job.id, 0, 0.0)
 
-    def check_shared(self, model_id: str) -> None:
+    def check_shared(self, model_id: str, param: str = "model") -> None:
         if self.choices.shared is not None and model_id not in self.choices.shared:
             raise Forbidden(f"the owner does not share {model_id!r} with this home's "
-                            "devices", param="model")
+                            "devices", param=param)
 
     def revoke(self, name: str) -> Device:
         """The device's key stops working now, and what it has running stops."""
@@ -98,12 +122,24 @@ class Household:
         return device
 
     def status(self) -> dict:
-        return {**self.sharing, "owner_first": self.choices.owner_first,
+        return {**self.sharing, "door": self.door.status() if self.door else None,
+                "owner_first": self.choices.owner_first,
                 "limits": asdict(self.choices.limits),
                 "shared": list(self.choices.shared) if self.choices.shared is not None else None,
                 "devices": [{**d.public(), **self.meter.status(d.name)}
                             for d in self.devices.listed()],
                 "codes": [c.public() for c in self.devices.codes()]}
+
+
+class Charge:
+    """A device's request that is no generation job, as the meter counts it."""
+    _ids = itertools.count(-1, -1)  # apart from the jobs' ids
+
+    def __init__(self):
+        self.id, self.tokens = next(Charge._ids), 0
+
+    def cancel(self) -> None:
+        """(A revoked key: the work ends on its own, in bounded time.)"""
 
 
 def _count(value, name: str, least: int) -> int:

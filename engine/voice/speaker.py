@@ -1,77 +1,68 @@
-"""eSpeak NG, as espeakng-loader bundles it (the library and its data), driven through its
-C API with ctypes: text in, 16-bit mono samples out, one sentence at a time so the first
-sound is ready after the first sentence. eSpeak keeps one global state: one synthesis at
-a time.
+"""Speech out: text in, 16-bit mono samples out, one sentence at a time so the first
+sound is ready after the first sentence, made by eSpeak NG in a child process
+(engine/voice/espeak.py) that this side starts, limits and restarts.
+
+eSpeak NG 1.52 overflows its stack on some texts (docs/voice.md has the reproducer): in
+the engine's process one spoken sentence killed the engine. Here a text is made
+speakable first (a run without whitespace longer than RUN characters, such as
+`"a." * 200` or a long URL, is broken into pieces: eSpeak reads it the same), and what
+still kills the child fails that request alone with a `speech_error` naming the cause;
+the next request starts a new child. The child's memory is capped (RLIMIT_AS) and each
+sentence has a time limit.
 
 OpenAI's voice names are mapped to eSpeak's voices and variants; any eSpeak voice name
 (`en-gb`, `de`, `fr+f3`) is taken too."""
 
 from __future__ import annotations
 
-import ctypes
+import json
 import re
+import select
+import signal
+import subprocess
 import threading
+import time
 from typing import Iterator
 
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, SpeechFailed
+from ..spawn import child_env, module_command
 
 MODEL_ID = "espeak-ng"
 MAX_INPUT = 4096  # characters, as OpenAI's API
-RATE_WPM = 165    # eSpeak's words a minute at speed 1.0 (its default is 175: a little fast)
 OPENAI_VOICES = {"alloy": "en-us", "ash": "en-us+m3", "ballad": "en+m2",
                  "coral": "en-us+f3", "echo": "en-us+m7", "fable": "en",
                  "nova": "en-us+f2", "onyx": "en-us+m1", "sage": "en-us+f4",
                  "shimmer": "en-us+f5", "verse": "en+m4"}
 SENTENCE = re.compile(r"(?<=[.!?;:])\s+|\n+")
-_SYNTH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int,
-                          ctypes.c_void_p)
-_SYNCHRONOUS, _CHARS_UTF8, _RATE = 2, 1, 1
+# eSpeak NG died on a 392-character word of letters and dots (and read 200 of them as
+# far as it read 300); runs of 32 with spaces between read the same, 60 of them in one
+# call: 4.7 MB of samples, no fault.
+RUN = 32
+LONG_RUN = re.compile(r"\S{%d}(?=\S)" % RUN)
+MEMORY_BYTES = 512 << 20  # the child's address space (it uses ~40 MiB)
+SENTENCE_S = 30.0  # a sentence of 4,096 characters takes ~1 s on 2 cores
 
 
-class _Voice(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char_p), ("languages", ctypes.c_char_p),
-                ("identifier", ctypes.c_char_p), ("gender", ctypes.c_ubyte),
-                ("age", ctypes.c_ubyte), ("variant", ctypes.c_ubyte), ("xx1", ctypes.c_ubyte),
-                ("score", ctypes.c_int), ("spare", ctypes.c_void_p)]
+def speakable(text: str) -> str:
+    """The text with every run of more than RUN characters without whitespace broken
+    into pieces of RUN (the desktop's Talk and the web chat's Read aloud come this way
+    too: they ask /v1/audio/speech)."""
+    return LONG_RUN.sub(lambda m: m.group(0) + " ", text)
 
 
 class Speaker:
     def __init__(self):
-        self._lib = None
         self.rate = 22050
-        self._lock = threading.Lock()
-        self._pieces: list[bytes] = []
-        self._voice: str | None = None  # the voice eSpeak has set
-        self._callback = _SYNTH(self._collect)  # kept: the library holds its address
-
-    def _collect(self, samples, count, _events) -> int:
-        if count > 0:
-            self._pieces.append(ctypes.string_at(samples, count * 2))
-        return 0
-
-    def _loaded(self):
-        if self._lib is None:
-            import espeakng_loader
-
-            lib = ctypes.CDLL(espeakng_loader.get_library_path())
-            lib.espeak_ListVoices.restype = ctypes.POINTER(ctypes.POINTER(_Voice))
-            self.rate = lib.espeak_Initialize(_SYNCHRONOUS, 0,
-                                              espeakng_loader.get_data_path().encode(), 0)
-            if self.rate <= 0:
-                raise RuntimeError("eSpeak NG did not start")
-            lib.espeak_SetSynthCallback(self._callback)
-            self._lib = lib
-        return self._lib
+        self._lock = threading.Lock()  # eSpeak keeps one global state: one at a time
+        self._child: subprocess.Popen | None = None
+        self._voices: list[str] | None = None
 
     def voices(self) -> list[str]:
         """OpenAI's names, then eSpeak's own voices."""
         with self._lock:
-            listed = self._loaded().espeak_ListVoices(None)
-            own, i = [], 0
-            while listed[i]:  # languages: a priority byte, then the language's code
-                own.append(listed[i].contents.languages[1:].decode(errors="replace"))
-                i += 1
-        return list(OPENAI_VOICES) + sorted(set(own))
+            if self._voices is None:
+                self._voices = self._ask({"voices": True})[0]["voices"]
+        return list(OPENAI_VOICES) + self._voices
 
     def voice(self, name: str) -> str:
         """eSpeak's voice for a request's `voice`, checked."""
@@ -90,23 +81,91 @@ class Speaker:
         if not 0.25 <= speed <= 4.0:
             raise InvalidRequest("speed: from 0.25 to 4.0", param="speed")
         espeak_voice = self.voice(voice)
-        for sentence in (s for s in SENTENCE.split(text) if s.strip()):
+        for sentence in (s for s in SENTENCE.split(speakable(text)) if s.strip()):
             yield self._say(sentence, espeak_voice, speed)
 
     def _say(self, sentence: str, voice: str, speed: float) -> bytes:
-        data = sentence.encode("utf-8", "replace") + b"\0"  # (a lone surrogate: "?")
         with self._lock:
-            lib = self._loaded()
-            if voice != self._voice:  # (eSpeak reads a voice's files each time it is set)
-                self._voice = None
-                if lib.espeak_SetVoiceByName(voice.encode()) != 0 and \
-                        lib.espeak_SetVoiceByProperties(ctypes.byref(_Voice(
-                            languages=voice.split("+")[0].lower().encode()))) != 0:
-                    raise InvalidRequest(f"voice: eSpeak NG has no voice {voice!r}",
-                                         param="voice")
-                self._voice = voice
-            lib.espeak_SetParameter(_RATE, max(80, min(450, int(RATE_WPM * speed))), 0)
-            self._pieces = []
-            lib.espeak_Synth(data, len(data), 0, 0, 0, _CHARS_UTF8, None, None)
-            lib.espeak_Synchronize()
-            return b"".join(self._pieces)
+            head, samples = self._ask({"text": sentence, "voice": voice, "speed": speed})
+        if "error" in head:
+            raise InvalidRequest(head["error"], param=head.get("param"))
+        return samples
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+    # -- the child ------------------------------------------------------------------------
+
+    def _ask(self, request: dict) -> tuple[dict, bytes]:
+        """One request to the child (started if none runs) and its answer; SpeechFailed,
+        the child stopped, when it dies or runs past its time."""
+        child = self._started()
+        deadline = time.monotonic() + SENTENCE_S
+        try:
+            child.stdin.write(json.dumps(request).encode() + b"\n")
+            child.stdin.flush()
+            head = json.loads(self._read_line(child, deadline))
+            self.rate = head.get("rate", self.rate)
+            return head, self._read(child, head.get("bytes", 0), deadline)
+        except (OSError, ValueError, _Stopped) as exc:
+            cause = self._cause(child, exc)
+            self._stop()
+            raise SpeechFailed(f"the speech synthesizer (eSpeak NG) {cause}; this request "
+                               "failed, the next one starts it again") from None
+
+    def _started(self) -> subprocess.Popen:
+        if self._child is None or self._child.poll() is not None:
+            self._child = subprocess.Popen(
+                module_command("engine.voice.espeak", str(MEMORY_BYTES)),
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                bufsize=0, env=child_env())
+        return self._child
+
+    def _stop(self) -> None:
+        if self._child is not None:
+            self._child.kill()
+            self._child.wait()
+            self._child = None
+
+    @staticmethod
+    def _cause(child: subprocess.Popen, exc: Exception) -> str:
+        if isinstance(exc, _Stopped) and exc.late:
+            return f"took more than {SENTENCE_S:g} s for one sentence"
+        try:
+            code = child.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return "stopped answering"
+        if code < 0:
+            return f"crashed ({signal.Signals(-code).name})"
+        return f"stopped (exit status {code})"
+
+    def _read_line(self, child, deadline: float) -> bytes:
+        line = b""
+        while not line.endswith(b"\n"):
+            line += self._chunk(child, 1, deadline)
+        return line
+
+    def _read(self, child, n: int, deadline: float) -> bytes:
+        parts, got = [], 0
+        while got < n:
+            part = self._chunk(child, min(n - got, 1 << 20), deadline)
+            parts.append(part)
+            got += len(part)
+        return b"".join(parts)
+
+    @staticmethod
+    def _chunk(child, most: int, deadline: float) -> bytes:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([child.stdout], [], [], left)[0]:
+            raise _Stopped(late=True)
+        part = child.stdout.read(most)
+        if not part:
+            raise _Stopped(late=False)
+        return part
+
+
+class _Stopped(Exception):
+    def __init__(self, late: bool):
+        super().__init__()
+        self.late = late

@@ -503,3 +503,17 @@ def test_a_grammar_past_its_time_budget_ends_its_request_alone(engine_for, tiny_
     assert "grammar took" in ended.error.message and set(text) <= {"a", '"'}
     _, _, done = beside.result(timeout=300)
     assert isinstance(done, Finished) and done.usage.completion_tokens == 40
+
+
+def test_while_the_owners_prompt_waits_a_devices_prefill_takes_no_part_of_the_step():
+    decoding = slot(0, range(10), range(10), last=7)
+    device = slot(1, [], range(300), admitted=1.0)
+    device.client = "phone"
+    owner = slot(2, [], range(40), admitted=2.0)
+    owner.precedence = True
+    calls = plan_batch([decoding, device, owner], n_batch=512)
+    assert [(c.seq_id, len(c.tokens)) for c in calls[0]] == [(0, 1), (2, 40)]
+    owner.tokens = list(range(40))  # the owner's prompt is in: the device's comes next
+    owner.last = 3
+    calls = plan_batch([decoding, device, owner], n_batch=512)
+    assert [(c.seq_id, len(c.tokens)) for c in calls[0]] == [(0, 1), (1, 128), (2, 1)]

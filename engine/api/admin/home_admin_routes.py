@@ -12,18 +12,21 @@ from pydantic import BaseModel, Field, field_validator
 from ...engine import Engine
 from ...errors import InvalidRequest
 
-DEFAULT_SHARE_HOST = "0.0.0.0"
 DEFAULT_SHARE_PORT = 8580
 
 
 class ShareBody(BaseModel):
     enabled: bool
-    host: str = Field(DEFAULT_SHARE_HOST, max_length=100)  # an address of this machine
+    # an address of this machine; None: its LAN address (0.0.0.0, every interface, only
+    # when asked)
+    host: str | None = Field(None, max_length=100)
     port: int = Field(DEFAULT_SHARE_PORT, ge=0, le=65535)
 
     @field_validator("host")
     @classmethod
-    def _an_address(cls, host: str) -> str:
+    def _an_address(cls, host: str | None) -> str | None:
+        if host is None:
+            return None
         try:
             return str(ipaddress.ip_address(host))
         except ValueError:

@@ -23,6 +23,7 @@ from ...errors import HomerackError, InvalidRequest
 from ...formats.parsed import Reasoning, Text
 from ..schemas import ChatCompletionRequest, chat_conversation
 from ..turns import Done, Turn, conversation_turn
+from ..wire import device_of
 
 WEB = Path(__file__).with_name("web")
 PAGES = {"/": "index.html", "/app.js": "app.js", "/app.css": "app.css",
@@ -84,10 +85,6 @@ class _Detached:
 
     async def is_disconnected(self) -> bool:
         return False
-
-
-def device_of(http: Request) -> str:
-    return http.state.device  # set by the sharing listener's gate (home_door.py)
 
 
 def router(engine: Engine) -> APIRouter:

@@ -20,7 +20,7 @@ from ...errors import HomerackError, InvalidRequest
 from ..schemas import Groundable, SamplingFields, content_of, text_of
 from ..thinking import Thinking
 from ..turns import Done, conversation_turn, guarded
-from ..wire import cited, extension
+from ..wire import cited, device_of, extension
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
@@ -190,7 +190,8 @@ def router(engine: Engine) -> APIRouter:
     async def count_tokens(body: CountRequest, http: Request):
         def count() -> int:  # reads the model's vocabulary: not on the event loop
             turn = conversation_turn(engine, body, conversation(body), http)
-            return engine.count_prompt_tokens(turn.request)
+            with engine.home.working(device_of(http), turn.request.model.id):
+                return engine.count_prompt_tokens(turn.request)
         return {"input_tokens": await asyncio.to_thread(count)}
 
     return api

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Literal
 
-from fastapi import APIRouter, File, Form, UploadFile
+from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
@@ -21,6 +21,8 @@ from ...errors import InvalidRequest
 from ...voice.decoding import MAX_BYTES, decode
 from ...voice.encoding import FORMATS, STREAMED, encoded, streamed
 from ...voice.transcriber import Transcript
+from ..side_work import off_loop
+from ..wire import device_of
 
 TEXT_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 
@@ -89,9 +91,9 @@ def _answer(got: Transcript, fmt: str, task: str, granularities: list[str]):
 def router(engine: Engine) -> APIRouter:
     api = APIRouter()
 
-    async def heard(file: UploadFile, model: str | None, fmt: str, language: str | None,
-                    prompt: str | None, temperature: float, granularities: list[str],
-                    translate: bool):
+    async def heard(http: Request, file: UploadFile, model: str | None, fmt: str,
+                    language: str | None, prompt: str | None, temperature: float,
+                    granularities: list[str], translate: bool):
         if fmt not in TEXT_FORMATS:
             raise InvalidRequest(f"response_format: one of {', '.join(TEXT_FORMATS)}",
                                  param="response_format")
@@ -101,54 +103,74 @@ def router(engine: Engine) -> APIRouter:
             raise InvalidRequest("timestamp_granularities: word or segment",
                                  param="timestamp_granularities")
         model_of = engine.voice.transcription_model(model)
-        path = await _saved(file)
-        try:
-            samples = await asyncio.to_thread(decode, path)
-        finally:
-            path.unlink(missing_ok=True)
-        got = await asyncio.to_thread(model_of.transcribe, samples, language or None,
-                                      prompt, translate, "word" in granularities, temperature)
+        with engine.home.working(device_of(http), None) as charge:
+            path = await _saved(file)
+            try:
+                samples = await off_loop("decoding", decode, path)
+            finally:
+                path.unlink(missing_ok=True)
+            got = await off_loop("hearing", model_of.transcribe, samples, language or None,
+                                 prompt, translate, "word" in granularities, temperature)
+            charge.tokens = sum(len(s.tokens) for s in got.segments)
         return _answer(got, fmt, "translate" if translate else "transcribe", granularities)
 
     @api.post("/v1/audio/transcriptions")
-    async def transcriptions(file: UploadFile = File(...), model: str | None = Form(None),
+    async def transcriptions(http: Request, file: UploadFile = File(...),
+                             model: str | None = Form(None),
                              language: str | None = Form(None), prompt: str | None = Form(None),
                              response_format: str = Form("json"),
                              temperature: float = Form(0.0),
                              timestamp_granularities: list[str] = Form(
                                  [], alias="timestamp_granularities[]")):
-        return await heard(file, model, response_format, language, prompt, temperature,
+        return await heard(http, file, model, response_format, language, prompt, temperature,
                            timestamp_granularities, translate=False)
 
     @api.post("/v1/audio/translations")
-    async def translations(file: UploadFile = File(...), model: str | None = Form(None),
+    async def translations(http: Request, file: UploadFile = File(...),
+                           model: str | None = Form(None),
                            prompt: str | None = Form(None), response_format: str = Form("json"),
                            temperature: float = Form(0.0)):
-        return await heard(file, model, response_format, None, prompt, temperature, [],
+        return await heard(http, file, model, response_format, None, prompt, temperature, [],
                            translate=True)
 
     @api.post("/v1/audio/speech")
-    async def speech(body: SpeechRequest):
+    async def speech(body: SpeechRequest, http: Request):
         voice = engine.voice.speech_model(body.model)
         pieces = voice.sentences(body.input, body.voice, body.speed)
-        # a bad voice or input fails here: 400
-        first = await asyncio.to_thread(next, pieces, None)
-        if first is None:
-            raise InvalidRequest("input: nothing to say", param="input")
-        fmt = body.response_format
-        if fmt in STREAMED:
-            async def made():
-                piece = next(iter(streamed([first], voice.rate, fmt)))
-                while piece is not None:
-                    yield piece
-                    # one turn of the loop first, so the piece leaves for the socket before
-                    # the next sentence's synthesis takes the CPU (3.6 ms to the first sound
-                    # against 5.2 on 2 cores)
-                    await asyncio.sleep(0)
-                    piece = await asyncio.to_thread(next, pieces, None)
-            return StreamingResponse(made(), media_type=FORMATS[fmt])
-        rest = await asyncio.to_thread(list, pieces)
-        data = await asyncio.to_thread(encoded, [first, *rest], voice.rate, fmt)
-        return Response(data, media_type=FORMATS[fmt])
+        metered = engine.home.working(device_of(http), None)
+        charge = metered.__enter__()  # left when the last sentence is out
+        charge.tokens = len(body.input) // 4  # about a token every four characters
+        streaming = False
+        try:
+            # a bad voice or input fails here: 400; a synthesizer that died, a 500
+            first = await off_loop("speech", next, pieces, None)
+            if first is None:
+                raise InvalidRequest("input: nothing to say", param="input")
+            fmt = body.response_format
+            if fmt not in STREAMED:
+                rest = await off_loop("speech", list, pieces)
+                data = await asyncio.to_thread(encoded, [first, *rest], voice.rate, fmt)
+                return Response(data, media_type=FORMATS[fmt])
+            streaming = True
+            return StreamingResponse(_sentences(first, pieces, voice.rate, fmt, metered),
+                                     media_type=FORMATS[fmt])
+        finally:
+            if not streaming:
+                metered.__exit__(None, None, None)
 
     return api
+
+
+async def _sentences(first: bytes, pieces, rate: int, fmt: str, metered):
+    """A streamed answer's sentences as they are made; the device's request ends with it."""
+    try:
+        piece = next(iter(streamed([first], rate, fmt)))
+        while piece is not None:
+            yield piece
+            # one turn of the loop first, so the piece leaves for the socket before the
+            # next sentence's synthesis takes the CPU (3.6 ms to the first sound against
+            # 5.2 on 2 cores)
+            await asyncio.sleep(0)
+            piece = await off_loop("speech", next, pieces, None)
+    finally:
+        metered.__exit__(None, None, None)

@@ -4,15 +4,15 @@ rank): each document's relevance to the query."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from typing import Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...engine import Engine
 from ...errors import InvalidRequest
+from ..side_work import embedded, off_loop
 
 
 class EmbeddingRequest(BaseModel):
@@ -38,21 +38,19 @@ def router(engine: Engine) -> APIRouter:
     @api.post("/rerank")
     async def rerank(body: RerankRequest):
         model = engine.resolve(body.model)
-        scores = await asyncio.to_thread(engine.rank, model, body.query, body.documents)
+        scores = await off_loop("embedding", engine.rank, model, body.query, body.documents)
         order = sorted(range(len(scores)), key=lambda i: -scores[i])[:body.top_n]
         return {"object": "list", "model": model.id,
                 "results": [{"index": i, "relevance_score": float(scores[i]),
                              "document": {"text": body.documents[i]}} for i in order]}
 
     @api.post("/v1/embeddings")
-    async def embeddings(body: EmbeddingRequest):
+    async def embeddings(body: EmbeddingRequest, http: Request):
         model = engine.resolve(body.model)
         inputs = body.input
         if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)):
             inputs = [inputs]
-        if not inputs:
-            raise InvalidRequest("input is empty", param="input")
-        vectors, tokens = await asyncio.to_thread(engine.embed, model, list(inputs))
+        vectors, tokens = await embedded(engine, model, list(inputs), http)
         if body.dimensions is not None and body.dimensions != vectors.shape[1]:
             raise InvalidRequest(f"{model.id} gives {vectors.shape[1]} dimensions; it cannot "
                                  f"give {body.dimensions}", param="dimensions")

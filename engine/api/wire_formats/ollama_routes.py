@@ -27,14 +27,15 @@ from ...conversation import images
 from ...conversation.conversation import Conversation, Message, ToolCall, tool
 from ...conversation.images import MARKER
 from ...engine import Engine
-from ...errors import InvalidRequest, NotSupported
+from ...errors import Forbidden, InvalidRequest, NotSupported
 from ...formats.parsed import CallArgs, CallStart, Reasoning, Text
 from .ollama_schemas import (OllamaChat, OllamaEmbed, OllamaEmbeddings, OllamaGenerate,
                              OllamaShow, keep_of, openai_body)
 from ..schemas import tool_choice
 from ..thinking import Thinking
 from ..turns import Done, Turn, conversation_turn, guarded, request_for
-from ..wire import cancelled, cited
+from ..side_work import embedded
+from ..wire import cancelled, cited, device_of
 
 VERSION = "0.12.6"  # the Ollama API these routes answer as (clients check it for features)
 _QUANT = re.compile(r"(?:^|[-_.])((?:I?Q\d(?:_[A-Z0-9]+)*)|BF16|F16|F32)(?:[-_.]|$)",
@@ -107,13 +108,11 @@ def router(engine: Engine) -> APIRouter:
         return await _answer(engine, body, turn, "response")
 
     @api.post("/api/embed")
-    async def embed(body: OllamaEmbed):
+    async def embed(body: OllamaEmbed, http: Request):
         model = engine.resolve(body.model)
         inputs = [body.input] if isinstance(body.input, str) else list(body.input)
-        if not inputs:
-            raise InvalidRequest("input is empty", param="input")
         started = time.monotonic()
-        vectors, tokens = await asyncio.to_thread(engine.embed, model, inputs)
+        vectors, tokens = await embedded(engine, model, inputs, http)
         if body.dimensions is not None and body.dimensions != vectors.shape[1]:
             raise InvalidRequest(f"{model.id} gives {vectors.shape[1]} dimensions",
                                  param="dimensions")
@@ -122,9 +121,9 @@ def router(engine: Engine) -> APIRouter:
                 "prompt_eval_count": tokens}
 
     @api.post("/api/embeddings")
-    async def embeddings(body: OllamaEmbeddings):
+    async def embeddings(body: OllamaEmbeddings, http: Request):
         model = engine.resolve(body.model)
-        vectors, _ = await asyncio.to_thread(engine.embed, model, [body.prompt])
+        vectors, _ = await embedded(engine, model, [body.prompt], http)
         return {"embedding": vectors[0].tolist()}
 
     for path, verb in (("pull", "download models from the Hub in Homerack (its window, or "
@@ -204,8 +203,11 @@ def _thinking(think: bool | str | None) -> Thinking:
 
 async def _answer(engine: Engine, body, turn: Turn, field: str):
     started = time.monotonic()
-    # before it starts: a context other than the loaded one reloads the model
-    engine.ask(turn.request.model, body.options.num_ctx, keep_of(body.keep_alive))
+    # before it starts: a context other than the loaded one reloads the model. A device
+    # generates, it does not manage: its num_ctx and keep_alive are not asked (Ollama's
+    # clients send them on every request; the owner's choices stand)
+    if device_of(turn.http) is None:
+        engine.ask(turn.request.model, body.options.num_ctx, keep_of(body.keep_alive))
     try:
         await turn.start()
     except asyncio.CancelledError:
@@ -290,7 +292,11 @@ def _durations(done: Done, started: float) -> dict:
 
 
 async def _load_or_unload(engine: Engine, body: OllamaGenerate, http: Request) -> dict:
-    """An empty prompt loads the model (Ollama's preload), or with keep_alive 0 unloads it."""
+    """An empty prompt loads the model (Ollama's preload), or with keep_alive 0 unloads it:
+    the owner's to do, refused to a device."""
+    if device_of(http) is not None:
+        raise Forbidden("prompt: an empty prompt loads or unloads a model, which the owner "
+                        "manages; a device sends a prompt", param="prompt")
     model = engine.resolve(body.model)
     keep = keep_of(body.keep_alive)
     if keep is not None and keep.ttl_s == 0:
