@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from ..errors import HomerackError
+from ..errors import HomerackError, ModelNotFound
 from .wire_formats import anthropic_routes, ollama_routes
 from .guard import BodyTooLarge
 from .wire import openai_error
@@ -39,20 +39,29 @@ def _error_response(request: Request, status: int, message: str, kind: str,
                         headers=headers)
 
 
-def answer_errors(app: FastAPI) -> None:
-    """Every error answered in its route's API's shape, with its status."""
+def answer_errors(app: FastAPI, devices: bool = False) -> None:
+    """Every error answered in its route's API's shape, with its status. `devices`: the
+    sharing listener's, whose answers name only what a device may see (no model but the
+    shared ones, no exception's text; the owner's log keeps the whole of it)."""
     @app.exception_handler(HomerackError)
     async def _homerack_error(request: Request, exc: HomerackError):
         retry = getattr(exc, "retry_after_s", None)  # QueueFull, RateLimited
         headers = {"Retry-After": str(retry)} if retry is not None else None
-        return _error_response(request, exc.status, exc.message, exc.kind, exc.param, headers)
+        message = exc.message
+        if devices and isinstance(exc, ModelNotFound):  # its text lists every local model
+            message = "no model of that name is shared with this home's devices"
+        elif devices and exc.status >= 500:
+            logging.getLogger("homerack").warning("a device's %s %s failed: %s",
+                                                  request.method, request.url.path, message)
+            message = f"the engine could not answer this request ({exc.kind})"
+        return _error_response(request, exc.status, message, exc.kind, exc.param, headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
         """A bug, answered in the route's error shape (the engine goes on serving)."""
         logging.getLogger("homerack").exception("%s %s failed", request.method, request.url.path)
-        return _error_response(request, 500, f"internal error: {type(exc).__name__}: {exc}",
-                               "server_error", None)
+        told = "internal error" if devices else f"internal error: {type(exc).__name__}: {exc}"
+        return _error_response(request, 500, told, "server_error", None)
 
     @app.exception_handler(BodyTooLarge)
     async def _too_large(request: Request, exc: BodyTooLarge):

@@ -83,16 +83,18 @@ class DeviceGate:
 
 
 def _key(headers: dict) -> tuple[str, bool]:
+    """The key a request carries, and whether it came in the page's cookie. Cookies are
+    no port's own: another service on this host could plant one beside the page's
+    (cookie tossing), so a request carrying two is taken as carrying none."""
     bearer = headers.get("authorization", "")
     if bearer.startswith("Bearer "):
         return bearer[7:].strip(), False
     if headers.get("x-api-key"):
         return headers["x-api-key"], False
-    for part in headers.get("cookie", "").split(";"):
-        name, _, value = part.strip().partition("=")
-        if name == home_routes.KEY_COOKIE:
-            return value, True
-    return "", False
+    keys = [value for name, _, value in (part.strip().partition("=") for part in
+                                         headers.get("cookie", "").split(";"))
+            if name == home_routes.KEY_COOKIE]
+    return (keys[0], True) if len(keys) == 1 else ("", bool(keys))
 
 
 def _cross_site(method: str, headers: dict) -> str | None:
@@ -103,13 +105,22 @@ def _cross_site(method: str, headers: dict) -> str | None:
     if method in ("GET", "HEAD"):
         return None
     origin = headers.get("origin")
-    if origin is not None and host_name(origin.split("://", 1)[-1]) != \
-            host_name(headers.get("host", "")):
+    if origin is not None and _authority(origin.split("://", 1)[-1]) != \
+            _authority(headers.get("host", "")):
         return "a request from another site's page"
     if not headers.get("content-type", "").startswith("application/json") and \
             headers.get(PAGE_HEADER) != "1":
         return "a change is sent as JSON (Content-Type: application/json)"
     return None
+
+
+def _authority(host: str) -> tuple[str, str]:
+    """A Host header's (or an Origin's) name and port: another port of this host is
+    another site (another service, another page)."""
+    name = host_name(host)
+    port = host.strip().rsplit("]", 1)[-1].rpartition(":")[2] if ":" in host.strip().rsplit(
+        "]", 1)[-1] else "80"
+    return name, port
 
 
 def _secured(send):
@@ -134,7 +145,7 @@ def create_share_app(engine: Engine) -> FastAPI:
     app.add_middleware(RequestGuard, names=frozenset({MDNS_NAME}),
                        error_for=lambda path, status, message:
                        error_body(path, status, message, "invalid_request_error", None))
-    answer_errors(app)
+    answer_errors(app, devices=True)
     for router in (home_routes.router(engine), openai_routes.router(engine),
                    anthropic_routes.router(engine), embeddings_routes.router(engine),
                    ollama_routes.router(engine), audio_routes.router(engine)):
@@ -149,7 +160,8 @@ def create_share_app(engine: Engine) -> FastAPI:
 
 class HomeDoor:
     """The sharing listener on the engine's event loop: opened, closed (at once: open
-    connections end too), and announced on the LAN."""
+    connections end too, and every device's request running or waiting, the web chat's
+    replies among them), and announced on the LAN."""
 
     def __init__(self, engine: Engine):
         self.engine = engine
@@ -185,6 +197,7 @@ class HomeDoor:
         self._server = self._task = self._mdns = None
         if server is not None:
             self.engine.home.sharing = {"enabled": False, "url": None}
+            self.engine.home.meter.cancel()  # the devices' streams and web-chat replies end
             server.should_exit = server.force_exit = True
             for listener in server.servers:
                 listener.close()

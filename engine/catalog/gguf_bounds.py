@@ -4,9 +4,14 @@ The reader trusts the counts a file declares: an array element that lies past th
 the file is an empty slice, its offset never advances, and 62 bytes claiming 2^62 items
 loop for ever while memory grows. The reader also keeps a numpy view per array element
 (about 150 bytes each), so even an honest count costs memory in proportion. Here every
-count is checked against the bytes that are really there, and against ceilings far above
-any real model's (Gemma 3's 262,144-token vocabulary with its scores and types is 786k
-elements), with a plain `struct` walk that allocates nothing per element.
+count is checked against the bytes that are really there, and against ceilings above any
+real model's and low enough that a header costs the reader a few hundred MB at most:
+the vocabulary's arrays (`tokenizer.ggml.*`: Gemma 3's 262,144 tokens with their scores
+and types are 786k elements, Qwen's 151k tokens and their merges about 450k) apart from
+every other array (a few layer lists: thousands), and tensors in the tens of thousands
+(DeepSeek V3's 671B is about 1,200). The ceilings were 2 M elements and 1 M tensors: one
+38 MB header of 999,000 tensor infos cost 2.5 GB and 26 s. A plain `struct` walk
+allocates nothing per element.
 
 `HeaderProblem.truncated` tells a header that merely runs past the bytes given (a Hub
 file's first megabytes: fetch more) from one that is absurd (refuse it).
@@ -19,10 +24,12 @@ import os
 import struct
 from pathlib import Path
 
-MAX_ELEMENTS = 2_000_000  # array elements in all the metadata together
+MAX_VOCABULARY = 1_600_000  # elements of the tokenizer.ggml.* arrays together
+MAX_ELEMENTS = 65_536  # elements of every other array together
 MAX_STRING = 16 << 20  # one string: chat templates are tens of kB
 MAX_NAME = 4096  # a key or a tensor's name (llama.cpp's own limit is 64 for tensors)
-MAX_TENSORS = 1_000_000
+MAX_TENSORS = 65_536
+VOCABULARY = b"tokenizer.ggml."
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_NESTING = 2  # arrays of arrays (the format allows them; no model uses more)
 
@@ -41,7 +48,8 @@ class HeaderProblem(ValueError):
 class _Walk:
     def __init__(self, data, order: str):
         self.data, self.size, self.offset = data, len(data), 0
-        self.order, self.elements = order, 0
+        self.order, self.elements, self.vocabulary = order, 0, 0
+        self.in_vocabulary = False  # the key being walked is the vocabulary's
 
     def take(self, count: int, what: str) -> int:
         if count > self.size - self.offset:
@@ -55,11 +63,12 @@ class _Walk:
         start = self.take(struct.calcsize(fmt), what)
         return struct.unpack_from(self.order + fmt, self.data, start)[0]
 
-    def string(self, what: str, limit: int = MAX_STRING) -> None:
+    def string(self, what: str, limit: int = MAX_STRING) -> int:
+        """Walks a string; where it starts."""
         length = self.number("Q", what)
         if length > limit:
             raise HeaderProblem(f"{what} claims {length:,} bytes (at most {limit:,})")
-        self.take(length, what)
+        return self.take(length, what)
 
     def value(self, kind: int, what: str, depth: int = 0) -> None:
         if kind in _FIXED:
@@ -76,10 +85,16 @@ class _Walk:
             raise HeaderProblem(f"{what} nests arrays more than {MAX_NESTING} deep")
         kind = self.number("I", what)
         count = self.number("Q", what)
-        self.elements += count
-        if self.elements > MAX_ELEMENTS:
-            raise HeaderProblem(f"{what} brings the metadata to {self.elements:,} array "
-                                f"elements (at most {MAX_ELEMENTS:,})")
+        if self.in_vocabulary:
+            self.vocabulary += count
+            if self.vocabulary > MAX_VOCABULARY:
+                raise HeaderProblem(f"{what} brings the vocabulary's arrays to "
+                                    f"{self.vocabulary:,} elements (at most {MAX_VOCABULARY:,})")
+        else:
+            self.elements += count
+            if self.elements > MAX_ELEMENTS:
+                raise HeaderProblem(f"{what} brings the metadata's other arrays to "
+                                    f"{self.elements:,} elements (at most {MAX_ELEMENTS:,})")
         # every element takes at least one byte (a string its 8-byte length): a count the
         # remaining bytes cannot hold is refused before anything is walked
         least = _FIXED.get(kind, 8 if kind == _STRING else 12)
@@ -130,7 +145,8 @@ def walk(data) -> int:
         raise HeaderProblem(f"the header claims {keys:,} metadata keys in "
                             f"{cursor.size - 24:,} bytes", truncated=True)
     for index in range(keys):
-        cursor.string(f"metadata key {index}", MAX_NAME)
+        start = cursor.string(f"metadata key {index}", MAX_NAME)
+        cursor.in_vocabulary = bytes(data[start:start + len(VOCABULARY)]) == VOCABULARY
         cursor.value(cursor.number("I", f"metadata key {index}"), f"metadata key {index}")
     if tensors * 24 > cursor.size - cursor.offset:
         raise HeaderProblem(f"the header claims {tensors:,} tensors in "

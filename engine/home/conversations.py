@@ -17,6 +17,10 @@ from ..errors import InvalidRequest, NotFound
 
 MAX_CONVERSATIONS = 500  # per device; the oldest beyond it are dropped
 MAX_TITLE = 120
+# What one device may keep here: its messages' text and pictures (a phone's photo as a
+# data URL is up to 12 MB), and their number.
+MAX_DEVICE_BYTES = 256 << 20
+MAX_DEVICE_MESSAGES = 20_000
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -93,6 +97,16 @@ class Conversations:
             picture: str | None = None, model: str | None = None) -> int:
         self.get(device, conv_id)
         with self._lock:
+            count, used = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(LENGTH(content) + COALESCE(LENGTH(picture), "
+                "0)), 0) FROM messages JOIN conversations ON conversations.id = "
+                "messages.conversation WHERE device = ?", (device,)).fetchone()
+            if count >= MAX_DEVICE_MESSAGES or \
+                    used + len(content) + len(picture or "") > MAX_DEVICE_BYTES:
+                raise InvalidRequest(
+                    f"this device keeps {count:,} messages ({used / 2**20:.0f} MiB) here, its "
+                    f"most ({MAX_DEVICE_MESSAGES:,}, {MAX_DEVICE_BYTES >> 20} MiB): delete "
+                    "some conversations first", param="content")
             cursor = self._db.execute(
                 "INSERT INTO messages (conversation, role, content, picture, created) "
                 "VALUES (?, ?, ?, ?, ?)", (conv_id, role, content, picture, time.time()))

@@ -3,9 +3,14 @@
 A device proves itself with a key of 256 random bits that pairing gives it once; the
 file keeps only its SHA-256 (a key that random needs no slow hash) and compares in
 constant time. A pairing code is 6 digits, valid for CODE_TTL_S, used once; every wrong
-code counts, and WRONG_CODES_LOCK of them in LOCK_WINDOW_S lock pairing for LOCK_S, so
-guessing one of 10^6 codes within its 5 minutes is out of reach (20 tries per 5 minutes:
-a chance of 2 in 100,000 per code shown).
+code counts against the codes waiting: the WRONG_CODES_LOCK-th withdraws them all (a
+chance of 2 in 100,000 for a guesser, per code shown) and tells the owner, who makes a
+new one. Nothing locks: a LAN client guessing away cannot keep the household from pairing
+(it once locked pairing for the whole engine, again and again, without a word).
+
+(The cluster's pairing, engine/cluster/pairing.py, closes its window at the 3rd wrong
+code: a worker is paired once by the person at both machines; a phone's code is read out
+in a room where others may be trying theirs.)
 """
 
 from __future__ import annotations
@@ -20,13 +25,11 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from ..errors import Forbidden, InvalidRequest, NotFound, RateLimited
+from ..errors import Forbidden, InvalidRequest, NotFound
 from ..files import write_atomic
 
 CODE_TTL_S = 300
-WRONG_CODES_LOCK = 20
-LOCK_WINDOW_S = 600
-LOCK_S = 300
+WRONG_CODES_LOCK = 20  # wrong codes that withdraw the codes waiting
 NAME = re.compile(r"^[\w .'-]{1,40}$")  # a person's words for a phone, shown everywhere
 
 
@@ -75,8 +78,8 @@ class Devices:
         self._lock = threading.Lock()
         self._devices: dict[str, Device] = self._read()
         self._codes: dict[str, Code] = {}
-        self._wrong: list[float] = []
-        self._locked_until = 0.0
+        self._wrong = 0  # wrong codes against the codes waiting now
+        self.withdrawn: dict | None = None  # when wrong codes last withdrew them, for the owner
         self._seen_saved = 0.0
 
     def _read(self) -> dict[str, Device]:
@@ -108,6 +111,7 @@ class Devices:
             while code in self._codes:
                 code = f"{secrets.randbelow(10**6):06d}"
             self._codes[code] = Code(name, code, time.time() + CODE_TTL_S)
+            self.withdrawn = None  # a new code: the owner has seen it
             return self._codes[code]
 
     def remove(self, name: str) -> Device:
@@ -144,14 +148,9 @@ class Devices:
         """The device a valid code names, paired now, and its key (given once)."""
         now = time.time()
         with self._lock:
-            if now < self._locked_until:
-                raise RateLimited("too many wrong codes: pairing is locked for a while",
-                                  retry_after_s=int(self._locked_until - now) + 1)
             waiting = self._codes.get(code) if isinstance(code, str) else None
             if waiting is None or waiting.expires <= now:
-                self._wrong = [t for t in self._wrong if now - t < LOCK_WINDOW_S] + [now]
-                if len(self._wrong) >= WRONG_CODES_LOCK:
-                    self._locked_until, self._wrong = now + LOCK_S, []
+                self._wrong_code(now)
                 raise Forbidden("that code is wrong or has expired; ask for a new one on "
                                 "the desktop (Devices → Add a device)", param="code")
             del self._codes[code]
@@ -160,6 +159,18 @@ class Devices:
             self._devices[device.name] = device
             self._save()
             return device, key
+
+    def _wrong_code(self, now: float) -> None:
+        """A wrong code counts against the codes waiting (none waiting: nothing to guess);
+        the WRONG_CODES_LOCK-th withdraws them, and the owner is told."""
+        if not any(c.expires > now for c in self._codes.values()):
+            return
+        self._wrong += 1
+        if self._wrong >= WRONG_CODES_LOCK:
+            self.withdrawn = {"at": now, "codes": sorted(c.name for c in self._codes.values()),
+                              "why": f"{self._wrong} wrong pairing codes were tried: the "
+                                     "codes waiting were withdrawn; make a new one"}
+            self._codes, self._wrong = {}, 0
 
     def device_for(self, key: str) -> Device | None:
         """The device holding `key`, seen now; None for any other key."""

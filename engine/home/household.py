@@ -128,7 +128,8 @@ class Household:
                 "shared": list(self.choices.shared) if self.choices.shared is not None else None,
                 "devices": [{**d.public(), **self.meter.status(d.name)}
                             for d in self.devices.listed()],
-                "codes": [c.public() for c in self.devices.codes()]}
+                "codes": [c.public() for c in self.devices.codes()],
+                "codes_withdrawn": self.devices.withdrawn}
 
 
 class Charge:

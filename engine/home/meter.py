@@ -71,10 +71,12 @@ class Meter:
                 self._today(use).tokens_today += tokens
                 use.last_wait_s = wait_s
 
-    def cancel(self, client: str) -> int:
-        """Stop every request of `client` (its key was revoked); how many there were."""
+    def cancel(self, client: str | None = None) -> int:
+        """Stop every request of `client` (its key was revoked), or of every device
+        (sharing turned off); how many there were."""
         with self._lock:
-            jobs = list(self._use[client].jobs.values())
+            uses = [self._use[client]] if client is not None else list(self._use.values())
+            jobs = [job for use in uses for job in use.jobs.values()]
         for job in jobs:
             job.cancel()
         return len(jobs)

@@ -116,8 +116,9 @@ def _decode(path: Path, max_seconds: int) -> None:
     except MemoryError:
         return _say({"error": "decoding it needs more memory than a recording may"})
     except Exception as exc:  # noqa: BLE001 (any failure of the demuxer: the file's fault)
+        said = str(exc).replace(str(path), "the upload")  # not the engine's folders
         return _say({"error": f"not a recording this engine can read ({type(exc).__name__}: "
-                              f"{str(exc)[:200]})"})
+                              f"{said[:200]})"})
     _say({"seconds": count / RATE, "rate": RATE})
     for data in chunks:
         out.write(data)

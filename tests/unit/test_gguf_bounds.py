@@ -6,12 +6,13 @@ InvalidModelFile with its reason, quickly, never a hang or another error."""
 
 from __future__ import annotations
 
+import struct
 import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from engine.catalog.gguf_bounds import MAX_ELEMENTS, HeaderProblem, check_file, walk
+from engine.catalog.gguf_bounds import MAX_ELEMENTS, MAX_TENSORS, HeaderProblem, check_file, walk
 from engine.catalog.gguf_file import GGUFInspector
 from engine.errors import InvalidModelFile
 from support.crafted import crafted_gguf, gguf_headers
@@ -21,7 +22,7 @@ def test_the_62_byte_file_is_refused_at_once(tmp_path):
     path = tmp_path / "crafted.gguf"
     path.write_bytes(crafted_gguf())
     started = time.monotonic()
-    with pytest.raises(InvalidModelFile, match="4,611,686,018,427,387,904 array elements") as caught:
+    with pytest.raises(InvalidModelFile, match="4,611,686,018,427,387,904 elements") as caught:
         GGUFInspector().inspect(path)
     assert time.monotonic() - started < 1
     assert "crafted.gguf" in caught.value.message
@@ -48,6 +49,34 @@ def test_a_header_cut_short_is_told_from_an_absurd_one():
     with pytest.raises(HeaderProblem) as absurd:
         walk(crafted_gguf() + bytes(1 << 16))  # 2^62 items are absurd whatever follows
     assert not absurd.value.truncated and f"at most {MAX_ELEMENTS:,}" in str(absurd.value)
+
+
+def _header(tensors: int = 0, arrays: dict[str, int] = {}) -> bytes:
+    """A GGUF v3 header: uint8 arrays under the given keys, `tensors` one-byte tensors."""
+    out = b"GGUF" + struct.pack("<IQQ", 3, tensors, len(arrays))
+    for key, count in arrays.items():
+        name = key.encode()
+        out += struct.pack("<Q", len(name)) + name + struct.pack("<IIQ", 9, 0, count)
+        out += bytes(count)
+    for i in range(tensors):
+        name = f"t{i}".encode()
+        out += struct.pack("<Q", len(name)) + name + struct.pack("<IQIQ", 1, 1, 0, 0)
+    return out
+
+
+def test_the_ceilings_are_what_real_models_need():
+    """Tensors in the tens of thousands, the vocabulary's arrays apart from the rest: a
+    header at the old ceilings (999,000 tensor infos: 2.5 GB in the reader) is refused,
+    one shaped as a real model's passes."""
+    assert walk(_header(2_000, {"tokenizer.ggml.tokens": 262_144,
+                                "tokenizer.ggml.scores": 262_144,
+                                "tokenizer.ggml.token_type": 262_144,
+                                "general.layers": 64})) > 0
+    for absurd in (_header(MAX_TENSORS + 1), _header(arrays={"general.list": MAX_ELEMENTS + 1}),
+                   _header(arrays={"tokenizer.ggml.merges": 2_000_000})):
+        with pytest.raises(HeaderProblem) as refused:
+            walk(absurd)
+        assert not refused.value.truncated and "at most" in str(refused.value)
 
 
 def test_the_starters_headers_pass_as_they_are(starters_dir):

@@ -45,16 +45,29 @@ def test_an_expired_code_pairs_nothing(tmp_path, monkeypatch):
         devices.pair(code.code)
 
 
-def test_twenty_wrong_codes_lock_pairing_even_for_the_right_one(tmp_path):
+def test_twenty_wrong_codes_withdraw_the_codes_waiting_and_lock_nothing():
     devices = Devices(None)
     code = devices.add("laptop")
     wrong = f"{(int(code.code) + 1) % 10**6:06d}"
     for _ in range(devices_module.WRONG_CODES_LOCK):
         with pytest.raises(Forbidden):
             devices.pair(wrong)
-    with pytest.raises(RateLimited) as locked:
+    with pytest.raises(Forbidden):  # withdrawn: the right one pairs nothing now
         devices.pair(code.code)
-    assert locked.value.status == 429 and locked.value.retry_after_s > 60
+    assert devices.withdrawn["codes"] == ["laptop"] and "withdrawn" in devices.withdrawn["why"]
+    assert devices.codes() == []
+    # the owner makes a new code: it pairs at once (nothing locks the engine)
+    device, _ = devices.pair(devices.add("laptop").code)
+    assert device.name == "laptop" and devices.withdrawn is None
+
+
+def test_wrong_codes_with_none_waiting_withdraw_nothing_later():
+    devices = Devices(None)
+    for _ in range(devices_module.WRONG_CODES_LOCK * 2):
+        with pytest.raises(Forbidden):
+            devices.pair("123456")
+    device, _ = devices.pair(devices.add("phone").code)
+    assert device.name == "phone"
 
 
 @pytest.mark.parametrize("name", ["", " ", "x" * 41, "<script>", "a/b", 7])

@@ -127,8 +127,8 @@ def router(engine: Engine) -> APIRouter:
         return home.conversations.create(device_of(http), (body or TitleBody()).title)
 
     @api.get("/home/api/conversations/{conv_id}")
-    async def one(conv_id: str, http: Request):
-        conv = home.conversations.get(device_of(http), conv_id)
+    async def one(conv_id: str, http: Request):  # (its pictures: megabytes, off the loop)
+        conv = await asyncio.to_thread(home.conversations.get, device_of(http), conv_id)
         reply = replies.get(conv_id)
         return {**conv, "replying": reply is not None and reply.done is None}
 
@@ -147,7 +147,8 @@ def router(engine: Engine) -> APIRouter:
     @api.post("/home/api/conversations/{conv_id}/messages")
     async def ask(conv_id: str, body: MessageBody, http: Request):
         device = device_of(http)
-        conv = home.conversations.get(device, conv_id)  # first: another device's is absent
+        # first: another device's is absent
+        conv = await asyncio.to_thread(home.conversations.get, device, conv_id)
         if (running := replies.get(conv_id)) is not None and running.done is None:
             raise InvalidRequest("an answer is still coming in this conversation; stop it "
                                  "first", param="conversation")
@@ -160,10 +161,14 @@ def router(engine: Engine) -> APIRouter:
         turn = await asyncio.to_thread(  # checked (pictures decoded) before anything is kept
             conversation_turn, engine, request, partial(chat_conversation, request),
             _Detached(device))
-        if not conv["messages"] and body.content.strip():
-            home.conversations.rename(device, conv_id, body.content[:60])
-        home.conversations.add(device, conv_id, "user", body.content, body.picture, model)
-        reply = Reply(home.conversations.add(device, conv_id, "assistant", ""))
+        # admitted (a device over its limits is refused here) before anything is kept
+        await turn.start()
+        try:
+            await asyncio.to_thread(keep_ask, home, device, conv_id, conv, body, model)
+            reply = Reply(home.conversations.add(device, conv_id, "assistant", ""))
+        except HomerackError:
+            turn.cancel()
+            raise
         reply.turn, replies[conv_id] = turn, reply
         # held by the reply (the loop keeps only a weak reference to a task)
         reply.task = asyncio.get_running_loop().create_task(_run(
@@ -222,10 +227,18 @@ def chat_request(messages: list[dict], model: str) -> ChatCompletionRequest:
     return ChatCompletionRequest(model=model, messages=turns, stream=True)
 
 
+def keep_ask(home, device: str, conv_id: str, conv: dict, body: MessageBody,
+             model: str) -> None:
+    """An admitted ask kept in its conversation (named after it, if the first)."""
+    if not conv["messages"] and body.content.strip():
+        home.conversations.rename(device, conv_id, body.content[:60])
+    home.conversations.add(device, conv_id, "user", body.content, body.picture, model)
+
+
 async def _run(reply: Reply, home, forget) -> None:
-    """The answer made and kept, whoever follows it; `forget` drops it from memory."""
+    """The answer made and kept, whoever follows it (its turn started: the first token
+    is out); `forget` drops it from memory."""
     try:
-        await reply.turn.start()
         async for event in reply.turn.events():
             if isinstance(event, Text):
                 reply.text.append(event.text)
