@@ -6,6 +6,7 @@ loads it (contracts keep the planner, the conversation and the routes off it).
   probe.py     the devices as llama.cpp sees them (ctypes on ggml's registry)
   rpc.py       llama.cpp's RPC server and client devices, for workers
   runtime.py   a loaded model and its context
+  held.py      what each sequence's KV cells hold, token by token (the guard's truth)
   vision.py    a vision projector on libmtmd: images into a sequence
   vocab.py     a model's tokenizer, with or without its weights
   sampler.py   the next token: sampler chains, greedy argmax, grammars

@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from support.engines import api_client, models_once_read, start_engine
+from support.home import device, pair
 from support.models import STARTER
 from fixtures.network import free_port
 
@@ -52,21 +53,6 @@ def owner(house):
 @pytest.fixture(scope="module")
 def lan(house):
     return house[1]
-
-
-def pair(owner, lan: str, name: str) -> str:
-    made = owner.post("/v1/home/devices", json={"name": name}).json()
-    assert made["url"] == lan and len(made["code"]) == 6
-    paired = httpx.post(f"{lan}/pair", json={"code": made["code"]})
-    assert paired.status_code == 200, paired.text
-    cookie = paired.headers["set-cookie"].lower()
-    assert "httponly" in cookie and "samesite=strict" in cookie
-    return paired.json()["key"]
-
-
-def device(lan: str, key: str, **kw) -> httpx.Client:
-    return httpx.Client(base_url=lan, headers={"Authorization": f"Bearer {key}"}, timeout=120,
-                        **kw)
 
 
 def test_an_unpaired_client_gets_the_pairing_page_and_nothing_else(owner, lan, house):
