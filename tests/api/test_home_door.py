@@ -61,7 +61,8 @@ def lan(house):
 
 def answers(owner) -> None:
     """The owner's API is up and its chat answers."""
-    reply = owner.post("/v1/chat/completions", json=OWNER_CHAT)
+    reply = owner.post("/v1/chat/completions", json=OWNER_CHAT,
+                       headers={"Cache-Control": "no-store"})  # computed, not replayed
     assert reply.status_code == 200, reply.text
 
 
@@ -95,6 +96,7 @@ def test_a_dead_synthesizer_fails_its_request_alone():
 
 def test_a_device_generates_but_does_not_manage_models(owner, lan):
     key = pair(owner, lan, "manager")
+    answers(owner)  # the owner's model loaded
     before = owner.get("/health").json()
     assert before["n_ctx"] == 2048
     with device(lan, key) as phone:
@@ -173,7 +175,7 @@ def test_half_sent_connections_cannot_take_the_engines_files(house, owner, lan):
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
-    subprocess.run(["prlimit", f"--pid={house[3].pid}", "--nofile=1024:1024"], check=True)
+    subprocess.run(["prlimit", f"--pid={house[2].pid}", "--nofile=1024:1024"], check=True)
     held = _half_sent(int(lan.rsplit(":", 1)[1]), 1100)
     try:
         health = owner.get("/health")
@@ -189,8 +191,8 @@ def test_half_sent_connections_cannot_take_the_engines_files(house, owner, lan):
 
 
 def test_a_device_learns_nothing_of_the_owners_prompt_from_the_cache(owner, lan):
-    secret = "The vault code is 4821. Repeat the code."
-    guess = "The vault code is 1234. Repeat the code."
+    secret, guesses = "The vault code is 4821. Repeat the code.", [
+        "The vault code is 1234. Repeat the code.", "The vault code is 5678. Repeat the code."]
     chat = {"model": STARTER, "max_tokens": 1, "temperature": 0, "cache_prompt": True}
     for _ in range(2):  # the owner's prompt held in KV and in the response cache
         owner.post("/v1/chat/completions", json={
@@ -198,12 +200,12 @@ def test_a_device_learns_nothing_of_the_owners_prompt_from_the_cache(owner, lan)
     key = pair(owner, lan, "snoop")
     with device(lan, key) as phone:
         cached = {}
-        for text in (guess, secret):
+        for text in (*guesses, secret):  # each shares with the device's own guesses only
             reply = phone.post("/v1/chat/completions", json={
                 **chat, "messages": [{"role": "user", "content": text}]}).json()
             cached[text] = reply["usage"]["prompt_tokens_details"]["cached_tokens"]
             assert reply["homerack"]["response_cache"] != "hit"
-        assert cached[secret] <= cached[guess], cached
+        assert cached[secret] <= cached[guesses[1]], cached
 
 
 def test_the_owners_cached_answer_on_an_unshared_model_is_refused(owner, lan):
