@@ -31,6 +31,7 @@ PAGES = {"/": "index.html", "/app.js": "app.js", "/app.css": "app.css",
 MEDIA = {".webmanifest": "application/manifest+json", ".js": "text/javascript",
          ".svg": "image/svg+xml"}
 KEY_COOKIE = "homerack_key"
+COOKIE_DAYS = 30  # from the last visit (it was 400 from pairing)
 MAX_TURNS = 200  # messages of a conversation given to the model, the latest
 KEEP_FINISHED_S = 60.0  # a finished reply stays in memory this long for its followers
 
@@ -95,8 +96,7 @@ def router(engine: Engine) -> APIRouter:
     async def pair(body: PairBody):
         device, key = home.devices.pair(body.code)  # named by the owner, with the code
         response = JSONResponse({"key": key, "name": device.name})
-        response.set_cookie(KEY_COOKIE, key, max_age=400 * 86400, httponly=True,
-                            samesite="strict", path="/")
+        _keep(response, key)
         return response
 
     def page(name: str):
@@ -115,8 +115,12 @@ def router(engine: Engine) -> APIRouter:
     async def me(http: Request):
         models = [{"id": m["id"], "vision": "vision" in m.get("capabilities", ())}
                   for m in shared_models(engine)]
-        return {"device": device_of(http), "models": models,
-                "default": default_model(engine) if models else None}
+        response = JSONResponse({"device": device_of(http), "models": models,
+                                 "default": default_model(engine) if models else None})
+        key = http.cookies.get(KEY_COOKIE)
+        if key:  # each visit renews the page's cookie
+            _keep(response, key)
+        return response
 
     @api.get("/home/api/conversations")
     async def listed(http: Request):
@@ -193,6 +197,13 @@ def router(engine: Engine) -> APIRouter:
         return {"id": conv_id, "stopped": reply is not None}
 
     return api
+
+
+def _keep(response, key: str) -> None:
+    """The page's key in its cookie for COOKIE_DAYS from now: a phone left unused that
+    long pairs again."""
+    response.set_cookie(KEY_COOKIE, key, max_age=COOKIE_DAYS * 86400, httponly=True,
+                        samesite="strict", path="/")
 
 
 def shared_models(engine: Engine) -> list[dict]:
