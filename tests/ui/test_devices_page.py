@@ -75,3 +75,19 @@ def test_share_add_pair_remove_and_unshare(qtbot, engine, tmp_path):
 
 def test_the_qr_code_is_a_picture_of_the_address():
     assert qr_pixmap("http://192.168.1.20:8580").width() > 100
+
+
+def test_the_owner_is_told_when_codes_were_withdrawn_or_the_door_refused_connections(qtbot):
+    page = DevicesPage(None, lambda: None, None)
+    qtbot.addWidget(page)
+    home = {"enabled": True, "owner_first": True, "url": "http://127.0.0.2:8580",
+            "limits": {"parallel": 8, "tokens_per_minute": 0}, "devices": [],
+            "codes_withdrawn": {"why": "20 wrong pairing codes were tried: the codes "
+                                       "waiting were withdrawn; make a new one"},
+            "door": {"connections": 32, "cap": 256, "cap_per_address": 32, "refused": 1068,
+                     "cut_off": 3}}
+    page.show_home(home)
+    assert "withdrawn" in page.alerts.text() and "1,068 connections" in page.alerts.text()
+    page.show_home({**home, "codes_withdrawn": None, "door": {**home["door"], "refused": 0,
+                                                              "cut_off": 0}})
+    assert page.alerts.text() == ""

@@ -48,6 +48,21 @@ def waiting_text(waiting: list[dict]) -> str:
                      f"({w['why']})" for w in waiting) or "Nobody is waiting."
 
 
+def alert_text(home: dict) -> str:
+    """What the owner should know of the door: codes withdrawn after wrong guesses, and
+    connections the LAN was refused or cut off (its caps bit)."""
+    said = []
+    withdrawn = home.get("codes_withdrawn")
+    if withdrawn:
+        said.append(withdrawn["why"] + ".")
+    door = home.get("door") or {}
+    if door.get("refused") or door.get("cut_off"):
+        said.append(f"The network was refused {door['refused']:,} connections past the "
+                    f"door's limits ({door['cap']} at once, {door['cap_per_address']} from "
+                    f"one address) and {door['cut_off']:,} too slow to send a request.")
+    return " ".join(said)
+
+
 class DevicesPage(QWidget):
     notice = Signal(str)
     error = Signal(str)
@@ -71,6 +86,7 @@ class DevicesPage(QWidget):
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.verticalHeader().hide()
         self.waiting = Label("Nobody is waiting.", wordWrap=True)
+        self.alerts = Label("", wordWrap=True)
         self.parallel = QSpinBox(minimum=1, maximum=256,
                                  accessibleName="Requests at once, per device")
         self.tokens = QSpinBox(minimum=0, maximum=10_000_000, singleStep=10_000,
@@ -100,6 +116,7 @@ class DevicesPage(QWidget):
         column.addWidget(self.code)
         column.addWidget(self.table, 1)
         column.addWidget(self.waiting)
+        column.addWidget(self.alerts)
         limits = QFormLayout()
         limits.addRow(Label("Requests at once, per device"), self.parallel)
         limits.addRow(Label("Tokens a minute, per device"), self.tokens)
@@ -139,6 +156,7 @@ class DevicesPage(QWidget):
         self.qr.setPixmap(qr_pixmap(url) if url else QPixmap())
         self._fill(home["devices"])
         self.waiting.setText(waiting_text(home.get("waiting", [])))
+        self.alerts.setText(alert_text(home))
 
     def _fill(self, devices: list[dict]) -> None:
         self.table.setRowCount(len(devices))
