@@ -215,6 +215,17 @@ def test_a_sequence_outgrowing_the_pool_fails_alone(engine_for, tiny_store):
     assert batching["kv_cells_total"] == 256 and batching["memory_full"] == len(failed)
 
 
+def test_a_full_pool_fails_a_devices_sequence_before_the_owners(engine_for, tiny_store):
+    """The owner's request holds more cells (a longer prompt), yet the device's fails."""
+    engine = engine_for(load=LoadSettings(n_ctx=256, n_batch=64), parallel=2,
+                        kv_layout="unified")
+    model = tiny_store.resolve("tiny")
+    owner = submit(engine, model, "the owner's stream " * 6, max_tokens=200, ignore_eos=True)
+    phone = submit(engine, model, "a phone", max_tokens=200, ignore_eos=True, client="phone")
+    assert isinstance(phone[1].result()[2].error, MemoryFull)
+    assert owner[1].result()[2].finish_reason == "length"
+
+
 def test_requests_wait_for_cells_rather_than_fail(engine_for, tiny_store):
     # The pool holds one long prompt at a time: the second waits, then runs.
     engine = engine_for(load=LoadSettings(n_ctx=256, n_batch=64), parallel=2, resident=0,
