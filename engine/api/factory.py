@@ -86,14 +86,20 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
 
 
 def create_ollama_app(engine: Engine) -> FastAPI:
-    """Ollama's routes alone and without the token, for apps that cannot send one
-    (`serve --ollama-port`, off by default): served on loopback only, the Host header
-    checked (a web page cannot reach it through DNS rebinding), bodies capped."""
+    """Ollama's routes without the token, for apps that cannot send one (`serve
+    --ollama-port`, off by default), with the OpenAI-compatible `/v1` Ollama serves
+    beside them: served on loopback only, the Host header checked (a web page cannot
+    reach it through DNS rebinding), bodies capped."""
     app = FastAPI(title="Homerack engine (Ollama's API)", openapi_url=None, docs_url=None,
                   redoc_url=None)
     app.add_middleware(RequestGuard, names=frozenset(), error_for=lambda path, status, message:
                        ollama_routes.ollama_error(message))
     answer_errors(app)
-    app.include_router(ollama_routes.router(engine))
+    # and OpenAI's API, as Ollama serves it on its own port (Codex, opencode and other
+    # tools probe /v1 there); MCP tools, which reach the owner's servers, are refused
+    for router in (ollama_routes.router(engine), ollama_routes.openai_door(engine),
+                   openai_routes.router(engine), responses_routes.router(engine, mcp=False),
+                   embeddings_routes.router(engine)):
+        app.include_router(router)
     return app
 

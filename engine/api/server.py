@@ -14,7 +14,7 @@ import uvicorn
 
 from . import create_app, create_ollama_app
 from .guard import LOOPBACK_NAMES, host_name
-from .listeners import BesideServer, bind
+from .listeners import BesideServer, bind, open_files
 from ..engine import Engine
 
 
@@ -47,6 +47,7 @@ def serve(engine: Engine, config: ServeConfig, on_ready: Callable[[str], None],
     """Blocks until the server stops (Ctrl+C or SIGTERM). `routers`: more routes, under
     the same token. `holder` receives "stop_accepting": a callable that closes this
     process's listening socket (a supervisor's copy keeps new clients waiting)."""
+    open_files()  # its soft limit raised to the hard one: connections are files too
     sock = socket.socket(fileno=config.fd) if config.fd is not None else \
         bind(config.host, config.port)
     host, port = sock.getsockname()[:2]

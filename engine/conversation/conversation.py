@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InvalidRequest
 from .images import Picture
-from .json_schema import check
+from .json_schema import bounded, check
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,9 @@ def tool(name: str, description: str | None, parameters: dict | None, where: str
     """A function tool, its parameters checked as JSON Schema; keywords the grammar cannot
     enforce are kept aside to be reported."""
     parameters = parameters if parameters is not None else {"type": "object", "properties": {}}
+    parameters, loosened = bounded(parameters, where)
     return Tool(name, description or "", parameters,
-                tuple(check(parameters, where, strict=False)))
+                tuple(loosened + check(parameters, where, strict=False)))
 
 
 def checked(conversation: Conversation, choice_param: str) -> Conversation:

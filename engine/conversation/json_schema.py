@@ -20,6 +20,7 @@ thread, which parses grammars, has 16 MiB (batching/lane.py) on every system.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import jsonschema
@@ -71,6 +72,45 @@ def check(schema, param: str, strict: bool = True) -> list[str]:
             raise problem
         unenforced.append(problem.param)
     return unenforced
+
+
+def bounded(schema, param: str) -> tuple[object, list[str]]:
+    """A tool's parameters with every length or count bound over MAX_REPEAT left out (a
+    grammar cannot hold it; Claude Code's tools ask for strings of 524,288 characters),
+    and the places left out, to be reported as unenforced. Only for schemas that need
+    not be enforced whole (check's `strict=False`): the answer's own schema is refused."""
+    schema, left = copy.deepcopy(schema), []
+    todo = [(schema, param, 0)]
+    while todo:
+        sub, where, depth = todo.pop()
+        if not isinstance(sub, dict) or depth > MAX_DEPTH:  # (too deep: check refuses it)
+            continue
+        for key in _REPEAT_KEYS:
+            if isinstance(sub.get(key), int) and sub[key] > MAX_REPEAT:
+                del sub[key]
+                left.append(f"{where}.{key}")
+        todo += [(inner, at, depth + 1) for key, value in sub.items()
+                 for inner, at in _subschemas(key, value, where)]
+    return schema, left
+
+
+def typed(schema) -> object:
+    """The schema with each subschema that constrains nothing (empty, or annotations
+    alone: Claude Code's `{"description": ...}`) made any JSON value, as JSON Schema means
+    it: the converter reads `{}` as an object and refuses a description alone ("value" is
+    its rule for any JSON value)."""
+    schema = copy.deepcopy(schema)
+    todo = [schema]
+    while todo:
+        sub = todo.pop()
+        if not isinstance(sub, dict):
+            continue
+        if not set(sub) - ANNOTATIONS:
+            sub.clear()
+            sub["type"] = "value"
+            continue
+        todo += [inner for key, value in sub.items() for inner, _ in _subschemas(key, value, "")]
+    return schema
 
 
 def _check_size(schema, param: str) -> None:

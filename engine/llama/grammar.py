@@ -9,7 +9,7 @@ import json
 from llama_cpp.llama_grammar import SchemaConverter
 
 from ..conversation.compose import Composed
-from ..conversation.json_schema import MAX_GRAMMAR, MAX_NESTING, Branch, nesting
+from ..conversation.json_schema import MAX_GRAMMAR, MAX_NESTING, Branch, nesting, typed
 from ..errors import InvalidRequest
 
 # A JSON string's character: this converter's rule lets raw control characters (a
@@ -27,7 +27,7 @@ def grammar(branches: list[Branch], param: str,
     alternatives = []
     for i, branch in enumerate(branches):
         try:
-            schema = converter.resolve_refs(json.loads(json.dumps(branch.schema)), f"b{i}")
+            schema = converter.resolve_refs(typed(branch.schema), f"b{i}")
             rule = converter.visit(schema, f"b{i}")
         except (AssertionError, ValueError, KeyError, TypeError, RecursionError) as exc:
             raise InvalidRequest(f"{param}: cannot be turned into a grammar: {exc}",

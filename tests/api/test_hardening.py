@@ -191,12 +191,14 @@ def test_a_huge_repetition_in_a_schema_is_a_400_and_the_engine_lives(fuzz_engine
     assert reply.status_code == 400, reply.text
     assert reply.json()["error"]["param"] == \
         "response_format.json_schema.schema.properties.name.maxLength"
+    # a tool's parameters are the agent's, not the answer's schema: a bound no grammar can
+    # hold is left out of the grammar and reported (Claude Code's tools ask for strings of
+    # 524,288 characters), never a grammar that crashes the engine
     tool = {"type": "function", "function": {"name": "f", "parameters": huge}}
     reply = raw.post("/v1/chat/completions", json={
         "model": TINY, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
         "tools": [tool], "tool_choice": "required"})
-    assert reply.status_code == 400, reply.text
-    assert "maxLength is 50000" in reply.json()["error"]["message"]
+    assert "maxLength" not in reply.text or "not enforced" in reply.text, reply.text
     signed = {"type": "string", "pattern": "^a{0,+70000}$"}  # a SIGSEGV before
     reply = raw.post("/v1/chat/completions", json={
         "model": TINY, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,

@@ -50,6 +50,22 @@ def test_supported_schema_becomes_a_grammar_with_strict_strings():
     assert r"\x00-\x1F" in gbnf  # raw control characters are not JSON
 
 
+def test_an_agents_tool_schemas_become_grammars_as_far_as_they_can():
+    """Claude Code's tools: a string of at most 524,288 characters (no grammar holds that
+    bound: it is left out and reported) and a property with a description alone (any
+    JSON value, as JSON Schema means it)."""
+    script = tool("Workflow", "Run a script", {"type": "object", "properties": {
+        "script": {"type": "string", "maxLength": 524_288},
+        "args": {"description": "the script's input, verbatim"}}}, "tools[22]")
+    assert script.unenforced == ("tools[22].properties.script.maxLength",)
+    assert "maxLength" not in json.dumps(script.parameters)
+    gbnf = grammar([Branch(script.parameters)], "tools")
+    assert "value" in gbnf and "{0,524288}" not in gbnf
+    with pytest.raises(InvalidRequest) as raised:  # the answer's own schema: refused
+        check({"type": "string", "maxLength": 524_288}, "s")
+    assert raised.value.param == "s.maxLength"
+
+
 def test_templates_are_recognised_by_their_tool_call_form():
     assert detect(HERMES).name == "hermes"
     assert detect(LLAMA3).name == "llama3"

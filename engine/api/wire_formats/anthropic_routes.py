@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from functools import partial
 import json
 import uuid
@@ -57,7 +58,9 @@ class AnthropicChoice(BaseModel):
 
 class AnthropicMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    role: Literal["user", "assistant"]
+    # "system" among the messages: Claude Code sends its reminders so (after the first
+    # user turn); see `conversation`
+    role: Literal["user", "assistant", "system"]
     content: str | list[dict[str, Any]]
 
 
@@ -96,11 +99,35 @@ class CountRequest(MessagesRequest):
 
 
 def conversation(body: MessagesRequest) -> Conversation:
+    """The request as a conversation. A system message among the messages (Claude Code's
+    list of agents, its reminders) joins the system prompt while no user turn came before
+    it, and afterwards the user turn before it (or after it, when an answer came between):
+    most models' templates take one system prompt, at the top, and turns that alternate;
+    and left where it was sent, it keeps the prefix before it the same from turn to turn
+    (the prompt cache reuses it)."""
+    systems = [text_of(body.system, "system")] if body.system else []
     messages: list[Message] = []
-    if body.system:
-        messages.append(Message("system", text_of(body.system, "system"), where="system"))
+    held: list[str] = []  # system texts waiting for the next user turn
     for i, message in enumerate(body.messages):
-        messages += _messages(message, f"messages[{i}]")
+        where = f"messages[{i}]"
+        if message.role == "system":
+            text = text_of(message.content, f"{where}.content")
+            if not any(m.role == "user" for m in messages):
+                systems.append(text)
+            elif messages[-1].role == "user":
+                messages[-1] = replace(messages[-1], content=f"{messages[-1].content}\n\n{text}")
+            else:
+                held.append(text)
+            continue
+        turn = _messages(message, where)
+        if held and message.role == "user" and turn and turn[-1].role == "user":
+            turn[-1] = replace(turn[-1], content="\n\n".join([*held, turn[-1].content]))
+            held = []
+        messages += turn
+    if held:
+        messages.append(Message("user", "\n\n".join(held), where="messages"))
+    if systems:
+        messages.insert(0, Message("system", "\n\n".join(systems), where="system"))
     tools = []
     for i, t in enumerate(body.tools or ()):
         if t.type not in (None, "custom") or t.input_schema is None:
@@ -171,7 +198,7 @@ def router(engine: Engine) -> APIRouter:
         head = {"id": message_id, "type": "message", "role": "assistant",
                 "model": started.model, "stop_sequence": None, **cited(turn)}
         if body.stream:
-            return StreamingResponse(_events(turn, head, started.prompt_tokens),
+            return StreamingResponse(_events(turn, head, started),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
         try:
@@ -206,8 +233,16 @@ def _input(args: str) -> dict:
 
 
 def _usage(usage) -> dict:
-    return {"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens,
-            "cache_read_input_tokens": usage.cached_tokens, "cache_creation_input_tokens": 0}
+    return {**_input_usage(usage.prompt_tokens, usage.cached_tokens),
+            "output_tokens": usage.completion_tokens}
+
+
+def _input_usage(prompt_tokens: int, cached_tokens: int) -> dict:
+    """A prompt's tokens as Anthropic counts them: those read from the cache apart from
+    the rest (input_tokens), their sum the whole prompt (what count_tokens says). Claude
+    Code reads them from the stream's message_start."""
+    return {"input_tokens": prompt_tokens - cached_tokens,
+            "cache_read_input_tokens": cached_tokens, "cache_creation_input_tokens": 0}
 
 
 def _event(kind: str, data: dict) -> str:
@@ -219,10 +254,11 @@ def _error_event(error: HomerackError) -> str:
                                                 error.param)["error"]})
 
 
-async def _events(turn, head: dict, input_tokens: int) -> AsyncIterator[str]:
+async def _events(turn, head: dict, started) -> AsyncIterator[str]:
     yield _event("message_start", {"message": {
         **head, "content": [], "stop_reason": None,
-        "usage": {"input_tokens": input_tokens, "output_tokens": 0}}})
+        "usage": {**_input_usage(started.prompt_tokens, started.cached_tokens),
+                  "output_tokens": 0}}})
     index, open_kind = -1, None  # the content block being written
 
     def start_block(block: dict):

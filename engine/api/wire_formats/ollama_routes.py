@@ -37,7 +37,8 @@ from ..turns import Done, Turn, conversation_turn, guarded, request_for
 from ..side_work import embedded
 from ..wire import cancelled, cited, device_of
 
-VERSION = "0.12.6"  # the Ollama API these routes answer as (clients check it for features)
+VERSION = "0.13.5"  # the Ollama API these routes answer as (clients check it for features:
+# Codex's --oss wants 0.13.4 or newer, for /v1/responses on this port)
 _QUANT = re.compile(r"(?:^|[-_.])((?:I?Q\d(?:_[A-Z0-9]+)*)|BF16|F16|F32)(?:[-_.]|$)",
                     re.IGNORECASE)
 
@@ -132,6 +133,22 @@ def router(engine: Engine) -> APIRouter:
                        ("copy", "copy models"), ("delete", "delete models")):
         api.add_api_route(f"/api/{path}", _not_here(verb), methods=["POST", "DELETE"],
                           include_in_schema=False)  # refusals, not routes
+    return api
+
+
+def openai_door(engine: Engine) -> APIRouter:
+    """`GET /v1/models` as Ollama's own port answers it (the OpenAI-compatible list its
+    clients probe: Codex's `--oss` looks for it before anything else); the other `/v1/*`
+    routes on that port are the engine's own (api/factory.py's Ollama app)."""
+    api = APIRouter()
+
+    @api.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [
+            {"id": model.id, "object": "model", "created": int(model.path.stat().st_mtime),
+             "owned_by": "homerack"} for model in engine.shelf.models()
+            if engine.shelf.kind_of(model) in ("chat", "embedding", None)]}
+
     return api
 
 

@@ -20,7 +20,7 @@ from ...conversation.conversation import Choice, Conversation, Message, ToolCall
 from ...conversation.json_schema import check
 from ...formats.parsed import CallArgs, CallStart, Reasoning, Text
 from ...engine import Engine
-from ...errors import HomerackError, InvalidRequest
+from ...errors import Forbidden, HomerackError, InvalidRequest
 from . import mcp_responses
 from ..schemas import Groundable, SamplingFields, content_of, text_of
 from ..thinking import Thinking
@@ -85,13 +85,50 @@ def conversation(body: ResponsesRequest) -> Conversation:
     for i, item in enumerate(items):
         messages += _message(item, f"input[{i}]")
     messages = _with_reasoning(messages)
-    tools = []
-    for i, t in enumerate(body.tools or ()):
-        if t.type != "function" or not t.name:
-            raise InvalidRequest(f"tools[{i}]: only function tools are supported (not "
-                                 f"{t.type!r})", param=f"tools[{i}].type")
-        tools.append(tool(t.name, t.description, t.parameters, f"tools[{i}].parameters"))
+    tools = [tool(t["name"], t.get("description"), t.get("parameters"), where)
+             for t, where, _ in _functions(body)]
     return Conversation(tuple(messages), tuple(tools), _choice(body), _schema(body))
+
+
+# OpenAI's hosted tools: this engine runs none of them (no web search is configured), so
+# a request's are left out, and the answer says so, rather than refused: Codex sends
+# `web_search` on every request.
+HOSTED = ("web_search", "web_search_preview", "file_search", "code_interpreter",
+          "image_generation", "computer_use_preview")
+
+
+def _functions(body: ResponsesRequest) -> list[tuple[dict, str, str | None]]:
+    """The request's function tools as (tool, its place, its namespace): a `namespace`
+    tool's functions (Codex groups its sub-agent tools so) each under its own name, its
+    calls naming the namespace back (`_call_item`). Hosted tools are left out
+    (`left_out`); any other kind is a 400 naming it."""
+    found = []
+    for i, t in enumerate(body.tools or ()):
+        where = f"tools[{i}]"
+        if t.type == "function" and t.name:
+            found.append((t.model_dump(), f"{where}.parameters", None))
+        elif t.type == "namespace" and t.name and isinstance(t.model_extra.get("tools"), list):
+            for j, inner in enumerate(t.model_extra["tools"]):
+                if not isinstance(inner, dict) or inner.get("type") != "function" or \
+                        not isinstance(inner.get("name"), str):
+                    raise InvalidRequest(f"{where}.tools[{j}]: a namespace holds function "
+                                         "tools", param=f"{where}.tools[{j}]")
+                found.append((inner, f"{where}.tools[{j}].parameters", t.name))
+        elif t.type not in HOSTED:
+            raise InvalidRequest(f"{where}: function, namespace and hosted tools are "
+                                 f"supported (not {t.type!r})", param=f"{where}.type")
+    return found
+
+
+def left_out(body: ResponsesRequest) -> list[str]:
+    """The answer's note on the hosted tools it was offered and does not run."""
+    hosted = sorted({t.type for t in body.tools or () if t.type in HOSTED})
+    return [f"left out: {', '.join(hosted)} (hosted tools this engine does not run)"] \
+        if hosted else []
+
+
+def _namespaces(body: ResponsesRequest) -> dict[str, str]:
+    return {t["name"]: space for t, _, space in _functions(body) if space}
 
 
 def _message(item: dict, where: str) -> list[Message]:
@@ -210,15 +247,21 @@ def _response(body: ResponsesRequest, response_id: str, model: str, output: _Out
             "text": {"format": {"type": "text"}}, "usage": usage}
 
 
-def router(engine: Engine) -> APIRouter:
+def router(engine: Engine, mcp: bool = True) -> APIRouter:
+    """`mcp`: whether a request's mcp tools may reach the owner's servers (not on the
+    tokenless Ollama door)."""
     api = APIRouter()
 
     @api.post("/v1/responses")
     async def responses(body: ResponsesRequest, http: Request):
         if mcp_responses.uses_mcp(body):
+            if not mcp:
+                raise Forbidden("tools: mcp tools reach the owner's MCP servers, on the "
+                                "owner's API (with its token) only", param="tools")
             return await _with_mcp(engine, body, http)
         turn = await asyncio.to_thread(conversation_turn, engine, body, partial(conversation, body),
                                        http, thinking=body.thinking())
+        turn.notes += left_out(body)
         try:
             started = await turn.start()
         except asyncio.CancelledError:
@@ -235,7 +278,7 @@ def router(engine: Engine) -> APIRouter:
         output = _Output()
         output.text.append(got.text)
         output.reasoning = [got.reasoning] if got.reasoning else []
-        output.calls = [_call_item(start, args) for start, args in got.calls]
+        output.calls = [_call_item(start, args, _namespaces(body)) for start, args in got.calls]
         return {**_response(body, response_id, started.model, output, got.done),
                 "homerack": extension(started, turn.notes), **cited(turn)}
 
@@ -269,14 +312,17 @@ async def _with_mcp(engine: Engine, body: ResponsesRequest, http: Request):
     return response
 
 
-def _call_item(start: CallStart, arguments: str) -> dict:
-    return {"type": "function_call", "id": f"fc_{start.id.removeprefix('call_')}",
+def _call_item(start: CallStart, arguments: str, namespaces: dict[str, str]) -> dict:
+    item = {"type": "function_call", "id": f"fc_{start.id.removeprefix('call_')}",
             "call_id": start.id, "name": start.name, "arguments": arguments}
+    if start.name in namespaces:  # a namespace's function, named as it was offered
+        item["namespace"] = namespaces[start.name]
+    return item
 
 
 async def _events(turn: Turn, body: ResponsesRequest, response_id: str,
                   model: str) -> AsyncIterator[str]:
-    numbers = iter(range(1 << 30))
+    numbers, namespaces = iter(range(1 << 30)), _namespaces(body)
 
     def event(kind: str, **data) -> str:
         payload = {"type": kind, "sequence_number": next(numbers), **data}
@@ -343,7 +389,7 @@ async def _events(turn: Turn, body: ResponsesRequest, response_id: str,
             for line in close_item():
                 yield line
             index, kind_open = index + 1, "call"
-            output.calls.append(_call_item(part, ""))
+            output.calls.append(_call_item(part, "", namespaces))
             yield event("response.output_item.added", output_index=index,
                         item={**output.calls[-1], "status": "in_progress"})
         elif isinstance(part, CallArgs):
