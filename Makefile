@@ -13,7 +13,7 @@ run: setup
 test: setup
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -ra
 
-setup: llama $(VENV)/.homerack-deps build/mcp-servers/.installed chromium
+setup: llama $(VENV)/.homerack-deps build/mcp-servers/.installed build/agents/.installed chromium
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,16 @@ build/mcp-servers/.installed: tests/mcp_servers/package.json tests/mcp_servers/p
 		mkdir -p build/mcp-servers && cp tests/mcp_servers/package*.json build/mcp-servers/ && \
 		npm ci --prefix build/mcp-servers --no-audit --no-fund --loglevel=error && touch $@; \
 	else echo "npm not found: the tests with npm's MCP servers will be skipped"; fi
+
+# The coding agents the tests drive headless against a real engine (Claude Code, Codex,
+# opencode, Qwen Code), from npm's registry at the versions the lock names (`npm install`:
+# npm ci refuses this lock, whose optional clipboard packages for other platforms it
+# cannot record); without npm those tests skip.
+build/agents/.installed: tests/agents/package.json tests/agents/package-lock.json
+	@if command -v npm >/dev/null; then \
+		mkdir -p build/agents && cp tests/agents/package*.json build/agents/ && \
+		npm install --prefix build/agents --no-audit --no-fund --loglevel=error && touch $@; \
+	else echo "npm not found: the tests with the coding agents will be skipped"; fi
 
 # Debian's Chromium and its driver, for the tests of the home's web chat in a real browser
 # (tests/api/test_home_page.py); installed where this runs as root with apt, else said

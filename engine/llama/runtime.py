@@ -122,6 +122,7 @@ class LlamaModel(Tokens):
         self.n_cells = llama.llama_n_ctx(self.ctx)  # what they all hold
         self.n_vocab = llama.llama_vocab_n_tokens(self.vocab)
         self.n_swa = llama.llama_model_n_swa(self.model)
+        self.n_ctx_train = llama.llama_model_n_ctx_train(self.model)  # what it was made for
         self.n_embd = llama.llama_model_n_embd(self.model)
         self._batch = llama.llama_batch_init(settings.n_batch, 0, settings.n_seq_max)
         self._embd_batch = None  # made on first use

@@ -105,9 +105,14 @@ class Loaded:
         n_ctx = self.llama.n_ctx
         room = n_ctx - n_prompt
         if room <= 0:
+            trained = self.llama.n_ctx_train
+            more = f"load it with a larger context (homerack serve --ctx {min(trained, 1 << 17)}" \
+                f", up to the {trained:,} it was trained for)" if trained > n_ctx else \
+                f"choose a model made for longer contexts ({self.model.id} holds at most " \
+                f"{trained:,}; coding agents send 9-16k tokens: docs/agents.md)"
             raise ContextLengthExceeded(
                 f"the prompt has {n_prompt} tokens but the context holds {n_ctx}; "
-                "shorten the conversation")
+                f"shorten the conversation, or {more}")
         wanted = request.max_tokens or room
         if wanted > room:
             return room, [f"max_tokens {wanted} does not fit the {n_ctx}-token context after "

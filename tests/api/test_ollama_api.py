@@ -222,16 +222,27 @@ def test_files_that_appear_are_listed_with_their_kind_within_seconds(engine, mac
 
 def test_the_tokenless_door_serves_ollamas_routes_only_on_loopback(engine, door_port):
     """`serve --ollama-port`: apps that cannot send a token (Ollama's own port); nothing
-    but Ollama's routes, and only to requests addressed to this machine."""
+    but Ollama's routes and the OpenAI-compatible /v1 Ollama serves beside them (Codex's
+    --oss probes it), never the owner's, and only to requests addressed to this machine."""
     open_door = ollama.Client(host=f"http://127.0.0.1:{door_port}", timeout=60)
     assert STARTER in {m.model for m in open_door.list().models}
     reply = open_door.chat(model=STARTER, messages=[{"role": "user", "content": "Hi"}],
                            options={"num_predict": 3})
     assert reply.done
     assert httpx.get(f"http://127.0.0.1:{door_port}/").text == "Ollama is running"
-    assert httpx.get(f"http://127.0.0.1:{door_port}/v1/models").status_code == 404
+    listed = httpx.get(f"http://127.0.0.1:{door_port}/v1/models").json()
+    assert STARTER in {m["id"] for m in listed["data"]}
+    chat = httpx.post(f"http://127.0.0.1:{door_port}/v1/chat/completions", json={
+        "model": STARTER, "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]})
+    assert chat.status_code == 200, chat.text
+    mcp = httpx.post(f"http://127.0.0.1:{door_port}/v1/responses", json={
+        "model": STARTER, "input": "Hi", "tools": [{"type": "mcp", "server_label": "x",
+                                                    "server_url": "http://127.0.0.1:9/mcp"}]})
+    assert mcp.status_code == 403  # the owner's MCP servers are the owner's API's
     assert httpx.post(f"http://127.0.0.1:{door_port}/v1/models/unload",
                       json={"model": STARTER}).status_code in (404, 405)
+    for path in ("/v1/sources", "/v1/home", "/v1/hardware"):
+        assert httpx.get(f"http://127.0.0.1:{door_port}{path}").status_code == 404, path
     rebound = httpx.get(f"http://127.0.0.1:{door_port}/api/tags",
                         headers={"Host": "attacker.example:11434"})
     assert rebound.status_code == 421 and "error" in rebound.json()
