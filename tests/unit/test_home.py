@@ -184,3 +184,49 @@ def test_the_household_keeps_the_owners_choices_privately(tmp_path):
         again.choose(parallel=0)
     assert json.loads((tmp_path / "home" / "home.json").read_text())["limits"]["parallel"] == 3
     assert stat.S_IMODE((tmp_path / "home" / "home.json").stat().st_mode) == 0o600
+
+
+def test_a_devices_stored_messages_are_capped_and_others_unaffected(monkeypatch):
+    from engine.home import conversations as module
+
+    monkeypatch.setattr(module, "MAX_DEVICE_BYTES", 1000)
+    kept = Conversations(None)
+    phone = kept.create("phone")["id"]
+    kept.add("phone", phone, "user", "x" * 900)
+    with pytest.raises(InvalidRequest) as full:
+        kept.add("phone", phone, "user", "y" * 200)
+    assert full.value.param == "content" and "delete some conversations" in full.value.message
+    laptop = kept.create("laptop")["id"]
+    kept.add("laptop", laptop, "user", "z" * 900)  # another device's room is its own
+    assert [m["content"][0] for m in kept.get("phone", phone)["messages"]] == ["x"]
+
+
+def test_the_doors_key_cookie_and_origin_rules():
+    from engine.api.home_door import _authority, _cross_site, _key
+
+    assert _key({"cookie": "homerack_key=k; theme=dark"}) == ("k", True)
+    # a second key cookie, planted by another port's page: none is taken
+    assert _key({"cookie": "homerack_key=mine; homerack_key=planted"}) == ("", True)
+    assert _key({"authorization": "Bearer b", "cookie": "homerack_key=k"}) == ("b", False)
+    assert _authority("127.0.0.2:8580") != _authority("127.0.0.2:9000")
+    assert _authority("127.0.0.2") == _authority("127.0.0.2:80")
+    json_post = {"content-type": "application/json", "host": "127.0.0.2:8580"}
+    assert _cross_site("POST", {**json_post, "origin": "http://127.0.0.2:8580"}) is None
+    assert _cross_site("POST", {**json_post, "origin": "http://127.0.0.2:9000"}) is not None
+
+
+def test_a_devices_draft_model_is_checked_against_the_shared_models():
+    from engine.home.household import Household
+
+    home = Household(None)
+    home.choose(shared=["big"])
+    request = SimpleNamespace(client="phone", model=SimpleNamespace(id="big"),
+                              draft_model=SimpleNamespace(id="secret-draft"))
+    with pytest.raises(Forbidden) as refused:
+        home.take(SimpleNamespace(request=request, id=1, emit=lambda e: None))
+    assert refused.value.param == "draft_model"
+    with pytest.raises(Forbidden):  # token counting, embeddings: the same rule
+        with home.working("phone", "secret-draft"):
+            pass
+    with home.working(None, "secret-draft") as charge:  # the owner's: anything
+        charge.tokens = 5
