@@ -17,36 +17,21 @@ import httpx
 import pytest
 
 from app.client import EngineClient
-from support.engines import api_client, models_once_read, start_engine
-from support.home import device, pair
+from support.home import LAN, device, pair, sharing_engine
 from support.models import STARTER
-from fixtures.network import free_port
 
 pytestmark = pytest.mark.slow
-LAN = "127.0.0.2"
 OWNER_CHAT = {"model": STARTER, "max_tokens": 1, "temperature": 0,
               "messages": [{"role": "user", "content": "Hi"}]}
 
 
 @pytest.fixture(scope="module")
 def house(tmp_path_factory, tiny_model, starters_dir):
-    home = tmp_path_factory.mktemp("door")
-    models = home / "data" / "models"
-    models.mkdir(parents=True)
-    (models / "tiny.gguf").symlink_to(tiny_model)
-    (models / f"{STARTER}.gguf").symlink_to(starters_dir / f"{STARTER}.gguf")
-    port = free_port(LAN)
-    process, address, _ = start_engine(home, "door", [
-        "--model", STARTER, "--ctx", "2048", "--parallel", "4", "--share-home",
-        "--share-host", LAN, "--share-port", str(port), "--response-cache-mib", "64"])
-    with api_client(address) as owner:
-        deadline = time.monotonic() + 30
-        while not owner.get("/v1/home").json()["enabled"] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        models_once_read(owner)
-        assert owner.patch("/v1/home", json={"shared": [STARTER]}).status_code == 200
-        yield owner, f"http://{LAN}:{port}", address, process
-    process.stop()
+    with sharing_engine(tmp_path_factory.mktemp("door"), tiny_model, starters_dir, "door", [
+            "--model", STARTER, "--ctx", "2048", "--parallel", "4",
+            "--response-cache-mib", "64"]) as house:
+        assert house[0].patch("/v1/home", json={"shared": [STARTER]}).status_code == 200
+        yield house
 
 
 @pytest.fixture(scope="module")

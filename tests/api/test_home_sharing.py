@@ -16,33 +16,17 @@ import ollama
 import openai
 import pytest
 
-from support.engines import api_client, models_once_read, start_engine
-from support.home import device, pair
+from support.home import LAN, device, pair, sharing_engine
 from support.models import STARTER
-from fixtures.network import free_port
 
 pytestmark = pytest.mark.slow
-LAN = "127.0.0.2"
 
 
 @pytest.fixture(scope="module")
 def house(tmp_path_factory, tiny_model, starters_dir):
-    home = tmp_path_factory.mktemp("house")
-    models = home / "data" / "models"
-    models.mkdir(parents=True)
-    (models / "tiny.gguf").symlink_to(tiny_model)
-    (models / f"{STARTER}.gguf").symlink_to(starters_dir / f"{STARTER}.gguf")
-    port = free_port(LAN)
-    process, address, _ = start_engine(home, "house", [
-        "--model", "tiny", "--ctx", "8192", "--parallel", "4", "--share-home",
-        "--share-host", LAN, "--share-port", str(port)])
-    with api_client(address) as owner:
-        deadline = time.monotonic() + 30
-        while not owner.get("/v1/home").json()["enabled"] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        models_once_read(owner)
-        yield owner, f"http://{LAN}:{port}", address
-    process.stop()
+    with sharing_engine(tmp_path_factory.mktemp("house"), tiny_model, starters_dir, "house",
+                        ["--model", "tiny", "--ctx", "8192", "--parallel", "4"]) as house:
+        yield house
 
 
 @pytest.fixture(scope="module")
