@@ -89,12 +89,14 @@ class _Walk:
             self.vocabulary += count
             if self.vocabulary > MAX_VOCABULARY:
                 raise HeaderProblem(f"{what} brings the vocabulary's arrays to "
-                                    f"{self.vocabulary:,} elements (at most {MAX_VOCABULARY:,})")
+                                    f"{self.vocabulary:,} array elements (at most "
+                                    f"{MAX_VOCABULARY:,})")
         else:
             self.elements += count
             if self.elements > MAX_ELEMENTS:
                 raise HeaderProblem(f"{what} brings the metadata's other arrays to "
-                                    f"{self.elements:,} elements (at most {MAX_ELEMENTS:,})")
+                                    f"{self.elements:,} array elements (at most "
+                                    f"{MAX_ELEMENTS:,})")
         # every element takes at least one byte (a string its 8-byte length): a count the
         # remaining bytes cannot hold is refused before anything is walked
         least = _FIXED.get(kind, 8 if kind == _STRING else 12)

@@ -22,7 +22,7 @@ def test_the_62_byte_file_is_refused_at_once(tmp_path):
     path = tmp_path / "crafted.gguf"
     path.write_bytes(crafted_gguf())
     started = time.monotonic()
-    with pytest.raises(InvalidModelFile, match="4,611,686,018,427,387,904 elements") as caught:
+    with pytest.raises(InvalidModelFile, match="4,611,686,018,427,387,904 array elements") as caught:
         GGUFInspector().inspect(path)
     assert time.monotonic() - started < 1
     assert "crafted.gguf" in caught.value.message
