@@ -34,16 +34,6 @@ def house(tmp_path_factory, tiny_model, starters_dir):
         yield house
 
 
-@pytest.fixture(scope="module")
-def owner(house):
-    return house[0]
-
-
-@pytest.fixture(scope="module")
-def lan(house):
-    return house[1]
-
-
 def answers(owner) -> None:
     """The owner's API is up and its chat answers."""
     reply = owner.post("/v1/chat/completions", json=OWNER_CHAT,

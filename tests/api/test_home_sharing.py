@@ -29,16 +29,6 @@ def house(tmp_path_factory, tiny_model, starters_dir):
         yield house
 
 
-@pytest.fixture(scope="module")
-def owner(house):
-    return house[0]
-
-
-@pytest.fixture(scope="module")
-def lan(house):
-    return house[1]
-
-
 def test_an_unpaired_client_gets_the_pairing_page_and_nothing_else(owner, lan, house):
     page = httpx.get(f"{lan}/")
     assert page.status_code == 200 and "Pairing code" in page.text
