@@ -32,6 +32,8 @@ BENCHES = (
           ("qwen3-1.7b",), ("--tokens", "64")),
     Bench("prompt_cache", "follow-up TTFT: cold / RAM / disk vs llama-server; a new "
           "conversation's TTFT in turn with llama-server", ("qwen3-1.7b",)),
+    Bench("agents", "coding agents' recorded sessions: TTFT per request vs llama-server "
+          "(defaults, --cache-reuse 256); the first turn after a restart", takes_model=False),
     Bench("grammar", "JSON-schema-constrained vs free decode, vs llama-server", ("qwen3-1.7b",)),
     Bench("response_cache", "a cache hit against a cold request of the same length",
           ("qwen3-1.7b",)),

@@ -73,9 +73,14 @@ def choose(machines: list[MachineLoad], model: str, sticky: str | None = None) -
 
 
 def opening_key(body: dict) -> str | None:
-    """A conversation's identity across its turns: its system prompt and its messages up
-    to the first question (chat, Anthropic messages, Responses input), or a raw prompt's
-    start."""
+    """A conversation's identity across its turns: the client's `prompt_cache_key` where it
+    sends one (OpenAI's hint: requests sharing it share a prefix, Codex sends its session's
+    id), else its system prompt and its messages up to the first question (chat, Anthropic
+    messages, Responses input), or a raw prompt's start."""
+    hint = body.get("prompt_cache_key")
+    if isinstance(hint, str) and hint:
+        text = json.dumps(["prompt_cache_key", body.get("model"), hint[:1024]])
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
     first = None
     for field in ("messages", "input"):
         items = body.get(field)

@@ -2,19 +2,7 @@
 real ones (Qwen 2.5 / Hermes, Llama 3.1, Mistral) give tools to the model and show past
 calls and results."""
 
-HERMES = (
-    "{%- if tools %}<|im_start|>system\nYou may call functions. Available tools: <tools>"
-    "{% for tool in tools %}{{ tool | tojson }}{% endfor %}</tools>\nFor each call return "
-    "<tool_call>{\"name\": <name>, \"arguments\": <args>}</tool_call>.<|im_end|>\n{% endif %}"
-    "{%- for message in messages %}"
-    "{%- if message.role == 'assistant' and message.tool_calls %}<|im_start|>assistant\n"
-    "{% for call in message.tool_calls %}<tool_call>\n{\"name\": \"{{ call.function.name }}\", "
-    "\"arguments\": {{ call.function.arguments | tojson }}}\n</tool_call>{% endfor %}<|im_end|>\n"
-    "{% elif message.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ message.content }}"
-    "\n</tool_response><|im_end|>\n"
-    "{% else %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endif %}"
-    "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+from fixtures.agent_model import HERMES  # the agent model's own
 
 LLAMA3 = (
     "{{ bos_token }}{%- if tools %}<|start_header_id|>system<|end_header_id|>\n\nEnvironment: "

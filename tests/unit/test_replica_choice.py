@@ -62,3 +62,14 @@ def test_a_conversation_keeps_its_key_across_turns_and_others_differ():
     assert opening_key({**first, "model": "other"}) != opening_key(first)
     assert opening_key({"model": M, "prompt": "Once upon a time"}) != opening_key(first)
     assert opening_key({"model": M}) is None
+
+
+def test_a_prompt_cache_key_is_the_conversations_key():
+    """OpenAI's `prompt_cache_key` (Codex sends its session's id): requests sharing it go to
+    the machine holding their prefix, whatever their messages; another key, another."""
+    one = {"model": M, "input": [{"role": "user", "content": "hi"}], "prompt_cache_key": "s1"}
+    other_words = {**one, "input": [{"role": "user", "content": "something else"}]}
+    assert opening_key(one) == opening_key(other_words)
+    assert opening_key({**one, "prompt_cache_key": "s2"}) != opening_key(one)
+    assert opening_key({**one, "prompt_cache_key": ""}) == opening_key(
+        {k: v for k, v in one.items() if k != "prompt_cache_key"})
