@@ -20,7 +20,8 @@ turn after a restart at least 5x faster than llama-server's after its restart.
 
     python -m bench.agents [--agent claude-code] [--threads 2] [--quick]
 
---quick (make test): Claude Code only, Homerack only, no anchors.
+--quick (make test): Claude Code only (its first turn and a new process), Homerack only,
+no anchors.
 """
 
 from __future__ import annotations
@@ -145,8 +146,9 @@ AGENTS = {"claude-code": (claude_code, "claude"), "codex": (codex, "codex"),
           "opencode": (opencode, "opencode"), "qwen-code": (qwen_code, "qwen")}
 
 
-def record(agent: str, url: str, token: str) -> list[Recorded]:
-    """The agent's three turns through a recording door in front of `url`."""
+def record(agent: str, url: str, token: str, turns_kept=(1, 2, 3)) -> list[Recorded]:
+    """The agent's turns (`turns_kept` of its three) through a recording door in front of
+    `url`."""
     how, _ = AGENTS[agent]
     door = RecordingDoor(url)
     with tempfile.TemporaryDirectory(prefix=f"bench-{agent}-") as folder:
@@ -157,6 +159,8 @@ def record(agent: str, url: str, token: str) -> list[Recorded]:
         env = {**os.environ, **env, "HOME": str(home), "PWD": str(work)}
         try:
             for turn, argv in enumerate(turns, 1):
+                if turn not in turns_kept:
+                    continue
                 door.turn = turn
                 done = subprocess.run(argv, env=env, cwd=work, capture_output=True, text=True,
                                       timeout=300, stdin=subprocess.DEVNULL)
@@ -335,7 +339,8 @@ def main() -> int:
 
     recorder = homerack(args.threads, "--no-prompt-cache")
     try:
-        sessions = {agent: record(agent, recorder.url, recorder.token) for agent in agents}
+        kept = (1, 3) if args.quick else (1, 2, 3)  # quick: the first, then a new process
+        sessions = {agent: record(agent, recorder.url, recorder.token, kept) for agent in agents}
     finally:
         recorder.stop()
     ours, ours_again = homerack_runs(sessions, args.threads)
