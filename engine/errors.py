@@ -108,6 +108,12 @@ class ContextLengthExceeded(InvalidRequest):
     param = "messages"
 
 
+class StoppedBeforeStart(HomerackError):
+    """The asker's own Stop came before the first token: nothing was answered or kept."""
+    status = 409
+    kind = "stopped"
+
+
 class QueueFull(HomerackError):
     status = 503
     kind = "queue_full"

@@ -17,7 +17,7 @@ from ..conversation.json_schema import MAX_GRAMMAR, MAX_NESTING, nesting
 from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
 from ..formats.stream import FormatStream, Reading
 from ..engine import Engine
-from ..errors import HomerackError, InvalidRequest, ModelNotFound
+from ..errors import HomerackError, InvalidRequest, ModelNotFound, StoppedBeforeStart
 from ..events import Delta, Failed, Finished, GenerationRequest, Started, Usage
 from .channel import Channel
 from .grounding import ground
@@ -50,6 +50,8 @@ class Turn:
         self.started: Started | None = None
         self.notes: list[str] = []  # for the answer, beside the engine's own
         self.citations: list[dict] | None = None  # grounding.py's, when collections were asked
+        self.job = None  # once submitted
+        self._cancelled = False  # a Stop that came while it was being submitted
 
     async def start(self) -> Started:
         """Submit and wait for the first token (an error before it raises here, so a
@@ -61,9 +63,13 @@ class Turn:
         # off the event loop: a cache lookup renders the prompt and may read the model's
         # header the first time
         self.job = await asyncio.to_thread(self.engine.submit, request, self.channel.emit)
+        if self._cancelled:
+            self.job.cancel()
         first = await self.channel.next(self.job, self.http)
         if isinstance(first, Failed):
             raise first.error
+        if isinstance(first, Finished):  # stopped (cancel) before its first token
+            raise StoppedBeforeStart("stopped before the answer began")
         self.started = first
         if self.reading is not None:  # the prompt as rendered says whether it opened thinking
             self.reader = FormatStream(replace(
@@ -71,7 +77,11 @@ class Turn:
         return first
 
     def cancel(self) -> None:
-        self.job.cancel()  # a no-op when finished; stops generation when the client left
+        """Stops generation (a no-op when finished); before the job exists, it is stopped
+        as soon as it is submitted."""
+        self._cancelled = True
+        if self.job is not None:
+            self.job.cancel()
 
     async def events(self) -> AsyncIterator[Text | Reasoning | CallStart | CallArgs | Done]:
         """Raises the engine's error if generation fails midway."""

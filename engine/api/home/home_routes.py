@@ -89,7 +89,7 @@ class _Detached:
 
 
 def router(engine: Engine) -> APIRouter:
-    api, replies = APIRouter(), {}
+    api, replies, starting = APIRouter(), {}, {}  # conversation id -> Reply, Turn
     home = engine.home
 
     @api.post("/pair")
@@ -153,7 +153,8 @@ def router(engine: Engine) -> APIRouter:
         device = device_of(http)
         # first: another device's is absent
         conv = await asyncio.to_thread(home.conversations.get, device, conv_id)
-        if (running := replies.get(conv_id)) is not None and running.done is None:
+        if conv_id in starting or (running := replies.get(conv_id)) is not None and \
+                running.done is None:
             raise InvalidRequest("an answer is still coming in this conversation; stop it "
                                  "first", param="conversation")
         model = body.model or default_model(engine)
@@ -165,8 +166,13 @@ def router(engine: Engine) -> APIRouter:
         turn = await asyncio.to_thread(  # checked (pictures decoded) before anything is kept
             conversation_turn, engine, request, partial(chat_conversation, request),
             _Detached(device))
-        # admitted (a device over its limits is refused here) before anything is kept
-        await turn.start()
+        # admitted (a device over its limits is refused here) before anything is kept;
+        # meanwhile a Stop reaches it through `starting`
+        starting[conv_id] = turn
+        try:
+            await turn.start()
+        finally:
+            starting.pop(conv_id, None)
         try:
             await asyncio.to_thread(keep_ask, home, device, conv_id, conv, body, model)
             reply = Reply(home.conversations.add(device, conv_id, "assistant", ""))
@@ -192,9 +198,11 @@ def router(engine: Engine) -> APIRouter:
     @api.post("/home/api/conversations/{conv_id}/stop")
     async def stop(conv_id: str, http: Request):
         home.conversations.get(device_of(http), conv_id)
+        if (turn := starting.get(conv_id)) is not None:
+            turn.cancel()
         if (reply := replies.get(conv_id)) is not None:
             reply.stop()
-        return {"id": conv_id, "stopped": reply is not None}
+        return {"id": conv_id, "stopped": reply is not None or turn is not None}
 
     return api
 
