@@ -5,7 +5,9 @@ Run with the Python of the target virtual environment (the Makefile does):
     .venv/bin/python packaging/llama_backend.py
 
 The backend is chosen from what the machine has (HOMERACK_BACKEND=cpu|cuda|metal|vulkan
-overrides it). RPC support is always built in: the LAN cluster depends on it.
+overrides it): an NVIDIA driver gets CUDA, from the system's nvcc or else from PyPI, for
+the GPUs present only; an AMD or Intel GPU gets Vulkan where its build tools are installed
+(gpu_toolchain.py). RPC support is always built in: the LAN cluster depends on it.
 
 The CPU code is compiled for this CPU (-march=native) without known-bad paths: on a CPU
 with AMX, llama.cpp's AMX weight repack faults on the first decode (llama.cpp #20824),
@@ -33,6 +35,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import gpu_toolchain as gpu
+
 VERSION = "0.3.36"
 PACKAGE = "llama-cpp-python"
 STAMP = Path(sys.prefix) / ".homerack-llama.json"
@@ -46,20 +50,6 @@ def _nvcc() -> str | None:
     return str(default) if default.exists() else None
 
 
-def _has_nvidia_gpu() -> bool:
-    if Path("/proc/driver/nvidia/gpus").is_dir() and any(Path("/proc/driver/nvidia/gpus").iterdir()):
-        return True
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return False
-    result = subprocess.run([smi, "-L"], capture_output=True, text=True)
-    return result.returncode == 0 and "GPU" in result.stdout
-
-
-def _has_vulkan_sdk() -> bool:
-    return bool(os.environ.get("VULKAN_SDK")) and shutil.which("glslc") is not None
-
-
 def choose_backend() -> tuple[str, str]:
     """Return (backend, why)."""
     forced = os.environ.get("HOMERACK_BACKEND", "").strip().lower()
@@ -67,23 +57,44 @@ def choose_backend() -> tuple[str, str]:
         return forced, "HOMERACK_BACKEND is set"
     if platform.system() == "Darwin":
         return "metal", "macOS"
-    if _nvcc():
-        if _has_nvidia_gpu():
+    nvidia, why_not = gpu.nvidia_gpus(), ""
+    if nvidia is not None:
+        if _nvcc():
             return "cuda", "nvcc and an NVIDIA GPU are present"
+        why_not = nvidia.pypi_cuda_problem() or ""
+        if not why_not:
+            return "cuda", (f"an NVIDIA GPU (compute {nvidia.architectures}) and its driver, "
+                            f"no nvcc: CUDA {gpu.CUDA_RELEASE} from PyPI")
+        why_not = f"no CUDA build: {why_not}; "
+    elif _nvcc():
         # A CUDA build takes over an hour on small machines and is useless without a GPU.
         return "cpu", "nvcc is present but no NVIDIA GPU was found"
-    if _has_vulkan_sdk():
-        return "vulkan", "the Vulkan SDK is present"
-    return "cpu", "no GPU toolkit found"
+    if os.environ.get("VULKAN_SDK") and shutil.which("glslc"):
+        return "vulkan", why_not + "the Vulkan SDK is present"
+    vendors = gpu.gpu_vendors() | ({"NVIDIA"} if nvidia is not None else set())
+    if not vendors:
+        return "cpu", "no GPU found"
+    named = " and ".join(sorted(vendors))
+    missing = gpu.vulkan_build_tools()
+    if missing is None:
+        return "vulkan", f"{why_not}an {named} GPU and Vulkan's build tools"
+    return "cpu", (f"{why_not}an {named} GPU, but Vulkan's build tools are missing ({missing}): "
+                   f"apt install {gpu.VULKAN_PACKAGES} for a GPU build; the CPU meanwhile")
+
+
+def _cuda_flags() -> list[str]:
+    """The CUDA toolkit (the system's, else PyPI's) and the GPUs' architectures."""
+    flags = [] if _nvcc() else gpu.cuda_cmake_args(gpu.cuda_home() / "nvidia" / "cu13").split()
+    arch = os.environ.get("CMAKE_CUDA_ARCHITECTURES")
+    if not arch and (nvidia := gpu.nvidia_gpus()) is not None and nvidia.computes:
+        arch = nvidia.architectures
+    return flags + ([f"-DCMAKE_CUDA_ARCHITECTURES={arch}"] if arch else [])
 
 
 def cmake_args(backend: str) -> str:
     flags = ["-DGGML_RPC=ON"]
     if backend == "cuda":
-        flags += ["-DGGML_CUDA=on"]
-        arch = os.environ.get("CMAKE_CUDA_ARCHITECTURES")
-        if arch:
-            flags += [f"-DCMAKE_CUDA_ARCHITECTURES={arch}"]
+        flags += ["-DGGML_CUDA=on", *_cuda_flags()]
     elif backend == "metal":
         flags += ["-DGGML_METAL=on"]
     elif backend == "vulkan":
@@ -212,6 +223,8 @@ def _build_wheel(build: Build, into: Path) -> Path:
     wheels = sorted(into.glob("llama_cpp_python-*.whl"))
     if wheels:
         return wheels[-1]
+    if "-DCUDAToolkit_ROOT=" in build.cmake_args:  # CUDA from PyPI, fetched now
+        gpu.install_cuda()
     print(f"building {PACKAGE} {VERSION}: {build.describe()} (about 11 minutes on 2 cores)...",
           flush=True)
     env = dict(compiler_env(build.cflags), CMAKE_ARGS=build.cmake_args)
@@ -221,6 +234,21 @@ def _build_wheel(build: Build, into: Path) -> Path:
         env=env, check=True,
     )
     return sorted(into.glob("llama_cpp_python-*.whl"))[-1]
+
+
+def _preload_cuda(build: Build) -> None:
+    """A build against CUDA from PyPI finds its libraries through a .pth line that loads
+    them at start (gpu_toolchain.preload_line); other builds have none."""
+    pth = Path(sysconfig_purelib()) / "homerack_cuda.pth"
+    if "-DCUDAToolkit_ROOT=" in build.cmake_args:
+        pth.write_text(gpu.preload_line(gpu.cuda_home() / "nvidia" / "cu13"))
+    else:
+        pth.unlink(missing_ok=True)
+
+
+def sysconfig_purelib() -> str:
+    import sysconfig
+    return sysconfig.get_paths()["purelib"]
 
 
 def compiler_env(cflags: str) -> dict:
@@ -282,6 +310,7 @@ def main() -> int:
             raise SystemExit(f"the llama.cpp smoke test could not run: {result.summary}")
         if result.ok:
             STAMP.write_text(json.dumps({**build.stamp(), "smoke": asdict(result)}))
+            _preload_cuda(build)
             print(f"installed {wheel.name} ({build.describe()})", flush=True)
             return 0
         STAMP.unlink(missing_ok=True)

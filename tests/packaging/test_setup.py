@@ -40,13 +40,107 @@ def test_rpc_is_always_built(backend):
         assert "-DGGML_RPC=ON" in backend.cmake_args(name)
 
 
-def test_cuda_needs_both_nvcc_and_a_gpu(backend, monkeypatch):
+def fake_driver(tmp_path, monkeypatch, computes=("8.9",), cuda="13.0"):
+    """An NVIDIA driver as the build sees it: nvidia-smi on the PATH (a script that answers
+    what the real one does for these two questions)."""
+    bin_dir = tmp_path / "driver-bin"
+    bin_dir.mkdir(exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nif [ \"$1\" = --query-gpu=compute_cap ]; then\n" +
+                   "".join(f"echo {c}\n" for c in computes) +
+                   f"else echo '| NVIDIA-SMI 580.65  Driver Version: 580.65  CUDA Version: {cuda} |'; fi\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+
+
+@pytest.fixture
+def no_gpu(backend, monkeypatch, tmp_path):
+    """No driver, no nvcc, no display adapter; the caches in tmp_path."""
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("VULKAN_SDK", raising=False)
+    monkeypatch.delenv("CMAKE_CUDA_ARCHITECTURES", raising=False)
+    monkeypatch.setattr(backend, "_nvcc", lambda: None)
+    monkeypatch.setattr(backend.gpu, "gpu_vendors", lambda: set())
+    return backend
+
+
+def test_cuda_needs_both_nvcc_and_a_gpu(no_gpu, monkeypatch, tmp_path):
+    backend = no_gpu
     monkeypatch.setattr(backend, "_nvcc", lambda: "/usr/local/cuda/bin/nvcc")
-    monkeypatch.setattr(backend, "_has_nvidia_gpu", lambda: False)
     assert backend.choose_backend()[0] == "cpu"
-    monkeypatch.setattr(backend, "_has_nvidia_gpu", lambda: True)
-    assert backend.choose_backend()[0] == "cuda"
-    assert "-DGGML_CUDA=on" in backend.cmake_args("cuda")
+    fake_driver(tmp_path, monkeypatch)
+    assert backend.choose_backend() == ("cuda", "nvcc and an NVIDIA GPU are present")
+    args = backend.cmake_args("cuda")
+    assert "-DGGML_CUDA=on" in args and "-DCMAKE_CUDA_ARCHITECTURES=89" in args
+    assert "CUDAToolkit_ROOT" not in args  # the system's toolkit
+
+
+def test_a_driver_without_nvcc_gets_cuda_from_pypi_for_its_gpus_only(no_gpu, monkeypatch,
+                                                                      tmp_path):
+    backend = no_gpu
+    assert backend.choose_backend() == ("cpu", "no GPU found")
+    fake_driver(tmp_path, monkeypatch, computes=("8.9", "12.0", "8.9"))
+    chosen, why = backend.choose_backend()
+    assert chosen == "cuda" and "from PyPI" in why and "89;120" in why
+    args = backend.cmake_args("cuda")
+    root = tmp_path / "cache" / "homerack" / f"cuda-{backend.gpu.CUDA_RELEASE}" / "nvidia" / "cu13"
+    assert f"-DCUDAToolkit_ROOT={root}" in args and f"{root}/bin/nvcc" in args
+    assert "-DCMAKE_CUDA_ARCHITECTURES=89;120" in args  # the GPUs present, nothing else
+    assert not (tmp_path / "cache").exists()  # chosen, nothing downloaded yet
+
+
+@pytest.mark.parametrize("computes, cuda, says", [
+    (("6.1",), "13.0", "older than CUDA 13"), (("8.6",), "12.4", "runs CUDA 12.4")])
+def test_a_gpu_or_driver_cuda_13_cannot_serve_falls_back_and_says_why(
+        no_gpu, monkeypatch, tmp_path, computes, cuda, says):
+    backend = no_gpu
+    fake_driver(tmp_path, monkeypatch, computes, cuda)
+    monkeypatch.setattr(backend.gpu, "vulkan_build_tools", lambda: "glslc")
+    chosen, why = backend.choose_backend()
+    assert chosen == "cpu" and says in why and "apt install glslc" in why
+    monkeypatch.setattr(backend.gpu, "vulkan_build_tools", lambda: None)
+    assert backend.choose_backend()[0] == "vulkan"
+
+
+def test_an_amd_or_intel_gpu_gets_vulkan_or_the_packages_to_install(no_gpu, monkeypatch):
+    backend = no_gpu
+    monkeypatch.setattr(backend.gpu, "gpu_vendors", lambda: {"AMD"})
+    monkeypatch.setattr(backend.gpu, "vulkan_build_tools", lambda: "glslc spirv-headers")
+    chosen, why = backend.choose_backend()
+    assert chosen == "cpu" and "an AMD GPU" in why and "spirv-headers" in why
+    monkeypatch.setattr(backend.gpu, "vulkan_build_tools", lambda: None)
+    assert backend.choose_backend() == ("vulkan", "an AMD GPU and Vulkan's build tools")
+
+
+def test_display_adapters_are_read_from_sysfs(backend, tmp_path):
+    for card, vendor in (("card0", "0x8086"), ("card1", "0x1002"), ("card2", "0x1af4")):
+        (tmp_path / card / "device").mkdir(parents=True)
+        (tmp_path / card / "device" / "vendor").write_text(vendor + "\n")
+    assert backend.gpu.gpu_vendors(tmp_path) == {"Intel", "AMD"}
+
+
+@pytest.mark.slow
+def test_cuda_from_pypi_compiles_for_the_gpus_architecture(backend, tmp_path):
+    """The toolchain fetched from PyPI as a build on an NVIDIA machine does (cuBLAS, 423
+    MB, left out here), then its nvcc compiles a kernel for compute 8.9 with no GPU and
+    no system toolkit; the program it made, run here, is refused by the missing driver."""
+    wheels = [w for w in backend.gpu.CUDA_WHEELS if "cublas" not in w]
+    root = backend.gpu.install_cuda(wheels, cache=tmp_path)
+    assert (root / "lib" / "libcudart.so").resolve().name == "libcudart.so.13"
+    (tmp_path / "k.cu").write_text(
+        "#include <cstdio>\n__global__ void twice(float *x) { x[threadIdx.x] *= 2; }\n"
+        "int main() { float *d; printf(\"%s\\n\", cudaGetErrorString(cudaMalloc(&d, 64))); }\n")
+    import subprocess
+    built = subprocess.run([str(root / "bin" / "nvcc"), "-arch=sm_89", "-o", str(tmp_path / "k"),
+                            str(tmp_path / "k.cu")], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    ran = subprocess.run([str(tmp_path / "k")], capture_output=True, text=True, timeout=60,
+                         env={"LD_LIBRARY_PATH": str(root / "lib")})
+    assert "driver" in ran.stdout.lower()  # no libcuda here: refused, not crashed
+    preload = subprocess.run([sys.executable, "-c", backend.gpu.preload_line(root)],
+                             capture_output=True, text=True, timeout=60)
+    assert preload.returncode == 0, preload.stderr  # (cuBLAS absent: skipped, no error)
 
 
 def test_macos_gets_metal_and_override_wins(backend, monkeypatch):

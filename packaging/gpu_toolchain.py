@@ -1,0 +1,143 @@
+"""Which GPUs this machine has, and the toolchains that build llama.cpp for them without a
+system toolkit (llama_backend.py chooses; standard library only, as it is).
+
+NVIDIA: the driver alone (nvidia-smi) is enough. Without `nvcc`, CUDA comes from PyPI:
+NVIDIA's CUDA 13 wheels hold a whole toolkit under `nvidia/cu13/` (nvcc, its crt headers
+and nvvm, the runtime, CCCL, cuBLAS); the CUDA 12 wheels (`nvidia-cuda-nvcc-cu12`) carry
+ptxas alone, no nvcc. CUDA 13 builds for Turing (compute 7.5) and later and needs a driver
+that supports CUDA 13 (R580 or newer); it is installed once into a cache beside the
+virtual environments, and the build targets the compute capabilities of the GPUs present.
+
+AMD and Intel: llama.cpp's Vulkan backend, built with the distribution's glslc,
+libvulkan-dev and spirv-headers (Debian's build it without a GPU); without them the CPU
+build says which packages would give a GPU build.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+CUDA_RELEASE = "13.5.37"
+CUDA_WHEELS = (f"nvidia-cuda-nvcc=={CUDA_RELEASE}", f"nvidia-cuda-crt=={CUDA_RELEASE}",
+               f"nvidia-nvvm=={CUDA_RELEASE}", f"nvidia-cuda-runtime=={CUDA_RELEASE}",
+               "nvidia-cuda-cccl==13.3.5.0.6", "nvidia-cublas==13.10.0.20")
+CUDA_MIN_COMPUTE = 75    # Turing: CUDA 13's oldest
+CUDA_MIN_DRIVER = (13, 0)  # the CUDA version the driver must support
+RUNTIME_LIBS = ("libcudart.so.13", "libcublasLt.so.13", "libcublas.so.13")
+VULKAN_PACKAGES = "glslc libvulkan-dev spirv-headers mesa-vulkan-drivers"
+PCI_VENDORS = {"0x1002": "AMD", "0x8086": "Intel", "0x10de": "NVIDIA"}
+
+
+@dataclass(frozen=True)
+class NvidiaGpus:
+    computes: tuple[int, ...]       # compute capabilities, 89 for 8.9, one per GPU
+    driver_cuda: tuple[int, int] | None  # the newest CUDA its driver runs
+
+    @property
+    def architectures(self) -> str:
+        """CMAKE_CUDA_ARCHITECTURES for these GPUs only (each: its code and its PTX)."""
+        return ";".join(str(c) for c in sorted(set(self.computes)))
+
+    def pypi_cuda_problem(self) -> str | None:
+        """Why CUDA from PyPI cannot serve these GPUs, or None."""
+        if not self.computes:
+            return "nvidia-smi did not report the GPUs' compute capability"
+        old = [c for c in self.computes if c < CUDA_MIN_COMPUTE]
+        if old:
+            return (f"compute {old[0] / 10:.1f} is older than CUDA 13 builds for (7.5): "
+                    "install CUDA 12's toolkit (nvcc) for a CUDA build")
+        if self.driver_cuda is None or self.driver_cuda < CUDA_MIN_DRIVER:
+            have = ".".join(map(str, self.driver_cuda)) if self.driver_cuda else "unknown"
+            return (f"the NVIDIA driver runs CUDA {have}; CUDA 13 from PyPI needs 13.0 "
+                    "(driver 580 or newer): update the driver, or install a CUDA toolkit "
+                    "the driver runs (nvcc)")
+        return None
+
+
+def nvidia_gpus() -> NvidiaGpus | None:
+    """The NVIDIA GPUs the driver reports, or None without a driver."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    try:
+        listed = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=30)
+        header = subprocess.run([smi], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if listed.returncode != 0:
+        return None
+    computes = tuple(int(float(line) * 10 + 0.5) for line in listed.stdout.split()
+                     if re.fullmatch(r"\d+\.\d+", line))
+    match = re.search(r"CUDA Version:\s*(\d+)\.(\d+)", header.stdout)
+    return NvidiaGpus(computes, (int(match[1]), int(match[2])) if match else None)
+
+
+def gpu_vendors(sysfs: Path = Path("/sys/class/drm")) -> set[str]:
+    """The vendors of the display adapters the kernel sees (AMD, Intel, NVIDIA)."""
+    found = set()
+    for vendor in sysfs.glob("card*/device/vendor"):
+        try:
+            name = PCI_VENDORS.get(vendor.read_text().strip())
+        except OSError:
+            continue
+        if name:
+            found.add(name)
+    return found
+
+
+def vulkan_build_tools() -> str | None:
+    """What llama.cpp's Vulkan backend still needs to build here, or None."""
+    missing = []
+    if not shutil.which("glslc"):
+        missing.append("glslc")
+    if not os.environ.get("VULKAN_SDK"):
+        if not Path("/usr/include/vulkan/vulkan.h").exists():
+            missing.append("libvulkan-dev")
+        if not any(Path(p).exists() for p in ("/usr/share/cmake/SPIRV-Headers",
+                                              "/usr/lib/cmake/SPIRV-Headers")):
+            missing.append("spirv-headers")
+    return " ".join(missing) or None
+
+
+def cuda_home(cache: Path | None = None) -> Path:
+    base = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "homerack" / f"cuda-{CUDA_RELEASE}"
+
+
+def install_cuda(wheels=CUDA_WHEELS, cache: Path | None = None) -> Path:
+    """CUDA from PyPI into the cache (once; pip checks each wheel's hash against the
+    index): the toolkit's root, `nvidia/cu13`, with the unversioned library names CMake
+    links against."""
+    home = cuda_home(cache)
+    root = home / "nvidia" / "cu13"
+    done = home / ".installed"
+    if not (done.exists() and done.read_text() == " ".join(wheels)):
+        print(f"CUDA {CUDA_RELEASE} from PyPI into {home} (once: about 1 GB)...", flush=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check",
+                        "--no-deps", "--upgrade", "--target", str(home), *wheels], check=True)
+        done.write_text(" ".join(wheels))
+    for versioned in (root / "lib").glob("lib*.so.*"):
+        plain = versioned.with_name(versioned.name.split(".so.")[0] + ".so")
+        if not plain.exists():
+            plain.symlink_to(versioned.name)
+    return root
+
+
+def cuda_cmake_args(root: Path) -> str:
+    return f"-DCMAKE_CUDA_COMPILER={root / 'bin' / 'nvcc'} -DCUDAToolkit_ROOT={root}"
+
+
+def preload_line(root: Path) -> str:
+    """A .pth line for the environment: CUDA's libraries from the cache loaded at start
+    (globally, so llama.cpp's CUDA library finds them by name), as PyTorch loads its
+    nvidia wheels; nothing happens where they are gone."""
+    libs = [str(root / "lib" / name) for name in RUNTIME_LIBS]
+    return ("import ctypes, os; [ctypes.CDLL(p, mode=ctypes.RTLD_GLOBAL) for p in "
+            f"{libs!r} if os.path.exists(p)]\n")
