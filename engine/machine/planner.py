@@ -137,7 +137,7 @@ def plan(hw: Hardware, shape: ModelShape, prefs: Preferences = Preferences()) ->
     return Plan(shape.name, placement.n_gpu_layers, placement.gpus, placement.split,
                 best.n_ctx, best.kv_type,
                 best.kv_type != "f16" or placement.split_mode == "tensor", uses, True,
-                (*_reasons(shape, hw, prefs, best, traded), why), placement.cpu_moe, speed,
+                (*_reasons(shape, hw, prefs, best, uses[-1], traded), why), placement.cpu_moe, speed,
                 shape.n_layers, shape.is_moe, placement.split_mode, lanes=n_lanes,
                 lanes_why=why, kv_split=split is not None)
 
@@ -295,8 +295,10 @@ def _context_text(shape: ModelShape, prefs: Preferences, best: _Choice,
     return f"context {best.n_ctx:,} tokens: {cost} (asking for it still gets it)"
 
 
-def _reasons(shape: ModelShape, hw: Hardware, prefs: Preferences, best: _Choice,
+def _reasons(shape: ModelShape, hw: Hardware, prefs: Preferences, best: _Choice, cpu,
              declined: _Choice | None = None) -> tuple[str, ...]:
+    """`cpu`: what RAM holds as planned, every lane's KV stream included (the status line
+    and the Memory page say the same)."""
     placement, n_ctx = best.placement, best.n_ctx
     reasons = ["no GPU: every layer runs on the CPU" if not hw.gpus
                else _layers_text(shape, placement, prefs)]
@@ -328,7 +330,6 @@ def _reasons(shape: ModelShape, hw: Hardware, prefs: Preferences, best: _Choice,
                        "ran out of memory there")
     if prefs.draft:
         reasons.append(f"includes the draft model {prefs.draft.name} and its KV cache on the CPU")
-    cpu = placement.uses[-1]
     reasons.append(f"CPU memory: {cpu.total / MiB:,.0f} of {cpu.budget / MiB:,.0f} MiB usable")
     return tuple(reasons)
 

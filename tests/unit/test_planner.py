@@ -431,3 +431,13 @@ def test_a_kv_stream_for_each_lane_where_the_memory_holds_them():
             ctx=ctx, min_ctx=ctx, kv_layout="unified")).uses[-1].kv
         assert cpu.kv_split == (kv <= AUTO_KV_SHARE * cpu.uses[-1].budget)
         assert cpu.kv_split == (ctx == 1024)
+
+
+def test_the_plans_cpu_memory_line_counts_every_lanes_kv_stream():
+    """The Memory page's "CPU memory" line is the plan's own figure for RAM, the lanes'
+    seventeen KV streams included, as the status line says (it had shown one stream's)."""
+    split = plan(simulated((), 64), LLAMA_7B, Preferences(ctx=1024, min_ctx=1024))
+    assert split.kv_split
+    cpu = split.uses[-1]
+    line = next(r for r in split.reasons if r.startswith("CPU memory"))
+    assert line == f"CPU memory: {cpu.total / 2**20:,.0f} of {cpu.budget / 2**20:,.0f} MiB usable"
