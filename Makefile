@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test setup llama chromium bench bench-tools package package-test screenshots clean
+.PHONY: run test setup llama chromium vulkan bench bench-tools package package-test screenshots clean
 
 run: setup
 	$(VENV)/bin/homerack models --quiet
@@ -13,7 +13,7 @@ run: setup
 test: setup
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -ra
 
-setup: llama $(VENV)/.homerack-deps build/mcp-servers/.installed build/agents/.installed chromium
+setup: llama $(VENV)/.homerack-deps build/mcp-servers/.installed build/agents/.installed chromium vulkan
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,18 @@ chromium:
 		  apt-get install -y -q chromium chromium-driver >/dev/null; } || \
 		echo "chromium could not be installed: the web chat's browser tests will be skipped"; \
 	else echo "chromium and chromedriver not found: the web chat's browser tests will be skipped"; fi
+
+# llama.cpp's Vulkan backend beside the CPU build, for the tests on Mesa's software GPU
+# (lavapipe): Debian's build tools and driver installed where this runs as root with apt,
+# then packaging/vulkan_extra.py (cached like the CPU build); else said, and those skip.
+VULKAN_DEBS := glslc libvulkan-dev spirv-headers mesa-vulkan-drivers
+vulkan: llama
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    ! dpkg -s $(VULKAN_DEBS) >/dev/null 2>&1; then \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(VULKAN_DEBS) >/dev/null || \
+		{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+		  apt-get install -y -q $(VULKAN_DEBS) >/dev/null; } || true; fi
+	$(PY) packaging/vulkan_extra.py
 
 # The window's main states as PNGs in build/screenshots/, under Xvfb with the real xcb
 # platform (apt install xvfb); without it, offscreen (no popups).

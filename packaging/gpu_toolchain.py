@@ -10,16 +10,22 @@ virtual environments, and the build targets the compute capabilities of the GPUs
 
 AMD and Intel: llama.cpp's Vulkan backend, built with the distribution's glslc,
 libvulkan-dev and spirv-headers (Debian's build it without a GPU); without them the CPU
-build says which packages would give a GPU build.
+build says which packages would give a GPU build. The vendored llama.cpp uses Vulkan
+headers newer than Debian 12's (1.3.239 lacks VK_EXT_layer_settings): where the system's
+are older, Debian 13's (1.4.309, headers only, checked by their hash) are fetched into the
+cache from Debian's archive and the build reads them; the loader stays the system's.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +37,10 @@ CUDA_MIN_COMPUTE = 75    # Turing: CUDA 13's oldest
 CUDA_MIN_DRIVER = (13, 0)  # the CUDA version the driver must support
 RUNTIME_LIBS = ("libcudart.so.13", "libcublasLt.so.13", "libcublas.so.13")
 VULKAN_PACKAGES = "glslc libvulkan-dev spirv-headers mesa-vulkan-drivers"
+VULKAN_MIN_HEADER = 268  # VK_HEADER_VERSION that has VK_EXT_layer_settings
+VULKAN_HEADERS_DEB = ("http://deb.debian.org/debian/pool/main/v/vulkan-loader/"
+                      "libvulkan-dev_1.4.309.0-1_amd64.deb",
+                      "8d329d465e16168afff58b1bd0dd6db46aac2cc3f56054a481b25a04e90b345a")
 PCI_VENDORS = {"0x1002": "AMD", "0x8086": "Intel", "0x10de": "NVIDIA"}
 
 
@@ -141,3 +151,46 @@ def preload_line(root: Path) -> str:
     libs = [str(root / "lib" / name) for name in RUNTIME_LIBS]
     return ("import ctypes, os; [ctypes.CDLL(p, mode=ctypes.RTLD_GLOBAL) for p in "
             f"{libs!r} if os.path.exists(p)]\n")
+
+
+def system_vulkan_header(include: Path = Path("/usr/include")) -> int | None:
+    """VK_HEADER_VERSION of the system's Vulkan headers, or None without them."""
+    try:
+        text = (include / "vulkan" / "vulkan_core.h").read_text(errors="replace")
+    except OSError:
+        return None
+    match = re.search(r"#define VK_HEADER_VERSION (\d+)", text)
+    return int(match[1]) if match else None
+
+
+def vulkan_cmake_args(cache: Path | None = None) -> str:
+    """Where the Vulkan headers are not the system's: newer ones from the cache."""
+    version = system_vulkan_header()
+    if os.environ.get("VULKAN_SDK") or (version or 0) >= VULKAN_MIN_HEADER:
+        return ""
+    return f"-DVulkan_INCLUDE_DIR={vulkan_headers_home(cache) / 'usr' / 'include'}"
+
+
+def vulkan_headers_home(cache: Path | None = None) -> Path:
+    base = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "homerack" / "vulkan-headers-1.4.309"
+
+
+def install_vulkan_headers(cache: Path | None = None) -> Path:
+    """Debian 13's Vulkan headers into the cache (once): the .deb checked against its
+    hash, its files unpacked with dpkg-deb."""
+    home = vulkan_headers_home(cache)
+    include = home / "usr" / "include"
+    if (include / "vulkan" / "vulkan.hpp").exists():
+        return include
+    url, digest = VULKAN_HEADERS_DEB
+    print(f"Vulkan headers 1.4.309 from Debian's archive into {home}...", flush=True)
+    with urllib.request.urlopen(url, timeout=120) as reply:
+        data = reply.read()
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise SystemExit(f"{url} does not have the expected SHA-256: not used")
+    with tempfile.NamedTemporaryFile(suffix=".deb") as deb:
+        deb.write(data)
+        deb.flush()
+        subprocess.run(["dpkg-deb", "-x", deb.name, str(home)], check=True)
+    return include

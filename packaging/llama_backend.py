@@ -98,7 +98,7 @@ def cmake_args(backend: str) -> str:
     elif backend == "metal":
         flags += ["-DGGML_METAL=on"]
     elif backend == "vulkan":
-        flags += ["-DGGML_VULKAN=on"]
+        flags += ["-DGGML_VULKAN=on", *gpu.vulkan_cmake_args().split()]
     elif backend != "cpu":
         raise SystemExit(f"unknown backend {backend!r}: use cpu, cuda, metal or vulkan")
     return " ".join(flags)
@@ -211,20 +211,22 @@ def _installed(build: Build) -> dict | None:
     return stamp if probe.returncode == 0 and probe.stdout.strip() == VERSION else None
 
 
-def _cache_dir(build: Build) -> Path:
+def cache_dir(build: Build) -> Path:
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     identity = {**build.stamp(), "python": None, "machine": platform.machine()}
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     return base / "homerack" / "wheels" / f"{VERSION}-{key}"
 
 
-def _build_wheel(build: Build, into: Path) -> Path:
+def build_wheel(build: Build, into: Path) -> Path:
     into.mkdir(parents=True, exist_ok=True)
     wheels = sorted(into.glob("llama_cpp_python-*.whl"))
     if wheels:
         return wheels[-1]
     if "-DCUDAToolkit_ROOT=" in build.cmake_args:  # CUDA from PyPI, fetched now
         gpu.install_cuda()
+    if "-DVulkan_INCLUDE_DIR=" in build.cmake_args:  # newer Vulkan headers, fetched now
+        gpu.install_vulkan_headers()
     print(f"building {PACKAGE} {VERSION}: {build.describe()} (about 11 minutes on 2 cores)...",
           flush=True)
     env = dict(compiler_env(build.cflags), CMAKE_ARGS=build.cmake_args)
@@ -295,14 +297,14 @@ def main() -> int:
             return 0
     failures = []
     for build in builds:
-        cache = _cache_dir(build)
+        cache = cache_dir(build)
         if (cache / FAILED).exists():
             before = (cache / FAILED).read_text()
             failures.append(f"{build.variant} build: {before}")
             print(f"skipping the {build.variant} build: it failed its smoke test on this CPU "
                   f"before ({before})", flush=True)
             continue
-        wheel = _build_wheel(build, cache)
+        wheel = build_wheel(build, cache)
         _install(wheel)
         result = _smoke()
         print(smoke_line(asdict(result), build.variant + " build"), flush=True)
@@ -322,7 +324,7 @@ def main() -> int:
     raise SystemExit(
         f"{PACKAGE} {VERSION} does not run correctly on this machine: " + "; ".join(failures)
         + ". Nothing else was changed; please report this with the output above "
-        f"(remove {_cache_dir(builds[0]).parent} to try every build again).")
+        f"(remove {cache_dir(builds[0]).parent} to try every build again).")
 
 
 if __name__ == "__main__":

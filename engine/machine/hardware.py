@@ -31,10 +31,20 @@ class Hardware:
     cpu_repack: bool = False      # the CPU backend repacks 4-bit weights (x86 with AVX2)
     cpu_backend: str = ""         # which build of llama.cpp's CPU backend runs (native.py)
     ram_bandwidth: float = 0.0    # bytes/s the CPU reads from RAM (measured; 0: unknown)
+    gpu_backends: tuple[str, ...] = ()  # llama.cpp's GPU backends in this build (CUDA, Vulkan)
 
     @property
     def gpus(self) -> tuple[Device, ...]:
         return tuple(d for d in self.devices if d.kind in ("gpu", "igpu"))
+
+    def cpu_only_why(self) -> str | None:
+        """Why every layer runs on the CPU, in a line; None where a GPU is there."""
+        if any(not d.name.startswith("RPC") for d in self.gpus):
+            return None
+        if not self.gpu_backends:
+            return "runs on the CPU: this llama.cpp build has no GPU backend"
+        return (f"runs on the CPU: no GPU driver found (llama.cpp's "
+                f"{' and '.join(self.gpu_backends)} backend found no GPU)")
 
     def as_dict(self) -> dict:
         return asdict(self)

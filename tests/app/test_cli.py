@@ -125,6 +125,9 @@ def test_hardware_and_plan_commands(home, tmp_path):
     hardware = json.loads(homerack("hardware", "--json", home=home).stdout)
     assert any(d["kind"] == "cpu" for d in hardware["devices"])
     assert hardware["ram_total_bytes"] > 0 and hardware["cpu_cores"] >= 1
+    if not hardware["gpu_backends"]:  # a CPU build says so, in words
+        assert "runs on the CPU: this llama.cpp build has no GPU backend" in \
+            homerack("hardware", home=home).stdout
     planned = homerack("plan", STARTER, "--json", "--vram", "8", "--ram", "16", home=home)
     result = json.loads(planned.stdout)
     # no --ctx: all the 8k SmolLM2 takes, which costs nothing on an 8 GB GPU

@@ -157,7 +157,7 @@ def test_amx_is_left_out_keeping_avx512_and_the_user_can_opt_back_in(backend, mo
     assert any("#20824" in note for note in native.notes)
     monkeypatch.setenv("HOMERACK_AMX", "on")
     opted, _ = backend.candidates("cpu", AMX_XEON)
-    assert opted.cflags == "" and backend._cache_dir(opted) != backend._cache_dir(native)
+    assert opted.cflags == "" and backend.cache_dir(opted) != backend.cache_dir(native)
 
 
 def test_a_compiler_that_predates_amx_gets_no_amx_flags(backend, monkeypatch):
@@ -180,7 +180,7 @@ def test_portable_build_asks_only_for_what_this_cpu_has(backend):
 def test_another_cpu_needs_another_wheel_and_stamp(backend, monkeypatch, tmp_path):
     """A venv or wheel cache copied to a CPU with other features is rebuilt, not reused."""
     here, there = backend.candidates("cpu", EPYC)[0], backend.candidates("cpu", AMX_XEON)[0]
-    assert backend._cache_dir(here) != backend._cache_dir(there)
+    assert backend.cache_dir(here) != backend.cache_dir(there)
     stamp = tmp_path / "stamp.json"
     monkeypatch.setattr(backend, "STAMP", stamp)
     stamp.write_text(json.dumps({**here.stamp(), "smoke": {"summary": "ok", "seconds": 1}}))
@@ -244,7 +244,7 @@ def test_a_build_that_fails_its_smoke_test_is_replaced_by_a_portable_one(backend
         into.mkdir(parents=True, exist_ok=True)
         return into / f"{build.variant}.whl"
 
-    monkeypatch.setattr(backend, "_build_wheel", build)
+    monkeypatch.setattr(backend, "build_wheel", build)
     monkeypatch.setattr(backend, "_install", lambda wheel: installed.append(wheel.name))
     verdicts = {"native.whl": SmokeResult(False, "the test process died with SIGSEGV while "
                                                  "testing the Q4_K model", 1.0, "Q4_K"),
@@ -276,7 +276,7 @@ def test_a_smoke_test_that_cannot_run_stops_setup_without_blaming_the_build(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(backend, "STAMP", tmp_path / "stamp.json")
     monkeypatch.setattr(backend, "choose_backend", lambda: ("cpu", "test"))
-    monkeypatch.setattr(backend, "_build_wheel", lambda build, into: into / "native.whl")
+    monkeypatch.setattr(backend, "build_wheel", lambda build, into: into / "native.whl")
     monkeypatch.setattr(backend, "_install", lambda wheel: None)
     monkeypatch.setattr(backend, "_smoke", lambda: SmokeResult(
         False, "the Python package 'typing_extensions' is not installed", 0.1, "environment"))
