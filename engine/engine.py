@@ -192,6 +192,16 @@ class Engine:
         fallback), read from its file's metadata without loading it."""
         return chat_format_for(self.store.inspector.inspect(model.path))
 
+    def encoded_pictures(self, model: LocalModel):
+        """Whether the model, as loaded now, has encoded a picture (by its file's hash):
+        the picture caps leave those out (a conversation resends its history)."""
+        lane = self.fleet.holding(model)
+        loaded = lane.host.loaded if lane is not None else None
+        if loaded is None or loaded.model.path != model.path:  # (not loaded yet)
+            return lambda _digest: False
+        cache = loaded.vision.images
+        return cache.knows if cache is not None else (lambda _digest: False)
+
     def sampling_defaults(self, model: LocalModel) -> SamplingParams:
         """What a request for `model` that leaves sampling out is sampled with."""
         chosen = model_defaults(self.store.inspector.inspect(model.path), model.params)

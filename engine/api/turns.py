@@ -206,7 +206,8 @@ def conversation_turn(engine: Engine, body: Groundable,
     family = engine.chat_format_of(request.model).family
     composed = compose(conv, family, separate=thinking.separate, id_prefix=id_prefix)
     pictures = tuple(p for m in conv.messages for p in m.pictures)
-    images.check_request(pictures)  # in number and pixels, before any is decoded
+    # in number and pixels, before any is decoded; those encoded before are free
+    images.check_request(pictures, engine.encoded_pictures(request.model))
     request = replace(request, messages=composed.messages, tools=composed.tools,
                       pictures=pictures,
                       grammar=request.grammar or engine.grammar(composed),

@@ -12,7 +12,8 @@ has no use for (a 6 KB 1-bit PNG of 7000×7000 is 150 MB of RGB): `read_image` r
 header alone (format, size, orientation) where the request arrives, and `decoded`
 decodes one picture, straight to the size its projector takes, when the model that sees
 it tokenizes the prompt; a model that cannot see refuses the request before any is
-decoded. A request carries at most MAX_PICTURES pictures of MAX_REQUEST_PIXELS in all."""
+decoded. A request carries at most MAX_PICTURES pictures the engine has not encoded, of
+MAX_REQUEST_PIXELS in all (a conversation's earlier pictures, encoded, do not count)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ from ..errors import InvalidRequest
 MARKER = f"<__image_{secrets.token_hex(8)}__>"
 MAX_BYTES = 20 * 1024 * 1024   # one image's file (OpenAI's limit)
 MAX_PIXELS = 50_000_000         # one image's pixels (Pillow warns at 89 M, refuses at 179 M)
-MAX_PICTURES = 16               # in one request
+MAX_PICTURES = 16               # in one request, not encoded before
+MAX_SEEN_PICTURES = 256         # in one request, those encoded before included
 MAX_REQUEST_PIXELS = 100_000_000  # all of one request's pictures, as their headers say
 DECODED_SIDE = 2048             # the longest side decoded when a projector names no size
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
@@ -116,14 +118,21 @@ def decoded(picture: Picture, longest: int = DECODED_SIDE) -> Picture:
                    rgb=upright.tobytes(), data=b"")
 
 
-def check_request(pictures: tuple[Picture, ...]) -> None:
+def check_request(pictures: tuple[Picture, ...], known=lambda _digest: False) -> None:
     """A request's pictures within the caps, in number and in pixels (as their headers
-    say), before any is decoded."""
-    if len(pictures) > MAX_PICTURES:
-        raise InvalidRequest(f"{pictures[MAX_PICTURES].where}: at most {MAX_PICTURES} "
-                             f"images in one request", param=pictures[MAX_PICTURES].where)
+    say), before any is decoded. The caps bound the encoding work: pictures the engine
+    has encoded before (`known(digest)`: a conversation's history, resent every turn) do
+    not count, up to MAX_SEEN_PICTURES in all (each still takes its tokens of context)."""
+    if len(pictures) > MAX_SEEN_PICTURES:
+        raise InvalidRequest(f"{pictures[MAX_SEEN_PICTURES].where}: at most "
+                             f"{MAX_SEEN_PICTURES} images in one request",
+                             param=pictures[MAX_SEEN_PICTURES].where)
+    new = tuple(p for p in pictures if not (p.digest and known(p.digest)))
+    if len(new) > MAX_PICTURES:
+        raise InvalidRequest(f"{new[MAX_PICTURES].where}: at most {MAX_PICTURES} new "
+                             f"images in one request", param=new[MAX_PICTURES].where)
     total = 0
-    for picture in pictures:
+    for picture in new:
         total += picture.width * picture.height
         if total > MAX_REQUEST_PIXELS:
             raise InvalidRequest(f"{picture.where}: the request's images pass "

@@ -48,6 +48,9 @@ def load_projector(facts: ProjectorFacts, llama: LlamaModel, device: str, n_thre
                      longest=facts.preproc_size or DECODED_SIDE)
 
 
+KNOWN_DIGESTS = 65_536  # pictures whose hash the cache remembers having encoded
+
+
 class ImageCache:
     """Image embeddings by key, in RAM up to `ram_bytes`, and on disk in `folder` up to
     `disk_bytes` (each least recently used out first)."""
@@ -59,6 +62,7 @@ class ImageCache:
         self._held = 0
         self._lock = threading.Lock()
         self.encoded = self.found = 0  # the figures: tower passes, and passes saved
+        self._digests: OrderedDict[str, None] = OrderedDict()  # pictures seen, newest last
 
     def embeddings(self, projector: Projector, piece: ImagePiece) -> np.ndarray:
         """The piece's embeddings: kept ones, else encoded now (and kept)."""
@@ -70,6 +74,15 @@ class ImageCache:
         self.encoded += 1
         self._put(piece.key, embeddings)
         return embeddings
+
+    def knows(self, digest: str) -> bool:
+        """Whether the picture with this file hash was encoded here (kept in RAM or on
+        disk): a request resending it costs no tower pass, so no cap counts it."""
+        with self._lock:
+            if digest in self._digests:
+                return True
+        path = self._file(f"{digest}:0")
+        return path is not None and path.exists()
 
     def _get(self, key: str) -> np.ndarray | None:
         with self._lock:
@@ -120,6 +133,10 @@ class ImageCache:
 
     def _remember(self, key: str, embeddings: np.ndarray) -> None:
         with self._lock:
+            self._digests[key.partition(":")[0]] = None
+            self._digests.move_to_end(key.partition(":")[0])
+            while len(self._digests) > KNOWN_DIGESTS:
+                self._digests.popitem(last=False)
             if key in self._ram:
                 return
             self._ram[key] = embeddings

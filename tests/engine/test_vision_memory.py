@@ -60,6 +60,9 @@ def test_an_image_is_tokenized_with_the_models_markers_and_kept_across_restarts(
         restarted = ImageCache(tmp_path / "images")  # a new engine: the disk tier
         assert np.array_equal(restarted.embeddings(projector, pieces[0]), kept)
         assert (restarted.encoded, restarted.found) == (0, 1)
+        digest = pieces[0].key.partition(":")[0]  # what the picture caps ask it
+        assert first.knows(digest) and ImageCache(tmp_path / "images").knows(digest)
+        assert not first.knows("0" * 64) and not ImageCache(None).knows(digest)
         assert oct((tmp_path / "images").stat().st_mode & 0o777) == "0o700"
         prompt.close()
     finally:

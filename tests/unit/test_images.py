@@ -5,6 +5,7 @@ refused with a 400 naming the part, never a crash."""
 from __future__ import annotations
 
 import base64
+from dataclasses import replace
 import io
 import struct
 import zlib
@@ -132,13 +133,36 @@ def test_a_request_is_capped_in_pictures_and_in_pixels():
     check_request((one,) * MAX_PICTURES)
     many = tuple(read_image(encoded(Image.new("RGB", (8, 8)), "PNG"), f"messages[0].content[{i}]")
                  for i in range(MAX_PICTURES + 1))
-    with pytest.raises(InvalidRequest, match=f"at most {MAX_PICTURES} images") as caught:
+    with pytest.raises(InvalidRequest, match=f"at most {MAX_PICTURES} new images") as caught:
         check_request(many)
     assert caught.value.param == f"messages[0].content[{MAX_PICTURES}]"
     big = read_image(one_bit_png(7000), "images[0]")
     count = MAX_REQUEST_PIXELS // (7000 * 7000) + 1
     with pytest.raises(InvalidRequest, match="megapixels in all"):
         check_request((big,) * count)
+
+
+def test_pictures_the_engine_encoded_before_do_not_count_against_the_caps():
+    """A conversation resends its history's pictures every turn: those the encode cache
+    knows by hash cost no tower pass, so its 17th picture, or a ninth 12-megapixel photo,
+    is no 400; only the new ones are capped, and all of them at MAX_SEEN_PICTURES."""
+    from engine.conversation.images import MAX_SEEN_PICTURES
+
+    pictures = tuple(read_image(encoded(Image.new("RGB", (8, 8), (i, 0, 0)), "PNG"),
+                                f"messages[{i}].content[1]") for i in range(MAX_PICTURES + 4))
+    history = {p.digest for p in pictures[:-1]}
+    check_request(pictures, known=history.__contains__)  # 20 in all, 1 new
+    with pytest.raises(InvalidRequest, match="new images"):
+        check_request(pictures)
+    photo = read_image(one_bit_png(4000), "x")  # 16 MP each: the 7th passes 100 MP
+    seen = tuple(replace(photo, digest=f"{i:064x}") for i in range(9))
+    check_request(seen, known=lambda digest: digest != f"{8:064x}")
+    with pytest.raises(InvalidRequest, match="megapixels in all"):
+        check_request(seen)
+    flood = tuple(replace(pictures[0], where=f"p{i}") for i in range(MAX_SEEN_PICTURES + 1))
+    with pytest.raises(InvalidRequest, match=f"at most {MAX_SEEN_PICTURES} images") as caught:
+        check_request(flood, known=lambda _d: True)
+    assert caught.value.param == f"p{MAX_SEEN_PICTURES}"
 
 
 @pytest.fixture
