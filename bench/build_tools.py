@@ -35,7 +35,11 @@ def packaging_module(name: str):
     spec = importlib.util.spec_from_file_location(name, ROOT / "packaging" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # its dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(ROOT / "packaging"))  # its own imports: its neighbours
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "packaging"))
     return module
 
 
