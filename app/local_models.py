@@ -16,7 +16,7 @@ def open_store(quiet: bool = False):
 
     where = paths()
     store = ModelStore(where.models, GGUFInspector(where.gguf_cache), bundled_models(),
-                       in_place())
+                       other_models())
     store.install_starters(log=(lambda _m: None) if quiet else
                            (lambda m: print(m, file=sys.stderr, flush=True)))
     return store
@@ -27,9 +27,9 @@ def sources_file():
     return paths().data / "sources.json"
 
 
-def in_place():
+def other_models():
     """This machine's other apps' models and the user's choices of them."""
-    from engine.catalog.in_place import OtherAppsModels
+    from engine.catalog.other_models import OtherAppsModels
 
     return OtherAppsModels.of_this_machine(sources_file())
 
@@ -46,7 +46,7 @@ def set_folder(path: str, add: bool) -> list[str]:
     found = Path(path).expanduser().resolve()
     if add and not found.is_dir():
         raise InvalidRequest(f"{path} is not a folder", param="path")
-    places = in_place()
+    places = other_models()
     folders = [f for f in places.choices.folders if f != found] + ([found] if add else [])
     return [str(f) for f in places.choose(folders=folders).folders]
 

@@ -67,7 +67,7 @@ def cmd_sources(args) -> int:
     are found besides the models folder; a running engine reads the choice again."""
     from engine.errors import HomerackError
 
-    from ..local_models import in_place, set_folder
+    from ..local_models import other_models, set_folder
 
     words = [w for w in (args.target, *args.more) if w]
     try:
@@ -80,12 +80,12 @@ def cmd_sources(args) -> int:
             if len(words) != 2 or words[0] not in ("on", "off"):
                 print("usage: homerack models sources [on|off SOURCE]", file=sys.stderr)
                 return 2
-            in_place().choose(words[1], enabled=words[0] == "on")
+            other_models().choose(words[1], enabled=words[0] == "on")
     except HomerackError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1
     _ask_the_engine(lambda client: client.choose_source(), None)  # it reads them again
-    for source in in_place().describe():
+    for source in other_models().describe():
         state = "on " if source["enabled"] else "off"
         count = f"{source['models']} models" if source["enabled"] else ""
         print(f"{state} {source['label']:<24} {count:<11} "

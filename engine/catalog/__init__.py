@@ -4,7 +4,7 @@
   local_model.py         a model on this machine as the catalog lists it (LocalModel)
   other_apps.py          the models other apps keep (Ollama, LM Studio, the Hub's cache,
                          llama.cpp, Jan, GPT4All), found in their folders' layouts
-  in_place.py            OtherAppsModels: those models used in place, listed once beside
+  other_models.py        OtherAppsModels: those models used in place, listed once beside
                          the folder's, the sources chosen
   watch.py               the folders watched: files that come and go found in seconds
   shelf.py               what the routes read of the models on disk (Engine.shelf)

@@ -1,6 +1,6 @@
 """A model on this machine as the catalog lists it: its id, its file, where it was found
 (the models folder or another app's) and what that app keeps with it. Its own module so
-that the folder's listing (models.py) and the other apps' (in_place.py) both use it
+that the folder's listing (models.py) and the other apps' (other_models.py) both use it
 without importing each other."""
 
 from __future__ import annotations

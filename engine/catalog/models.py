@@ -1,5 +1,5 @@
 """Local models: the models folder, the offline starter models, user-added files, and
-the models other apps keep (in_place.py), used where they lie.
+the models other apps keep (other_models.py), used where they lie.
 
 A folder model's id is its file name without `.gguf`. User files added by path are linked
 into the folder, not copied (models are large). Only complete `.gguf` files are listed:
@@ -23,7 +23,7 @@ from ..errors import InvalidModelFile, InvalidRequest, ModelNotFound, StarterMod
 from .adapters import declares, misfit
 from .projectors import is_projector, projector_for
 from .gguf_file import GGUFInspector
-from .in_place import OtherAppsModels
+from .other_models import OtherAppsModels
 from .local_model import LocalModel
 
 

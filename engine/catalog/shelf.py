@@ -54,7 +54,7 @@ class Shelf:
         return self.store.on_this_machine(repo, files, sha256)
 
     def sources(self) -> list[dict]:
-        """Where models are found besides the models folder (in_place.py)."""
+        """Where models are found besides the models folder (other_models.py)."""
         return self.store.other_apps.describe() if self.store.other_apps else []
 
     def choose_sources(self, source: str | None = None, enabled: bool | None = None

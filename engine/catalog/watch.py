@@ -14,7 +14,7 @@ import logging
 import threading
 from pathlib import Path
 
-from .in_place import is_dir
+from .other_models import is_dir
 
 log = logging.getLogger("homerack.models")
 

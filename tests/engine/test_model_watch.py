@@ -10,7 +10,7 @@ import time
 
 from engine.catalog.other_apps import known_places
 from engine.catalog.gguf_file import GGUFInspector
-from engine.catalog.in_place import OtherAppsModels
+from engine.catalog.other_models import OtherAppsModels
 from engine.catalog.models import ModelStore
 from engine.catalog.watch import ModelWatch
 from fixtures.other_apps import ollama_model

@@ -1,5 +1,5 @@
 """The models other apps keep, found in their real folder layouts (engine/catalog/
-other_apps.py, in_place.py): each source's places per platform, every source's models
+other_apps.py, other_models.py): each source's places per platform, every source's models
 found and named as its app names them, the same file found twice listed once, and every
 kind of damage listed as unusable with its reason while the rest works."""
 
@@ -13,7 +13,7 @@ import pytest
 
 from engine.catalog.other_apps import find, known_places
 from engine.catalog.gguf_file import GGUFInspector
-from engine.catalog.in_place import OtherAppsModels
+from engine.catalog.other_models import OtherAppsModels
 from engine.catalog.models import ModelStore
 from engine.errors import InvalidModelFile, ModelNotFound
 from fixtures.other_apps import hub_cache_model, ollama_model, sha256_file, tree_model
@@ -88,7 +88,7 @@ def test_every_source_is_found_named_as_its_app_names_it(tmp_path, ggufs):
     assert found["huggingface", "org/Tiny-GGUF/tiny-Q8_0.gguf"].digest == sha256_file(b)
     lms = found["lmstudio", "lmstudio-community/Tiny-GGUF/Tiny-Q4_K_M.gguf"]
     assert lms.projector.name == "mmproj-Tiny-f16.gguf"  # a projector, not a model
-    from engine.catalog.in_place import _id_for
+    from engine.catalog.other_models import _id_for
 
     assert _id_for(found["jan", "tiny-jan/model.gguf"]) == "tiny-jan"  # Jan's: its folder
     assert _id_for(found["llama.cpp", "org_Tiny-GGUF_tiny-Q5.gguf"]) == "org_Tiny-GGUF_tiny-Q5"

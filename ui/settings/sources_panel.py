@@ -12,7 +12,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QPushButton, QVBoxLayout,
                                QWidget)
 
-from app.local_models import in_place, set_folder
+from app.local_models import other_models, set_folder
 from app.settings import OLLAMA_DOOR, OLLAMA_PORT, switch, switched_on
 
 from ..safe_text import Label
@@ -53,7 +53,7 @@ class SourcesPanel(QWidget):
 
     def refresh(self) -> None:
         """Look through the folders again (off the UI thread) and show what they hold."""
-        start_task(lambda _t: in_place().describe(), on_done=self.show_sources,
+        start_task(lambda _t: other_models().describe(), on_done=self.show_sources,
                    on_error=lambda e: self.error.emit(f"Could not look for models: {e}"),
                    owner=self)
 
@@ -96,7 +96,7 @@ class SourcesPanel(QWidget):
         return row
 
     def _choose(self, source: str, on: bool) -> None:
-        start_task(lambda _t: in_place().choose(source, enabled=on),
+        start_task(lambda _t: other_models().choose(source, enabled=on),
                    on_done=lambda _c: self._done(), on_error=lambda e: self.error.emit(str(e)),
                    owner=self)
 

@@ -3,7 +3,7 @@
 once.
 
 The same file found twice is one model: the first place keeps it (Homerack's folder,
-then the sources in elsewhere.SOURCES' order) and lists the others as `also_at`. Two
+then the sources in other_apps.SOURCES' order) and lists the others as `also_at`. Two
 places hold the same file when they are one file (a link, the same inode), when the
 names their apps give them carry the same sha256 (Ollama's blobs, the Hub cache's), or
 when their sizes agree and their fingerprints (first and last 4 MiB) too. A model's id
