@@ -5,7 +5,11 @@ fingerprint and the token the worker issued. On the worker: `Grants`, the hosts 
 (the SHA-256 of each token, never the token), and `PairingWindow`, when it accepts a new
 host: only for WINDOW_S after its owner asks (`homerack worker` at start, `homerack
 worker --pair` later, through the private file `window.json`), with one code, closed by
-one success or WRONG_CODES wrong ones. Revoking on either side ends the pairing."""
+one success or WRONG_CODES wrong ones. Revoking on either side ends the pairing.
+
+(The home's devices, engine/home/devices.py, withdraw their codes at the 20th wrong one:
+a worker is paired once by the person standing at both machines, so a third wrong code is
+someone else; phones are paired in a room where several people type codes at once.)"""
 
 from __future__ import annotations
 
