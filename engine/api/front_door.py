@@ -25,6 +25,7 @@ import httpx
 
 from ..cluster.replicas import Replicas, opening_key
 from ..engine import Engine
+from .guard import asgi_headers
 from .wire_formats.anthropic_routes import is_anthropic
 
 ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses"})
@@ -51,7 +52,7 @@ class FrontDoor:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in ROUTES:
             return await self.app(scope, receive, send)
         body = await _read(receive)
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        headers = asgi_headers(scope)
         request = _json(body)
         if not self.token_given(headers) or request is None or \
                 not isinstance(request.get("model"), str):

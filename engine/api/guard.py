@@ -45,6 +45,11 @@ def host_allowed(host_header: str, names: frozenset[str] = frozenset()) -> bool:
         return False
 
 
+def asgi_headers(scope) -> dict[str, str]:
+    """An ASGI request's headers by lower-case name (the last of a repeated one)."""
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+
+
 class RequestGuard:
     """ASGI middleware: 421 for a Host that is not ours, 413 for a body over the cap
     (announced: refused here; counted as it arrives: BodyTooLarge), 404 for a route
@@ -60,8 +65,7 @@ class RequestGuard:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
-                   for k, v in scope.get("headers", ())}
+        headers = asgi_headers(scope)
         if not host_allowed(headers.get("host", ""), self.names):
             return await self._refuse(scope, send, 421, "this engine answers only requests "
                                       "addressed to localhost or an IP address (Host header)")

@@ -25,7 +25,7 @@ from .home import home_routes
 from .wire_formats import (anthropic_routes, audio_routes, embeddings_routes, ollama_routes,
                            openai_routes)
 from .error_replies import answer_errors, error_body
-from .guard import RequestGuard, host_name
+from .guard import RequestGuard, asgi_headers, host_name
 from .listeners import BesideServer, DoorCaps, bind, capped, open_files
 
 log = logging.getLogger("homerack")
@@ -61,8 +61,7 @@ class DeviceGate:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
-                   for k, v in scope.get("headers", ())}
+        headers = asgi_headers(scope)
         route = (scope["method"], scope["path"])
         key, by_cookie = _key(headers)
         device = self.engine.home.devices.device_for(key) if key else None

@@ -4,6 +4,8 @@ left, and the `homerack` extension object each answer carries."""
 
 from __future__ import annotations
 
+import json
+
 from fastapi.responses import JSONResponse
 
 from ..events import Started
@@ -33,3 +35,8 @@ def openai_error(message: str, kind: str, param: str | None = None) -> dict:
 
 def cancelled() -> JSONResponse:
     return JSONResponse(openai_error("client disconnected", "cancelled"), 499)
+
+
+def sse(payload: dict) -> str:
+    """One server-sent event carrying `payload` as JSON."""
+    return f"data: {json.dumps(payload)}\n\n"

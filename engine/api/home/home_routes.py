@@ -9,7 +9,6 @@ finished when it wakes (GET the conversation, or follow `/reply` again). Stop en
 from __future__ import annotations
 
 import asyncio
-import json
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,7 +22,7 @@ from ...errors import HomerackError, InvalidRequest
 from ...formats.parsed import Reasoning, Text
 from ..schemas import ChatCompletionRequest, chat_conversation
 from ..turns import Done, Turn, conversation_turn
-from ..wire import device_of
+from ..wire import device_of, sse
 
 WEB = Path(__file__).with_name("web")
 PAGES = {"/": "index.html", "/app.js": "app.js", "/app.css": "app.css",
@@ -288,19 +287,15 @@ def _follow(reply: Reply) -> StreamingResponse:
             version = reply.version
             text, thought = "".join(reply.text), "".join(reply.reasoning)
             if len(thought) > sent_thought:
-                yield _sse({"type": "reasoning", "text": thought[sent_thought:]})
+                yield sse({"type": "reasoning", "text": thought[sent_thought:]})
                 sent_thought = len(thought)
             if len(text) > sent_text:
-                yield _sse({"type": "text", "text": text[sent_text:]})
+                yield sse({"type": "text", "text": text[sent_text:]})
                 sent_text = len(text)
             if reply.done is not None:
-                yield _sse({"type": "done", "finish": reply.done, "error": reply.error})
+                yield sse({"type": "done", "finish": reply.done, "error": reply.error})
                 return
             await reply.after(version)
 
     return StreamingResponse(events(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache"})
-
-
-def _sse(payload: dict) -> str:
-    return f"data: {json.dumps(payload)}\n\n"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from functools import partial
-import json
 import time
 import uuid
 from typing import AsyncIterator
@@ -17,7 +16,7 @@ from ...engine import Engine
 from ...events import Started, Usage
 from ..schemas import ChatCompletionRequest, CompletionRequest, chat_conversation
 from ..turns import Done, Turn, conversation_turn, guarded, request_for
-from ..wire import cancelled, cited, openai_error, extension
+from ..wire import cancelled, cited, extension, openai_error, sse
 
 FINGERPRINT = "homerack-0.1"
 
@@ -43,10 +42,6 @@ def usage_json(usage: Usage) -> dict:
         **({"images": {"chunks": usage.images, "encode_s": usage.image_encode_s}}
            if usage.images else {}),
     }
-
-
-def sse(payload: dict) -> str:
-    return f"data: {json.dumps(payload)}\n\n"
 
 
 def error_event(error) -> str:
