@@ -2,7 +2,8 @@
 
   lane.py         a loaded model, its bounded inbox and the worker thread that owns it
   fairness.py     the requests waiting for a slot, in fair turns between the people asking
-  scheduler.py    admit requests into slots and step them all in one batch
+  plan.py         a step planned, purely: the adapter set's turn, the tokens in each call
+  scheduler.py    admit requests into slots and step them all in one batch, by the plan
   residency.py    which conversation holds which sequence and its cells; who stays, who is saved
   slot.py         one sequence of the shared KV memory and the request it serves
   kv_pool.py      the KV cells accounted for, as llama.cpp's cache holds them (one pool or

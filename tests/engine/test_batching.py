@@ -16,7 +16,7 @@ from engine.settings import EngineSettings, LoadSettings
 from engine.errors import MemoryFull, QueueFull
 from engine.events import Failed, Finished, GenerationRequest
 from engine.batching.kv_pool import CellLedger
-from engine.batching.scheduler import plan_batch
+from engine.batching.plan import plan_batch
 from engine.batching.slot import Slot
 
 

@@ -214,7 +214,7 @@ def test_switching_adapters_from_many_threads_keeps_every_answer(engine, store):
 
 
 def test_each_adapter_set_gets_steps_of_its_own_in_turn():
-    from engine.batching.scheduler import ADAPTER_TURN, take_turn
+    from engine.batching.plan import ADAPTER_TURN, take_turn
     from engine.batching.slot import Slot
 
     a, b = (("a.gguf", 1.0),), (("b.gguf", 0.5),)
