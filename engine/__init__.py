@@ -17,5 +17,6 @@ machine/, model/, speculation/, tools/, voice/; and on the floor beside them:
   metrics.py         the status as Prometheus metrics
   files.py           small files written whole, read back checked
   outbound.py        connections to addresses a request names: public ones only, pinned
+  prefix.py          how many leading tokens two token lists share (batching, caches, drafts)
   spawn.py           starting one of this installation's modules as a child
 """

@@ -13,7 +13,7 @@ scheduler admits and steps; this room decides what stays in memory.
 
 from __future__ import annotations
 
-from ..llama.runtime import common_prefix
+from ..prefix import common_prefix
 from ..model.host import ModelHost
 from ..settings import EngineSettings
 from .kv_pool import CellLedger

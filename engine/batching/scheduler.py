@@ -20,7 +20,8 @@ from dataclasses import replace
 
 from ..errors import GrammarTooSlow, MemoryFull, NonFiniteLogits
 from ..events import CANCELLED, Failed, Job, Started, Usage
-from ..llama.runtime import Chunk, DecodeFailed, NoKVSlot, common_prefix
+from ..llama.runtime import Chunk, DecodeFailed, NoKVSlot
+from ..prefix import common_prefix
 from ..llama.sampler import Sampler
 from ..machine.planner import lanes
 from ..model.host import ModelHost

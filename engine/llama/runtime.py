@@ -18,21 +18,12 @@ import numpy as np
 
 from ..errors import HomerackError, ModelLoadFailed, NonFiniteLogits, OutOfMemory
 from ..events import MAX_OUTPUTS
+from ..prefix import common_prefix
 from ..settings import LoadSettings
 from . import faults
 from .backend import ensure_backend, measured_load
 from .held import HeldTokens
 from .vocab import Tokens, piece_of
-
-
-def common_prefix(a, b) -> int:
-    """How many leading tokens two token lists share."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class DecodeFailed(HomerackError):

@@ -30,7 +30,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..llama.runtime import common_prefix
+from ..prefix import common_prefix
 from ..settings import BLOCK, CacheLimits
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,8 @@ import time
 
 import numpy as np
 
-from ..llama.runtime import LlamaModel, common_prefix
+from ..llama.runtime import LlamaModel
+from ..prefix import common_prefix
 from ..llama.sampler import Sampler
 from .controller import TIE_MARGIN, Speculation
 

@@ -34,7 +34,8 @@ import numpy as np
 from engine.batching.residency import SEAM, Residency
 from engine.batching.scheduler import Scheduler
 from engine.events import Failed, Finished, GenerationRequest
-from engine.llama.runtime import LlamaModel, common_prefix
+from engine.llama.runtime import LlamaModel
+from engine.prefix import common_prefix
 
 from .engines import GREEDY, Collector
 
