@@ -3,7 +3,8 @@
 tools' schemas, `thinking`, `context_management`, `?beta=true`) and Codex through Ollama's
 door (`--oss`: it probes `/v1/models` and `/api/version` there, then the Responses API with
 `developer` messages, a `namespace` tool and the hosted `web_search`). Each answers with
-no 4xx or 5xx, and a second agent process finds the first one's prompt in the cache.
+no 4xx or 5xx; a second agent process finds the first one's prompt in the cache, and so
+does that session's second turn.
 
 The model is fixtures/agent_model.py's: the starter's vocabulary in a 32k context that
 holds an agent's 9-20k-token prompt, a chat template with tools, answers that end by
@@ -66,16 +67,19 @@ def test_claude_code_answers_and_a_second_process_reads_the_cache(served, tmp_pa
            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
            "HOME": str(tmp_path)}
     reports = []
-    for _ in range(2):  # two agent processes, the same system prompt and tools
-        done = _run([_agent("claude"), "-p", ASK, "--model", "agent-tiny",
+    # two agent processes with the same system prompt and tools, then the second's
+    # session continued (its second turn)
+    for more in ([], [], ["--continue"]):
+        done = _run([_agent("claude"), "-p", *more, ASK, "--model", "agent-tiny",
                      "--output-format", "json"], env, tmp_path)
         reports.append(json.loads(done.stdout))
     for report in reports:
         assert report["is_error"] is False and report.get("api_error_status") is None, report
-    first, second = (r["usage"] for r in reports)
-    prompt = second["input_tokens"] + second["cache_read_input_tokens"]
-    assert prompt > 9000  # an agent's prompt: its tools and instructions
-    assert second["cache_read_input_tokens"] > 0.9 * prompt, (first, second)
+    first, *later = (r["usage"] for r in reports)
+    for usage in later:  # as the agent itself reports it
+        prompt = usage["input_tokens"] + usage["cache_read_input_tokens"]
+        assert prompt > 9000  # an agent's prompt: its tools and instructions
+        assert usage["cache_read_input_tokens"] > 0.9 * prompt, (first, later)
 
 
 def test_codex_through_ollamas_door_answers(served, tmp_path):
