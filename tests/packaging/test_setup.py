@@ -126,7 +126,9 @@ def test_cuda_from_pypi_compiles_for_the_gpus_architecture(backend, tmp_path):
     MB, left out here), then its nvcc compiles a kernel for compute 8.9 with no GPU and
     no system toolkit; the program it made, run here, is refused by the missing driver."""
     wheels = [w for w in backend.gpu.CUDA_WHEELS if "cublas" not in w]
-    root = backend.gpu.install_cuda(wheels, cache=tmp_path)
+    # its own cache beside the builds' (kept between runs: pip's cache holds the wheels,
+    # unpacking them is most of the time)
+    root = backend.gpu.install_cuda(wheels, cache=backend.gpu.cuda_home().parent / "tests")
     assert (root / "lib" / "libcudart.so").resolve().name == "libcudart.so.13"
     (tmp_path / "k.cu").write_text(
         "#include <cstdio>\n__global__ void twice(float *x) { x[threadIdx.x] *= 2; }\n"
