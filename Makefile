@@ -10,10 +10,10 @@ run: setup
 	$(VENV)/bin/homerack models --quiet
 	$(VENV)/bin/homerack
 
-test: setup
+test: setup vulkan
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -ra
 
-setup: llama $(VENV)/.homerack-deps build/mcp-servers/.installed build/agents/.installed chromium vulkan
+setup: llama $(VENV)/.homerack-deps build/mcp-servers/.installed build/agents/.installed chromium
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,7 @@ chromium:
 # llama.cpp's Vulkan backend beside the CPU build, for the tests on Mesa's software GPU
 # (lavapipe): Debian's build tools and driver installed where this runs as root with apt,
 # then packaging/vulkan_extra.py (cached like the CPU build); else said, and those skip.
+# For `make test` only: `make run` needs no second build.
 VULKAN_DEBS := glslc libvulkan-dev spirv-headers mesa-vulkan-drivers
 vulkan: llama
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \

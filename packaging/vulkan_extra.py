@@ -5,7 +5,7 @@ headers where they are old) and installed into build/llama-vulkan/, which a chil
 puts first on its PYTHONPATH. The wheel is cached as the CPU build's is (first build: about
 20 minutes on 2 cores, most of it Vulkan's shaders).
 
-    .venv/bin/python packaging/vulkan_extra.py      (make setup runs it)
+    .venv/bin/python packaging/vulkan_extra.py      (make test runs it)
 
 Without the build tools or a Vulkan driver it says so, and those tests skip.
 """

@@ -24,7 +24,7 @@ from support.models import STARTER, with_nan_rows
 VULKAN = ROOT / "build" / "llama-vulkan"
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     not (VULKAN / ".homerack-llama.json").exists(),
-    reason="no Vulkan build: make setup makes one where glslc, libvulkan-dev, spirv-headers "
+    reason="no Vulkan build: make test makes one where glslc, libvulkan-dev, spirv-headers "
            "and mesa-vulkan-drivers are installed (packaging/vulkan_extra.py)")]
 ON_VULKAN = {"PYTHONPATH": os.pathsep.join([str(VULKAN), str(ROOT)]),
              "GGML_VK_VISIBLE_DEVICES": "0"}
