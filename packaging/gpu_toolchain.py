@@ -116,17 +116,25 @@ def vulkan_build_tools() -> str | None:
     return " ".join(missing) or None
 
 
+def cache_base() -> Path:
+    """The user's cache folder (XDG_CACHE_HOME or ~/.cache): builds' wheels and toolchains."""
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+
+
 def cuda_home(cache: Path | None = None) -> Path:
-    base = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return base / "homerack" / f"cuda-{CUDA_RELEASE}"
+    return (cache or cache_base()) / "homerack" / f"cuda-{CUDA_RELEASE}"
+
+
+def cuda_root(cache: Path | None = None) -> Path:
+    """The toolkit's root inside the install: what CMake and the .pth line point at."""
+    return cuda_home(cache) / "nvidia" / "cu13"
 
 
 def install_cuda(wheels=CUDA_WHEELS, cache: Path | None = None) -> Path:
     """CUDA from PyPI into the cache (once; pip checks each wheel's hash against the
     index): the toolkit's root, `nvidia/cu13`, with the unversioned library names CMake
     links against."""
-    home = cuda_home(cache)
-    root = home / "nvidia" / "cu13"
+    home, root = cuda_home(cache), cuda_root(cache)
     done = home / ".installed"
     if not (done.exists() and done.read_text() == " ".join(wheels)):
         print(f"CUDA {CUDA_RELEASE} from PyPI into {home} (once: about 1 GB)...", flush=True)
@@ -172,8 +180,7 @@ def vulkan_cmake_args(cache: Path | None = None) -> str:
 
 
 def vulkan_headers_home(cache: Path | None = None) -> Path:
-    base = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return base / "homerack" / "vulkan-headers-1.4.309"
+    return (cache or cache_base()) / "homerack" / "vulkan-headers-1.4.309"
 
 
 def install_vulkan_headers(cache: Path | None = None) -> Path:

@@ -84,7 +84,7 @@ def choose_backend() -> tuple[str, str]:
 
 def _cuda_flags() -> list[str]:
     """The CUDA toolkit (the system's, else PyPI's) and the GPUs' architectures."""
-    flags = [] if _nvcc() else gpu.cuda_cmake_args(gpu.cuda_home() / "nvidia" / "cu13").split()
+    flags = [] if _nvcc() else gpu.cuda_cmake_args(gpu.cuda_root()).split()
     arch = os.environ.get("CMAKE_CUDA_ARCHITECTURES")
     if not arch and (nvidia := gpu.nvidia_gpus()) is not None and nvidia.computes:
         arch = nvidia.architectures
@@ -212,7 +212,7 @@ def _installed(build: Build) -> dict | None:
 
 
 def cache_dir(build: Build) -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    base = gpu.cache_base()
     identity = {**build.stamp(), "python": None, "machine": platform.machine()}
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     return base / "homerack" / "wheels" / f"{VERSION}-{key}"
@@ -243,7 +243,7 @@ def _preload_cuda(build: Build) -> None:
     them at start (gpu_toolchain.preload_line); other builds have none."""
     pth = Path(sysconfig_purelib()) / "homerack_cuda.pth"
     if "-DCUDAToolkit_ROOT=" in build.cmake_args:
-        pth.write_text(gpu.preload_line(gpu.cuda_home() / "nvidia" / "cu13"))
+        pth.write_text(gpu.preload_line(gpu.cuda_root()))
     else:
         pth.unlink(missing_ok=True)
 
