@@ -43,3 +43,17 @@ class ReasoningBudget:
             return []
         self.state = "done"
         return list(self.closing_tokens)
+
+
+def reasoning_budget(request, loaded) -> ReasoningBudget | None:
+    """Where the answer reasons, over its model's reasoning markers, with the request's
+    budget: when it has one, or measures its confidence (the cascade judges the answer
+    alone); None for a model whose family has no markers."""
+    think = loaded.chat_format.family.think
+    wanted = request.thinking_budget is not None or request.measure_confidence
+    if not wanted or request.messages is None or think is None:
+        return None
+    opening, closing = think
+    tokens = loaded.llama.tokenize(closing, add_special=False, parse_special=True)
+    opened = request.rendered.opens_thinking()
+    return ReasoningBudget(request.thinking_budget, opening, closing, opened, tokens)

@@ -1,8 +1,11 @@
-"""A batching step planned, purely: which adapter set runs (`take_turn`), and which
-tokens and prompt chunks go into which llama_decode calls (`plan_batch`). The scheduler
-(scheduler.py) runs the plan and applies its picks; nothing here touches llama.cpp."""
+"""A batching step planned, purely (`schedule`): which adapter set runs (`take_turn`),
+and either a draft round for a lone speculating sequence or which tokens and prompt
+chunks go into which llama_decode calls (`plan_batch`). run.py carries a plan out and the
+scheduler applies its picks; nothing here touches llama.cpp."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ..llama.runtime import Chunk
 from .slot import Slot
@@ -16,6 +19,30 @@ MIXED_SHARE = 128
 # Steps an adapter set keeps the context while others wait: the first evaluation after a
 # switch rebuilds llama.cpp's graph (measured: +5 ms on a 10 ms SmolLM2 step).
 ADAPTER_TURN = 4
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One step: the adapter set it runs under, its sequences, and what they evaluate."""
+    adapters: tuple          # the LoRA adapter set applied to the context
+    slots: list[Slot]        # the sequences under that set
+    calls: list[list[Chunk]]  # the llama_decode calls, in order (none for a draft round)
+    draft: Slot | None = None  # a lone speculating sequence: one draft round instead
+    turn: int = 1            # steps in a row this adapter set has run, this one included
+
+
+def schedule(active: list[Slot], last: tuple, run: int, n_batch: int,
+             invariant: bool) -> Plan | None:
+    """The next step of the active sequences (`last`: the adapter set of the previous
+    `run` steps); None when no sequence is active. A lone decoding sequence with a drafter
+    drafts, unless its controller measured plain steps faster; otherwise one batch."""
+    adapters, slots, turn = take_turn(active, last, run)
+    if not slots:
+        return None
+    lone = slots[0] if len(slots) == 1 and slots[0].decoding else None
+    if lone and lone.spec and not lone.spec.controller.wants_plain():
+        return Plan(adapters, slots, [], lone, turn)
+    return Plan(adapters, slots, plan_batch(slots, n_batch, invariant=invariant), None, turn)
 
 
 def plan_batch(slots: list[Slot], n_batch: int, prefill_share: int = PREFILL_SHARE,

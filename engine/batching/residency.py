@@ -8,7 +8,7 @@ prefix: an idle conversation it continues is taken over in place, any other lend
 prefix's cells (llama_memory_seq_cp; in a split cache, a copy of its stream, made only
 for a prefix worth it; where a sequence must leave anyway, that idle one leaves, saved,
 and serves in place), and the prompt cache's tiers are asked for a longer one. The
-scheduler admits and steps; this room decides what stays in memory.
+scheduler admits (`seat`) and steps; this room decides what stays in memory.
 """
 
 from __future__ import annotations
@@ -56,6 +56,30 @@ class Residency:
                       key=lambda s: s.used)
 
     # -- a prompt's sequence ------------------------------------------------------------
+
+    def seat(self, prompt: list[int], request, stale: list[str]) -> Slot | None:
+        """A sequence for the request's prompt, holding the longest prefix of it found in
+        memory or the prompt cache, checked by the guard; None (nothing changed but
+        evictions) when the KV memory cannot hold the prompt until others end. `stale`:
+        adapter files replaced since residents were computed under them (those go)."""
+        for path in stale:
+            self.drop_resident(lambda slot: any(used == path for used, _ in slot.adapters))
+        source, keep = self.best_source(prompt, request.adapter_set, request.client) \
+            if request.cache_prompt else (None, 0)
+        waiting = sum(len(s.pending()) for s in self.active)  # admitted, not yet held
+        if not self.make_room(len(prompt) - keep + 1 + waiting, spare=source):
+            if self.active:
+                return None
+            keep, source = 0, None  # only residents hold cells: start afresh
+            self.make_room(len(prompt) + 1, spare=None)
+        slot = self.slot_for(source, keep)
+        slot.adapters, slot.client = request.adapter_set, request.client
+        slot.precedence = request.precedence
+        if request.cache_prompt:
+            self.restore_longer(slot, prompt)
+        self.trim(slot, common_prefix(slot.tokens, prompt[:-1]))
+        self.verify(slot)
+        return slot
 
     def best_source(self, prompt: list[int], adapters: tuple,
                     client: str | None) -> tuple[Slot | None, int]:

@@ -6,11 +6,12 @@ batch index.
 A request joins at the next step and leaves when it ends. All sequences draw on one pool
 of KV cells (kv_pool.py); which conversation holds which sequence and its cells, who stays
 resident and who is saved to the prompt cache, is residency.py's to decide: a new request
-starts from the sequence sharing the longest prefix with its prompt.
+is seated (`Residency.seat`) in the sequence sharing the longest prefix with its prompt.
 
-A step is planned (plan.py's `plan_batch`, pure: which tokens and prompt chunks, in which calls),
-run (`_evaluate`: the llama.cpp calls) and its picks applied (`_sample`, `_advance`: each
-sequence's token, its end, a sequence that outgrew the memory).
+A step is scheduled (plan.py, pure: the adapter set's turn, a draft round or the tokens
+and prompt chunks of each call), run (run.py: the llama.cpp calls and the sampling, token
+ids out) and updated here (each sequence's tokens into its stream, its end, a sequence
+that outgrew the memory).
 """
 
 from __future__ import annotations
@@ -18,21 +19,19 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from ..errors import GrammarTooSlow, MemoryFull, NonFiniteLogits
-from ..events import CANCELLED, Failed, Job, Started, Usage
-from ..llama.runtime import Chunk, DecodeFailed, NoKVSlot
-from ..prefix import common_prefix
+from ..errors import MemoryFull, NonFiniteLogits
+from ..events import CANCELLED, Failed, Job, Started
 from ..llama.sampler import Sampler
 from ..machine.planner import lanes
 from ..model.host import ModelHost
 from ..model.loaded import Prompt
 from ..settings import EngineSettings
-from .budget import ReasoningBudget
-from .plan import plan_batch, take_turn
+from .budget import reasoning_budget
+from .plan import Plan, schedule
 from .residency import Residency
+from .run import Picks, Runner
 from .slot import Output, Slot
 from .throughput import Throughput
-from ..speculation.verify import speculative_step
 
 class Scheduler:
     """The slots of the loaded model and the step that advances them. Worker thread only."""
@@ -41,9 +40,9 @@ class Scheduler:
         self.host, self.settings = host, settings
         self.figures = Throughput()
         self.residency = Residency(host, settings, self.figures)  # who holds which cells
+        self.runner = Runner(host, self.residency, self.figures)
         self._last_set: tuple = ()  # the adapter set the last step advanced
         self._run = 0  # steps in a row it advanced
-        self._decode_s = 0.0  # this step's time in llama_decode so far
         self.lanes, self.lanes_why = lanes(0, settings.parallel)  # set by each load
 
     # -- the loaded model -------------------------------------------------------------
@@ -92,34 +91,21 @@ class Scheduler:
         loaded, request = self.host.loaded, job.request
         prompt, notes = held.tokens, held.notes
         max_tokens, clamped = loaded.budget(request, len(prompt))
-        kv = self.residency
-        busy = kv.active  # what they use stays loaded
+        busy = self.active  # what they use stays loaded
         budget = reasoning_budget(request, loaded)
         # a forced ending, or images (their spans are no tokens a drafter could read): no drafts
         spec = None if budget and budget.limit or held.images else self.host.speculation(
             request, notes, self.spare_sequence, busy={id(s.spec.drafter) for s in busy if s.spec})
         # a file llama.cpp refuses fails this job alone
-        for stale in loaded.adapters.ready(request.adapters,
-                                           busy={path for s in busy for path, _ in s.adapters}):
-            kv.drop_resident(lambda slot: any(path == stale for path, _ in slot.adapters))
-        source, keep = kv.best_source(prompt, request.adapter_set, request.client) \
-            if request.cache_prompt else (None, 0)
-        waiting = sum(len(s.pending()) for s in self.active)  # prompts admitted, not yet held
-        if not kv.make_room(len(prompt) - keep + 1 + waiting, spare=source):
-            if self.active:
-                return False
-            keep, source = 0, None  # only residents hold cells: start afresh
-            kv.make_room(len(prompt) + 1, spare=None)
-        # made before a slot is taken: a grammar llama.cpp rejects fails the request alone
+        stale = loaded.adapters.ready(request.adapters,
+                                      busy={path for s in busy for path, _ in s.adapters})
+        slot = self.residency.seat(prompt, request, stale)
+        if slot is None:
+            return False
+        # a grammar llama.cpp rejects fails the request alone; its seat stays an idle
+        # resident, holding what it truly holds
         sampler = Sampler(request.sampling, loaded.llama.n_vocab, request.grammar,
                           loaded.llama.vocab)
-        slot = kv.slot_for(source, keep)
-        slot.adapters, slot.client = request.adapter_set, request.client
-        slot.precedence = request.precedence
-        if request.cache_prompt:
-            kv.restore_longer(slot, prompt)
-        kv.trim(slot, common_prefix(slot.tokens, prompt[:-1]))
-        kv.verify(slot)
         slot.begin(job, held, sampler, spec, Output(
             job, loaded.llama, loaded.chat_format.turn_ends, loaded.turn_end_tokens, max_tokens,
             loaded.marker_tokens if request.messages is not None else frozenset(), budget))
@@ -132,139 +118,69 @@ class Scheduler:
         self.figures.totals["requests"] += 1
         return True
 
-    # -- the step ---------------------------------------------------------------------
+    # -- the step: schedule, run, update -------------------------------------------------
 
     def step(self) -> None:
         """Advance every active sequence once: a draft round for a lone speculating one,
         else one batch of the next tokens and prompt chunks of all."""
         self._drop_cancelled()
-        self._last_set, active, self._run = take_turn(self.active, self._last_set, self._run)
-        if not active:
+        plan = self.schedule()
+        if plan is None:
             return
-        self.host.loaded.adapters.apply(self._last_set)
-        lone = active[0] if len(active) == 1 and active[0].decoding else None
-        if lone and lone.spec and not lone.spec.controller.wants_plain():
-            self._speculate(lone)
-            return
-        started, self._decode_s = time.perf_counter(), 0.0
-        if not self._evaluate_batch(active):
+        lone = plan.slots[0] if len(plan.slots) == 1 and plan.slots[0].decoding else None
+        started = time.perf_counter()
+        picks = self.runner.run(plan)
+        self.update(picks)
+        if plan.draft is not None or picks.outgrown:
             return
         took = time.perf_counter() - started
         if lone and lone.spec:  # a plain step's time: what drafting is measured against
             lone.spec.controller.record_plain(took)
         self.figures.totals["steps"] += 1
         self.figures.step_s += took
-        self.figures.decode_s += self._decode_s
+        self.figures.decode_s += picks.decode_s
 
-    def _evaluate_batch(self, active: list[Slot]) -> bool:
-        """The batch in as few llama_decode calls as n_batch allows; False when the KV
-        memory could not hold it (then the sequences that outgrew it have ended)."""
-        calls = plan_batch(active, self.host.loaded.llama.settings.n_batch,
-                           invariant=self.settings.batch_invariant)
-        if not self.residency.make_room(sum(len(c.tokens) for call in calls for c in call),
-                                        spare=None):
-            self._outgrown(active)
-            return False
-        for call in calls:
-            try:
-                self._evaluate(call)
-            except NoKVSlot:  # the ledger saw room llama.cpp did not find: one leaves
-                self._outgrown([s for s in self.active if s.seq_id in
-                                {c.seq_id for c in call}] or self.active)
-                return False
-        return True
+    def schedule(self) -> Plan | None:
+        """The next step's plan (plan.py), the adapter sets taking turns."""
+        plan = schedule(self.active, self._last_set, self._run,
+                        self.host.loaded.llama.settings.n_batch, self.settings.batch_invariant)
+        if plan is None:
+            self._run = 0
+            return None
+        self._last_set, self._run = plan.adapters, plan.turn
+        return plan
 
-    def _evaluate(self, call: list[Chunk]) -> None:
-        """One llama_decode, then the picks of the slots it computed logits for."""
-        if call[0].image is not None:
-            self._evaluate_image(call[0])
-            return
-        started = time.perf_counter()
-        ends = self.host.loaded.llama.decode_chunks(call)
-        self._decode_s += time.perf_counter() - started  # the step's share in llama_decode
-        picks = []
-        for chunk, end in zip(call, ends):
-            slot = self.residency.slots[chunk.seq_id]
-            self.residency.extend(slot, chunk.tokens)
-            slot.peers = max(slot.peers, len(call))
-            if not slot.decoding:
-                self.figures.count(prompt=len(chunk.tokens))
-            slot.last = None
-            if chunk.logits:
-                picks.append((slot, end))
-        self._sample(picks)
+    def update(self, picks: Picks) -> None:
+        """Each picked token into its request's stream; failed picks end their sequences;
+        when the memory was outgrown, one sequence leaves so the others go on."""
+        for slot, tokens in picks.tokens:
+            for token in tokens:
+                if not self._advance(slot, token):
+                    break
+        for slot, error in picks.failed:
+            self._fail(slot, error)
+        if picks.outgrown:  # those still running, or any running when all of them ended
+            victims = [s for s in picks.outgrown if s.active] or self.active
+            if victims:
+                self._outgrown(victims)
 
-    def _evaluate_image(self, chunk: Chunk) -> None:
-        """An image into its sequence: its embeddings kept or encoded now, then decoded."""
-        loaded, slot = self.host.loaded, self.residency.slots[chunk.seq_id]
-        vision = loaded.vision
-        started, encoded = time.perf_counter(), vision.images.encoded
-        embeddings = vision.images.embeddings(vision.projector, chunk.image)
-        if vision.images.encoded > encoded:  # the tower ran (a kept one costs no encode)
-            slot.encode_s += time.perf_counter() - started
-        end = vision.projector.decode(loaded.llama, chunk, embeddings)
-        if end != chunk.start + len(chunk.tokens):
-            raise DecodeFailed(f"an image took {end - chunk.start} positions, not "
-                               f"{len(chunk.tokens)}")
-        self.residency.extend(slot, chunk.tokens)
-        self.figures.count(prompt=len(chunk.tokens))
-
-    def _sample(self, picks: list[tuple[Slot, int]]) -> None:
-        """Each slot samples at its own batch index."""
-        llama = self.host.loaded.llama
-        for slot, end in picks:
-            try:
-                token = slot.sampler.sample(llama, end)
-            except (GrammarTooSlow, NonFiniteLogits) as exc:  # this one ends; others go on
-                self._fail(slot, exc)
-                continue
-            if slot.job.request.measure_confidence:
-                slot.output.weigh(llama.logits(end), token)
-            self._advance(slot, token)
-
-    def _advance(self, slot: Slot, token: int) -> None:
-        """A token was sampled for the slot: the first starts its stream."""
+    def _advance(self, slot: Slot, token: int) -> bool:
+        """A token was picked for the slot (the first starts its stream); False when it
+        ended the answer."""
         output, first = slot.output, slot.output.produced == 0
         if first:
             slot.job.emit(slot.started)
         self.figures.count(generated=1)
         if not output.take(token):
             self._finish(slot)
-            return
+            return False
         if output.forced:  # the reasoning budget is spent: its closing marker comes next
             slot.sampler.force(output.forced)
             output.forced = []
         slot.last = token
         if first and slot.spec:  # the draft catches up after the first token is out
             slot.spec.drafter.follow([*slot.tokens, token])
-
-    def _speculate(self, slot: Slot) -> None:
-        """A lone decoding sequence with a drafter: one speculative round."""
-        llama, output = self.host.loaded.llama, slot.output
-        room = min(output.max_tokens - output.produced, llama.n_ctx - len(slot.tokens))
-        if not self.residency.make_room(min(slot.spec.controller.k, room) + 1, spare=None):
-            self._outgrown([slot])
-            return
-        try:
-            tokens = speculative_step(llama, slot.tokens, slot.last, slot.spec, slot.sampler,
-                                      slot.seq_id, room) if room >= 2 else []
-            self.residency.follow(slot)
-            if not tokens:  # the next token needs a plain step
-                self._evaluate([Chunk(slot.seq_id, len(slot.tokens), (slot.last,), True)])
-                return
-        except NoKVSlot:  # as in a plain step: the sequence ends, the engine goes on
-            self._outgrown([slot])
-            return
-        except (GrammarTooSlow, NonFiniteLogits) as exc:
-            self._fail(slot, exc)
-            return
-        slot.last = None
-        for token in tokens:
-            self.figures.count(generated=1)
-            if not output.take(token):
-                self._finish(slot)
-                return
-        slot.last = tokens[-1]
+        return True
 
     def _outgrown(self, active: list[Slot]) -> None:
         """The pool is full and no resident can make room: the sequence holding the most
@@ -291,7 +207,7 @@ class Scheduler:
         output = slot.output
         usage = slot.usage()
         if slot.spec:
-            usage = _with_spec(usage, slot.spec)
+            usage = replace(usage, speculative=slot.spec.report())
         output.finish(usage)
         self.figures.request_took(time.perf_counter() - slot.admitted)
         self.host.record_speed(usage)
@@ -344,26 +260,3 @@ class Scheduler:
                 "decode_ms_per_step": self.figures.decode_ms_per_step(),
                 "graphs_reused": loaded.llama.graphs_reused if (loaded := self.host.loaded) else 0,
                 **self.figures.totals}
-
-
-
-def reasoning_budget(request, loaded) -> ReasoningBudget | None:
-    """Where the answer reasons, over its model's reasoning markers, with the request's
-    budget: when it has one, or measures its confidence (the cascade judges the answer
-    alone); None for a model whose family has no markers."""
-    think = loaded.chat_format.family.think
-    wanted = request.thinking_budget is not None or request.measure_confidence
-    if not wanted or request.messages is None or think is None:
-        return None
-    opening, closing = think
-    tokens = loaded.llama.tokenize(closing, add_special=False, parse_special=True)
-    opened = request.rendered.opens_thinking()
-    return ReasoningBudget(request.thinking_budget, opening, closing, opened, tokens)
-
-
-def _with_spec(usage: Usage, spec) -> Usage:
-    usage = replace(usage, speculative={**spec.stats.as_dict(spec.controller),
-                                        "tie_margin": round(spec.tie_margin, 3),
-                                        "note": spec.controller.note})
-    spec.controller.note = None
-    return usage

@@ -129,4 +129,10 @@ class Speculation:
     stats: SpecStats
     tie_margin: float = TIE_MARGIN  # see verify.verify()
 
-
+    def report(self) -> dict:
+        """The request's speculation figures (its Usage carries them); the controller's
+        note is told once."""
+        report = {**self.stats.as_dict(self.controller), "tie_margin": round(self.tie_margin, 3),
+                  "note": self.controller.note}
+        self.controller.note = None
+        return report

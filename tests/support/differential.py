@@ -33,6 +33,7 @@ import numpy as np
 
 from engine.batching.residency import SEAM, Residency
 from engine.batching.scheduler import Scheduler
+from engine.batching.run import Runner
 from engine.events import Failed, Finished, GenerationRequest
 from engine.llama.runtime import LlamaModel
 from engine.prefix import common_prefix
@@ -62,24 +63,24 @@ class Recorder:
         self.seen: list[Seen] = []
         self.held: list[list[int]] = []
         self._lock = threading.Lock()
-        sample, finish, recorder = Scheduler._sample, Scheduler._finish, self
+        sample, finish, recorder = Runner._sample, Scheduler._finish, self
 
-        def recorded_sample(scheduler, picks):
-            llama = scheduler.host.loaded.llama
-            for slot, end in picks:
+        def recorded_sample(runner, asked, picks):
+            llama = runner.host.loaded.llama
+            for slot, end in asked:
                 if slot.output.produced == 0:
                     seen = Seen(slot.job.request, list(slot.prompt),
                                 np.array(llama.logits(end), copy=True), slot.n_cached)
                     with recorder._lock:
                         recorder.seen.append(seen)
-            sample(scheduler, picks)
+            sample(runner, asked, picks)
 
         def recorded_finish(scheduler, slot):
             with recorder._lock:
                 recorder.held.append(list(slot.tokens))
             finish(scheduler, slot)
 
-        monkeypatch.setattr(Scheduler, "_sample", recorded_sample)
+        monkeypatch.setattr(Runner, "_sample", recorded_sample)
         monkeypatch.setattr(Scheduler, "_finish", recorded_finish)
         self.paths: Counter[str] = Counter()  # which ways to a prompt's cells were taken
         slot_for, copy, restore = Residency.slot_for, LlamaModel.copy_prefix, LlamaModel.restore
