@@ -15,7 +15,8 @@ process, and what the window keeps (its own UI lives in ui/).
   supervisor.py    an engine kept available to the window
   local_models.py  the models folder as the app and the CLI reach it
   cluster.py       the cluster composed for `serve --workers`
-  sharing.py       pairing and sharing from the UI's process, without llama.cpp
+  workers.py       pairing with a worker and sharing this machine as one, from the UI's
+                   process, without llama.cpp
   self_test.py     `homerack self-test`
   desktop.py       the desktop entry and icon
   qt_check.py      whether Qt's X11 plugin can load here

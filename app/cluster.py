@@ -1,7 +1,7 @@
 """The cluster, composed for `serve --workers` (and `plan --workers`): the workers named
 resolved to paired ones, and the engine run as a supervised child on the API's socket, so
 a worker lost mid-request (llama.cpp cannot survive it in-process) costs a restart of the
-engine, not the API. The commands that pair and share machines are app/cli/sharing.py."""
+engine, not the API. The commands that pair and share machines are app/cli/workers.py."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def supervise(args, argv: list[str], on_ready) -> int:
     """Hold the API's socket and run the engine as a child on it, again after each exit
     for a lost worker or death by a signal (llama.cpp aborts, the OOM killer). Clients that
     connect meanwhile wait in the socket's backlog."""
-    from engine.api.server import bind
+    from engine.api.server.listeners import bind
 
     from .supervisor import describe_exit
 

@@ -1,5 +1,5 @@
 """What the app's UI process does for the cluster without loading llama.cpp: pairing
-with a worker, and sharing this machine through a `homerack worker` child process."""
+with a worker, and lending this machine as one through a `homerack worker` child process."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 adding its own to the parser (`add_commands`); `main` runs one.
 
   serve.py    `serve`: the engine and its API
-  sharing.py  `worker`, `pair`, `workers`: sharing machines with the home's others
+  workers.py  `worker`, `pair`, `workers`: the cluster's machines (workers)
   home.py     `share`, `devices`: sharing the engine with the home's phones and laptops
   chat.py     `chat`: a terminal chat
   models.py   `models`, `pull`: local models and the Hub's
@@ -22,9 +22,9 @@ import sys
 from engine.spawn import follow_parent
 
 from ..paths import make_private, paths
-from . import chat, desktop, documents, home, machine, models, serve, sharing, tools
+from . import chat, desktop, documents, home, machine, models, serve, tools, workers
 
-GROUPS = (serve, sharing, home, chat, models, machine, tools, documents, desktop)  # the order of `homerack --help`
+GROUPS = (serve, workers, home, chat, models, machine, tools, documents, desktop)  # the order of `homerack --help`
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -124,7 +124,7 @@ def _print_plan(result) -> None:
 
 def add_commands(sub) -> None:
     """Adds `hardware`, `plan` to the parser."""
-    hardware = sub.add_parser("hardware", help="devices and memory as the engine sees them")
+    hardware = sub.add_parser("hardware", help="the GPUs, RAM and CPU as the engine sees them")
     hardware.add_argument("--json", action="store_true")
     hardware.set_defaults(func=cmd_hardware)
 

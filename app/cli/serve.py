@@ -15,7 +15,7 @@ from ..local_models import open_store
 
 
 def cmd_serve(args) -> int:
-    from engine.api.server import is_loopback
+    from engine.api.server.serving import is_loopback
 
     token = args.token or os.environ.get("HOMERACK_TOKEN") or secrets.token_urlsafe(32)
     if args.fd is None and not is_loopback(args.host):
@@ -65,7 +65,7 @@ def _become_child() -> None:
 
 def _serve(args, token: str) -> int:
     from engine.api.admin.hub_routes import hub_routes
-    from engine.api.server import ServeConfig, serve
+    from engine.api.server.serving import ServeConfig, serve
     from engine.engine import Engine
     from engine.hub.downloads import Downloads
 

@@ -1,5 +1,6 @@
-"""`homerack worker`, `pair` and `workers`: sharing this machine with the home's others, and
-using theirs (docs/cluster.md: the trust model)."""
+"""`homerack worker`, `pair` and `workers`: this machine lent to another as a worker, and
+the workers this one uses (docs/cluster.md: the trust model). Not the home's phones and
+laptops: those are devices (`homerack share`, `devices`: home.py)."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def cmd_pair(args) -> int:
     from engine.cluster.pairing import PairingConflict
     from engine.cluster.protocol import Refused
 
-    from ..sharing import pair_worker
+    from ..workers import pair_worker
 
     try:
         pairing, comparison = pair_worker(args.address, args.code, args.replace)

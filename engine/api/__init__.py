@@ -17,25 +17,17 @@ The floor (the wings import it, it imports no wing):
   schemas.py            request bodies (pydantic names bad fields), and the conversation
                         an OpenAI chat body is
   thinking.py           a request's reasoning settings, as each API states them
-  wire.py               what the routes share on the wire
+  wire.py               what the routes and the server share on the wire: the error
+                        shapes, one server-sent event, the extension object
   side_work.py          the routes' work that is no chat turn (speech, hearing,
                         embeddings): threads of its own, a device's metered
   channel.py            events from the worker thread into a request's event loop
 
-The server (it imports the wings):
-
-  factory.py            the owner's app put together: routes, the token, guard
-  error_replies.py      errors answered in each wire's shape (every app's)
-  server.py             uvicorn on a socket bound here; listeners.py: sockets, the
-                        servers beside the main one on its event loop, and the sharing
-                        listener's caps (connections, slow requests)
-  guard.py              Host, body size and route checked before FastAPI reads a request
-  front_door.py         the replicas' gateway: a request answered here or on a paired machine
-  home_door.py          the sharing listener for the home's paired devices: its gate (a
-                        device's key, only generation, no cross-site change), a strict CSP,
-                        opened and closed while the engine runs, announced by mDNS
+The server (server/, it imports the wings; its __init__ is its map): the apps put
+together (factory.py, the one module that mounts routes), uvicorn and the listeners, the
+guard, the error replies, the replicas' front door and the home's door.
 """
 
-from .factory import create_app, create_ollama_app
+from .server.factory import create_app, create_ollama_app
 
 __all__ = ["create_app", "create_ollama_app"]

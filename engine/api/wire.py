@@ -1,6 +1,7 @@
-"""What the route modules share on the wire (so that none imports another): OpenAI's
-error shape, which every route but Anthropic's answers in, the answer for a client that
-left, and the `homerack` extension object each answer carries."""
+"""What the route modules and the server share on the wire (so that none imports
+another): the error shapes (OpenAI's, Anthropic's, Ollama's) and which a path answers
+in, one server-sent event, the answer for a client that left, and the `homerack`
+extension object each answer carries."""
 
 from __future__ import annotations
 
@@ -29,8 +30,41 @@ def cited(turn) -> dict:
 
 
 def openai_error(message: str, kind: str, param: str | None = None) -> dict:
-    """OpenAI's error shape (every route but Anthropic's answers errors in it)."""
+    """OpenAI's error shape (every route but Anthropic's and Ollama's answers in it)."""
     return {"error": {"message": message, "type": kind, "param": param, "code": kind}}
+
+
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                    429: "rate_limit_error", 503: "overloaded_error"}
+
+
+def is_anthropic(path: str) -> bool:
+    return path.startswith("/v1/messages")
+
+
+def anthropic_error(status: int, message: str, param: str | None = None) -> dict:
+    error = {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}
+    if param:
+        error["param"] = param
+    return {"type": "error", "error": error}
+
+
+def is_ollama(path: str) -> bool:
+    return path.startswith("/api/")
+
+
+def ollama_error(message: str) -> dict:
+    return {"error": message}
+
+
+def error_body(path: str, status: int, message: str, kind: str, param: str | None) -> dict:
+    """An error in the shape of the API `path` belongs to."""
+    if is_anthropic(path):
+        return anthropic_error(status, message, param)
+    if is_ollama(path):
+        return ollama_error(message)
+    return openai_error(message, kind, param)
 
 
 def cancelled() -> JSONResponse:

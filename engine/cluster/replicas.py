@@ -1,5 +1,5 @@
 """Paired machines serving whole models as replicas: each runs an engine of its own (the
-worker's `--replica`), and this host's API is the one front door (api/front_door.py),
+worker's `--replica`), and this host's API is the one front door (api/server/front_door.py),
 which sends each generation request to the machine that should answer it.
 
 Per replica: a tunnel (a forwarder on 127.0.0.1 whose connections are carried over TLS

@@ -24,9 +24,9 @@ from support.crafted import gguf_headers, one_bit_png
 from support.engines import api_client, start_engine
 from engine.conversation.json_schema import MAX_REPEAT, Branch, check, nesting, quantifiers
 from engine.llama.grammar import grammar
-from engine.api.guard import host_allowed
+from engine.api.server.guard import host_allowed
 from engine.errors import InvalidRequest
-from engine.api.server import is_loopback
+from engine.api.server.serving import is_loopback
 
 TINY = "tiny"
 # examples per fuzz test (schemathesis: per route); HOMERACK_FUZZ_EXAMPLES=500 for a long run
@@ -259,7 +259,7 @@ def test_a_generation_only_engine_keeps_generation_the_model_list_and_health():
 
     from fastapi.testclient import TestClient
 
-    from engine.api.factory import create_app
+    from engine.api.server.factory import create_app
     from engine.api.admin.hub_routes import hub_routes
 
     hub = hub_routes(SimpleNamespace(folder=None), SimpleNamespace())

@@ -249,7 +249,7 @@ def test_the_tokenless_door_serves_ollamas_routes_only_on_loopback(engine, door_
 
 
 def test_a_taken_port_leaves_the_engine_serving_without_the_door(capsys):
-    from engine.api.server import _ollama_door
+    from engine.api.server.serving import _ollama_door
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

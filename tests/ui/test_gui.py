@@ -431,7 +431,7 @@ def test_cluster_panel_shares_pairs_uses_workers_and_shows_the_machines(qtbot, o
     panel.pair_again.click()  # one more host, without the command line
     qtbot.waitUntil(lambda: "until" in panel.sharing.text(), timeout=10_000)
     assert window.cluster.shared.code in panel.sharing.text()
-    from app.sharing import pair_worker
+    from app.workers import pair_worker
 
     again, _digits = pair_worker(window.cluster.shared.address, window.cluster.shared.code, replace=True)
     assert again.name == "attic"  # the new code opened pairing again

@@ -202,7 +202,7 @@ def test_a_devices_stored_messages_are_capped_and_others_unaffected(monkeypatch)
 
 
 def test_the_doors_key_cookie_and_origin_rules():
-    from engine.api.home_door import _authority, _cross_site, _key
+    from engine.api.server.home_door import _authority, _cross_site, _key
 
     assert _key({"cookie": "homerack_key=k; theme=dark"}) == ("k", True)
     # a second key cookie, planted by another port's page: none is taken

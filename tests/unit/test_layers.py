@@ -30,6 +30,8 @@ VIOLATIONS = [
      "from ...fleet import Fleet"),
     ("the API's server over its wings", "engine/api/admin/hub_routes.py",
      "from ..wire_formats import openai_routes"),
+    ("the server mounts the wire formats in one place", "engine/api/server/front_door.py",
+     "from ..wire_formats import anthropic_routes"),
     ("inside the engine", "engine/model/loader.py", "from ..batching import lane"),
 ]
 

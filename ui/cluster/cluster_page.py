@@ -23,7 +23,7 @@ class ClusterPage(ClusterPanel):
     def __init__(self, supervisor: EngineSupervisor, data: Path, client, parent=None):
         super().__init__(parent)
         self.supervisor, self.data, self.client = supervisor, data, client  # client(): now
-        self.shared = None  # app.sharing.SharedMachine while this machine is shared
+        self.shared = None  # app.workers.SharedMachine while this machine is shared
         self.share_args: list[str] = []  # more `homerack worker` options (tests: loopback)
         self._polling = False
         self.use.setChecked("--workers" in supervisor.serve_args)
@@ -38,7 +38,7 @@ class ClusterPage(ClusterPanel):
         self.timer.start()
 
     def _share(self, on: bool) -> None:
-        from app.sharing import SharedMachine
+        from app.workers import SharedMachine
 
         self.pair_again.setEnabled(False)
         if not on:
@@ -76,7 +76,7 @@ class ClusterPage(ClusterPanel):
         self.error.emit(f"This machine could not be shared: {error}")
 
     def _pair(self, address: str, code: str) -> None:
-        from app.sharing import pair_worker
+        from app.workers import pair_worker
 
         if not address or not code:
             self.error.emit("Pairing needs the worker's address and the code it shows.")

@@ -10,10 +10,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from ..errors import HomerackError, ModelNotFound
-from .wire_formats import anthropic_routes, ollama_routes
+from ...errors import HomerackError, ModelNotFound
+from ..wire import error_body
 from .guard import BodyTooLarge
-from .wire import openai_error
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
@@ -23,14 +22,6 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     loc = [str(part) for part in first.get("loc", ()) if part != "body"]
     param = ".".join(loc) or None
     return f"{param or 'body'}: {first.get('msg')}", param
-
-
-def error_body(path: str, status: int, message: str, kind: str, param: str | None) -> dict:
-    if anthropic_routes.is_anthropic(path):
-        return anthropic_routes.anthropic_error(status, message, param)
-    if ollama_routes.is_ollama(path):
-        return ollama_routes.ollama_error(message)
-    return openai_error(message, kind, param)
 
 
 def _error_response(request: Request, status: int, message: str, kind: str,

@@ -1,5 +1,7 @@
 """The engine's HTTP API, put together: the routes of each wire format (wire_formats/), the
-owner's (admin/; the Hub's, admin/hub_routes.py, given by `serve`).
+owner's (admin/; the Hub's, admin/hub_routes.py, given by `serve`); the Ollama app; the
+app the home's devices reach through the sharing listener. The one module of the server
+that mounts routes: the rest of server/ knows no wire format (a contract).
 
 Every route needs the token, as `Authorization: Bearer` or `x-api-key` (what Anthropic's
 clients send), except /health, which without it says only that the engine is alive.
@@ -16,15 +18,17 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request
 
-from ..engine import Engine
-from ..errors import Unauthorized
-from .admin import admin_routes, document_routes, home_admin_routes, tool_routes
-from .wire_formats import (anthropic_routes, audio_routes, embeddings_routes, ollama_routes,
+from ...engine import Engine
+from ...errors import Unauthorized
+from ..admin import admin_routes, document_routes, home_admin_routes, tool_routes
+from ..home import home_routes
+from ..wire import error_body, ollama_error
+from ..wire_formats import (anthropic_routes, audio_routes, embeddings_routes, ollama_routes,
                            openai_routes, responses_routes)
+from .error_replies import answer_errors
 from .front_door import FrontDoor
-from .home_door import HomeDoor
-from .error_replies import answer_errors, error_body
 from .guard import GENERATION_ONLY, RequestGuard
+from .home_door import MDNS_NAME, DeviceGate, HomeDoor
 
 
 def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
@@ -33,7 +37,8 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
     """`host_names`: names besides loopback's and IP literals that requests may address
     the engine by (serve --host NAME). `generation_only`: the routes of
     guard.GENERATION_ONLY and no other (serve --generation-only)."""
-    door = HomeDoor(engine)  # the sharing listener, opened by serve or the owner
+    # the sharing listener, opened by serve or the owner
+    door = HomeDoor(engine, share_app=lambda: create_share_app(engine))
 
     @asynccontextmanager
     async def lifespan(_app):
@@ -93,7 +98,7 @@ def create_ollama_app(engine: Engine) -> FastAPI:
     app = FastAPI(title="Homerack engine (Ollama's API)", openapi_url=None, docs_url=None,
                   redoc_url=None)
     app.add_middleware(RequestGuard, names=frozenset(), error_for=lambda path, status, message:
-                       ollama_routes.ollama_error(message))
+                       ollama_error(message))
     answer_errors(app)
     # and OpenAI's API, as Ollama serves it on its own port (Codex, opencode and other
     # tools probe /v1 there); MCP tools, which reach the owner's servers, are refused
@@ -103,3 +108,25 @@ def create_ollama_app(engine: Engine) -> FastAPI:
         app.include_router(router)
     return app
 
+
+def create_share_app(engine: Engine) -> FastAPI:
+    """What the home's paired devices reach on the sharing listener (home_door.py): the
+    gate, the guard, errors naming nothing of the owner's, generation in every wire
+    format, the pairing page, the web chat and their conversations."""
+    app = FastAPI(title="Homerack (this home's devices)", openapi_url=None, docs_url=None,
+                  redoc_url=None)
+    app.add_middleware(DeviceGate, engine=engine)
+    app.add_middleware(RequestGuard, names=frozenset({MDNS_NAME}),
+                       error_for=lambda path, status, message:
+                       error_body(path, status, message, "invalid_request_error", None))
+    answer_errors(app, devices=True)
+    for router in (home_routes.router(engine), openai_routes.router(engine),
+                   anthropic_routes.router(engine), embeddings_routes.router(engine),
+                   ollama_routes.router(engine), audio_routes.router(engine)):
+        app.include_router(router)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    return app

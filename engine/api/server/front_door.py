@@ -23,10 +23,10 @@ from typing import Callable
 
 import httpx
 
-from ..cluster.replicas import Replicas, opening_key
-from ..engine import Engine
+from ...cluster.replicas import Replicas, opening_key
+from ...engine import Engine
 from .guard import asgi_headers
-from .wire_formats.anthropic_routes import is_anthropic
+from ..wire import is_anthropic
 
 ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses"})
 HEADER = "x-homerack-machine"

@@ -16,16 +16,15 @@ import asyncio
 import json
 import logging
 import socket
+from typing import Callable
 
 import uvicorn
 from fastapi import FastAPI
 
-from ..engine import Engine
-from .home import home_routes
-from .wire_formats import (anthropic_routes, audio_routes, embeddings_routes, ollama_routes,
-                           openai_routes)
-from .error_replies import answer_errors, error_body
-from .guard import RequestGuard, asgi_headers, host_name
+from ...engine import Engine
+from ..home import home_routes
+from ..wire import error_body
+from .guard import asgi_headers, host_name
 from .listeners import BesideServer, DoorCaps, bind, capped, open_files
 
 log = logging.getLogger("homerack")
@@ -137,33 +136,15 @@ async def _refuse(scope, send, status: int, message: str, kind: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def create_share_app(engine: Engine) -> FastAPI:
-    app = FastAPI(title="Homerack (this home's devices)", openapi_url=None, docs_url=None,
-                  redoc_url=None)
-    app.add_middleware(DeviceGate, engine=engine)
-    app.add_middleware(RequestGuard, names=frozenset({MDNS_NAME}),
-                       error_for=lambda path, status, message:
-                       error_body(path, status, message, "invalid_request_error", None))
-    answer_errors(app, devices=True)
-    for router in (home_routes.router(engine), openai_routes.router(engine),
-                   anthropic_routes.router(engine), embeddings_routes.router(engine),
-                   ollama_routes.router(engine), audio_routes.router(engine)):
-        app.include_router(router)
-
-    @app.get("/health")
-    async def health():
-        return {"status": "ok"}
-
-    return app
-
-
 class HomeDoor:
     """The sharing listener on the engine's event loop: opened, closed (at once: open
     connections end too, and every device's request running or waiting, the web chat's
     replies among them), and announced on the LAN."""
 
-    def __init__(self, engine: Engine):
-        self.engine = engine
+    def __init__(self, engine: Engine, share_app: Callable[[], FastAPI]):
+        """`share_app`: the app the devices reach, made anew at each opening (factory.py's
+        create_share_app: the routes mounted behind `DeviceGate`)."""
+        self.engine, self.share_app = engine, share_app
         self._server: BesideServer | None = None
         self._task: asyncio.Task | None = None
         self._mdns = None
@@ -180,7 +161,7 @@ class HomeDoor:
         bound_host, bound_port = sock.getsockname()[:2]
         shown = lan_address() if bound_host in ("0.0.0.0", "::") else bound_host
         url = f"http://{shown}:{bound_port}"
-        self._server = BesideServer(uvicorn.Config(create_share_app(self.engine),
+        self._server = BesideServer(uvicorn.Config(self.share_app(),
                                               http=capped(self.caps),
                                               log_level="warning", access_log=False,
                                               lifespan="off", timeout_graceful_shutdown=1))

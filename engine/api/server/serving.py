@@ -12,10 +12,10 @@ from typing import Callable
 
 import uvicorn
 
-from . import create_app, create_ollama_app
+from .factory import create_app, create_ollama_app
 from .guard import LOOPBACK_NAMES, host_name
 from .listeners import BesideServer, bind, open_files
-from ..engine import Engine
+from ...engine import Engine
 
 
 @dataclass(frozen=True)

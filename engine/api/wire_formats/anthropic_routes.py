@@ -21,25 +21,11 @@ from ...errors import HomerackError, InvalidRequest
 from ..schemas import Groundable, SamplingFields, content_of, text_of
 from ..thinking import Thinking
 from ..turns import Done, conversation_turn, guarded
-from ..wire import cited, device_of, extension
+from ..wire import anthropic_error, cited, device_of, extension
 
-_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-                503: "overloaded_error"}
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
                  "cancelled": "end_turn"}
 _SKIPPED = ("redacted_thinking",)  # another service's encrypted reasoning: nothing to show
-
-
-def is_anthropic(path: str) -> bool:
-    return path.startswith("/v1/messages")
-
-
-def anthropic_error(status: int, message: str, param: str | None = None) -> dict:
-    error = {"type": _ERROR_TYPES.get(status, "api_error"), "message": message}
-    if param:
-        error["param"] = param
-    return {"type": "error", "error": error}
 
 
 class AnthropicTool(BaseModel):

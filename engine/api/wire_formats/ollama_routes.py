@@ -35,20 +35,12 @@ from ..schemas import tool_choice
 from ..thinking import Thinking
 from ..turns import Done, Turn, conversation_turn, guarded, request_for
 from ..side_work import embedded
-from ..wire import cancelled, cited, device_of
+from ..wire import cancelled, cited, device_of, ollama_error
 
 VERSION = "0.13.5"  # the Ollama API these routes answer as (clients check it for features:
 # Codex's --oss wants 0.13.4 or newer, for /v1/responses on this port)
 _QUANT = re.compile(r"(?:^|[-_.])((?:I?Q\d(?:_[A-Z0-9]+)*)|BF16|F16|F32)(?:[-_.]|$)",
                     re.IGNORECASE)
-
-
-def is_ollama(path: str) -> bool:
-    return path.startswith("/api/")
-
-
-def ollama_error(message: str) -> dict:
-    return {"error": message}
 
 
 def router(engine: Engine) -> APIRouter:
@@ -139,7 +131,7 @@ def router(engine: Engine) -> APIRouter:
 def openai_door(engine: Engine) -> APIRouter:
     """`GET /v1/models` as Ollama's own port answers it (the OpenAI-compatible list its
     clients probe: Codex's `--oss` looks for it before anything else); the other `/v1/*`
-    routes on that port are the engine's own (api/factory.py's Ollama app)."""
+    routes on that port are the engine's own (api/server/factory.py's Ollama app)."""
     api = APIRouter()
 
     @api.get("/v1/models")
