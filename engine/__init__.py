@@ -3,6 +3,7 @@ api/, batching/, catalog/, cluster/, conversation/, documents/, formats/, home/,
 machine/, model/, speculation/, tools/, voice/; and on the floor beside them:
 
   engine.py          the front door the API calls: submit, load, models, status
+  intake.py          what a request asked, with its conversation, as the request submit takes
   router.py          the routing pair held for model "auto": set, planned, each request routed
   fleet.py           the models one engine holds at once, a lane each, as a difference
   cascade.py         routed requests the small model answers first, escalated if unsure

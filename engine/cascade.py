@@ -21,7 +21,7 @@ class Cascade:
     def __init__(self, job: Job, put: Callable[[Job], None],
                  render: Callable[[GenerationRequest], GenerationRequest]):
         self.job, self._put = job, put  # put: a job onto the lane serving its model
-        self._render = render  # Engine.render: the large model's prompt in its own format
+        self._render = render  # Engine._render: the large model's prompt in its own format
         self._held: list[Event] = []  # the small model's Started and Deltas, not yet shown
         self._started_at = time.perf_counter()
 

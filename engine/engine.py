@@ -10,9 +10,12 @@ the new one recorded there, and a cascade (cascade.py) run when routing asks for
 `Engine` is the facade for generation and the models' lifecycle. Besides its methods, the
 routes use these services directly, each the one object that holds its state: `shelf`
 (the models on disk, catalog/shelf.py), `presets` (the user's choices per model),
-`router` (the routing pair for "auto", router.py),
+`router` (the routing pair for "auto", router.py), `embedder` (embeddings and reranking
+beside the chat model, model/embeddings.py),
 `tools` (the MCP servers and approvals, tools/toolbox.py), `documents` (the collections,
 documents/library.py), `voice` (speech in and out) and `home` (the household's devices).
+Before `submit`, a route's one call is `take` (intake.py: what was asked, resolved);
+its status routes read status.py's functions of the engine.
 """
 
 from __future__ import annotations
@@ -23,19 +26,16 @@ import threading
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
-from .conversation.compose import Composed
+from .conversation.conversation import Conversation
 from .conversation.images import MARKER, fetched
-from .catalog.chat_format import ChatFormat, chat_format_for
-from .catalog.drafts import check_draft_fits, check_size
+from .catalog.chat_format import chat_format_for
 from .catalog.facts import image_tokens
-from .catalog.sampling_defaults import model_defaults
 from .cascade import Cascade
 from .catalog.models import LocalModel, ModelStore
 from .catalog.shelf import Shelf
 from .errors import HomerackError, NotSupported, TemplateStopped
-from .events import Event, GenerationRequest, Job, Rendered, SamplingParams
+from .events import Asked, Event, GenerationRequest, Job, Rendered
 from .fleet import Fleet
-from .llama.grammar import composed_grammar
 from .llama.probe import probe
 from .machine.planner import Preferences
 from .model.embeddings import Embedder
@@ -52,7 +52,8 @@ from .documents.collections import Collections
 from .documents.library import Library
 from .home.household import Household
 from .voice.voice import Voice
-from . import status
+from . import intake, status
+from .intake import Taken
 
 if TYPE_CHECKING:  # imported where used: the engine starts without the Hub or replicas
     from .cluster.replicas import MachineLoad
@@ -90,16 +91,8 @@ class Engine:
                 self.library.names)
 
     @property
-    def main(self):
-        return self.fleet.main
-
-    @property
-    def host(self):
+    def _host(self):
         return self.fleet.main.host
-
-    @property
-    def scheduler(self):
-        return self.main.scheduler
 
     # -- called from any thread ---------------------------------------------
 
@@ -114,7 +107,7 @@ class Engine:
                                                         self.settings.image_hosts))
         job = Job(next(self._ids), request, emit)
         route = self.router.route(job)
-        job.request = self.render(job.request)
+        job.request = self._render(job.request)
         self.home.take(job)  # a device's share and limits (429), the owner's precedence
         try:
             key = self._cache_key(job.request)  # a device's keyed apart (response_cache.py)
@@ -125,7 +118,7 @@ class Engine:
                     return job
             job.emit = Recording(job, self.answers, key, route)
             if job.request.escalate_to:
-                Cascade(job, self._put, self.render).start()
+                Cascade(job, self._put, self._render).start()
             else:
                 self._put(job)
         except HomerackError:
@@ -133,14 +126,14 @@ class Engine:
             raise
         return job
 
-    def render(self, request: GenerationRequest) -> GenerationRequest:
+    def _render(self, request: GenerationRequest) -> GenerationRequest:
         """The chat rendered once, with its model's format (`Rendered`, carried on the
         request from here); a template that fails fails the request here, in its own
         words (a 400 naming messages)."""
         if request.messages is None:
             return request
         request = with_system(request)
-        chat_format = self.chat_format_of(request.model)
+        chat_format = chat_format_for(self.store.inspector.inspect(request.model.path))
         try:
             text = chat_format.render(list(request.messages),
                                       list(request.tools) if request.tools else None,
@@ -176,53 +169,29 @@ class Engine:
 
     def default_model(self) -> LocalModel | None:
         """The model a request without one gets: the loaded one, or the preloaded one."""
-        loaded = self.host.loaded
-        return loaded.model if loaded else self.host.default
+        loaded = self._host.loaded
+        return loaded.model if loaded else self._host.default
 
     def resolve(self, name: str | None) -> LocalModel:
         """The model a request names: an id of the models folder, or the default model's
         id (the command line may have named a file outside it). Never a path."""
-        default = self.host.default
+        default = self._host.default
         if default is not None and name == default.id:
             return default
         return self.store.resolve(name)
 
-    def chat_format_of(self, model: LocalModel) -> ChatFormat:
-        """The chat format a model's prompts are rendered in (its template, or the
-        fallback), read from its file's metadata without loading it."""
-        return chat_format_for(self.store.inspector.inspect(model.path))
-
-    def encoded_pictures(self, model: LocalModel):
-        """Whether the model, as loaded now, has encoded a picture (by its file's hash):
-        the picture caps leave those out (a conversation resends its history)."""
-        lane = self.fleet.holding(model)
-        loaded = lane.host.loaded if lane is not None else None
-        if loaded is None or loaded.model.path != model.path:  # (not loaded yet)
-            return lambda _digest: False
-        cache = loaded.vision.images
-        return cache.knows if cache is not None else (lambda _digest: False)
-
-    def sampling_defaults(self, model: LocalModel) -> SamplingParams:
-        """What a request for `model` that leaves sampling out is sampled with."""
-        chosen = model_defaults(self.store.inspector.inspect(model.path), model.params)
-        return SamplingParams(chosen.temperature, chosen.top_p, chosen.top_k, chosen.min_p,
-                              frequency_penalty=chosen.frequency_penalty)
-
-    def embed(self, model: LocalModel, inputs: list) -> tuple:
-        """Vectors from an embedding model, loaded next to the chat model (model/embeddings.py);
-        runs on the caller's thread."""
-        return self.embedder.embed(model, inputs)
-
-    def rank(self, model: LocalModel, query: str, passages: list[str]):
-        """A reranker's score of each passage for `query` (model/embeddings.py)."""
-        return self.embedder.rank(model, query, passages)
+    def take(self, asked: Asked, conversation: Conversation | None = None,
+             prompt: str | list[str] | None = None) -> Taken:
+        """What a request asked, with its conversation or raw prompt, as the request
+        `submit` takes (intake.py): the routes' one call before submitting."""
+        return intake.take(self, asked, conversation, prompt)
 
     def count_prompt_tokens(self, request: GenerationRequest) -> int:
         """The tokens the request's prompt will take, counted with the model's vocabulary
         alone (the model need not be loaded; the count equals its usage.prompt_tokens),
         its pictures' as its projector's header says they tile (the markers around each
         tile aside)."""
-        request = self.render(request)
+        request = self._render(request)
         if request.pictures:  # the text around them: their markers take no tokens
             request = replace(request, rendered=replace(
                 request.rendered, text=request.rendered.text.replace(MARKER, "")))
@@ -236,14 +205,6 @@ class Engine:
             return vocab.tokenize(text)
 
     # -- what the routes read: through these, never around the engine -------------------
-
-    def check_draft(self, model: LocalModel, draft: LocalModel) -> None:
-        """Raise InvalidRequest unless `draft` can speculate for `model`."""
-        check_draft_fits(model, draft, self.store.inspector)  # the tokenizer's word first
-        check_size(model, draft)
-
-    def adapter_uses(self, model: LocalModel, chosen: list[tuple[str, float]]) -> tuple:
-        return self.store.adapter_uses(model, chosen)
 
     def loaded(self) -> list[dict]:
         """The chat models held: where, how much, idle since, time to live."""
@@ -266,7 +227,7 @@ class Engine:
         held = self.loaded()
         models = frozenset(m.id for m in self.shelf.models()
                            if self.shelf.kind_of(m) in ("chat", None))
-        slots = self.scheduler.lanes
+        slots = self.fleet.main.scheduler.lanes
         return MachineLoad(here, models, frozenset(m["id"] for m in held),
                            sum(m["running"] + m["queued"] for m in held) / slots,
                            {m["id"]: m["decode_tokens_per_s"] for m in held
@@ -288,12 +249,8 @@ class Engine:
         return repo_verdicts(repo, probe(), Preferences(ctx=ctx), token=token,
                              fitting=self.store.fitting)
 
-    def grammar(self, composed: Composed, param: str = "tools") -> str | None:
-        """The grammar a composed turn's output must follow (None: it is free)."""
-        return composed_grammar(composed, param)
-
     def plan_for(self, model: LocalModel, override: LoadOverride | None = None):
-        return self.host.plan_for(model, override)
+        return self._host.plan_for(model, override)
 
     # -- the response cache -------------------------------------------------------------
 
@@ -326,24 +283,13 @@ class Engine:
         """What the engine holds and does (GET /health): status.py puts it together."""
         return status.engine_status(self)
 
-    def home_status(self) -> dict:
-        """Sharing with the home, its devices and who waits (GET /v1/home): /health's
-        `home` without the rest of the engine's status."""
-        return status.home_status(self, self.fleet.loaded())
-
-    def cluster_status(self) -> dict | None:
-        return status.cluster_status(self.host.cluster, self.main)
-
-    def cache_status(self) -> dict | None:
-        return status.cache_status(self.host.loaded)
-
     def abandon(self, error: HomerackError) -> None:
         """From another thread, when the loaded model can run no more (a worker holding
         its layers is gone, and llama.cpp may be blocked on it): every request running or
         waiting gets `error`. The process is restarted next (cluster mode): this is no
         crash of the load, so the load journal's watch ends (no safer plan is needed)."""
-        self.main.host.end_load_watch()
-        self.main.abandon(error)
+        self.fleet.main.host.end_load_watch()
+        self.fleet.main.abandon(error)
 
     def _voice_bytes(self) -> int:
         return self._voice.bytes if self._voice is not None else 0

@@ -31,6 +31,50 @@ class SamplingParams:
 
 
 @dataclass(frozen=True)
+class Asked:
+    """What a request asked, as its wire format stated it, before the engine resolves any
+    of it: built purely from the body by each API (schemas.SamplingFields.asked), turned
+    with the conversation into a GenerationRequest by one engine call (intake.py)."""
+    model: str | None = None  # an id, "auto", "BASE+ADAPTER", or None (the default model)
+    max_tokens: int | None = None
+    temperature: float | None = None  # None: the model's default (so for the rest)
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float = 0.0
+    stop: tuple[str, ...] = ()
+    grammar: str | None = None  # the request's own GBNF (bounded by the schema)
+    ignore_eos: bool = False
+    speculation: str | None = None
+    draft_model: str | None = None  # an id or "auto"
+    cache_prompt: bool = True
+    response_cache: str = "use"
+    lora: tuple[tuple[str | int, float], ...] = ()  # (adapter id or list index, scale)
+    separate_thinking: bool = True  # the reasoning apart from the answer
+    template_kwargs: dict = field(default_factory=dict)  # given to the chat template
+    thinking_budget: int | None = None
+    choice_param: str = "tool_choice"  # the body's name for the tool choice (errors name it)
+    id_prefix: str = "call_"  # of the tool calls' ids, in the API's style
+
+    def sampling(self, defaults: SamplingParams) -> SamplingParams:
+        """The sampling asked; what it leaves out comes from `defaults` (the model's)."""
+        return SamplingParams(
+            temperature=defaults.temperature if self.temperature is None else self.temperature,
+            top_p=self.top_p or defaults.top_p,
+            top_k=defaults.top_k if self.top_k is None else self.top_k,
+            min_p=defaults.min_p if self.min_p is None else self.min_p,
+            seed=self.seed,
+            # the model's penalty goes with its temperature (greedy needs it against loops):
+            # a request that picks its temperature picks its own penalty
+            frequency_penalty=self.frequency_penalty if self.frequency_penalty is not None
+            else defaults.frequency_penalty if self.temperature is None else 0.0,
+            presence_penalty=self.presence_penalty,
+        )
+
+
+@dataclass(frozen=True)
 class Rendered:
     """A chat as its model's prompt: rendered once, where the engine takes the request
     (Engine.submit), in the format it was rendered with, and carried from there: nothing

@@ -7,22 +7,23 @@ from __future__ import annotations
 
 def engine_status(engine) -> dict:
     """The engine's status, as GET /health answers it."""
-    loaded = engine.host.loaded
-    batching = dict(engine.main.published)
+    main = engine.fleet.main
+    host, loaded = main.host, main.host.loaded
+    batching = dict(main.published)
     companion, routing = engine.router.companion, engine.router.pair
     return {
         "model": _model_id(loaded),
         "n_ctx": loaded.llama.n_ctx if loaded else None,
         "flash_attn": loaded.llama.flash_attn if loaded else None,
-        "offload": offload(loaded, engine.host.cluster),
+        "offload": offload(loaded, host.cluster),
         "busy": bool(batching.get("active")),
         "memory": loaded.memory if loaded else None,
         "load_notes": list(loaded.notes) if loaded else [],
-        "load_error": engine.host.load_error,
-        "loading": None if engine.host.loading is None else {
-            "model": engine.host.loading[0], "progress": round(engine.host.loading[1], 3)},
+        "load_error": host.load_error,
+        "loading": None if host.loading is None else {
+            "model": host.loading[0], "progress": round(host.loading[1], 3)},
         "prompt_cache": cache_status(loaded),
-        "queued": engine.main.queued,
+        "queued": main.queued,
         "max_queue": engine.settings.max_queue,
         "batching": batching,
         "embedding_model": engine.embedder.model.id if engine.embedder.model else None,
@@ -41,8 +42,10 @@ def engine_status(engine) -> dict:
     }
 
 
-def home_status(engine, models: list[dict]) -> dict:
-    """Sharing with the home: whether it is on, the devices, who waits for a turn and why."""
+def home_status(engine, models: list[dict] | None = None) -> dict:
+    """Sharing with the home: whether it is on, the devices, who waits for a turn and why
+    (`models`: the loaded ones, when already read)."""
+    models = engine.fleet.loaded() if models is None else models
     waiting = [{**w, "model": m["id"]} for m in models for w in m.get("waiting", ())]
     return {**engine.home.status(), "waiting": waiting}
 
@@ -56,8 +59,10 @@ def offload(loaded, cluster) -> str:
     return f"{n_gpu_layers} layers on GPU" if n_gpu_layers else "CPU"
 
 
-def cluster_status(cluster, main) -> dict | None:
+def cluster_status(engine) -> dict | None:
     """The cluster's machines and stages with the main lane's figures; None without one."""
+    main = engine.fleet.main
+    cluster = main.host.cluster
     if cluster is None:
         return None
     published = main.published

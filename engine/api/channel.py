@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-
-from fastapi import Request
+from typing import Awaitable, Callable
 
 from ..events import Job
 
@@ -49,14 +48,14 @@ class Channel:
     def emit(self, event) -> None:
         self._dispatcher.post(self._queue, event)
 
-    async def next(self, job: Job, http: Request):
-        """The next event; cancels the job if the client goes away while waiting."""
+    async def next(self, job: Job, gone: Callable[[], Awaitable[bool]]):
+        """The next event; cancels the job if the client goes away (`gone`) meanwhile."""
         if not self._queue.empty():  # a burst (a step's tokens, a cached answer): no timer
             return self._queue.get_nowait()
         while True:
             try:
                 return await asyncio.wait_for(self._queue.get(), timeout=0.25)
             except asyncio.TimeoutError:
-                if await http.is_disconnected():
+                if await gone():
                     job.cancel()
                     raise asyncio.CancelledError("client disconnected")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from fastapi import Request
 
 from ..conversation.conversation import Conversation, Message
 from ..conversation.images import MARKER
@@ -34,8 +33,8 @@ class Grounded:
 
 
 def ground(engine: Engine, collections: list[str], conversation: Conversation,
-           http: Request) -> Grounded:
-    if getattr(http.state, "device", None):
+           device: str | None) -> Grounded:
+    if device:
         raise Forbidden("the owner's documents are not shared with this home's devices",
                         param="collections")
     question = _question(conversation)

@@ -9,10 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..conversation import images
 from ..conversation.conversation import Choice, Conversation, Message, ToolCall, tool
-from ..conversation.json_schema import check
+from ..conversation.json_schema import MAX_GRAMMAR, MAX_NESTING, check, nesting
 from ..conversation.images import MARKER, Picture
 from ..errors import InvalidRequest
-from ..events import SamplingParams
+from ..events import Asked
 from ..presets import Keep, LoadOverride
 from ..routing import DEFAULT_THRESHOLD
 from ..sampling_limits import MinP, Penalty, Temperature, TopK, TopP
@@ -223,20 +223,21 @@ class SamplingFields(BaseModel):
             return ()
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
 
-    def sampling(self, defaults: SamplingParams = SamplingParams()) -> SamplingParams:
-        """The request's sampling; what it leaves out comes from `defaults` (the model's)."""
-        return SamplingParams(
-            temperature=defaults.temperature if self.temperature is None else self.temperature,
-            top_p=self.top_p or defaults.top_p,
-            top_k=defaults.top_k if self.top_k is None else self.top_k,
-            min_p=defaults.min_p if self.min_p is None else self.min_p,
-            seed=self.seed,
-            # the model's penalty goes with its temperature (greedy needs it against loops):
-            # a request that picks its temperature picks its own penalty
-            frequency_penalty=self.frequency_penalty if self.frequency_penalty is not None
-            else defaults.frequency_penalty if self.temperature is None else 0.0,
-            presence_penalty=self.presence_penalty,
-        )
+    def asked(self, thinking: Thinking = Thinking(), choice_param: str = "tool_choice",
+              id_prefix: str = "call_") -> Asked:
+        """What the body asks, as one frozen value (intake.py resolves it): its own API's
+        token limit and stops, its reasoning settings, the grammar checked for size."""
+        return Asked(
+            model=self.model, max_tokens=self.token_limit(), temperature=self.temperature,
+            top_p=self.top_p, top_k=self.top_k, min_p=self.min_p, seed=self.seed,
+            frequency_penalty=self.frequency_penalty, presence_penalty=self.presence_penalty,
+            stop=self.stop_strings(), grammar=checked_grammar(self.grammar),
+            ignore_eos=self.ignore_eos, speculation=self.speculation,
+            draft_model=self.draft_model, cache_prompt=self.cache_prompt,
+            response_cache=self.response_cache,
+            lora=tuple((choice.id, choice.scale) for choice in self.lora or ()),
+            separate_thinking=thinking.separate, template_kwargs=thinking.template_kwargs(),
+            thinking_budget=thinking.budget, choice_param=choice_param, id_prefix=id_prefix)
 
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
@@ -351,7 +352,7 @@ class UnloadRequest(BaseModel):
 
 def chat_conversation(body: ChatCompletionRequest) -> Conversation:
     """An OpenAI chat body as the conversation every wire format builds (OpenAI's routes
-    and the home's web chat read it)."""
+    and Ollama's, through the OpenAI body it makes)."""
     return Conversation(
         messages=tuple(m.message(f"messages[{i}]") for i, m in enumerate(body.messages)),
         tools=tuple(tool(t.function.name, t.function.description, t.function.parameters,
@@ -366,3 +367,19 @@ def _checked_schema(body: ChatCompletionRequest) -> dict | None:
     if schema is not None:
         check(schema, "response_format.json_schema.schema")
     return schema
+
+
+def checked_grammar(text: str | None) -> str | None:
+    """A request's own GBNF grammar (llama-server's `grammar`), bounded as the ones made
+    from schemas are; llama.cpp's parser has the last word when it starts."""
+    if text is None:
+        return None
+    if not text.strip():
+        raise InvalidRequest("grammar is empty", param="grammar")
+    if len(text) > MAX_GRAMMAR:
+        raise InvalidRequest(f"grammar is {len(text):,} characters; at most {MAX_GRAMMAR:,}",
+                             param="grammar")
+    if (depth := nesting(text)) > MAX_NESTING:
+        raise InvalidRequest(f"grammar nests {depth:,} groups deep; at most {MAX_NESTING:,}",
+                             param="grammar")
+    return text

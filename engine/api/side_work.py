@@ -43,6 +43,6 @@ async def embedded(engine: Engine, model, inputs: list, http) -> tuple:
         raise InvalidRequest(f"input: at most {MAX_INPUTS} inputs a request, not "
                              f"{len(inputs)}", param="input")
     with engine.home.working(device_of(http), model.id) as charge:
-        vectors, tokens = await off_loop("embedding", engine.embed, model, inputs)
+        vectors, tokens = await off_loop("embedding", engine.embedder.embed, model, inputs)
         charge.tokens = tokens
     return vectors, tokens

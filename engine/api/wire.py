@@ -6,6 +6,8 @@ extension object each answer carries."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 from fastapi.responses import JSONResponse
 
@@ -16,6 +18,26 @@ def device_of(http) -> str | None:
     """The paired device a request comes from (set by the sharing listener's gate,
     home_door.py); None for the owner's."""
     return getattr(http.state, "device", None)
+
+
+async def _never_gone() -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who asks for a turn, as the turn needs it: the device (None: the owner), the HTTP
+    Cache-Control it sent, and whether it has gone (a turn it leaves stops). Read from
+    the HTTP request once (`of`); the web chat's replies outlive the page, so theirs
+    never goes."""
+    device: str | None = None
+    cache_control: str = ""
+    gone: Callable[[], Awaitable[bool]] = _never_gone
+
+    @classmethod
+    def of(cls, http) -> "Caller":
+        return cls(device_of(http), http.headers.get("cache-control", ""),
+                   http.is_disconnected)
 
 
 def extension(started: Started, notes: list[str] = ()) -> dict:

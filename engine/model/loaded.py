@@ -126,7 +126,7 @@ def prompt_tokens(request: GenerationRequest, tokenizer) -> tuple[list[int], lis
     notes = []
     if request.messages is not None:
         rendered = request.rendered
-        if rendered is None:  # every chat passes Engine.render on its way in
+        if rendered is None:  # every chat passes Engine._render on its way in
             raise RuntimeError("a chat reached the model without its rendered prompt")
         if rendered.chat_format.fallback:
             notes.append(f"chat format: {rendered.chat_format.describe()}")

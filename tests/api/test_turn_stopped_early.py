@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from types import SimpleNamespace
 
 import pytest
 
 from engine.api.turns import Turn
+from engine.api.wire import Caller
 from engine.errors import StoppedBeforeStart
 from engine.events import CANCELLED, GenerationRequest, Job
 
@@ -31,18 +31,10 @@ class QueuedEngine:
         return job
 
 
-class Http:
-    headers: dict = {}
-    state = SimpleNamespace(device=None)
-
-    async def is_disconnected(self) -> bool:
-        return False
-
-
 def test_a_stop_while_submitting_stops_the_job_once_it_exists():
     engine = QueuedEngine()
     request = GenerationRequest(model=None, prompt="hello")  # (never reaches a model)
-    turn = Turn(engine, request, Http())
+    turn = Turn(engine, request, Caller())  # the owner's, never gone
 
     async def scenario():
         starting = asyncio.create_task(turn.start())

@@ -142,7 +142,7 @@ def test_with_room_for_one_the_model_swaps_and_its_conversation_returns_from_dis
         back = ask(engine, tiny, prompt + "and more")
         assert set(held(engine)) == {"tiny"}
         assert back.usage.cached_tokens >= 32, back.usage  # restored from the disk tier
-        assert engine.cache_status()["hits_disk"] >= 1
+        assert engine.status()["prompt_cache"]["hits_disk"] >= 1
     finally:
         engine.close()
 

@@ -140,7 +140,7 @@ def test_no_kv_state_is_reused_under_another_adapter(engine, store):
     # the prompt cache's tiers hold the states saved above, each under its own adapters
     plain = _answer(engine, store)
     assert plain[2].usage.cached_tokens == 0
-    engine.host.loaded.cache.flush()
+    engine.fleet.main.host.loaded.cache.flush()
     assert _answer(engine, store, ("style-b", 1.0))[1] == other[1]
     assert _answer(engine, store)[1] == plain[1]
 
@@ -252,9 +252,9 @@ def test_adapters_beyond_the_bound_are_freed_least_recently_used_first(engine, s
     monkeypatch.setattr("engine.model.adapters.MAX_HELD", 1)
     first = _answer(engine, store, ("style-a", 1.0), cache_prompt=False)[1]
     _answer(engine, store, ("style-b", 1.0), cache_prompt=False)
-    assert engine.host.loaded.adapters.loaded() == ["style-b"]
+    assert engine.fleet.main.host.loaded.adapters.loaded() == ["style-b"]
     assert _answer(engine, store, ("style-a", 1.0), cache_prompt=False)[1] == first
-    assert engine.host.loaded.adapters.loaded() == ["style-a"]
+    assert engine.fleet.main.host.loaded.adapters.loaded() == ["style-a"]
 
 
 def test_tokenizers_kept_for_counting_are_bounded(store, folder, monkeypatch):

@@ -41,7 +41,7 @@ def ask(engine, model, **request):
 
 
 def generated(engine) -> int:
-    return engine.scheduler.figures.evaluated_tokens()
+    return engine.fleet.main.scheduler.figures.evaluated_tokens()
 
 
 def test_a_repeated_greedy_request_is_replayed_without_a_decode(make_engine, tiny_store):

@@ -97,7 +97,7 @@ def test_the_cascade_escalates_a_flat_distribution(engine, pair):
     started, text, done = ask(engine, tiny)
     assert isinstance(done, Finished) and text
     assert started.model == "tiny" and started.route["escalated"], started.route
-    n_vocab = engine.host.loaded.llama.n_vocab
+    n_vocab = engine.fleet.main.host.loaded.llama.n_vocab
     assert started.route["confidence"] == pytest.approx(1 / n_vocab, rel=0.01)
     assert started.route["small"] == "flat"
 

@@ -275,7 +275,7 @@ def test_sampling_with_a_draft_keeps_the_target_distribution(spec_store, cut_dra
                  speculation="draft", draft_model=draft)  # times the plain baseline
         plain = second_tokens("off", range(0, 150))
         speculative = second_tokens("draft", range(1000, 1150))
-        controller = next(iter(engine.host.drafts.controllers.values()))
+        controller = next(iter(engine.fleet.main.host.drafts.controllers.values()))
     finally:
         engine.close()
     assert controller.spec_rounds > 100  # the samples really went through verification
@@ -471,7 +471,7 @@ def test_drafters_beyond_the_bound_are_closed_least_recently_used_first(spec_sto
         _, usage = generate(engine, model=target, prompt="The sea", max_tokens=8,
                             sampling=GREEDY, speculation="draft", draft_model=draft)
         assert usage.speculative["draft_model"] == GEMMA
-        held = engine.host.loaded.drafters
+        held = engine.fleet.main.host.loaded.drafters
         assert list(held) == [str(draft.path)]
         generate(engine, model=target, prompt="The sea", max_tokens=8, sampling=GREEDY,
                  speculation="lookup")

@@ -12,6 +12,7 @@ import asyncio
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from ... import status as engine_status
 from ...engine import Engine
 from ...errors import InvalidRequest, ModelNotFound
 from ...events import Failed
@@ -40,7 +41,7 @@ def _status_routes(router: APIRouter, engine: Engine) -> None:
         """The machines, their stages, links and figures, and the models this machine
         holds (the app's dashboard)."""
         status = engine.status()
-        return {**(engine.cluster_status() or {"workers": []}), "models": status["models"],
+        return {**(engine_status.cluster_status(engine) or {"workers": []}), "models": status["models"],
                 "replicas": status["replicas"]}
 
     @router.get("/v1/hardware")
@@ -112,7 +113,7 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
         channel = Channel()
         job = await asyncio.to_thread(engine.load, model, body.override(), channel.emit,
                                       body.default, body.keep())
-        event = await channel.next(job, http)
+        event = await channel.next(job, http.is_disconnected)
         if isinstance(event, Failed):
             raise event.error
         return engine.status()

@@ -9,6 +9,7 @@ import ipaddress
 from fastapi import APIRouter
 from pydantic import BaseModel, Field, field_validator
 
+from ... import status as engine_status
 from ...engine import Engine
 from ...errors import InvalidRequest
 
@@ -56,7 +57,7 @@ def router(engine: Engine, door) -> APIRouter:
     api = APIRouter()
 
     def status() -> dict:
-        return engine.home_status()
+        return engine_status.home_status(engine)
 
     @api.get("/v1/home")
     async def show():

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from functools import partial
 from pathlib import Path
-from types import SimpleNamespace
 
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
@@ -20,9 +19,11 @@ from pydantic import BaseModel, Field
 from ...engine import Engine
 from ...errors import HomerackError, InvalidRequest
 from ...formats.parsed import Reasoning, Text
-from ..schemas import ChatCompletionRequest, chat_conversation
-from ..turns import Done, Turn, conversation_turn
-from ..wire import device_of, sse
+from ...conversation import images
+from ...conversation.conversation import Conversation, Message
+from ...events import Asked
+from ..turns import Done, Turn, asked_turn
+from ..wire import Caller, device_of, sse
 
 WEB = Path(__file__).with_name("web")
 PAGES = {"/": "index.html", "/app.js": "app.js", "/app.css": "app.css",
@@ -74,17 +75,6 @@ class Reply:
     def stop(self) -> None:
         if self.turn is not None:
             self.turn.cancel()
-
-
-class _Detached:
-    """A reply's stand-in for the page's request (Turn reads these): the reply outlives
-    the page, so it is never disconnected; it carries the device that asked."""
-
-    def __init__(self, device: str):
-        self.headers, self.state = {}, SimpleNamespace(device=device)
-
-    async def is_disconnected(self) -> bool:
-        return False
 
 
 def router(engine: Engine) -> APIRouter:
@@ -161,10 +151,10 @@ def router(engine: Engine) -> APIRouter:
         if not body.content.strip() and not body.picture:
             raise InvalidRequest("content: say something", param="content")
         asked = {"role": "user", "content": body.content, "picture": body.picture}
-        request = chat_request([*conv["messages"], asked], model)
-        turn = await asyncio.to_thread(  # checked (pictures decoded) before anything is kept
-            conversation_turn, engine, request, partial(chat_conversation, request),
-            _Detached(device))
+        # checked (pictures decoded) before anything is kept; the reply outlives the page,
+        # so its caller never goes
+        turn = await asyncio.to_thread(asked_turn, engine, Asked(model=model), partial(
+            stored_conversation, [*conv["messages"], asked]), Caller(device))
         # admitted (a device over its limits is refused here) before anything is kept;
         # meanwhile a Stop reaches it through `starting`
         starting[conv_id] = turn
@@ -231,18 +221,19 @@ def default_model(engine: Engine) -> str:
     return default.id if default is not None and default.id in ids else ids[0]
 
 
-def chat_request(messages: list[dict], model: str) -> ChatCompletionRequest:
-    """The conversation so far as an OpenAI chat request (its last, empty answer left
-    out), with each picture as the message's image part."""
-    turns = []
-    for m in [m for m in messages if m["content"] or m["picture"]][-MAX_TURNS:]:
-        if m["picture"]:
-            content = [{"type": "text", "text": m["content"]},
-                       {"type": "image_url", "image_url": {"url": m["picture"]}}]
-        else:
-            content = m["content"]
-        turns.append({"role": m["role"], "content": content})
-    return ChatCompletionRequest(model=model, messages=turns, stream=True)
+def stored_conversation(messages: list[dict]) -> Conversation:
+    """The stored messages as the conversation the model continues (the latest
+    MAX_TURNS; its last, empty answer left out), a message's picture after its text."""
+    kept = [m for m in messages if m["content"] or m["picture"]][-MAX_TURNS:]
+    return Conversation(tuple(_message(m, f"messages[{i}]") for i, m in enumerate(kept)))
+
+
+def _message(row: dict, where: str) -> Message:
+    if not row["picture"]:
+        return Message(row["role"], row["content"], where=where)
+    picture = images.from_data_url(row["picture"], f"{where}.picture")
+    return Message(row["role"], row["content"] + images.MARKER, where=where,
+                   pictures=(picture,))
 
 
 def keep_ask(home, device: str, conv_id: str, conv: dict, body: MessageBody,

@@ -21,7 +21,7 @@ from ...errors import HomerackError, InvalidRequest
 from ..schemas import Groundable, SamplingFields, content_of, text_of
 from ..thinking import Thinking
 from ..turns import Done, conversation_turn, guarded
-from ..wire import anthropic_error, cited, device_of, extension
+from ..wire import Caller, anthropic_error, cited, device_of, extension
 
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
                  "cancelled": "end_turn"}
@@ -175,7 +175,7 @@ def router(engine: Engine) -> APIRouter:
     @api.post("/v1/messages")
     async def messages(body: MessagesRequest, http: Request):
         turn = await asyncio.to_thread(conversation_turn, engine, body, partial(conversation, body),
-                                       http, "tool_choice", "toolu_", body.reasoning())
+                                       Caller.of(http), "tool_choice", "toolu_", body.reasoning())
         try:
             started = await turn.start()
         except asyncio.CancelledError:
@@ -202,7 +202,7 @@ def router(engine: Engine) -> APIRouter:
     @api.post("/v1/messages/count_tokens")
     async def count_tokens(body: CountRequest, http: Request):
         def count() -> int:  # reads the model's vocabulary: not on the event loop
-            turn = conversation_turn(engine, body, conversation(body), http)
+            turn = conversation_turn(engine, body, conversation(body), Caller.of(http))
             with engine.home.working(device_of(http), turn.request.model.id):
                 return engine.count_prompt_tokens(turn.request)
         return {"input_tokens": await asyncio.to_thread(count)}

@@ -38,7 +38,7 @@ def router(engine: Engine) -> APIRouter:
     @api.post("/rerank")
     async def rerank(body: RerankRequest):
         model = engine.resolve(body.model)
-        scores = await off_loop("embedding", engine.rank, model, body.query, body.documents)
+        scores = await off_loop("embedding", engine.embedder.rank, model, body.query, body.documents)
         order = sorted(range(len(scores)), key=lambda i: -scores[i])[:body.top_n]
         return {"object": "list", "model": model.id,
                 "results": [{"index": i, "relevance_score": float(scores[i]),

@@ -33,9 +33,9 @@ from .ollama_schemas import (OllamaChat, OllamaEmbed, OllamaEmbeddings, OllamaGe
                              OllamaShow, keep_of, openai_body)
 from ..schemas import tool_choice
 from ..thinking import Thinking
-from ..turns import Done, Turn, conversation_turn, guarded, request_for
+from ..turns import Done, Turn, completion_turn, conversation_turn, guarded
 from ..side_work import embedded
-from ..wire import cancelled, cited, device_of, ollama_error
+from ..wire import Caller, cancelled, cited, device_of, ollama_error
 
 VERSION = "0.13.5"  # the Ollama API these routes answer as (clients check it for features:
 # Codex's --oss wants 0.13.4 or newer, for /v1/responses on this port)
@@ -73,7 +73,7 @@ def router(engine: Engine) -> APIRouter:
     async def chat(body: OllamaChat, http: Request):
         turn = await asyncio.to_thread(conversation_turn, engine, openai_body(body),
                                        partial(_conversation, body),
-                                       http, thinking=_thinking(body.think))
+                                       Caller.of(http), thinking=_thinking(body.think))
         return await _answer(engine, body, turn, "message")
 
     @api.post("/api/generate")
@@ -92,11 +92,10 @@ def router(engine: Engine) -> APIRouter:
             if body.images:
                 raise InvalidRequest("images: a raw prompt cannot carry images (the "
                                      "model's template places them)", param="images")
-            turn = Turn(engine, request_for(engine, openai_body(body), prompt=body.prompt),
-                        http)
+            turn = completion_turn(engine, openai_body(body), body.prompt, Caller.of(http))
         else:
             turn = await asyncio.to_thread(conversation_turn, engine, openai_body(body),
-                                           partial(_prompt_conversation, body), http,
+                                           partial(_prompt_conversation, body), Caller.of(http),
                                            thinking=_thinking(body.think))
         return await _answer(engine, body, turn, "response")
 
@@ -215,7 +214,7 @@ async def _answer(engine: Engine, body, turn: Turn, field: str):
     # before it starts: a context other than the loaded one reloads the model. A device
     # generates, it does not manage: its num_ctx and keep_alive are not asked (Ollama's
     # clients send them on every request; the owner's choices stand)
-    if device_of(turn.http) is None:
+    if turn.caller.device is None:
         engine.ask(turn.request.model, body.options.num_ctx, keep_of(body.keep_alive))
     try:
         await turn.start()
@@ -318,7 +317,7 @@ async def _load_or_unload(engine: Engine, body: OllamaGenerate, http: Request) -
         engine.ask(model, body.options.num_ctx, keep)
         channel = Channel()
         job = await asyncio.to_thread(engine.preload, model, channel.emit, False)
-        event = await channel.next(job, http)
+        event = await channel.next(job, http.is_disconnected)
         if isinstance(event, Failed):
             raise event.error
         reason = "load"

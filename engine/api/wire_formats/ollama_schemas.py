@@ -119,7 +119,7 @@ class OllamaShow(BaseModel):
 
 
 def openai_body(body: Generating) -> ChatCompletionRequest:
-    """The OpenAI chat body with the same sampling (what turns.request_for reads)."""
+    """The OpenAI chat body with the same sampling (what its asked value reads)."""
     o = body.options
     limit = o.num_predict if o.num_predict is not None and o.num_predict > 0 else None
     stop = [o.stop] if isinstance(o.stop, str) else o.stop

@@ -15,8 +15,8 @@ from ...formats.parsed import CallArgs, CallStart, Reasoning, Text
 from ...engine import Engine
 from ...events import Started, Usage
 from ..schemas import ChatCompletionRequest, CompletionRequest, chat_conversation
-from ..turns import Done, Turn, conversation_turn, guarded, request_for
-from ..wire import cancelled, cited, extension, openai_error, sse
+from ..turns import Done, Turn, completion_turn, conversation_turn, guarded
+from ..wire import Caller, cancelled, cited, extension, openai_error, sse
 
 FINGERPRINT = "homerack-0.1"
 
@@ -54,7 +54,7 @@ def router(engine: Engine) -> APIRouter:
     @api.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, http: Request):
         turn = await asyncio.to_thread(conversation_turn, engine, body,
-                                       partial(chat_conversation, body), http,
+                                       partial(chat_conversation, body), Caller.of(http),
                                        thinking=body.thinking())
         try:
             started = await turn.start()
@@ -82,7 +82,7 @@ def router(engine: Engine) -> APIRouter:
 
     @api.post("/v1/completions")
     async def completions(body: CompletionRequest, http: Request):
-        turn = Turn(engine, request_for(engine, body, prompt=body.prompt), http)
+        turn = completion_turn(engine, body, body.prompt, Caller.of(http))
         try:
             started = await turn.start()
         except asyncio.CancelledError:

@@ -25,7 +25,7 @@ from . import mcp_responses
 from ..schemas import Groundable, SamplingFields, content_of, text_of
 from ..thinking import Thinking
 from ..turns import Done, Turn, conversation_turn, guarded
-from ..wire import cancelled, cited, extension
+from ..wire import Caller, cancelled, cited, extension
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
 
@@ -260,7 +260,7 @@ def router(engine: Engine, mcp: bool = True) -> APIRouter:
                                 "owner's API (with its token) only", param="tools")
             return await _with_mcp(engine, body, http)
         turn = await asyncio.to_thread(conversation_turn, engine, body, partial(conversation, body),
-                                       http, thinking=body.thinking())
+                                       Caller.of(http), thinking=body.thinking())
         turn.notes += left_out(body)
         try:
             started = await turn.start()
@@ -292,7 +292,7 @@ async def _with_mcp(engine: Engine, body: ResponsesRequest, http: Request):
 
     async def run_round(round_body: ResponsesRequest):
         turn = await asyncio.to_thread(conversation_turn, engine, round_body,
-                                       partial(conversation, round_body), http,
+                                       partial(conversation, round_body), Caller.of(http),
                                        thinking=round_body.thinking())
         sources.update(cited(turn))  # each round grounded alike: the last one's kept
         return await turn.start(), await turn.collect()
