@@ -158,6 +158,15 @@ def test_pair_ask_stream_stop_reload_and_a_picture(house, shots, tmp_path):
         assert sent[0].get_attribute("src").startswith("data:image/png;base64,")
         wait(lambda: len(answers(driver)) == 1 and by_id(driver, "send").is_displayed())
         assert by_id(driver, "chat-error").text == ""
+        # reload: the picture is the conversation's attachment, served by its hash, and
+        # the conversation goes on with it (read back from the attachment, not the page)
+        driver.refresh()
+        shown = wait(lambda: driver.find_elements("css selector", "article.msg.user img.picture"))
+        assert "/pictures/" in shown[0].get_attribute("src")
+        wait(lambda: driver.execute_script("return arguments[0].naturalWidth", shown[0]) == 320)
+        ask(driver, "And the corners?")
+        wait(lambda: len(answers(driver)) == 2 and by_id(driver, "send").is_displayed())
+        assert by_id(driver, "chat-error").text == ""
         by_id(driver, "menu").click()
         titles = [e.text for e in driver.find_elements("css selector", "#conversations .open")]
         assert titles[0] == "What color is this?" and len(titles) == 2

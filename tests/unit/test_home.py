@@ -139,6 +139,52 @@ def test_each_device_sees_only_its_own_conversations(tmp_path):
     assert stat.S_IMODE((tmp_path / "home" / "c.sqlite").stat().st_mode) == 0o600
 
 
+def test_pictures_are_attachments_by_hash_and_version_0s_data_urls_migrate(tmp_path):
+    """Pictures are kept as the files sent (kind, name, sha256, bytes), read back by
+    their hash from the device's own conversation only; a version-0 file's data URLs
+    move into attachments once, in place, the text column dropped."""
+    import base64
+    import hashlib
+    import sqlite3
+
+    from engine.home.conversations import Attachment
+
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
+    digest = hashlib.sha256(png).hexdigest()
+    path = tmp_path / "c.sqlite"
+    with sqlite3.connect(path) as db:  # version 0, as the last release wrote it
+        db.executescript("""
+            CREATE TABLE conversations (id TEXT PRIMARY KEY, device TEXT NOT NULL,
+                title TEXT NOT NULL, model TEXT, created REAL NOT NULL, updated REAL NOT NULL);
+            CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT,
+                conversation TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+                role TEXT NOT NULL, content TEXT NOT NULL, reasoning TEXT NOT NULL DEFAULT '',
+                picture TEXT, finish TEXT, created REAL NOT NULL);""")
+        db.execute("INSERT INTO conversations VALUES ('c1', 'ana', 'Cat', NULL, 0, 0)")
+        db.execute("INSERT INTO messages (conversation, role, content, picture, created) "
+                   "VALUES ('c1', 'user', 'what is it?', ?, 0)",
+                   ("data:image/png;base64," + base64.b64encode(png).decode(),))
+        db.execute("INSERT INTO messages (conversation, role, content, created) "
+                   "VALUES ('c1', 'assistant', 'a cat', 0)")
+    kept = Conversations(path)
+    assert [m["picture"] for m in kept.get("ana", "c1")["messages"]] == [digest, None]
+    assert kept.attachment("ana", "c1", digest) == Attachment("picture", "picture.png",
+                                                              digest, png)
+    with pytest.raises(NotFound):
+        kept.attachment("ben", "c1", digest)
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone() == (1,)
+        assert "picture" not in {row[1] for row in db.execute("PRAGMA table_info(messages)")}
+    again = Conversations(path)  # opened again: nothing to migrate, nothing lost
+    second = Attachment("picture", "picture.png", "ab" * 32, b"\x89PNG second")
+    again.add("ana", "c1", "user", "and this?", second)
+    assert [m["picture"] for m in again.get("ana", "c1")["messages"]] == [digest, None,
+                                                                         "ab" * 32]
+    again.delete("ana", "c1")
+    with sqlite3.connect(path) as db:  # its pictures went with it
+        assert db.execute("SELECT COUNT(*) FROM attachments").fetchone() == (0,)
+
+
 def test_fair_turns_owner_first_then_fewest_slots_then_longest_unserved():
     queue = FairQueue()
     for n in range(1, 5):
@@ -199,6 +245,11 @@ def test_a_devices_stored_messages_are_capped_and_others_unaffected(monkeypatch)
     laptop = kept.create("laptop")["id"]
     kept.add("laptop", laptop, "user", "z" * 900)  # another device's room is its own
     assert [m["content"][0] for m in kept.get("phone", phone)["messages"]] == ["x"]
+    from engine.home.conversations import Attachment
+
+    with pytest.raises(InvalidRequest):  # a picture's bytes count as its text's
+        kept.add("laptop", laptop, "user", "", Attachment("picture", "p.png", "0" * 64,
+                                                          b"p" * 200))
 
 
 def test_the_doors_key_cookie_and_origin_rules():

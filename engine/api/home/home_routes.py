@@ -9,11 +9,10 @@ finished when it wakes (GET the conversation, or follow `/reply` again). Stop en
 from __future__ import annotations
 
 import asyncio
-from functools import partial
 from pathlib import Path
 
 from fastapi import APIRouter, Request
-from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from ...engine import Engine
@@ -22,6 +21,7 @@ from ...formats.parsed import Reasoning, Text
 from ...conversation import images
 from ...conversation.conversation import Conversation, Message
 from ...events import Asked
+from ...home.conversations import Attachment
 from ..turns import Done, Turn, asked_turn
 from ..wire import Caller, device_of, sse
 
@@ -30,6 +30,8 @@ PAGES = {"/": "index.html", "/app.js": "app.js", "/app.css": "app.css",
          "/manifest.webmanifest": "manifest.webmanifest", "/icon.svg": "icon.svg"}
 MEDIA = {".webmanifest": "application/manifest+json", ".js": "text/javascript",
          ".svg": "image/svg+xml"}
+_MEDIA = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp", "gif": "image/gif",
+          "bmp": "image/bmp"}  # a kept picture's name ends in its format
 KEY_COOKIE = "homerack_key"
 COOKIE_DAYS = 30  # from the last visit (it was 400 from pairing)
 MAX_TURNS = 200  # messages of a conversation given to the model, the latest
@@ -120,10 +122,19 @@ def router(engine: Engine) -> APIRouter:
         return home.conversations.create(device_of(http), (body or TitleBody()).title)
 
     @api.get("/home/api/conversations/{conv_id}")
-    async def one(conv_id: str, http: Request):  # (its pictures: megabytes, off the loop)
+    async def one(conv_id: str, http: Request):
         conv = await asyncio.to_thread(home.conversations.get, device_of(http), conv_id)
         reply = replies.get(conv_id)
-        return {**conv, "replying": reply is not None and reply.done is None}
+        return {**_for_the_page(conv), "replying": reply is not None and reply.done is None}
+
+    @api.get("/home/api/conversations/{conv_id}/pictures/{sha256}")
+    async def picture(conv_id: str, sha256: str, http: Request):
+        """A picture of the device's own conversation, by its hash (the page's <img>)."""
+        kept = await asyncio.to_thread(home.conversations.attachment, device_of(http),
+                                       conv_id, sha256)
+        return Response(kept.data, media_type=_MEDIA.get(kept.name.rpartition(".")[2],
+                                                         "application/octet-stream"),
+                        headers={"cache-control": "private, max-age=86400"})
 
     @api.patch("/home/api/conversations/{conv_id}")
     async def rename(conv_id: str, body: TitleBody, http: Request):
@@ -150,11 +161,9 @@ def router(engine: Engine) -> APIRouter:
         home.check_shared(model)
         if not body.content.strip() and not body.picture:
             raise InvalidRequest("content: say something", param="content")
-        asked = {"role": "user", "content": body.content, "picture": body.picture}
-        # checked (pictures decoded) before anything is kept; the reply outlives the page,
-        # so its caller never goes
-        turn = await asyncio.to_thread(asked_turn, engine, Asked(model=model), partial(
-            stored_conversation, [*conv["messages"], asked]), Caller(device))
+        # read, checked and taken before anything is kept (the phone's data URL decoded
+        # once, here); the reply outlives the page, so its caller never goes
+        turn, picture = await asyncio.to_thread(_asked_turn, engine, device, conv, body, model)
         # admitted (a device over its limits is refused here) before anything is kept;
         # meanwhile a Stop reaches it through `starting`
         starting[conv_id] = turn
@@ -163,7 +172,8 @@ def router(engine: Engine) -> APIRouter:
         finally:
             starting.pop(conv_id, None)
         try:
-            await asyncio.to_thread(keep_ask, home, device, conv_id, conv, body, model)
+            await asyncio.to_thread(keep_ask, home, device, conv_id, conv, body, picture,
+                                    model)
             reply = Reply(home.conversations.add(device, conv_id, "assistant", ""))
         except HomerackError:
             turn.cancel()
@@ -221,27 +231,51 @@ def default_model(engine: Engine) -> str:
     return default.id if default is not None and default.id in ids else ids[0]
 
 
-def stored_conversation(messages: list[dict]) -> Conversation:
+def _asked_turn(engine: Engine, device: str, conv: dict, body: MessageBody,
+                model: str) -> tuple[Turn, Attachment | None]:
+    """The ask's turn over the stored conversation, and its picture as it will be kept."""
+    picture = images.from_data_url(body.picture, "picture") if body.picture else None
+    asked = Message("user", body.content + (images.MARKER if picture else ""),
+                    where="content", pictures=(picture,) if picture else ())
+    stored = stored_conversation(engine.home.conversations, device, conv)
+    turn = asked_turn(engine, Asked(model=model),
+                      Conversation((*stored.messages, asked)), Caller(device))
+    kept = Attachment("picture", f"picture.{picture.format.lower()}", picture.digest,
+                      picture.data) if picture else None
+    return turn, kept
+
+
+def stored_conversation(store, device: str, conv: dict) -> Conversation:
     """The stored messages as the conversation the model continues (the latest
-    MAX_TURNS; its last, empty answer left out), a message's picture after its text."""
-    kept = [m for m in messages if m["content"] or m["picture"]][-MAX_TURNS:]
-    return Conversation(tuple(_message(m, f"messages[{i}]") for i, m in enumerate(kept)))
+    MAX_TURNS, the ask to come among them; an empty answer left out), a message's picture
+    after its text, read from its attachment."""
+    kept = [m for m in conv["messages"] if m["content"] or m["picture"]][1 - MAX_TURNS:]
+    return Conversation(tuple(_message(store, device, conv["id"], m, f"messages[{i}]")
+                              for i, m in enumerate(kept)))
 
 
-def _message(row: dict, where: str) -> Message:
+def _message(store, device: str, conv_id: str, row: dict, where: str) -> Message:
     if not row["picture"]:
         return Message(row["role"], row["content"], where=where)
-    picture = images.from_data_url(row["picture"], f"{where}.picture")
+    kept = store.attachment(device, conv_id, row["picture"])
+    picture = images.read_image(kept.data, f"{where}.picture")
     return Message(row["role"], row["content"] + images.MARKER, where=where,
                    pictures=(picture,))
 
 
+def _for_the_page(conv: dict) -> dict:
+    """A conversation as the page shows it: each picture as the URL it is served at."""
+    return {**conv, "messages": [
+        {**m, "picture": f"/home/api/conversations/{conv['id']}/pictures/{m['picture']}"
+         if m["picture"] else None} for m in conv["messages"]]}
+
+
 def keep_ask(home, device: str, conv_id: str, conv: dict, body: MessageBody,
-             model: str) -> None:
+             picture: Attachment | None, model: str) -> None:
     """An admitted ask kept in its conversation (named after it, if the first)."""
     if not conv["messages"] and body.content.strip():
         home.conversations.rename(device, conv_id, body.content[:60])
-    home.conversations.add(device, conv_id, "user", body.content, body.picture, model)
+    home.conversations.add(device, conv_id, "user", body.content, picture, model)
 
 
 async def _run(reply: Reply, home, forget) -> None:
