@@ -59,6 +59,8 @@ class StreamedReply:
             parts.append("from the response cache")
         if self.citations == []:
             parts.append("nothing in your documents matched: answered without them")
+        # what the engine left out of the prompt for the context (engine/intake.py)
+        parts += [note for note in self.notes if note.startswith("left out:")]
         return " · ".join(parts + self.remarks)
 
 
@@ -160,7 +162,7 @@ class EngineClient:
         too, with the finish reason and usage. When should_stop() turns true the stream is
         closed, which cancels the generation."""
         thinking_since = None
-        body = {"messages": messages, "stream": True,
+        body = {"messages": messages, "stream": True, "fit_pictures": True,
                 "stream_options": {"include_usage": True},
                 **{k: v for k, v in options.items() if v is not None}}
         with self._http.stream("POST", "/v1/chat/completions", json=body) as response:

@@ -57,6 +57,7 @@ class Asked:
     thinking_budget: int | None = None
     choice_param: str = "tool_choice"  # the body's name for the tool choice (errors name it)
     id_prefix: str = "call_"  # of the tool calls' ids, in the API's style
+    fit_pictures: bool = False  # older pictures left out where the context is full (intake)
 
     def sampling(self, defaults: SamplingParams) -> SamplingParams:
         """The sampling asked; what it leaves out comes from `defaults` (the model's)."""

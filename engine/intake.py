@@ -4,7 +4,10 @@ vLLM's InputProcessor does for its engine. The model resolved ("auto" routed, an
 `BASE+ADAPTER` split, none asked: the default), the draft model checked, the model's
 sampling defaults under what was asked, its stops, the adapters; a conversation composed
 in the model's family, its pictures checked against the caps (those the model encoded
-before are free), its grammar made, and how to read the answer back.
+before are free), its grammar made, and how to read the answer back. A chat that asks
+for it (`fit_pictures`: the desktop's and the web chat's) is fitted to the context: its
+older pictures left out, each said so in its place, while the conversation with them
+would leave the answer no room.
 
 It reads the engine's parts by attribute (the store, the shelf, the router, the fleet),
 as status.py does, so it stands beside engine.py in the layers contract.
@@ -16,15 +19,21 @@ from dataclasses import dataclass, replace
 
 from .catalog.chat_format import chat_format_for
 from .catalog.drafts import check_draft_fits, check_size
+from .catalog.facts import image_tokens
 from .catalog.models import LocalModel
 from .catalog.sampling_defaults import model_defaults
 from .conversation import images
 from .conversation.compose import compose
-from .conversation.conversation import Conversation
-from .errors import InvalidRequest, ModelNotFound
+from .conversation.conversation import Conversation, Message
+from .errors import HomerackError, InvalidRequest, ModelNotFound
 from .events import Asked, GenerationRequest, SamplingParams
 from .formats.stream import Reading
 from .llama.grammar import composed_grammar
+
+# An answer's room when a chat's pictures are fitted and it names no max_tokens: a
+# quarter of the context, up to this.
+ANSWER_ROOM = 1024
+LEFT_OUT = "[a picture shown earlier, left out here: the context is full]"
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,18 @@ def take(engine, asked: Asked, conversation: Conversation | None = None,
     if conversation is None:
         return Taken(replace(request, prompt=prompt))
     family = chat_format_for(engine.store.inspector.inspect(request.model.path)).family
+    taken = _composed(engine, asked, conversation, family, request)
+    if asked.fit_pictures and taken.request.pictures:
+        fitted, left_out, context = _fitted(engine, asked, conversation, taken.request)
+        if left_out:
+            taken = _composed(engine, asked, fitted, family, request)
+            taken = replace(taken, notes=(*taken.notes, _left_out_note(left_out, context)))
+    return taken
+
+
+def _composed(engine, asked: Asked, conversation: Conversation, family,
+              request: GenerationRequest) -> Taken:
+    """The conversation composed in the model's family into the request."""
     composed = compose(conversation, family, separate=asked.separate_thinking,
                        id_prefix=asked.id_prefix)
     pictures = tuple(p for m in conversation.messages for p in m.pictures)
@@ -57,6 +78,63 @@ def take(engine, asked: Asked, conversation: Conversation | None = None,
     needs_reader = reading.schemas is not None or family.think or family.drop or \
         family.is_harmony
     return Taken(request, reading if needs_reader else None, tuple(composed.notes))
+
+
+def _fitted(engine, asked: Asked, conversation: Conversation,
+            request: GenerationRequest) -> tuple[Conversation, int, int]:
+    """The conversation with its oldest pictures left out (never the last message's)
+    until its prompt leaves the answer its room; how many went, and the context."""
+    context = _context(engine, request.model)
+    if context is None:
+        return conversation, 0, 0
+    room = asked.max_tokens or min(ANSWER_ROOM, context // 4)
+    over = engine.count_prompt_tokens(request) + room - context
+    if over <= 0:
+        return conversation, 0, context
+    placeholder = len(engine.tokenize(request.model, LEFT_OUT))
+    dropped: set[tuple[int, int]] = set()
+    older = conversation.messages[:-1]
+    for i, message in enumerate(older):
+        for j, picture in enumerate(message.pictures):
+            if over <= 0:
+                break
+            dropped.add((i, j))
+            over -= image_tokens(request.model, (picture,)) - placeholder
+    messages = tuple(_without(m, {j for k, j in dropped if k == i}) if i < len(older) else m
+                     for i, m in enumerate(conversation.messages))
+    return replace(conversation, messages=messages), len(dropped), context
+
+
+def _without(message: Message, dropped: set[int]) -> Message:
+    """The message with its pictures at `dropped` (their order) said left out."""
+    if not dropped:
+        return message
+    parts = message.content.split(images.MARKER)
+    content = parts[0] + "".join((LEFT_OUT if j in dropped else images.MARKER) + part
+                                 for j, part in enumerate(parts[1:]))
+    return replace(message, content=content, pictures=tuple(
+        p for j, p in enumerate(message.pictures) if j not in dropped))
+
+
+def _context(engine, model: LocalModel) -> int | None:
+    """The context a request for `model` gets: the loaded one's, or the planned one's."""
+    lane = engine.fleet.holding(model)
+    loaded = lane.host.loaded if lane is not None else None
+    if loaded is not None and loaded.model.path == model.path:
+        return loaded.llama.n_ctx
+    try:
+        plan = engine.plan_for(model)
+    except HomerackError:
+        return None
+    return getattr(plan, "n_ctx", None)
+
+
+def _left_out_note(count: int, context: int) -> str:
+    """Said in the answer's notes (the desktop and the web chat show notes that begin
+    with "left out:")."""
+    pictures = "an earlier picture" if count == 1 else f"{count} earlier pictures"
+    return f"left out: {pictures}, for the {context:,}-token context to hold the " \
+        "conversation and its answer"
 
 
 def _request(engine, asked: Asked) -> GenerationRequest:

@@ -210,6 +210,9 @@ class SamplingFields(BaseModel):
     response_cache: Literal["use", "refresh", "off"] = "use"
     lora: list[LoraChoice] | None = None  # LoRA adapters over the model, with their scales
     grammar: str | None = None  # llama-server's: GBNF the whole output must match
+    # Homerack's: older pictures left out (said so in their place and in the notes) where
+    # the conversation with them leaves the answer no room in the context (the chats)
+    fit_pictures: bool = False
 
     @field_validator("stop")
     @classmethod
@@ -237,7 +240,8 @@ class SamplingFields(BaseModel):
             response_cache=self.response_cache,
             lora=tuple((choice.id, choice.scale) for choice in self.lora or ()),
             separate_thinking=thinking.separate, template_kwargs=thinking.template_kwargs(),
-            thinking_budget=thinking.budget, choice_param=choice_param, id_prefix=id_prefix)
+            thinking_budget=thinking.budget, choice_param=choice_param, id_prefix=id_prefix,
+            fit_pictures=self.fit_pictures)
 
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)

@@ -14,12 +14,18 @@ from ..errors import InvalidRequest, NotSupported
 from .collections import Collections, Embedding
 
 
+class Vectors(Protocol):
+    """Embeddings and reranking (model/embeddings.py's Embedder)."""
+    def embed(self, model, texts: list[str]): ...
+    def rank(self, model, query: str, texts: list[str]): ...
+
+
 class Models(Protocol):
     """What the library asks of the engine's models (the Engine answers it)."""
+    embedder: Vectors
+
     def resolve(self, model_id: str): ...
-    def embed(self, model, texts: list[str]): ...
     def tokenize(self, model, text: str) -> list[int]: ...
-    def rank(self, model, query: str, texts: list[str]): ...
 
 
 class Library:
@@ -53,10 +59,10 @@ class Library:
         if self._store.kind_of(model) != "embedding":
             raise InvalidRequest(f"{model.id} is not an embedding model: pick one whose kind "
                                  "is embedding in /v1/models", param="model")
-        return Embedding(model.id, lambda texts: models.embed(model, texts)[0],
+        return Embedding(model.id, lambda texts: models.embedder.embed(model, texts)[0],
                          lambda text: len(models.tokenize(model, text)),
-                         lambda ranker, query, texts: models.rank(models.resolve(ranker),
-                                                                  query, texts))
+                         lambda ranker, query, texts: models.embedder.rank(
+                             models.resolve(ranker), query, texts))
 
     def close(self) -> None:
         with self._lock:

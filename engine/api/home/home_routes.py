@@ -61,6 +61,7 @@ class Reply:
         self.done: str | None = None  # the finish reason, or "error"
         self.error = ""
         self.turn: Turn | None = None
+        self.notes: list[str] = []  # shown with it: what was left out for the context
         self.task: asyncio.Task | None = None
         self.version = 0
         self.changed = asyncio.Condition()
@@ -179,6 +180,7 @@ def router(engine: Engine) -> APIRouter:
             turn.cancel()
             raise
         reply.turn, replies[conv_id] = turn, reply
+        reply.notes = [note for note in turn.notes if note.startswith("left out:")]
         # held by the reply (the loop keeps only a weak reference to a task)
         reply.task = asyncio.get_running_loop().create_task(_run(
             reply, home, lambda: replies.pop(conv_id, None) if replies.get(conv_id) is reply
@@ -238,7 +240,7 @@ def _asked_turn(engine: Engine, device: str, conv: dict, body: MessageBody,
     asked = Message("user", body.content + (images.MARKER if picture else ""),
                     where="content", pictures=(picture,) if picture else ())
     stored = stored_conversation(engine.home.conversations, device, conv)
-    turn = asked_turn(engine, Asked(model=model),
+    turn = asked_turn(engine, Asked(model=model, fit_pictures=True),
                       Conversation((*stored.messages, asked)), Caller(device))
     kept = Attachment("picture", f"picture.{picture.format.lower()}", picture.digest,
                       picture.data) if picture else None
@@ -308,6 +310,8 @@ def _follow(reply: Reply) -> StreamingResponse:
     how it ended."""
     async def events():
         sent_text = sent_thought = 0
+        for note in reply.notes:
+            yield sse({"type": "note", "text": note})
         while True:
             version = reply.version
             text, thought = "".join(reply.text), "".join(reply.reasoning)

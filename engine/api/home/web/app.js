@@ -144,6 +144,7 @@ function fillMessage(node, m) {
   }
   if (m.role === "user") node.append(el("p", { text: m.content }));
   else node.append(markdown(m.content || ""));
+  for (const note of m.notes || []) node.append(el("p", { class: "note", text: note }));
   if (m.finish && !["stop", "length"].includes(m.finish)) {
     node.append(el("p", { class: "ended", text: m.finish === "cancelled" ? "Stopped." :
                                               `Ended: ${m.error || m.finish}` }));
@@ -190,6 +191,7 @@ async function follow(response, conv) {
         const event = JSON.parse(line);
         if (event.type === "text") m.content += event.text;
         else if (event.type === "reasoning") m.reasoning += event.text;
+        else if (event.type === "note") m.notes = [...(m.notes || []), event.text];
         else if (event.type === "done") { m.finish = event.finish; m.error = event.error; }
         redraw();
       }
