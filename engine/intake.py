@@ -91,6 +91,10 @@ def _fitted(engine, asked: Asked, conversation: Conversation,
     over = engine.count_prompt_tokens(request) + room - context
     if over <= 0:
         return conversation, 0, context
+    # in steps of an eighth of the context: the turns that follow leave out the same
+    # pictures until the next step, so their prompts keep the cached prefix
+    step = max(1, context // 8)
+    over = -(-over // step) * step
     placeholder = len(engine.tokenize(request.model, LEFT_OUT))
     dropped: set[tuple[int, int]] = set()
     older = conversation.messages[:-1]

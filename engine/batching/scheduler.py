@@ -211,7 +211,9 @@ class Scheduler:
         output.finish(usage)
         self.figures.request_took(time.perf_counter() - slot.admitted)
         self.host.record_speed(usage)
-        if output.reason == "cancelled" or not slot.job.request.cache_prompt:
+        # a stopped answer's conversation stays resident as a finished one does: a chat's
+        # next turn resends it (the page kept what had come) and starts from its cells
+        if not slot.job.request.cache_prompt:
             self.residency.release(slot)
         else:
             slot.end()

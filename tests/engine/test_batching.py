@@ -267,7 +267,7 @@ def test_returning_to_a_resident_conversation_reuses_every_cell(engine_for, tiny
     assert settled(engine)["evictions"] == 0
 
 
-def test_a_cancelled_request_leaves_at_once_and_frees_its_cells(engine_for, tiny_store):
+def test_a_cancelled_request_leaves_at_once_and_its_conversation_stays_idle(engine_for, tiny_store):
     engine, model = engine_for(parallel=2), tiny_store.resolve("tiny")
     runner = submit(engine, model, "keeps going", max_tokens=200, ignore_eos=True)
     leaver, seen = Collector(), []
@@ -285,9 +285,13 @@ def test_a_cancelled_request_leaves_at_once_and_frees_its_cells(engine_for, tiny
     assert gone.finish_reason == "cancelled" and done.finish_reason == "length"
     assert done.usage.shared_streams == 2
     batching = settled(engine)
-    # only the runner's conversation stays resident; the leaver's cells are free
-    assert batching["resident"] == 1
-    assert batching["kv_cells_used"] == done.usage.prompt_tokens + done.usage.completion_tokens - 1
+    # both conversations stay resident, idle (evicted like any other when room is
+    # needed): a stopped answer's next turn starts from its cells
+    assert batching["active"] == 0 and batching["resident"] == 2
+    runner_held = done.usage.prompt_tokens + done.usage.completion_tokens - 1
+    assert batching["kv_cells_used"] >= runner_held + gone.usage.prompt_tokens
+    _, _, again = submit(engine, model, "leaves early", max_tokens=1)[1].result()
+    assert again.usage.cached_tokens == gone.usage.prompt_tokens - 1
 
 
 # -- through the API, the starter model --------------------------------------------
