@@ -33,7 +33,7 @@ from .llama.grammar import composed_grammar
 # An answer's room when a chat's pictures are fitted and it names no max_tokens: a
 # quarter of the context, up to this.
 ANSWER_ROOM = 1024
-LEFT_OUT = "[a picture shown earlier, left out here: the context is full]"
+LEFT_OUT = "[an earlier picture, left out]"
 
 
 @dataclass(frozen=True)
@@ -52,13 +52,37 @@ def take(engine, asked: Asked, conversation: Conversation | None = None,
     if conversation is None:
         return Taken(replace(request, prompt=prompt))
     family = chat_format_for(engine.store.inspector.inspect(request.model.path)).family
+    capped = 0
+    if asked.fit_pictures:  # older pictures the engine has not seen, over the caps: out
+        conversation, capped = _within_caps(conversation, _encoded_pictures(
+            engine, request.model))
     taken = _composed(engine, asked, conversation, family, request)
-    if asked.fit_pictures and taken.request.pictures:
+    if asked.fit_pictures and (taken.request.pictures or capped):
         fitted, left_out, context = _fitted(engine, asked, conversation, taken.request)
         if left_out:
             taken = _composed(engine, asked, fitted, family, request)
-            taken = replace(taken, notes=(*taken.notes, _left_out_note(left_out, context)))
+        if left_out or capped:
+            taken = replace(taken, notes=(*taken.notes, _left_out_note(
+                capped + left_out, context, capped)))
     return taken
+
+
+def _within_caps(conversation: Conversation, known) -> tuple[Conversation, int]:
+    """The conversation with its oldest pictures left out (never the last message's)
+    while the pictures the engine has not encoded pass the caps (a history after a
+    restart, or an import: none encoded yet); how many went."""
+    older = conversation.messages[:-1]
+    places = [(i, j, p) for i, m in enumerate(older) for j, p in enumerate(m.pictures)]
+    dropped: set[tuple[int, int]] = set()
+    for i, j, _picture in places:
+        kept = tuple(p for k, m in enumerate(conversation.messages)
+                     for n, p in enumerate(m.pictures) if (k, n) not in dropped)
+        try:
+            images.check_request(kept, known)
+            break
+        except InvalidRequest:
+            dropped.add((i, j))
+    return _leaving_out(conversation, dropped), len(dropped)
 
 
 def _composed(engine, asked: Asked, conversation: Conversation, family,
@@ -87,6 +111,8 @@ def _fitted(engine, asked: Asked, conversation: Conversation,
     context = _context(engine, request.model)
     if context is None:
         return conversation, 0, 0
+    if not request.pictures:
+        return conversation, 0, context
     room = asked.max_tokens or min(ANSWER_ROOM, context // 4)
     over = engine.count_prompt_tokens(request) + room - context
     if over <= 0:
@@ -104,9 +130,16 @@ def _fitted(engine, asked: Asked, conversation: Conversation,
                 break
             dropped.add((i, j))
             over -= image_tokens(request.model, (picture,)) - placeholder
-    messages = tuple(_without(m, {j for k, j in dropped if k == i}) if i < len(older) else m
-                     for i, m in enumerate(conversation.messages))
-    return replace(conversation, messages=messages), len(dropped), context
+    return _leaving_out(conversation, dropped), len(dropped), context
+
+
+def _leaving_out(conversation: Conversation, dropped: set[tuple[int, int]]) -> Conversation:
+    """The conversation without its pictures at `dropped` (message, picture)."""
+    if not dropped:
+        return conversation
+    return replace(conversation, messages=tuple(
+        _without(m, {j for k, j in dropped if k == i})
+        for i, m in enumerate(conversation.messages)))
 
 
 def _without(message: Message, dropped: set[int]) -> Message:
@@ -133,12 +166,15 @@ def _context(engine, model: LocalModel) -> int | None:
     return getattr(plan, "n_ctx", None)
 
 
-def _left_out_note(count: int, context: int) -> str:
+def _left_out_note(count: int, context: int, capped: int) -> str:
     """Said in the answer's notes (the desktop and the web chat show notes that begin
-    with "left out:")."""
+    with "left out:"), with why: the caps on new pictures, the context, or both."""
     pictures = "an earlier picture" if count == 1 else f"{count} earlier pictures"
-    return f"left out: {pictures}, for the {context:,}-token context to hold the " \
-        "conversation and its answer"
+    why = [f"a turn brings at most {images.MAX_PICTURES} pictures new to the engine"] \
+        if capped else []
+    if count > capped:
+        why.append(f"the {context:,}-token context holds the rest and the answer")
+    return f"left out: {pictures} ({'; '.join(why)})"
 
 
 def _request(engine, asked: Asked) -> GenerationRequest:

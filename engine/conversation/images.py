@@ -38,6 +38,9 @@ MAX_PIXELS = 50_000_000         # one image's pixels (Pillow warns at 89 M, refu
 MAX_PICTURES = 16               # in one request, not encoded before
 MAX_SEEN_PICTURES = 256         # in one request, those encoded before included
 MAX_REQUEST_PIXELS = 100_000_000  # all of one request's pictures, as their headers say
+# Those encoded before included: each is decoded again every turn to be tokenized (a
+# 12-MP photo in 0.09-0.22 s here): 33 such photos, ~7 s of one turn.
+MAX_SEEN_PIXELS = 400_000_000
 DECODED_SIDE = 2048             # the longest side decoded when a projector names no size
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
 _DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)?(?:;[^,;]*)*;base64,(?P<data>.*)",
@@ -122,11 +125,16 @@ def check_request(pictures: tuple[Picture, ...], known=lambda _digest: False) ->
     """A request's pictures within the caps, in number and in pixels (as their headers
     say), before any is decoded. The caps bound the encoding work: pictures the engine
     has encoded before (`known(digest)`: a conversation's history, resent every turn) do
-    not count, up to MAX_SEEN_PICTURES in all (each still takes its tokens of context)."""
+    not count, up to MAX_SEEN_PICTURES and MAX_SEEN_PIXELS in all (each is still decoded
+    to be tokenized, and takes its tokens of context)."""
     if len(pictures) > MAX_SEEN_PICTURES:
         raise InvalidRequest(f"{pictures[MAX_SEEN_PICTURES].where}: at most "
                              f"{MAX_SEEN_PICTURES} images in one request",
                              param=pictures[MAX_SEEN_PICTURES].where)
+    if sum(p.width * p.height for p in pictures) > MAX_SEEN_PIXELS:
+        raise InvalidRequest(f"{pictures[-1].where}: the request's images, those sent before "
+                             f"included, pass {MAX_SEEN_PIXELS // 1_000_000} megapixels",
+                             param=pictures[-1].where)
     new = tuple(p for p in pictures if not (p.digest and known(p.digest)))
     if len(new) > MAX_PICTURES:
         raise InvalidRequest(f"{new[MAX_PICTURES].where}: at most {MAX_PICTURES} new "

@@ -51,6 +51,47 @@ def test_a_picture_is_attached_shown_and_answered(qtbot, seeing_home, open_windo
     assert window.chat.view.toHtml().count("<img") >= 2  # the thumbnails
 
 
+def test_twenty_pictures_never_encoded_go_on_and_the_window_says_what_was_left_out(
+        qtbot, seeing_home, open_window, tmp_path):
+    """A conversation of twenty pictures the engine has never encoded (kept from before a
+    restart, or imported): its next turn answers, its oldest pictures left out for the cap
+    on pictures new to the engine (16) and for the 2,048-token context, and the window
+    says so under the answer."""
+    import io
+
+    from app.attachments import read_image
+
+    def png(n: int) -> bytes:
+        out = io.BytesIO()
+        Image.new("RGB", (40, 40), (n * 13, 200 - n * 9, 40)).save(out, "PNG")
+        return out.getvalue()
+
+    window = open_window(("--model", "smolvlm-256m", "--ctx", "2048"))
+    history = window.history
+    chat = history.create("Album")
+    for n in range(19):
+        history.add_message(chat.id, "user", f"Photo {n}",
+                            attachments=(read_image(f"p{n}.png", png(n)),))
+        history.add_message(chat.id, "assistant", "Seen.", model="smolvlm-256m")
+    window.chat.show_conversation(history.get(chat.id))
+    last = tmp_path / "p19.png"
+    last.write_bytes(png(19))
+    window.chat.attach([str(last)])
+    qtbot.waitUntil(lambda: bool(window.chat.attachments), timeout=10_000)
+    window.settings.max_tokens.setValue(4)
+    errors = []
+    window.chat.error.connect(errors.append)
+    window.chat.send("Which was the reddest?")
+    qtbot.waitUntil(lambda: window.chat.current_reply() is None, timeout=180_000)
+    assert errors == []
+    answer = history.messages(chat.id)[-1]
+    assert answer.role == "assistant" and answer.status == "complete"
+    assert "left out: " in answer.detail and "earlier pictures" in answer.detail
+    assert "pictures new to the engine" in answer.detail  # the cap, and
+    assert "-token context" in answer.detail  # the context: both said
+    assert "left out: " in window.chat.view.toPlainText()
+
+
 def test_the_memory_page_shows_the_projector_and_turns_vision_off(qtbot):
     from ui.models.plan_panel import PlanPanel, describe_device
 

@@ -163,6 +163,15 @@ def test_pictures_the_engine_encoded_before_do_not_count_against_the_caps():
     with pytest.raises(InvalidRequest, match=f"at most {MAX_SEEN_PICTURES} images") as caught:
         check_request(flood, known=lambda _d: True)
     assert caught.value.param == f"p{MAX_SEEN_PICTURES}"
+    # known or not, each is decoded again every turn: all of them bounded in pixels
+    from engine.conversation.images import MAX_SEEN_PIXELS
+
+    photos = tuple(replace(photo, digest=f"{i:064x}", where=f"p{i}")
+                   for i in range(MAX_SEEN_PIXELS // (4000 * 4000) + 1))
+    check_request(photos[:-1], known=lambda _d: True)
+    with pytest.raises(InvalidRequest, match="those sent before included") as caught:
+        check_request(photos, known=lambda _d: True)
+    assert caught.value.param == photos[-1].where
 
 
 @pytest.fixture
