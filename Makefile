@@ -11,7 +11,7 @@ run: setup
 	$(VENV)/bin/homerack
 
 test: setup vulkan
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -ra
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -ra --durations=25
 
 setup: llama $(VENV)/.homerack-deps build/mcp-servers/.installed build/agents/.installed chromium
 
