@@ -206,10 +206,6 @@ class Engine:
 
     # -- what the routes read: through these, never around the engine -------------------
 
-    def loaded(self) -> list[dict]:
-        """The chat models held: where, how much, idle since, time to live."""
-        return self.fleet.loaded()
-
     def ask(self, model: LocalModel, n_ctx: int | None = None, keep: Keep | None = None) -> None:
         """What a request asks for `model` (Ollama's num_ctx, keep_alive): its context
         (a different one reloads it) and how long it stays loaded once idle; until

@@ -42,6 +42,12 @@ def engine_status(engine) -> dict:
     }
 
 
+def loaded_models(engine) -> list[dict]:
+    """The chat models held: where, how much, idle since, time to live (/v1/models/loaded,
+    Ollama's /api/ps)."""
+    return engine.fleet.loaded()
+
+
 def home_status(engine, models: list[dict] | None = None) -> dict:
     """Sharing with the home: whether it is on, the devices, who waits for a turn and why
     (`models`: the loaded ones, when already read)."""

@@ -121,14 +121,14 @@ def _model_routes(router: APIRouter, engine: Engine) -> None:
     @router.get("/v1/models/loaded")
     async def loaded_models():
         """The chat models held in memory: where, how much, idle since, time to live."""
-        return {"object": "list", "data": engine.loaded()}
+        return {"object": "list", "data": engine_status.loaded_models(engine)}
 
     @router.post("/v1/models/unload")
     async def unload_model(body: UnloadRequest):
         """Unload a model now: its running requests end with an error saying so."""
         if not await asyncio.to_thread(engine.unload, body.model):
             raise ModelNotFound(f"model '{body.model}' is not loaded", param="model")
-        return {"unloaded": body.model, "loaded": engine.loaded()}
+        return {"unloaded": body.model, "loaded": engine_status.loaded_models(engine)}
 
     @router.put("/v1/models/preset")
     async def put_preset(body: PresetRequest):

@@ -26,6 +26,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 from ...conversation import images
 from ...conversation.conversation import Conversation, Message, ToolCall, tool
 from ...conversation.images import MARKER
+from ... import status as engine_status
 from ...engine import Engine
 from ...errors import Forbidden, InvalidRequest, NotSupported
 from ...formats.parsed import CallArgs, CallStart, Reasoning, Text
@@ -67,7 +68,7 @@ def router(engine: Engine) -> APIRouter:
     async def running():
         listed = {m.id: m for m in engine.shelf.models()}
         return {"models": [_running(engine, entry, listed.get(entry["id"]))
-                           for entry in engine.loaded()]}
+                           for entry in engine_status.loaded_models(engine)]}
 
     @api.post("/api/chat")
     async def chat(body: OllamaChat, http: Request):
