@@ -131,20 +131,23 @@ def check_request(pictures: tuple[Picture, ...], known=lambda _digest: False) ->
         raise InvalidRequest(f"{pictures[MAX_SEEN_PICTURES].where}: at most "
                              f"{MAX_SEEN_PICTURES} images in one request",
                              param=pictures[MAX_SEEN_PICTURES].where)
-    if sum(p.width * p.height for p in pictures) > MAX_SEEN_PIXELS:
-        raise InvalidRequest(f"{pictures[-1].where}: the request's images, those sent before "
-                             f"included, pass {MAX_SEEN_PIXELS // 1_000_000} megapixels",
-                             param=pictures[-1].where)
     new = tuple(p for p in pictures if not (p.digest and known(p.digest)))
     if len(new) > MAX_PICTURES:
         raise InvalidRequest(f"{new[MAX_PICTURES].where}: at most {MAX_PICTURES} new "
                              f"images in one request", param=new[MAX_PICTURES].where)
+    _pixels_within(new, MAX_REQUEST_PIXELS, "the request's images pass {} megapixels in all")
+    # each is decoded again to be tokenized, known or new
+    _pixels_within(pictures, MAX_SEEN_PIXELS,
+                   "the request's images, those sent before included, pass {} megapixels")
+
+
+def _pixels_within(pictures: tuple[Picture, ...], cap: int, says: str) -> None:
+    """A 400 naming the picture at which their pixels pass `cap`."""
     total = 0
-    for picture in new:
+    for picture in pictures:
         total += picture.width * picture.height
-        if total > MAX_REQUEST_PIXELS:
-            raise InvalidRequest(f"{picture.where}: the request's images pass "
-                                 f"{MAX_REQUEST_PIXELS // 1_000_000} megapixels in all",
+        if total > cap:
+            raise InvalidRequest(f"{picture.where}: {says.format(cap // 1_000_000)}",
                                  param=picture.where)
 
 
