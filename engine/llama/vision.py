@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,7 +122,7 @@ class Projector:
             raise InvalidRequest(f"the projector cannot take these images ({sizes}): "
                                  + _REFUSALS.get(failed, f"libmtmd's error {failed}"),
                                  param="messages")
-        prompt = self._walk(chunks)
+        prompt = self._walk(chunks, Counter(p.digest for p in pictures))
         if bos is not None and (not prompt.tokens or prompt.tokens[0] != bos):
             prompt.tokens.insert(0, bos)
             prompt.images = {start + 1: piece for start, piece in prompt.images.items()}
@@ -137,10 +138,14 @@ class Projector:
         mtmd.mtmd_bitmap_set_id(bitmap, picture.digest.encode())
         return bitmap
 
-    def _walk(self, chunks) -> ImagePrompt:
+    def _walk(self, chunks, occurrences: Counter) -> ImagePrompt:
         """Tokens and image spans of tokenized chunks; an image marker the model's
-        vocabulary lacks is refused here (llama_decode would abort on it)."""
+        vocabulary lacks is refused here (llama_decode would abort on it). A picture's
+        chunks (idefics3: its tiles and the overview) are keyed by its hash and their
+        place in it, the same wherever it occurs (`occurrences`: each picture's in the
+        request), so a picture sent twice is encoded once."""
         prompt, seen = ImagePrompt(chunks, [], {}), {}
+        per_picture = _chunks_per_picture(chunks, occurrences)
         for i in range(mtmd.mtmd_input_chunks_size(chunks)):
             chunk = mtmd.mtmd_input_chunks_get(chunks, i)
             kind = mtmd.mtmd_input_chunk_get_type(chunk)
@@ -158,7 +163,8 @@ class Projector:
             elif kind == IMAGE:
                 digest = (mtmd.mtmd_input_chunk_get_id(chunk) or b"").decode()
                 n = seen[digest] = seen.get(digest, -1) + 1
-                piece = ImagePiece(chunk, f"{digest}:{n}", mtmd.mtmd_input_chunk_get_n_tokens(chunk),
+                key = f"{digest}:{n % per_picture[digest]}"
+                piece = ImagePiece(chunk, key, mtmd.mtmd_input_chunk_get_n_tokens(chunk),
                                    mtmd.mtmd_input_chunk_get_n_pos(chunk))
                 prompt.images[len(prompt.tokens)] = piece
                 prompt.tokens.extend(image_ids(piece.key, piece.n_pos))
@@ -193,3 +199,16 @@ class Projector:
                            "memory")
         model.held.evaluated(chunk.seq_id, chunk.start, chunk.tokens)
         return new_pos.value
+
+
+def _chunks_per_picture(chunks, occurrences: Counter) -> dict[str, int]:
+    """How many image chunks one occurrence of each picture made (its total over the
+    times it occurs; all of them, where that does not divide evenly)."""
+    total: Counter = Counter()
+    for i in range(mtmd.mtmd_input_chunks_size(chunks)):
+        chunk = mtmd.mtmd_input_chunks_get(chunks, i)
+        if mtmd.mtmd_input_chunk_get_type(chunk) == IMAGE:
+            total[(mtmd.mtmd_input_chunk_get_id(chunk) or b"").decode()] += 1
+    return {digest: count // occurrences[digest]
+            if occurrences.get(digest) and count % occurrences[digest] == 0 else count
+            for digest, count in total.items()}

@@ -218,25 +218,27 @@ def test_text_that_looks_like_an_image_marker_is_text(http):
 
 
 def test_a_conversation_of_twenty_pictures_goes_on_and_a_chat_is_fitted_to_its_context(http):
-    """A conversation resends all its pictures every turn: its 17th and later turns are
-    answered (the engine encoded the earlier ones; the caps bound new ones only). A chat
-    that asks to be fitted (`fit_pictures`: the desktop's and the web chat's) leaves its
-    oldest pictures out when the answer would have no room, and says so."""
-    # four pictures, each shown five times: four tower passes, not twenty (the test's
-    # time), and still twenty pictures in the last turn, over the cap of 16 if the
-    # pictures encoded before were counted again
-    pictures = [data_url(png(40, 40, (n * 60, 9, 9))) for n in range(4)]
+    """A conversation resends all its pictures every turn: a turn whose history holds
+    twenty is answered (the engine encoded them before; the caps bound new ones only). A
+    chat that asks to be fitted (`fit_pictures`: the desktop's and the web chat's) leaves
+    its oldest pictures out when the answer would have no room, and says so."""
+    # four pictures, encoded in a first turn; then a history of twenty (each of them five
+    # times, over the cap of 16 if the pictures encoded before were counted again)
+    pictures = [{"type": "image_url", "image_url": {"url": data_url(png(40, 40, (n * 60, 9, 9)))}}
+                for n in range(4)]
+    first = chat(http, [{"type": "text", "text": "Four photos:"}, *pictures], max_tokens=1)
+    assert first.status_code == 200, first.text
     messages = []
     for n in range(20):
-        messages += [{"role": "user", "content": [
-            {"type": "text", "text": f"Picture {n}:"},
-            {"type": "image_url", "image_url": {"url": pictures[n % 4]}}]}]
-        reply = chat(http, None, max_tokens=1, messages=messages)
-        assert reply.status_code == 200, (n, reply.text)
-        messages.append({"role": "assistant", "content": "Seen."})
+        messages += [{"role": "user", "content": [{"type": "text", "text": f"Picture {n}:"},
+                                                  pictures[n % 4]]},
+                     {"role": "assistant", "content": "Seen."}]
+    messages[-1] = {"role": "user", "content": "Which was the reddest?"}
+    reply = chat(http, None, max_tokens=1, messages=messages)
+    assert reply.status_code == 200, reply.text
     assert reply.json()["usage"]["images"]["chunks"] == 40  # two a picture, all of them
+    assert reply.json()["usage"]["images"]["encode_s"] == 0  # every one kept
     n_ctx = reply.json()["homerack"]["n_ctx"]
-    messages.append({"role": "user", "content": "Which was the reddest?"})
     room = n_ctx - 1200  # the answer's room leaves the conversation ~1,200 tokens
     fitted = chat(http, None, max_tokens=room, fit_pictures=True, messages=messages,
                   grammar='root ::= "ok"')
@@ -247,5 +249,3 @@ def test_a_conversation_of_twenty_pictures_goes_on_and_a_chat_is_fitted_to_its_c
     assert body["choices"][0]["message"]["content"] == "ok"
     assert 0 < body["usage"]["images"]["chunks"] < 40  # the latest pictures kept
     assert body["usage"]["prompt_tokens"] + room <= n_ctx
-    plain = chat(http, None, max_tokens=2, messages=messages)  # room enough: all of them
-    assert plain.json()["usage"]["images"]["chunks"] == 40
