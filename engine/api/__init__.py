@@ -18,7 +18,8 @@ The floor (the wings import it, it imports no wing):
                         an OpenAI chat body is
   thinking.py           a request's reasoning settings, as each API states them
   wire.py               what the routes and the server share on the wire: the error
-                        shapes, one server-sent event, the extension object
+                        shapes, one server-sent event, the extension object, the
+                        caller a turn serves
   side_work.py          the routes' work that is no chat turn (speech, hearing,
                         embeddings): threads of its own, a device's metered
   channel.py            events from the worker thread into a request's event loop

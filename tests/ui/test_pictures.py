@@ -23,6 +23,17 @@ def seeing_home(tmp_path, gui_home, vision_dir, starters_dir, monkeypatch):
     return root
 
 
+def answered(qtbot, window, question: str) -> list[str]:
+    """`question` sent with what is attached, four tokens of answer awaited; the errors
+    the window showed meanwhile."""
+    window.settings.max_tokens.setValue(4)
+    errors = []
+    window.chat.error.connect(errors.append)
+    window.chat.send(question)
+    qtbot.waitUntil(lambda: window.chat.current_reply() is None, timeout=180_000)
+    return errors
+
+
 def test_a_picture_is_attached_shown_and_answered(qtbot, seeing_home, open_window, tmp_path):
     window = open_window(("--model", "smolvlm-256m", "--ctx", "2048"))
     photo = tmp_path / "photo.png"
@@ -36,12 +47,7 @@ def test_a_picture_is_attached_shown_and_answered(qtbot, seeing_home, open_windo
     clip.setImageData(picture)
     window.chat.composer.insertFromMimeData(clip)
     qtbot.waitUntil(lambda: len(window.chat.attachments) == 2, timeout=10_000)
-    window.settings.max_tokens.setValue(4)
-    errors = []
-    window.chat.error.connect(errors.append)
-    window.chat.send("What is in these pictures?")
-    qtbot.waitUntil(lambda: window.chat.current_reply() is None, timeout=180_000)
-    assert errors == []
+    assert answered(qtbot, window, "What is in these pictures?") == []
     messages = window.history.messages(window.state.now.conversation.id)
     assert messages[0].content == "What is in these pictures?"
     assert [(a.kind, a.name) for a in messages[0].attachments] == [
@@ -78,12 +84,7 @@ def test_twenty_pictures_never_encoded_go_on_and_the_window_says_what_was_left_o
     last.write_bytes(png(19))
     window.chat.attach([str(last)])
     qtbot.waitUntil(lambda: bool(window.chat.attachments), timeout=10_000)
-    window.settings.max_tokens.setValue(4)
-    errors = []
-    window.chat.error.connect(errors.append)
-    window.chat.send("Which was the reddest?")
-    qtbot.waitUntil(lambda: window.chat.current_reply() is None, timeout=180_000)
-    assert errors == []
+    assert answered(qtbot, window, "Which was the reddest?") == []
     answer = history.messages(chat.id)[-1]
     assert answer.role == "assistant" and answer.status == "complete"
     assert "left out: " in answer.detail and "earlier pictures" in answer.detail
