@@ -220,7 +220,7 @@ class Engine:
         holds, how busy they are, how fast each decodes (cluster/replicas.py)."""
         from .cluster.replicas import MachineLoad
 
-        held = self.loaded()
+        held = self.fleet.loaded()
         models = frozenset(m.id for m in self.shelf.models()
                            if self.shelf.kind_of(m) in ("chat", None))
         slots = self.fleet.main.scheduler.lanes
