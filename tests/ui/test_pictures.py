@@ -34,7 +34,13 @@ def answered(qtbot, window, question: str) -> list[str]:
     return errors
 
 
-def test_a_picture_is_attached_shown_and_answered(qtbot, seeing_home, open_window, tmp_path):
+def test_a_picture_is_attached_shown_and_answered_and_twenty_go_on(qtbot, seeing_home,
+                                                                    open_window, tmp_path):
+    """Two pictures attached (a file and a paste), kept, shown and answered; then, in the
+    same window (one engine start), a conversation of twenty pictures the engine has
+    never encoded (kept from before a restart, or imported): its next turn answers, its
+    oldest pictures left out for the cap on pictures new to the engine (16) and for the
+    2,048-token context, and the window says so under the answer."""
     window = open_window(("--model", "smolvlm-256m", "--ctx", "2048"))
     photo = tmp_path / "photo.png"
     Image.new("RGB", (640, 480), (30, 90, 200)).save(photo)
@@ -55,14 +61,12 @@ def test_a_picture_is_attached_shown_and_answered(qtbot, seeing_home, open_windo
     assert messages[0].attachments[0].data == photo.read_bytes()  # kept as its file
     assert messages[-1].role == "assistant" and messages[-1].status == "complete"
     assert window.chat.view.toHtml().count("<img") >= 2  # the thumbnails
+    twenty_pictures_go_on(qtbot, window, tmp_path)
 
 
-def test_twenty_pictures_never_encoded_go_on_and_the_window_says_what_was_left_out(
-        qtbot, seeing_home, open_window, tmp_path):
-    """A conversation of twenty pictures the engine has never encoded (kept from before a
-    restart, or imported): its next turn answers, its oldest pictures left out for the cap
-    on pictures new to the engine (16) and for the 2,048-token context, and the window
-    says so under the answer."""
+def twenty_pictures_go_on(qtbot, window, tmp_path) -> None:
+    """Nineteen pictures kept in a conversation, none encoded by this engine, and a
+    twentieth attached: the answer, and what was left out said under it."""
     import io
 
     from app.attachments import read_image
@@ -72,7 +76,6 @@ def test_twenty_pictures_never_encoded_go_on_and_the_window_says_what_was_left_o
         Image.new("RGB", (40, 40), (n * 13, 200 - n * 9, 40)).save(out, "PNG")
         return out.getvalue()
 
-    window = open_window(("--model", "smolvlm-256m", "--ctx", "2048"))
     history = window.history
     chat = history.create("Album")
     for n in range(19):
