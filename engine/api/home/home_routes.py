@@ -9,6 +9,7 @@ finished when it wakes (GET the conversation, or follow `/reply` again). Stop en
 from __future__ import annotations
 
 import asyncio
+import mimetypes
 from pathlib import Path
 
 from fastapi import APIRouter, Request
@@ -30,8 +31,6 @@ PAGES = {"/": "index.html", "/app.js": "app.js", "/app.css": "app.css",
          "/manifest.webmanifest": "manifest.webmanifest", "/icon.svg": "icon.svg"}
 MEDIA = {".webmanifest": "application/manifest+json", ".js": "text/javascript",
          ".svg": "image/svg+xml"}
-_MEDIA = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp", "gif": "image/gif",
-          "bmp": "image/bmp"}  # a kept picture's name ends in its format
 KEY_COOKIE = "homerack_key"
 COOKIE_DAYS = 30  # from the last visit (it was 400 from pairing)
 MAX_TURNS = 200  # messages of a conversation given to the model, the latest
@@ -133,8 +132,9 @@ def router(engine: Engine) -> APIRouter:
         """A picture of the device's own conversation, by its hash (the page's <img>)."""
         kept = await asyncio.to_thread(home.conversations.attachment, device_of(http),
                                        conv_id, sha256)
-        return Response(kept.data, media_type=_MEDIA.get(kept.name.rpartition(".")[2],
-                                                         "application/octet-stream"),
+        # a kept picture's name ends in its format (picture.png, picture.jpeg, ...)
+        media = mimetypes.guess_type(kept.name)[0] or "application/octet-stream"
+        return Response(kept.data, media_type=media,
                         headers={"cache-control": "private, max-age=86400"})
 
     @api.patch("/home/api/conversations/{conv_id}")
