@@ -238,7 +238,7 @@ def replicas(args) -> None:
 
 
 def main() -> int:
-    args = arguments(__doc__, {"rounds": (3, 1), "tokens": (32, 4), "words": (1500, 150),
+    args = arguments(__doc__, {"rounds": (3, 1), "tokens": (32, 4), "words": (1500, 50),
                                "replicas": (1, 1)},
                      more=lambda parser: [parser.add_argument("--large", default=GEMMA),
                                           parser.add_argument("--small", default=DEFAULT_MODEL)],

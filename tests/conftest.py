@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from support.engines import api_client, start_engine
-from support.models import ADAPTER, GEMMA_REPO, SMOL, STARTER
+from support.engines import GGUF_INFO, api_client, start_engine
+from support.models import ADAPTER, GEMMA, GEMMA_REPO, SMOL, STARTER
 from tiny_gguf import write_tiny_model  # packaging/, shared with the build smoke test
 
 # the other apps' folders of the machine running the tests are not read (their models
@@ -47,7 +47,18 @@ def home(tmp_path_factory, starters_dir) -> Path:
     for model in starters_dir.glob("*.gguf"):
         (models / model.name).symlink_to(model)
     _write_adapters(starters_dir, models)
+    _read_headers(models, root)
     return root
+
+
+def _read_headers(models: Path, root: Path) -> None:
+    """Every model's header read once, into the home's inspector cache, which each test's
+    engine home starts from (support/engines.py, seed_gguf_info)."""
+    from engine.catalog.gguf_file import GGUFInspector
+
+    inspector = GGUFInspector(root / GGUF_INFO)
+    for model in sorted(models.glob("*.gguf")):
+        inspector.inspect(model)
 
 
 def _write_adapters(starters_dir: Path, models: Path) -> None:
@@ -84,6 +95,18 @@ def tiny_store(tmp_path, tiny_model):
     folder.mkdir()
     shutil.copy(tiny_model, folder / "tiny.gguf")
     return ModelStore(folder, GGUFInspector())
+
+
+@pytest.fixture(scope="session")
+def cut_drafts(starters_dir, tmp_path_factory) -> Path:
+    """A folder holding the cut version of the Gemma draft (engine/speculation/cut_draft.py:
+    18 s to make here, so made once; the engine's own background cut has a test of its
+    own)."""
+    from engine.speculation import cut_draft
+
+    folder = tmp_path_factory.mktemp("cut-drafts")
+    cut_draft.prepare(starters_dir / f"{GEMMA}.gguf", folder)
+    return folder
 
 
 @pytest.fixture(scope="session")

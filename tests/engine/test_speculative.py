@@ -65,14 +65,6 @@ def spec_store(tmp_path_factory, starters_dir):
     return ModelStore(folder, GGUFInspector())
 
 
-@pytest.fixture(scope="session")
-def cut_drafts(spec_store, tmp_path_factory):
-    """A folder holding the cut version of the Gemma draft."""
-    folder = tmp_path_factory.mktemp("cut-drafts")
-    cut_draft.prepare(spec_store.resolve(GEMMA).path, folder)
-    return folder
-
-
 def engine_for(store, **settings):
     load = settings.pop("load", LoadSettings(n_ctx=1024, n_threads=2))
     return Engine(store, EngineSettings(load, **settings))

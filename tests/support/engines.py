@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
 import time
 from pathlib import Path
 
@@ -57,6 +58,21 @@ def settled(engine) -> dict:
     return engine.status()["batching"]
 
 
+GGUF_INFO = Path("cache") / "gguf-info.json"  # the inspector's cache, under a home
+
+
+def seed_gguf_info(home: Path, new_home: Path) -> None:
+    """Give `new_home` what the session home's inspector already read of the models they
+    share (keyed by each file's real path, size and mtime, so valid in both): each engine
+    started on a fresh home otherwise parses every model's header in the background again,
+    Gemma's 262,144-token vocabulary twice (itself and gemma-style): ~7 s of CPU that the
+    test's own requests wait behind. A model only this test has is read as before."""
+    seeded, target = home / GGUF_INFO, new_home / GGUF_INFO
+    if seeded.exists() and not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(seeded, target)
+
+
 def start_engine(home: Path, name: str, args: list[str], env: dict | None = None):
     """A real `homerack serve` with a HOMERACK_HOME of its own under `home`, sharing the
     starter models: (its process, the address it listens on, its models folder).
@@ -69,6 +85,7 @@ def start_engine(home: Path, name: str, args: list[str], env: dict | None = None
         args = [*args, "--response-cache-mib", "0"]
     env = dict(os.environ, HOMERACK_HOME=str(home / name), **(env or {}))
     (home / name / "data").mkdir(parents=True, exist_ok=True)
+    seed_gguf_info(home, home / name)
     models = home / name / "data" / "models"
     if not models.exists():
         models.symlink_to(home / "data" / "models")

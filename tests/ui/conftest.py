@@ -2,6 +2,7 @@
 
 import pytest
 
+from support.engines import seed_gguf_info
 from support.models import STARTER
 
 
@@ -10,6 +11,7 @@ def gui_home(tmp_path, home, monkeypatch):
     root = tmp_path / "gui-home"
     (root / "data").mkdir(parents=True)
     (root / "data" / "models").symlink_to(home / "data" / "models")
+    seed_gguf_info(home, root)
     monkeypatch.setenv("HOMERACK_HOME", str(root))
     return root
 

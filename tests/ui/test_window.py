@@ -52,6 +52,8 @@ def test_first_run_welcomes_focuses_the_composer_and_answers_a_suggestion(qtbot,
     window.control.choose(GEMMA)
     qtbot.waitUntil(lambda: "would run on CPU · about" in window.bar.state.text(), timeout=30_000)
     assert window.drawer.page == "Memory"  # what loading it will take
+    # (the 270M Gemma rambles to the 1,024-token default here: 40 s of the suite)
+    window.settings.max_tokens.setValue(16)
     window.chat.send("Name a colour.")
     wait_reply(qtbot, window)  # Gemma loads on demand beside the starter, which stays
     qtbot.waitUntil(lambda: "Loaded beside the default model" in window.bar.state.text(),
