@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test setup llama chromium vulkan bench bench-tools package package-test screenshots clean
+.PHONY: run test setup llama chromium vulkan vulkan-tools xvfb bench bench-tools package package-test screenshots clean
 
 run: setup
 	$(VENV)/bin/homerack models --quiet
@@ -68,13 +68,22 @@ chromium:
 # then packaging/vulkan_extra.py (cached like the CPU build); else said, and those skip.
 # For `make test` only: `make run` needs no second build.
 VULKAN_DEBS := glslc libvulkan-dev spirv-headers mesa-vulkan-drivers
-vulkan: llama
+vulkan: llama vulkan-tools
+	$(PY) packaging/vulkan_extra.py
+
+vulkan-tools:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	    ! dpkg -s $(VULKAN_DEBS) >/dev/null 2>&1; then \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(VULKAN_DEBS) >/dev/null || \
 		{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
 		  apt-get install -y -q $(VULKAN_DEBS) >/dev/null; } || true; fi
-	$(PY) packaging/vulkan_extra.py
+
+xvfb:
+	@if command -v xvfb-run >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q xvfb >/dev/null || \
+		{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+		  apt-get install -y -q xvfb >/dev/null; } || true; fi
 
 # The window's main states as PNGs in build/screenshots/, under Xvfb with the real xcb
 # platform (apt install xvfb); without it, offscreen (no popups).
@@ -94,16 +103,18 @@ bench-tools: setup
 	$(PY) -m bench.build_tools
 
 # The double-click app (README, "Install the app"): dist/homerack/, its .tar.gz and .deb.
-# The first run builds llama.cpp portable (every CPU variant): about 30 minutes on 2 cores.
-package: setup $(VENV)/.homerack-package-deps
+# The first run builds llama.cpp portable (every CPU variant, and the Vulkan module where
+# Vulkan's build tools are: installed as root as for `make test`): about 40 minutes on 2 cores.
+package: setup vulkan-tools $(VENV)/.homerack-package-deps
 	$(PY) packaging/package.py
 
 $(VENV)/.homerack-package-deps: packaging/requirements-package.txt | $(PY)
 	$(PIP) install -r packaging/requirements-package.txt
 	touch $@
 
-# Runs what `make package` made, as a new user would (needs xvfb-run for the window).
-package-test: package
+# Runs what `make package` made, as a new user would (xvfb-run for the window, installed
+# as root; Mesa's software Vulkan for the Vulkan module).
+package-test: package xvfb
 	$(PY) packaging/package_test.py
 
 clean:

@@ -38,6 +38,7 @@ def check_engine(prompt: str = PROMPT, timeout: float = 180.0) -> int:
         for _piece in client.stream_chat(messages, reply, model=DEFAULT_MODEL,
                                          temperature=0, max_tokens=48):
             first = first or since_launch()
+        print(f"the model ran on: {client.health().get('offload')}", flush=True)
         client.close()
     except RuntimeError as exc:  # it did not start; the message ends with its output
         print(f"self-test failed: {exc}", file=sys.stderr)

@@ -16,6 +16,7 @@ def engine_status(engine) -> dict:
         "n_ctx": loaded.llama.n_ctx if loaded else None,
         "flash_attn": loaded.llama.flash_attn if loaded else None,
         "offload": offload(loaded, host.cluster),
+        "no_gpu_driver": bool(host.hardware and host.hardware.no_gpu_driver),
         "busy": bool(batching.get("active")),
         "memory": loaded.memory if loaded else None,
         "load_notes": list(loaded.notes) if loaded else [],

@@ -170,6 +170,9 @@ def make_deb(arch: str) -> Path:
         f"Package: homerack\nVersion: {VERSION}\nArchitecture: {arch}\n"
         "Maintainer: Homerack developers <homerack@localhost>\n"
         f"Installed-Size: {size_kib}\nDepends: {', '.join(DEB_DEPENDS)}\n"
+        # the Vulkan module's loader; the GPU's driver is the system's (Mesa's for AMD
+        # and Intel, NVIDIA's own): without them the app runs on the CPU
+        "Recommends: libvulkan1, mesa-vulkan-drivers\n"
         "Section: utils\nPriority: optional\n"
         "Description: Run large language models on the machines you already own\n"
         " A desktop app with its own engine (llama.cpp, every x86-64 CPU variant),\n"

@@ -8,10 +8,12 @@ this checkout's Python (no virtual environment on PATH, no PYTHONPATH):
 2. `homerack self-test`: the engine started from the bundle, the starter model linked
    from it (no download) and loaded, a question answered; time from launch to first token;
 3. a variant below this CPU's best, forced with HOMERACK_CPU_VARIANT, still answers;
-4. `homerack worker` starts its llama.cpp RPC server (`homerack -m engine.llama.rpc`);
-5. the desktop window under Xvfb: the starter model ready to chat, a question typed
+4. the Vulkan module: on this machine's Vulkan device (Mesa's lavapipe here), `homerack
+   hardware` names it and the self-test's starter runs its layers there;
+5. `homerack worker` starts its llama.cpp RPC server (`homerack -m engine.llama.rpc`);
+6. the desktop window under Xvfb: the starter model ready to chat, a question typed
    into it answered, a screenshot saved;
-6. the .deb holds /opt/homerack, /usr/bin/homerack, the desktop entry and icons, and
+7. the .deb holds /opt/homerack, /usr/bin/homerack, the desktop entry and icons, and
    the app unpacked from it runs.
 
 Prints the sizes and timings; exit status 0 when every check passed.
@@ -95,6 +97,25 @@ def check_forced(exe: Path, home: Path, variant: str) -> tuple[str, float]:
     if f"CPU backend: {variant} (forced" not in out:
         raise Failed(f"hardware does not say {variant} was forced:\n{out}")
     return check_self_test(exe, home, HOMERACK_CPU_VARIANT=variant)
+
+
+def check_vulkan(exe: Path, home: Path) -> str:
+    """The bundle's Vulkan module on this machine's Vulkan device (Mesa's lavapipe here,
+    listed by llama.cpp only when asked: GGML_VK_VISIBLE_DEVICES): named by `hardware`,
+    the starter's layers on it, an answer."""
+    lib = exe.parent / "_internal" / "llama_cpp" / "lib"
+    if not (lib / "libggml-vulkan.so").exists():
+        raise Failed(f"the bundle has no Vulkan module in {lib}")
+    env = {"GGML_VK_VISIBLE_DEVICES": "0"}
+    out = run([str(exe), "hardware"], clean_env(home, **env))
+    device = next((line for line in out.splitlines() if line.startswith("Vulkan0")), None)
+    if device is None:
+        raise Failed(f"hardware names no Vulkan device (is mesa-vulkan-drivers installed?):\n{out}")
+    out = run([str(exe), "self-test"], clean_env(home, QT_QPA_PLATFORM="offscreen", **env))
+    ran = re.search(r"the model ran on: (.*)", out)
+    if not ran or "on GPU" not in ran.group(1):
+        raise Failed(f"the starter did not run on the Vulkan device:\n{out}")
+    return f"{' '.join(device.split())}; {ran.group(1)}"
 
 
 def check_worker(exe: Path, home: Path) -> str:
@@ -196,6 +217,7 @@ def main() -> int:
         return f"{variant} forced; {answer}; first token {first:.1f} s"
 
     check("a lower CPU variant answers", forced)
+    check("the Vulkan module on a Vulkan device", lambda: check_vulkan(exe, OUT / "home-vulkan"))
     check("homerack worker runs from the bundle", lambda: check_worker(exe, OUT / "home-worker"))
     check("the window under Xvfb",
           lambda: check_window(exe, OUT / "home-window", OUT / "window.png"))

@@ -9,6 +9,12 @@ loader (engine/llama/native.py) asks each for its score on this CPU and keeps th
 AMX variant (sapphirerapids) is left out: its kernels crash on the first decode on such
 CPUs (llama.cpp #20824, unfixed), so a Xeon with AMX gets the AVX-512 one instead.
 
+Beside them, the Vulkan backend as a module (every vendor's GPU, through the driver the
+user has): built where Vulkan's build tools are (gpu_toolchain.py: the distribution's
+glslc, libvulkan-dev and spirv-headers, newer headers fetched where those are old), else
+left out with the reason printed. ggml loads it at start; without a Vulkan loader or
+driver on the user's machine it does not load, and the app runs on the CPU.
+
 The source is the llama.cpp commit llama-cpp-python vendors (its sdist, from the package
 index), so the Python bindings match the libraries. The result is cached under a key of
 version, flags, compiler and machine: about 8 minutes on 2 cores the first time.
@@ -27,6 +33,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+import gpu_toolchain as gpu
 from llama_backend import PACKAGE, VERSION
 
 # llama.cpp's variant list (ggml/src/CMakeLists.txt) minus the one that crashes
@@ -37,6 +44,8 @@ CMAKE_FLAGS = (
     "-DGGML_RPC=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_COMMON=OFF",
     "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF",
     "-DLLAMA_BUILD_SERVER=OFF",
+    # the pictures' library (engine/llama/vision.py), alone: the tools stay unbuilt
+    "-DLLAMA_BUILD_MTMD=ON",
     # the libraries find each other in their own folder, wherever it is unpacked
     "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN",
 )
@@ -44,8 +53,23 @@ CMAKE_FLAGS = (
 # Windows: Vulkan, CUDA; packaging/build_macos.sh and build_windows.ps1 set it)
 EXTRA_FLAGS = tuple(os.environ.get("HOMERACK_PORTABLE_CMAKE_ARGS", "").split())
 # what the bindings load by name, and what those need by SONAME
-LINKED = ("llama", "ggml", "ggml-base")
+LINKED = ("llama", "ggml", "ggml-base", "mtmd")
 MODULE_PREFIX, MODULE_SUFFIX = ("ggml-", ".dll") if sys.platform == "win32" else ("libggml-", ".so")
+
+
+def gpu_flags() -> tuple[tuple[str, ...], list[str]]:
+    """The GPU backends this machine can build as modules (their CMake flags), and a line
+    for each left out, saying why."""
+    if EXTRA_FLAGS:  # a platform's own script chose them
+        return (), []
+    missing = gpu.vulkan_build_tools()
+    if missing:
+        return (), [f"no Vulkan module: Vulkan's build tools are missing ({missing}; "
+                    f"apt install {gpu.VULKAN_PACKAGES})"]
+    args = gpu.vulkan_cmake_args()
+    if args:  # the distribution's headers are too old for this llama.cpp
+        gpu.install_vulkan_headers()
+    return ("-DGGML_VULKAN=ON", *args.split()), []
 
 
 def linked_files(name: str) -> tuple[str, ...]:
@@ -63,10 +87,11 @@ def _compiler() -> str:
     return done.stdout.splitlines()[0] if done.returncode == 0 else compiler
 
 
-def cache_folder() -> Path:
+def cache_folder(gpu_modules: tuple[str, ...] = ()) -> Path:
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    identity = {"version": VERSION, "flags": CMAKE_FLAGS + EXTRA_FLAGS, "excluded": EXCLUDED_VARIANTS,
-                "compiler": _compiler(), "machine": platform.machine()}
+    identity = {"version": VERSION, "flags": CMAKE_FLAGS + EXTRA_FLAGS + gpu_modules,
+                "excluded": EXCLUDED_VARIANTS, "compiler": _compiler(),
+                "machine": platform.machine()}
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     return base / "homerack" / "portable" / f"{VERSION}-{key}"
 
@@ -89,7 +114,7 @@ def _source(work: Path) -> Path:
     return tree / "vendor" / "llama.cpp"
 
 
-def build(into: Path) -> Path:
+def build(into: Path, gpu_modules: tuple[str, ...] = ()) -> Path:
     """Compile and collect the libraries into `into`/lib; returns that folder."""
     work = into / "work"
     work.mkdir(parents=True, exist_ok=True)
@@ -97,10 +122,10 @@ def build(into: Path) -> Path:
     binary = work / "build"
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     subprocess.run(["cmake", "-S", str(source), "-B", str(binary), *generator, *CMAKE_FLAGS,
-                    *EXTRA_FLAGS],
+                    *EXTRA_FLAGS, *gpu_modules],
                    check=True)
     jobs = str(os.cpu_count() or 2)
-    subprocess.run(["cmake", "--build", str(binary), "--target", "llama", "ggml",
+    subprocess.run(["cmake", "--build", str(binary), "--target", "llama", "ggml", "mtmd",
                     "--parallel", jobs], check=True)
     return collect(binary / "bin", into / "lib")
 
@@ -128,18 +153,25 @@ def collect(built: Path, lib: Path) -> Path:
 
 def ensure() -> Path:
     """The folder of the portable libraries: built the first time, then from the cache."""
-    into = cache_folder()
+    gpu_modules, left_out = gpu_flags()
+    for line in left_out:
+        print(line, file=sys.stderr, flush=True)
+    into = cache_folder(gpu_modules)
     lib = into / "lib"
     if not (lib / linked_files("llama")[0]).exists():
         print(f"building portable llama.cpp {VERSION} (every CPU variant but "
-              f"{', '.join(EXCLUDED_VARIANTS)}; about 8 minutes on 2 cores) ...",
+              f"{', '.join(EXCLUDED_VARIANTS)}{', and Vulkan' if gpu_modules else ''}; "
+              f"about {20 if gpu_modules else 8} minutes on 2 cores) ...",
               file=sys.stderr, flush=True)
-        build(into)
+        build(into, gpu_modules)
         shutil.rmtree(into / "work", ignore_errors=True)
     variants = sorted(p.stem.removeprefix(f"{MODULE_PREFIX}cpu-")
                       for p in lib.glob(f"{MODULE_PREFIX}cpu-*{MODULE_SUFFIX}"))
-    print(f"portable llama.cpp: {len(variants)} CPU variants ({' '.join(variants)})",
-          file=sys.stderr, flush=True)
+    others = sorted(p.stem.removeprefix(MODULE_PREFIX) for p in lib.glob(
+        f"{MODULE_PREFIX}*{MODULE_SUFFIX}") if not p.name.startswith(f"{MODULE_PREFIX}cpu-")
+        and p.name not in {f for name in LINKED for f in linked_files(name)})
+    print(f"portable llama.cpp: {len(variants)} CPU variants ({' '.join(variants)}); "
+          f"modules: {' '.join(others)}", file=sys.stderr, flush=True)
     return lib
 
 

@@ -25,6 +25,8 @@ def cmd_hardware(args) -> int:
           f"{hardware.ram_total_bytes / 2**30:7.1f} GiB available; "
           f"{hardware.cpu_cores} CPU cores")
     print(f"llama.cpp CPU backend: {hardware.cpu_backend}")
+    for line in hardware.same_gpu:
+        print(line)
     if why := hardware.cpu_only_why():
         print(why)
     return 0

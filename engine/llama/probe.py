@@ -11,7 +11,16 @@ import psutil
 
 from ..machine.bandwidth import gpu_speed, ram_bandwidth
 from ..catalog.shape import EXPERT_TENSORS
-from ..machine.hardware import KINDS, Device, Hardware
+from ..machine.hardware import KINDS, Device, Hardware, one_backend_per_gpu
+
+
+class DeviceProps(ctypes.Structure):
+    """ggml's struct ggml_backend_dev_props (ggml-backend.h), read for `device_id`: the
+    PCI bus id that tells one GPU seen by two backends."""
+    _fields_ = [("name", ctypes.c_char_p), ("description", ctypes.c_char_p),
+                ("memory_free", ctypes.c_size_t), ("memory_total", ctypes.c_size_t),
+                ("type", ctypes.c_int), ("device_id", ctypes.c_char_p),
+                ("caps", ctypes.c_bool * 5)]
 
 
 def registry_lib():
@@ -28,6 +37,7 @@ def registry_lib():
     lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
     lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
                                             ctypes.POINTER(ctypes.c_size_t)]
+    lib.ggml_backend_dev_get_props.argtypes = [ctypes.c_void_p, ctypes.POINTER(DeviceProps)]
     lib.ggml_backend_dev_by_type.restype = ctypes.c_void_p
     lib.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
     lib.ggml_backend_dev_buffer_type.restype = ctypes.c_void_p
@@ -75,14 +85,19 @@ def probe() -> Hardware:
         description = lib.ggml_backend_dev_description(handle).decode()
         local_gpu = kind in ("gpu", "igpu") and not name.startswith("RPC")
         speed = gpu_speed(description) if local_gpu else (0.0, 0.0)
-        devices.append(Device(name, description, kind, free.value, total.value, *speed))
+        props = DeviceProps()
+        lib.ggml_backend_dev_get_props(handle, ctypes.byref(props))
+        gpu_id = (props.device_id or b"").decode() if local_gpu else ""
+        devices.append(Device(name, description, kind, free.value, total.value, *speed,
+                              gpu_id=gpu_id))
+    devices, same_gpu = one_backend_per_gpu(tuple(devices))
     memory = psutil.virtual_memory()
     features = llama_cpp.llama_print_system_info().decode()
     cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
-    return Hardware(tuple(devices), memory.total, memory.available, cores,
+    return Hardware(devices, memory.total, memory.available, cores,
                     cpu_repack="REPACK = 1" in features and "AVX2 = 1" in features,
                     cpu_backend=backends().describe(), ram_bandwidth=ram_bandwidth(cores),
-                    gpu_backends=gpu_backends(lib))
+                    gpu_backends=gpu_backends(lib), same_gpu=same_gpu)
 
 
 def _handles(names, lib=None) -> list:

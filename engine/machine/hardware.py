@@ -19,6 +19,7 @@ class Device:
     total_bytes: int
     bandwidth: float = 0.0  # bytes/s it reads (0: unknown; the planner assumes a prior)
     flops: float = 0.0      # FLOP/s it computes (0: unknown)
+    gpu_id: str = ""        # the GPU's PCI bus id as its backend reports it ("": unknown)
 
 
 @dataclass(frozen=True)
@@ -32,14 +33,24 @@ class Hardware:
     cpu_backend: str = ""         # which build of llama.cpp's CPU backend runs (native.py)
     ram_bandwidth: float = 0.0    # bytes/s the CPU reads from RAM (measured; 0: unknown)
     gpu_backends: tuple[str, ...] = ()  # llama.cpp's GPU backends in this build (CUDA, Vulkan)
+    same_gpu: tuple[str, ...] = ()  # devices left out as another backend's view of one GPU
 
     @property
     def gpus(self) -> tuple[Device, ...]:
         return tuple(d for d in self.devices if d.kind in ("gpu", "igpu"))
 
+    @property
+    def no_gpu_driver(self) -> bool:
+        """This build has a GPU backend and it found no GPU: the driver is missing (or
+        there is no GPU): the window and `homerack hardware` say so."""
+        return bool(self.gpu_backends) and not self._local_gpus()
+
+    def _local_gpus(self) -> tuple[Device, ...]:
+        return tuple(d for d in self.gpus if not d.name.startswith("RPC"))
+
     def cpu_only_why(self) -> str | None:
         """Why every layer runs on the CPU, in a line; None where a GPU is there."""
-        if any(not d.name.startswith("RPC") for d in self.gpus):
+        if self._local_gpus():
             return None
         if not self.gpu_backends:
             return "runs on the CPU: this llama.cpp build has no GPU backend"
@@ -69,6 +80,26 @@ class Hardware:
                         for d in self.devices)
         return replace(self, devices=devices,
                        ram_available_bytes=max(0, self.ram_available_bytes - taken.get("CPU", 0)))
+
+
+def one_backend_per_gpu(devices: tuple[Device, ...]) -> tuple[tuple[Device, ...],
+                                                              tuple[str, ...]]:
+    """The devices with each GPU once, and a line for each left out. With CUDA's and
+    Vulkan's modules both loaded, an NVIDIA card is listed twice (CUDA0 and Vulkan0):
+    planned as two GPUs, its memory would be counted twice and the load would fail. As
+    llama.cpp does when it picks devices itself (llama_model_load's device list), the first
+    in the registry's order is kept — CUDA's, registered before Vulkan's — and a device
+    whose backend gives no id is never taken for another."""
+    kept, left = [], []
+    for device in devices:
+        twin = next((k for k in kept if device.gpu_id and k.gpu_id == device.gpu_id), None)
+        if twin is None:
+            kept.append(device)
+        else:
+            left.append(f"{device.name} is the GPU {twin.name} runs on ({device.gpu_id}, "
+                        f"{twin.description}): planned on {twin.name} only, the first "
+                        f"backend llama.cpp registered for it")
+    return tuple(kept), tuple(left)
 
 
 def simulated(vram_gib: tuple[float, ...] = (), ram_gib: float = 16.0, cores: int = 8,

@@ -301,7 +301,7 @@ def _reasons(shape: ModelShape, hw: Hardware, prefs: Preferences, best: _Choice,
     and the Memory page say the same)."""
     placement, n_ctx = best.placement, best.n_ctx
     reasons = ["no GPU: every layer runs on the CPU" if not hw.gpus
-               else _layers_text(shape, placement, prefs)]
+               else _layers_text(shape, placement, prefs), *hw.same_gpu]
     if placement.cpu_moe or placement.split_mode == "tensor":
         if placement.cpu_moe:
             reasons.append(_experts_text(shape, placement, n_ctx, prefs))

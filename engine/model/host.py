@@ -52,6 +52,11 @@ class ModelHost:
         self._journal = LoadJournal(settings.load_journal, settings.no_repack_file)
 
     @property
+    def hardware(self):
+        """The machine as the last load probed it (None before the first)."""
+        return self._hardware
+
+    @property
     def default(self) -> LocalModel | None:
         """The model of requests that name none (until one is loaded)."""
         return self._default

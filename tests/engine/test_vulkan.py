@@ -50,6 +50,8 @@ def homerack(home, *args) -> subprocess.CompletedProcess:
 def test_hardware_and_the_plan_name_the_vulkan_device(home):
     shown = homerack(home, "hardware").stdout
     assert "Vulkan0" in shown and "llvmpipe" in shown, shown
+    listed = json.loads(homerack(home, "hardware", "--json").stdout)  # ggml's device props read
+    assert [d["name"] for d in listed["devices"]] == ["Vulkan0", "CPU"] and not listed["same_gpu"]
     hidden = subprocess.run(  # lavapipe not asked for: no GPU, and said so
         [sys.executable, "-m", "app", "hardware"], cwd=ROOT, capture_output=True, text=True,
         timeout=180, env={**os.environ, "PYTHONPATH": ON_VULKAN["PYTHONPATH"],
@@ -112,6 +114,7 @@ def test_the_engine_plans_its_layers_onto_lavapipe_and_answers(home):
         with api_client(address) as http:  # (loaded by the request)
             health = http.get("/health").json()
         assert health["offload"] == "31 layers on GPU", health["offload"]
+        assert health["no_gpu_driver"] is False  # the window names no missing driver
         assert [d["device"] for d in health["memory"]["devices"]][:1] == ["Vulkan0"], health
     finally:
         process.stop()

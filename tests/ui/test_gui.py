@@ -575,3 +575,15 @@ def test_a_reasoning_models_thinking_streams_in_its_own_section(qtbot, open_wind
         assert window.bar.thinking.findData("none") >= 0  # its template can turn it off
     finally:
         link.unlink()
+
+
+def test_the_status_line_says_when_a_gpu_build_found_no_gpu_driver():
+    from ui.models.model_bar import describe_state
+
+    health = {"model": STARTER, "offload": "CPU", "memory": {"plan": {
+        "forecast": {"decode_tokens_per_s": 41.0}}}}
+    assert describe_state(STARTER, health) == "Loaded · runs on CPU · about 41 tokens/s"
+    assert describe_state(STARTER, {**health, "no_gpu_driver": True}) == \
+        "Loaded · runs on the CPU: no GPU driver found · about 41 tokens/s"
+    assert describe_state(STARTER, {**health, "offload": "31 layers on GPU"}) == \
+        "Loaded · runs on 31 layers on GPU · about 41 tokens/s"

@@ -441,3 +441,39 @@ def test_the_plans_cpu_memory_line_counts_every_lanes_kv_stream():
     cpu = split.uses[-1]
     line = next(r for r in split.reasons if r.startswith("CPU memory"))
     assert line == f"CPU memory: {cpu.total / 2**20:,.0f} of {cpu.budget / 2**20:,.0f} MiB usable"
+
+
+def test_one_gpu_seen_by_cuda_and_vulkan_is_planned_once_on_cuda():
+    """With both GPU modules loaded (the packaged app), an NVIDIA card is CUDA0 and Vulkan0
+    with one PCI id: planned once (its 12 GiB are not 24), on the first registered backend
+    as llama.cpp picks, and the plan says which and why; another GPU (Vulkan1, its own id)
+    and devices whose backend gives no id are kept."""
+    from engine.machine.hardware import Device, Hardware, one_backend_per_gpu
+
+    card, igpu = "0000:01:00.0", "0000:00:02.0"
+    cuda = Device("CUDA0", "NVIDIA GeForce RTX 3060", "gpu", 12 * GiB, 12 * GiB, gpu_id=card)
+    vulkan = Device("Vulkan0", "NVIDIA GeForce RTX 3060", "gpu", 12 * GiB, 12 * GiB, gpu_id=card)
+    other = Device("Vulkan1", "Intel(R) UHD Graphics", "igpu", 2 * GiB, 8 * GiB, gpu_id=igpu)
+    unknown = [Device(f"Vulkan{i}", "llvmpipe", "gpu", GiB, GiB) for i in (2, 3)]
+    cpu = Device("CPU", "CPU", "cpu", 32 * GiB, 32 * GiB)
+    kept, left = one_backend_per_gpu((cuda, vulkan, other, *unknown, cpu))
+    assert [d.name for d in kept] == ["CUDA0", "Vulkan1", "Vulkan2", "Vulkan3", "CPU"]
+    assert left == ("Vulkan0 is the GPU CUDA0 runs on (0000:01:00.0, NVIDIA GeForce RTX "
+                    "3060): planned on CUDA0 only, the first backend llama.cpp registered "
+                    "for it",)
+    hardware = Hardware((cuda, cpu), 32 * GiB, 32 * GiB, 8, same_gpu=left,
+                        gpu_backends=("CUDA", "Vulkan"))
+    result = plan(hardware, LLAMA_7B, Preferences(ctx=4096))
+    assert {u.device for u in result.uses} == {"CUDA0", "CPU"} and result.n_gpu_layers > 0
+    assert left[0] in result.reasons
+    assert not hardware.no_gpu_driver and hardware.cpu_only_why() is None
+
+
+def test_a_gpu_build_that_finds_no_gpu_says_the_driver_is_missing():
+    from engine.machine.hardware import Hardware, simulated
+
+    cpu_only = simulated((), 16)
+    built = Hardware(cpu_only.devices, GiB, GiB, 2, gpu_backends=("CUDA", "Vulkan"))
+    assert built.no_gpu_driver and "no GPU driver found" in built.cpu_only_why()
+    assert not cpu_only.no_gpu_driver  # a CPU build: nothing to say about drivers
+    assert cpu_only.cpu_only_why() == "runs on the CPU: this llama.cpp build has no GPU backend"

@@ -32,6 +32,8 @@ def describe_state(chosen: str | None, health: dict, loading: bool = False) -> s
     plan = (health.get("memory") or {}).get("plan") or {}
     speed = (plan.get("forecast") or {}).get("decode_tokens_per_s")
     where = health.get("offload") or "CPU"
+    if where == "CPU" and health.get("no_gpu_driver"):  # a GPU build, and no GPU found
+        where = "the CPU: no GPU driver found"
     return f"Loaded · runs on {where}" + (f" · about {speed:.0f} tokens/s" if speed else "")
 
 
