@@ -6,6 +6,7 @@ import openai
 import pytest
 
 from app.engine_proc import EngineProcess
+from support.engines import seed_gguf_info
 from support.models import GEMMA, STARTER
 
 pytestmark = pytest.mark.slow
@@ -19,6 +20,7 @@ def engine_home(tmp_path, home):
     root = tmp_path / "cache-home"
     (root / "data").mkdir(parents=True)
     (root / "data" / "models").symlink_to(home / "data" / "models")
+    seed_gguf_info(home, root)
     return root
 
 

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from support import ROOT
+from support.engines import seed_gguf_info
 from support.models import GEMMA, PARIS_QUESTION, STARTER
 
 pytestmark = pytest.mark.slow
@@ -82,6 +83,7 @@ def test_chat_uses_the_running_engine(home, tmp_path):
     serve_home = tmp_path / "served"
     (serve_home / "data").mkdir(parents=True)
     (serve_home / "data" / "models").symlink_to(home / "data" / "models")
+    seed_gguf_info(home, serve_home)
     env = dict(os.environ, HOMERACK_HOME=str(serve_home), HOMERACK_TOKEN="sekret")
     server = subprocess.Popen([sys.executable, "-m", "app", "serve", "--model", STARTER],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
@@ -105,6 +107,7 @@ def test_serve_generates_a_token_when_none_is_given(home, tmp_path):
     serve_home = tmp_path / "served"
     (serve_home / "data").mkdir(parents=True)
     (serve_home / "data" / "models").symlink_to(home / "data" / "models")
+    seed_gguf_info(home, serve_home)
     env = {k: v for k, v in os.environ.items() if k != "HOMERACK_TOKEN"}
     env["HOMERACK_HOME"] = str(serve_home)
     server = subprocess.Popen([sys.executable, "-m", "app", "serve"], cwd=ROOT, env=env,

@@ -30,7 +30,7 @@ import httpx
 import openai
 import pytest
 
-from support.engines import start_engine
+from support.engines import seed_gguf_info, start_engine
 from support.models import PARIS_QUESTION, STARTER
 from fixtures.network import sse_events
 
@@ -46,6 +46,7 @@ def replica(home):
     (home / "r1" / "data").mkdir(parents=True, exist_ok=True)
     if not (home / "r1" / "data" / "models").exists():
         (home / "r1" / "data" / "models").symlink_to(home / "data" / "models")
+    seed_gguf_info(home, home / "r1")
     process = subprocess.Popen(
         [sys.executable, "-m", "app", "worker", "--host", "127.0.0.1", "--port", "0", "--name",
          "r1", "--code", CODE, "--no-advertise", "--threads", "1", "--replica"],
@@ -278,6 +279,7 @@ def test_a_replica_on_another_network_serves_and_keeps_its_conversations(home, o
     (home / "far" / "data").mkdir(parents=True, exist_ok=True)
     if not (home / "far" / "data" / "models").exists():
         (home / "far" / "data" / "models").symlink_to(home / "data" / "models")
+    seed_gguf_info(home, home / "far")
     worker = subprocess.Popen(
         ["ip", "netns", "exec", netns, sys.executable, "-m", "app", "worker", "--host", address,
          "--port", "0", "--name", "far", "--code", CODE, "--no-advertise", "--threads", "1",

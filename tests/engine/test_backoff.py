@@ -12,6 +12,7 @@ import time
 import httpx
 import pytest
 
+from support.engines import seed_gguf_info
 from support.models import PARIS_QUESTION, STARTER
 from engine.engine import Engine, LoadOverride
 from engine.settings import EngineSettings, LoadSettings
@@ -34,6 +35,7 @@ def capped_server(home):
     (root / "data").mkdir(parents=True, exist_ok=True)
     if not (root / "data" / "models").exists():
         (root / "data" / "models").symlink_to(home / "data" / "models")
+    seed_gguf_info(home, root)
     process = EngineProcess(["--no-prompt-cache"], env=dict(os.environ, HOMERACK_HOME=str(root)))
     address = process.wait_ready()
     http = httpx.Client(base_url=address.url, timeout=300,
@@ -134,6 +136,7 @@ def test_an_engine_that_died_evaluating_restarts_without_repacked_weights(home, 
     root = tmp_path / "home"
     (root / "data").mkdir(parents=True)
     (root / "data" / "models").symlink_to(home / "data" / "models")
+    seed_gguf_info(home, root)
     env = dict(os.environ, HOMERACK_HOME=str(root), HOMERACK_FAULT="repacked-eval")
 
     def engine():

@@ -69,8 +69,9 @@ def seed_gguf_info(home: Path, new_home: Path) -> None:
     test's own requests wait behind. A model only this test has is read as before."""
     seeded, target = home / GGUF_INFO, new_home / GGUF_INFO
     if seeded.exists() and not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         shutil.copyfile(seeded, target)
+        target.chmod(0o600)  # as the engine writes it (test_private_files)
 
 
 def start_engine(home: Path, name: str, args: list[str], env: dict | None = None):
