@@ -81,6 +81,11 @@ def linked_files(name: str) -> tuple[str, ...]:
     return (f"lib{name}.so", f"lib{name}.so.0")
 
 
+def all_linked_files() -> set[str]:
+    """Every file of the linked libraries (the rest of the folder is backend modules)."""
+    return {file for name in LINKED for file in linked_files(name)}
+
+
 def _compiler() -> str:
     compiler = os.environ.get("CXX") or shutil.which("c++") or "c++"
     done = subprocess.run([compiler, "--version"], capture_output=True, text=True)
@@ -137,7 +142,7 @@ def collect(built: Path, lib: Path) -> Path:
     staging = lib.with_name("lib.partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    linked = {file for name in LINKED for file in linked_files(name)}
+    linked = all_linked_files()
     for module in sorted(built.glob(f"{MODULE_PREFIX}*{MODULE_SUFFIX}")):
         if module.name not in linked and not module.is_symlink():
             shutil.copy2(module, staging / module.name)
@@ -169,7 +174,7 @@ def ensure() -> Path:
                       for p in lib.glob(f"{MODULE_PREFIX}cpu-*{MODULE_SUFFIX}"))
     others = sorted(p.stem.removeprefix(MODULE_PREFIX) for p in lib.glob(
         f"{MODULE_PREFIX}*{MODULE_SUFFIX}") if not p.name.startswith(f"{MODULE_PREFIX}cpu-")
-        and p.name not in {f for name in LINKED for f in linked_files(name)})
+        and p.name not in all_linked_files())
     print(f"portable llama.cpp: {len(variants)} CPU variants ({' '.join(variants)}); "
           f"modules: {' '.join(others)}", file=sys.stderr, flush=True)
     return lib
