@@ -64,6 +64,12 @@ class Paths:
     def gguf_cache(self) -> Path:
         return self.cache / "gguf-info.json"
 
+    @property
+    def gpu_runtime(self) -> Path:
+        """NVIDIA's CUDA runtime for the packaged app's CUDA module, once fetched
+        (engine/llama/cuda_runtime.py)."""
+        return self.cache / "gpu-runtime"
+
 
 def paths() -> Paths:
     home = os.environ.get("HOMERACK_HOME")

@@ -141,6 +141,7 @@ def install_cuda(wheels=CUDA_WHEELS, cache: Path | None = None) -> Path:
         subprocess.run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check",
                         "--no-deps", "--upgrade", "--target", str(home), *wheels], check=True)
         done.write_text(" ".join(wheels))
+    driver_stub(root)
     for versioned in (root / "lib").glob("lib*.so.*"):
         plain = versioned.with_name(versioned.name.split(".so.")[0] + ".so")
         if not plain.exists():
@@ -149,7 +150,28 @@ def install_cuda(wheels=CUDA_WHEELS, cache: Path | None = None) -> Path:
 
 
 def cuda_cmake_args(root: Path) -> str:
-    return f"-DCMAKE_CUDA_COMPILER={root / 'bin' / 'nvcc'} -DCUDAToolkit_ROOT={root}"
+    return (f"-DCMAKE_CUDA_COMPILER={root / 'bin' / 'nvcc'} -DCUDAToolkit_ROOT={root} "
+            f"-DCUDA_cuda_driver_LIBRARY={root / 'lib' / 'stubs' / 'libcuda.so'}")
+
+
+def driver_stub(root: Path) -> Path:
+    """A link-time stand-in for the driver's libcuda (ggml's CUDA backend links the driver
+    API): every function cuda.h declares, empty, under the driver's SONAME, as the
+    toolkit's own lib/stubs holds (PyPI's wheels ship none). At run time the dynamic
+    linker loads the real libcuda.so.1 the driver installed, or the module does not load."""
+    stub = root / "lib" / "stubs" / "libcuda.so"
+    if stub.exists():
+        return stub
+    header = (root / "include" / "cuda.h").read_text()
+    names = set(re.findall(r"CUDAAPI\s+(cu\w+)\s*\(", header))
+    names |= set(re.findall(r"^#define\s+cu\w+\s+(cu\w+)\s*$", header, re.MULTILINE))
+    stub.parent.mkdir(parents=True, exist_ok=True)
+    source = stub.with_suffix(".c")
+    source.write_text("".join(f"void {name}(void) {{}}\n" for name in sorted(names)))
+    compiler = os.environ.get("CC") or shutil.which("cc") or "cc"
+    subprocess.run([compiler, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o",
+                    str(stub), str(source)], check=True)
+    return stub
 
 
 def preload_line(root: Path) -> str:

@@ -4,7 +4,9 @@ a .deb on Linux (built and tested here), a .dmg on macOS and a setup .exe on Win
 
     .venv/bin/python packaging/package.py
 
-1. llama.cpp built portable (packaging/portable_llama.py: every CPU variant but AMX);
+1. llama.cpp built portable (packaging/portable_llama.py: every CPU variant but AMX,
+   and the GPU backends as modules: Vulkan, and CUDA without its runtime, which the app
+   fetches once on an NVIDIA machine);
 2. the starter models installed into a folder of their own, to ship inside;
 3. PyInstaller (packaging/homerack.spec) makes dist/homerack/, its log kept in
    build/package/pyinstaller.log; a "Library not found" line there fails the build;
@@ -33,7 +35,9 @@ sys.path[:0] = [str(ROOT / "packaging"), str(ROOT)]
 
 from app.qt_check import missing_libraries  # noqa: E402
 from portable_llama import EXCLUDED_VARIANTS, MODULE_PREFIX, MODULE_SUFFIX  # noqa: E402
+from portable_llama import CUDA_MODULE, RUNTIME_MANIFEST  # noqa: E402
 from portable_llama import ensure as portable_libs  # noqa: E402
+from portable_llama import ensure_cuda  # noqa: E402
 
 WORK = ROOT / "build" / "package"
 DIST = ROOT / "dist"
@@ -48,6 +52,20 @@ ICON_SIZES = (48, 128, 256)
 # Libraries that may rightly be absent here: Qt's GTK platform theme is loaded only on a
 # GTK desktop, and then uses that desktop's own GTK (it is never bundled).
 SYSTEM_PROVIDED = ("platformthemes/libqgtk3.so",)
+# What the CUDA module links and the bundle does not carry: the driver's own library, and
+# NVIDIA's runtime, fetched at first use (its manifest, beside the module, names it).
+DRIVER_LIBRARY = "libcuda.so.1"
+
+
+def fetched_at_first_use(lib: Path) -> set[str]:
+    """The libraries the CUDA module in `lib` may rightly miss here."""
+    import json
+
+    manifest = lib / RUNTIME_MANIFEST
+    if not manifest.exists():
+        return set()
+    return {DRIVER_LIBRARY} | {name for wheel in json.loads(manifest.read_text())["wheels"]
+                               for name in wheel["libraries"]}
 
 
 def starter_models() -> Path:
@@ -58,9 +76,10 @@ def starter_models() -> Path:
     return home / "data" / "models"
 
 
-def run_pyinstaller(libs: Path, starters: Path) -> None:
+def run_pyinstaller(libs: list[Path], starters: Path) -> None:
     log = WORK / "pyinstaller.log"
-    env = dict(os.environ, HOMERACK_LLAMA_LIBS=str(libs), HOMERACK_STARTERS=str(starters))
+    env = dict(os.environ, HOMERACK_LLAMA_LIBS=os.pathsep.join(map(str, libs)),
+               HOMERACK_STARTERS=str(starters))
     with log.open("w") as handle:
         done = subprocess.run(
             [sys.executable, "-m", "PyInstaller", "--noconfirm", "--clean",
@@ -70,8 +89,10 @@ def run_pyinstaller(libs: Path, starters: Path) -> None:
     text = log.read_text()
     if done.returncode:
         raise SystemExit(f"PyInstaller failed ({done.returncode}):\n{text[-3000:]}")
+    later = set().union(*(fetched_at_first_use(lib) for lib in libs))
     missing = [line for line in text.splitlines() if "Library not found" in line
-               and not any(f"{plugin}'" in line for plugin in SYSTEM_PROVIDED)]
+               and not any(f"{plugin}'" in line for plugin in SYSTEM_PROVIDED)
+               and not any(f"{name}'" in line or f"{name} " in line for name in later)]
     if missing:
         raise SystemExit("PyInstaller could not find libraries the app needs:\n"
                          + "\n".join(missing) + f"\n(full log: {log})")
@@ -110,8 +131,11 @@ def check_bundle() -> list[str]:
 def linux_libraries(internal: Path) -> list[str]:
     """Every llama.cpp library and Qt's xcb platform plugin find all they need (`ldd`)."""
     problems = []
-    for path in sorted((internal / "llama_cpp" / "lib").glob("*.so*")):
-        problems += [f"{path.name} needs {name}, not found" for name in missing_libraries(path)]
+    lib = internal / "llama_cpp" / "lib"
+    later = fetched_at_first_use(lib)
+    for path in sorted(lib.glob("*.so*")):
+        problems += [f"{path.name} needs {name}, not found" for name in missing_libraries(path)
+                     if not (path.name == CUDA_MODULE and name in later)]
     plugin = internal / "PySide6" / "Qt" / "plugins" / "platforms" / "libqxcb.so"
     if not plugin.exists():
         return problems + [f"Qt's xcb platform plugin is missing ({plugin})"]
@@ -221,7 +245,9 @@ def installers() -> list[Path]:
 
 def main() -> int:
     WORK.mkdir(parents=True, exist_ok=True)
-    libs = portable_libs()
+    libs = [portable_libs()]
+    if cuda := ensure_cuda():
+        libs.append(cuda)
     starters = starter_models()
     print("running PyInstaller (a few minutes) ...", flush=True)
     run_pyinstaller(libs, starters)

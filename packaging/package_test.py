@@ -118,6 +118,33 @@ def check_vulkan(exe: Path, home: Path) -> str:
     return f"{' '.join(device.split())}; {ran.group(1)}"
 
 
+def check_cuda(exe: Path, home: Path) -> str:
+    """The bundle's CUDA module, refused cleanly where it cannot run (no NVIDIA driver
+    here), and its runtime fetched from the index as a user's first use would: checked
+    against the sha256 the bundle was built with."""
+    lib = exe.parent / "_internal" / "llama_cpp" / "lib"
+    if not (lib / "libggml-cuda.so").exists() or not (lib / "cuda-runtime.json").exists():
+        raise Failed(f"the bundle has no CUDA module (or its runtime manifest) in {lib}")
+    out = run([str(exe), "hardware"], clean_env(home))
+    refused = next((line for line in out.splitlines() if "CUDA module not loaded" in line), None)
+    if refused is None:
+        raise Failed(f"hardware does not say why the CUDA module stayed out:\n{out}")
+    said = subprocess.run([str(exe), "gpu-runtime"], env=clean_env(home), capture_output=True,
+                          text=True, timeout=60)
+    if said.returncode != 1 or "is not fetched" not in said.stdout:
+        raise Failed(f"gpu-runtime before a fetch:\n{said.stdout}{said.stderr}")
+    started = time.monotonic()
+    fetched = run([str(exe), "gpu-runtime", "--fetch"], clean_env(home), timeout=1800)
+    took = time.monotonic() - started
+    runtime = next(home.glob("cache/gpu-runtime/cuda-runtime-*"))
+    size = sum(p.stat().st_size for p in runtime.iterdir())
+    if "runtime is here" not in fetched:
+        raise Failed(f"gpu-runtime --fetch:\n{fetched}")
+    module = (lib / "libggml-cuda.so").stat().st_size / 2**20
+    return (f"module {module:.0f} MiB; {refused.strip()}; runtime fetched and checked in "
+            f"{took:.0f} s ({size / 2**20:.0f} MiB kept)")
+
+
 def check_worker(exe: Path, home: Path) -> str:
     worker = subprocess.Popen([str(exe), "worker", "--host", "127.0.0.1", "--port", "0",
                                "--code", "246810", "--no-advertise"],
@@ -218,6 +245,7 @@ def main() -> int:
 
     check("a lower CPU variant answers", forced)
     check("the Vulkan module on a Vulkan device", lambda: check_vulkan(exe, OUT / "home-vulkan"))
+    check("the CUDA module, without a driver", lambda: check_cuda(exe, OUT / "home-cuda"))
     check("homerack worker runs from the bundle", lambda: check_worker(exe, OUT / "home-worker"))
     check("the window under Xvfb",
           lambda: check_window(exe, OUT / "home-window", OUT / "window.png"))

@@ -15,6 +15,15 @@ glslc, libvulkan-dev and spirv-headers, newer headers fetched where those are ol
 left out with the reason printed. ggml loads it at start; without a Vulkan loader or
 driver on the user's machine it does not load, and the app runs on the CPU.
 
+And the CUDA backend as a module (NVIDIA), built apart with CUDA from PyPI
+(gpu_toolchain.install_cuda) for the GPUs people own: SASS for Turing, Ampere's and Ada's
+consumer cards and Blackwell's, Turing's PTX for every other (the driver compiles it once).
+Its runtime (cudart, cuBLAS: 400+ MB) is not bundled: `cuda-runtime.json` beside the
+module names the wheels it was built against, with their sha256 from the package index,
+and the app fetches them once on a machine whose NVIDIA driver is there
+(engine/llama/cuda_runtime.py). Hours on 2 cores the first time; resumable (an
+interrupted build goes on from where it stopped), then cached.
+
 The source is the llama.cpp commit llama-cpp-python vendors (its sdist, from the package
 index), so the Python bindings match the libraries. The result is cached under a key of
 version, flags, compiler and machine: about 8 minutes on 2 cores the first time.
@@ -31,6 +40,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import urllib.request
 from pathlib import Path
 
 import gpu_toolchain as gpu
@@ -55,6 +65,21 @@ EXTRA_FLAGS = tuple(os.environ.get("HOMERACK_PORTABLE_CMAKE_ARGS", "").split())
 # what the bindings load by name, and what those need by SONAME
 LINKED = ("llama", "ggml", "ggml-base", "mtmd")
 MODULE_PREFIX, MODULE_SUFFIX = ("ggml-", ".dll") if sys.platform == "win32" else ("libggml-", ".so")
+
+
+# Turing (7.5: its SASS, and its PTX for the rest), RTX 30 (8.6), RTX 40 (8.9), RTX 50 (12.0)
+CUDA_ARCHITECTURES = os.environ.get("HOMERACK_CUDA_ARCHITECTURES", "75;86-real;89-real;120a-real")
+CUDA_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DGGML_BACKEND_DL=ON",
+    "-DGGML_NATIVE=OFF", "-DGGML_CPU=OFF", "-DGGML_CUDA=ON", "-DLLAMA_CURL=OFF",
+    "-DLLAMA_BUILD_COMMON=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_SERVER=OFF",
+    "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN",
+    f"-DCMAKE_CUDA_ARCHITECTURES={CUDA_ARCHITECTURES}",
+)
+CUDA_MODULE = f"{MODULE_PREFIX}cuda{MODULE_SUFFIX}"
+RUNTIME_MANIFEST = "cuda-runtime.json"  # engine/llama/cuda_runtime.py reads it
+PYPI = "https://pypi.org/pypi"
 
 
 def gpu_flags() -> tuple[tuple[str, ...], list[str]]:
@@ -93,12 +118,16 @@ def _compiler() -> str:
 
 
 def cache_folder(gpu_modules: tuple[str, ...] = ()) -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     identity = {"version": VERSION, "flags": CMAKE_FLAGS + EXTRA_FLAGS + gpu_modules,
-                "excluded": EXCLUDED_VARIANTS, "compiler": _compiler(),
-                "machine": platform.machine()}
+                "excluded": EXCLUDED_VARIANTS}
+    return _cached(identity, VERSION)
+
+
+def _cached(identity: dict, name: str) -> Path:
+    """A build's folder in the cache, keyed by what it was built from and with."""
+    identity = {**identity, "compiler": _compiler(), "machine": platform.machine()}
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
-    return base / "homerack" / "portable" / f"{VERSION}-{key}"
+    return gpu.cache_base() / "homerack" / "portable" / f"{name}-{key}"
 
 
 def _source(work: Path) -> Path:
@@ -156,6 +185,73 @@ def collect(built: Path, lib: Path) -> Path:
     return lib
 
 
+def cuda_problem() -> str | None:
+    """Why this machine builds no CUDA module for the bundle, or None."""
+    if os.environ.get("HOMERACK_PACKAGE_CUDA", "1") == "0":
+        return "no CUDA module: HOMERACK_PACKAGE_CUDA=0"
+    if EXTRA_FLAGS:
+        return "no CUDA module apart: the platform's script chose the GPU backends"
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        return "no CUDA module: CUDA from PyPI is built here for Linux x86-64 only"
+    return None
+
+
+def runtime_manifest() -> dict:
+    """The CUDA runtime wheels the module was built against, as the package index lists
+    them (the manylinux x86-64 file: its URL, size and sha256), and the libraries each
+    gives: what the app fetches and checks at first use."""
+    wanted = {"nvidia-cuda-runtime": gpu.RUNTIME_LIBS[:1], "nvidia-cublas": gpu.RUNTIME_LIBS[1:]}
+    wheels = []
+    for pin in gpu.CUDA_WHEELS:
+        name, version = pin.split("==")
+        if name not in wanted:
+            continue
+        with urllib.request.urlopen(f"{PYPI}/{name}/{version}/json", timeout=60) as reply:
+            files = json.load(reply)["urls"]
+        wheel = next(f for f in files if f["filename"].endswith(".whl")
+                     and "manylinux" in f["filename"] and "x86_64" in f["filename"])
+        wheels.append({"name": name, "version": version, "url": wheel["url"],
+                       "size": wheel["size"], "sha256": wheel["digests"]["sha256"],
+                       "member_folder": "nvidia/cu13/lib", "libraries": list(wanted[name])})
+    return {"cuda": gpu.CUDA_RELEASE, "architectures": CUDA_ARCHITECTURES, "wheels": wheels}
+
+
+def ensure_cuda() -> Path | None:
+    """The folder of the CUDA module and its runtime manifest (built the first time,
+    then from the cache), or None where none is built here (the reason printed)."""
+    problem = cuda_problem()
+    if problem:
+        print(problem, file=sys.stderr, flush=True)
+        return None
+    root = gpu.install_cuda()
+    flags = CUDA_FLAGS + tuple(gpu.cuda_cmake_args(root).split())
+    into = _cached({"version": VERSION, "cuda": gpu.CUDA_RELEASE, "flags": CUDA_FLAGS},
+                   f"cuda-{VERSION}")
+    lib = into / "lib"
+    if not (lib / CUDA_MODULE).exists():
+        print(f"building llama.cpp {VERSION}'s CUDA module for {CUDA_ARCHITECTURES} (hours "
+              "on 2 cores the first time; an interrupted build goes on where it stopped) ...",
+              file=sys.stderr, flush=True)
+        work = into / "work"
+        work.mkdir(parents=True, exist_ok=True)
+        binary = work / "build"
+        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+        subprocess.run(["cmake", "-S", str(_source(work)), "-B", str(binary), *generator,
+                        *flags], check=True)
+        subprocess.run(["cmake", "--build", str(binary), "--target", "ggml-cuda", "--parallel",
+                        str(os.cpu_count() or 2)], check=True)
+        staging = into / "lib.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        shutil.copy2(binary / "bin" / CUDA_MODULE, staging / CUDA_MODULE)
+        (staging / RUNTIME_MANIFEST).write_text(json.dumps(runtime_manifest(), indent=1))
+        staging.rename(lib)
+        shutil.rmtree(work, ignore_errors=True)
+    size = (lib / CUDA_MODULE).stat().st_size / 2**20
+    print(f"CUDA module: {CUDA_ARCHITECTURES}, {size:.0f} MiB", file=sys.stderr, flush=True)
+    return lib
+
+
 def ensure() -> Path:
     """The folder of the portable libraries: built the first time, then from the cache."""
     gpu_modules, left_out = gpu_flags()
@@ -181,7 +277,8 @@ def ensure() -> Path:
 
 
 def main() -> int:
-    print(ensure())
+    """The CPU (and Vulkan) build's folder, then the CUDA module's (`--cuda`)."""
+    print(ensure_cuda() if "--cuda" in sys.argv[1:] else ensure())
     return 0
 
 

@@ -6,7 +6,8 @@ adding its own to the parser (`add_commands`); `main` runs one.
   home.py     `share`, `devices`: sharing the engine with the home's phones and laptops
   chat.py     `chat`: a terminal chat
   models.py   `models`, `pull`: local models and the Hub's
-  machine.py  `hardware`, `plan`: this machine, and how a model would run on it
+  machine.py  `hardware`, `plan`, `gpu-runtime`: this machine, how a model would run on
+              it, and the packaged app's CUDA runtime
   tools.py    `mcp`: the MCP servers, listed, imported, a tool called
   documents.py  `docs`: document collections, added, listed, searched
   desktop.py  no command (the window), `self-test`, `install-desktop`
@@ -42,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     follow_parent(lambda: os.kill(os.getpid(), signal.SIGTERM))  # a child of ours dies with us
     make_private(paths())
+    from engine.llama.native import CUDA_RUNTIME_ENV  # read there, and by the engine we start
+
+    os.environ.setdefault(CUDA_RUNTIME_ENV, str(paths().gpu_runtime))
     if args.command is None:
         return desktop.launch_desktop(lambda: chat.cmd_chat(build_parser().parse_args(["chat"])))
     if args.command == "models" and args.action not in ("list", "loaded", "sources") \

@@ -1,5 +1,6 @@
 """`homerack hardware` and `homerack plan`: this machine as the engine sees it, and how a model
-would run on it (or on it and paired workers)."""
+would run on it (or on it and paired workers); `homerack gpu-runtime`: the packaged app's
+CUDA runtime, fetched once."""
 
 from __future__ import annotations
 
@@ -25,10 +26,44 @@ def cmd_hardware(args) -> int:
           f"{hardware.ram_total_bytes / 2**30:7.1f} GiB available; "
           f"{hardware.cpu_cores} CPU cores")
     print(f"llama.cpp CPU backend: {hardware.cpu_backend}")
-    for line in hardware.same_gpu:
+    for line in hardware.same_gpu + hardware.gpu_modules_refused:
         print(line)
     if why := hardware.cpu_only_why():
         print(why)
+    return 0
+
+
+def cmd_gpu_runtime(args) -> int:
+    """What the packaged app's CUDA module needs, whether it is here, and (--fetch) fetching
+    it once, with progress."""
+    from engine.llama.cuda_runtime import driver_present
+    from engine.llama.native import cuda_runtime
+
+    runtime = cuda_runtime()
+    if runtime is None:
+        print("no CUDA module in this build: nothing to fetch")
+        return 0
+    megabytes = runtime.size / 1e6
+    if runtime.ready():
+        print(f"NVIDIA's CUDA {runtime.cuda} runtime is here ({runtime.folder})")
+        return 0
+    if not args.fetch:
+        print(f"NVIDIA's CUDA {runtime.cuda} runtime is not fetched ({megabytes:,.0f} MB; "
+              f"{'' if driver_present() else 'no NVIDIA driver here, so it would not be used; '}"
+              "homerack gpu-runtime --fetch fetches it)")
+        return 1
+
+    def progress(done: int, total: int) -> None:
+        print(f"\rfetching NVIDIA's CUDA {runtime.cuda} runtime: {done / 1e6:,.0f} of "
+              f"{total / 1e6:,.0f} MB", end="", file=sys.stderr, flush=True)
+
+    try:
+        runtime.fetch(progress)
+    except (OSError, ValueError) as exc:
+        print(f"\nerror: {exc}", file=sys.stderr)
+        return 1
+    print(f"\nNVIDIA's CUDA {runtime.cuda} runtime is here ({runtime.folder}): the engine "
+          "uses the GPU through it from its next start", file=sys.stderr)
     return 0
 
 
@@ -125,10 +160,16 @@ def _print_plan(result) -> None:
 
 
 def add_commands(sub) -> None:
-    """Adds `hardware`, `plan` to the parser."""
+    """Adds `hardware`, `gpu-runtime`, `plan` to the parser."""
     hardware = sub.add_parser("hardware", help="the GPUs, RAM and CPU as the engine sees them")
     hardware.add_argument("--json", action="store_true")
     hardware.set_defaults(func=cmd_hardware)
+
+    runtime = sub.add_parser("gpu-runtime", help="NVIDIA's CUDA runtime for the packaged app's "
+                             "CUDA module: whether it is here; --fetch fetches it once")
+    runtime.add_argument("--fetch", action="store_true",
+                         help="download it (checked against the sha256 the app was built with)")
+    runtime.set_defaults(func=cmd_gpu_runtime)
 
     plan = sub.add_parser("plan", help="how a model would run on this machine")
     plan.add_argument("model", help="a model id or a .gguf path")

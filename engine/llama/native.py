@@ -8,7 +8,9 @@ libggml. The packaged app's is portable (packaging/portable_llama.py): every bac
 module of its own, the CPU one in several variants, one per instruction-set level; they
 are loaded from that folder before anything else touches llama.cpp, the best variant this
 CPU can run first (`ggml_backend_load_all_from_path`), or the one HOMERACK_CPU_VARIANT
-names.
+names. Its GPU modules load where their driver is (the CUDA module also needs its runtime,
+fetched once: cuda_runtime.py, loaded first from the folder HOMERACK_CUDA_RUNTIME names);
+one that does not load is no error, only a line saying why (`Backends.refused`).
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from pathlib import Path
 import llama_cpp
 
 from ..errors import BackendLoadFailed
+from .cuda_runtime import Runtime, driver_present
 
 LIB_DIR = Path(llama_cpp.__file__).parent / "lib"
 CPU_VARIANT_ENV = "HOMERACK_CPU_VARIANT"
+CUDA_RUNTIME_ENV = "HOMERACK_CUDA_RUNTIME"  # the folder the app keeps CUDA's runtime in
 
 
 def _names(name: str) -> list[str]:
@@ -69,6 +73,7 @@ class Backends:
     cpu_variant: str | None = None
     forced: bool = False
     scores: tuple[tuple[str, int], ...] = ()
+    refused: tuple[str, ...] = ()  # a line for each GPU module that did not load, and why
 
     def describe(self) -> str:
         if not self.portable:
@@ -92,6 +97,52 @@ def _score(path: Path) -> int:
         (_ctypes.FreeLibrary if sys.platform == "win32" else _ctypes.dlclose)(module._handle)
 
 
+def cuda_runtime() -> Runtime | None:
+    """The runtime the bundle's CUDA module needs, kept where the app says (None: no CUDA
+    module, or no folder named)."""
+    folder = os.environ.get(CUDA_RUNTIME_ENV)
+    return Runtime.beside(LIB_DIR, Path(folder)) if folder else None
+
+
+def registered(ggml) -> tuple[str, ...]:
+    """The backends ggml registered, by name ("CPU", "CUDA", "Vulkan", "RPC"), in order."""
+    ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
+    ggml.ggml_backend_reg_get.restype = ctypes.c_void_p
+    ggml.ggml_backend_reg_get.argtypes = [ctypes.c_size_t]
+    ggml.ggml_backend_reg_name.restype = ctypes.c_char_p
+    ggml.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
+    return tuple(ggml.ggml_backend_reg_name(ggml.ggml_backend_reg_get(i)).decode()
+                 for i in range(ggml.ggml_backend_reg_count()))
+
+
+def _refused(ggml, modules: dict[str, Path]) -> tuple[str, ...]:
+    """Why each GPU module ggml did not register stayed out."""
+    loaded = {name.lower() for name in registered(ggml)}
+    lines = []
+    for name in sorted(set(modules) - loaded):
+        if name.startswith("cpu-") or name == "rpc":
+            continue
+        lines.append(f"llama.cpp's {name.upper() if name == 'cuda' else name.title()} "
+                     f"module not loaded: {_why_not(name)}")
+    return tuple(lines)
+
+
+def _why_not(module: str) -> str:
+    if module == "cuda":
+        if not driver_present():
+            return "no NVIDIA driver (libcuda.so.1)"
+        runtime = cuda_runtime()
+        if runtime and not runtime.ready():
+            return (f"NVIDIA's CUDA runtime is not fetched yet ({runtime.size / 1e6:,.0f} MB: "
+                    "homerack gpu-runtime fetches it)")
+    if module == "vulkan":
+        try:
+            ctypes.CDLL("libvulkan.so.1")
+        except OSError:
+            return "no Vulkan loader (libvulkan.so.1: apt install libvulkan1)"
+    return "it did not load (the engine's log says why)"
+
+
 @functools.cache
 def backends() -> Backends:
     """Loads the backends of a portable build once, before llama.cpp is first used."""
@@ -109,10 +160,12 @@ def backends() -> Backends:
                 if name.startswith("cpu-")}
     scores = {name: _score(path) for name, path in sorted(variants.items())}
     forced = os.environ.get(CPU_VARIANT_ENV, "").strip()
+    if (runtime := cuda_runtime()) and "cuda" in modules:
+        runtime.preload()
     if not forced:
         ggml.ggml_backend_load_all_from_path(str(LIB_DIR).encode())
         best = max(scores, key=scores.get) if scores else None
-        return Backends(True, best, False, tuple(scores.items()))
+        return Backends(True, best, False, tuple(scores.items()), _refused(ggml, modules))
     if forced not in variants:
         raise BackendLoadFailed(f"{CPU_VARIANT_ENV}={forced}: no such CPU variant "
                                 f"(there are: {', '.join(sorted(variants))})")
@@ -122,7 +175,7 @@ def backends() -> Backends:
     for name, path in modules.items():  # the chosen CPU variant, and every other backend
         if not name.startswith("cpu-") or name == f"cpu-{forced}":
             ggml.ggml_backend_load(str(path).encode())
-    return Backends(True, forced, True, tuple(scores.items()))
+    return Backends(True, forced, True, tuple(scores.items()), _refused(ggml, modules))
 
 
 def init() -> None:

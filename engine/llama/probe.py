@@ -42,11 +42,6 @@ def registry_lib():
     lib.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
     lib.ggml_backend_dev_buffer_type.restype = ctypes.c_void_p
     lib.ggml_backend_dev_buffer_type.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_reg_count.restype = ctypes.c_size_t
-    lib.ggml_backend_reg_get.restype = ctypes.c_void_p
-    lib.ggml_backend_reg_get.argtypes = [ctypes.c_size_t]
-    lib.ggml_backend_reg_name.restype = ctypes.c_char_p
-    lib.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
     return lib
 
 
@@ -56,10 +51,9 @@ NOT_GPU_BACKENDS = {"CPU", "RPC", "BLAS"}
 def gpu_backends(lib=None) -> tuple[str, ...]:
     """The GPU backends llama.cpp registered (CUDA, Vulkan, Metal...), with or without a
     device."""
-    lib = lib or registry_lib()
-    names = (lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)).decode()
-             for i in range(lib.ggml_backend_reg_count()))
-    return tuple(n for n in names if n not in NOT_GPU_BACKENDS)
+    from .native import registered
+
+    return tuple(n for n in registered(lib or registry_lib()) if n not in NOT_GPU_BACKENDS)
 
 
 def device_handles(lib=None):
@@ -97,7 +91,8 @@ def probe() -> Hardware:
     return Hardware(devices, memory.total, memory.available, cores,
                     cpu_repack="REPACK = 1" in features and "AVX2 = 1" in features,
                     cpu_backend=backends().describe(), ram_bandwidth=ram_bandwidth(cores),
-                    gpu_backends=gpu_backends(lib), same_gpu=same_gpu)
+                    gpu_backends=gpu_backends(lib), same_gpu=same_gpu,
+                    gpu_modules_refused=backends().refused)
 
 
 def _handles(names, lib=None) -> list:

@@ -34,6 +34,7 @@ class Hardware:
     ram_bandwidth: float = 0.0    # bytes/s the CPU reads from RAM (measured; 0: unknown)
     gpu_backends: tuple[str, ...] = ()  # llama.cpp's GPU backends in this build (CUDA, Vulkan)
     same_gpu: tuple[str, ...] = ()  # devices left out as another backend's view of one GPU
+    gpu_modules_refused: tuple[str, ...] = ()  # the packaged app's GPU modules not loaded, why
 
     @property
     def gpus(self) -> tuple[Device, ...]:

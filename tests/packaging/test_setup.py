@@ -124,7 +124,8 @@ def test_display_adapters_are_read_from_sysfs(backend, tmp_path):
 def test_cuda_from_pypi_compiles_for_the_gpus_architecture(backend, tmp_path):
     """The toolchain fetched from PyPI as a build on an NVIDIA machine does (cuBLAS, 423
     MB, left out here), then its nvcc compiles a kernel for compute 8.9 with no GPU and
-    no system toolkit; the program it made, run here, is refused by the missing driver."""
+    no system toolkit; the program it made, run here, is refused by the missing driver.
+    A program of the driver API links against the driver stub and needs libcuda.so.1."""
     wheels = [w for w in backend.gpu.CUDA_WHEELS if "cublas" not in w]
     # its own cache beside the builds' (kept between runs: pip's cache holds the wheels,
     # unpacking them is most of the time)
@@ -140,6 +141,22 @@ def test_cuda_from_pypi_compiles_for_the_gpus_architecture(backend, tmp_path):
     ran = subprocess.run([str(tmp_path / "k")], capture_output=True, text=True, timeout=60,
                          env={"LD_LIBRARY_PATH": str(root / "lib")})
     assert "driver" in ran.stdout.lower()  # no libcuda here: refused, not crashed
+    # ggml's CUDA backend links the driver API: against the stub install_cuda made (PyPI
+    # ships none), naming the driver's own library, which the dynamic linker finds at run
+    # time or refuses to start without
+    (tmp_path / "d.cu").write_text("#include <cuda.h>\n#include <cstdio>\n"
+                                   "int main() { printf(\"%d\\n\", (int) cuInit(0)); }\n")
+    linked = subprocess.run([str(root / "bin" / "nvcc"), "-o", str(tmp_path / "d"),
+                             str(tmp_path / "d.cu"), "-L", str(root / "lib" / "stubs"), "-lcuda"],
+                            capture_output=True, text=True, timeout=300)
+    assert linked.returncode == 0, linked.stderr
+    needed = subprocess.run(["readelf", "-d", str(tmp_path / "d")], capture_output=True,
+                            text=True).stdout
+    assert "[libcuda.so.1]" in needed
+    assert f"-DCUDA_cuda_driver_LIBRARY={root}/lib/stubs/libcuda.so" in \
+        backend.gpu.cuda_cmake_args(root)
+    ran = subprocess.run([str(tmp_path / "d")], capture_output=True, text=True, timeout=60)
+    assert ran.returncode != 0 and "libcuda.so.1" in ran.stderr
     preload = subprocess.run([sys.executable, "-c", backend.gpu.preload_line(root)],
                              capture_output=True, text=True, timeout=60)
     assert preload.returncode == 0, preload.stderr  # (cuBLAS absent: skipped, no error)

@@ -1,0 +1,134 @@
+"""The packaged app's CUDA runtime (engine/llama/cuda_runtime.py): fetched once from the
+index the bundle names, checked against the sha256 the bundle was built with, kept whole
+or not at all, loaded before ggml loads the CUDA module; `homerack gpu-runtime` says and
+does it. The index is a real HTTP server on loopback serving real wheels of real shared
+libraries (NVIDIA's are 400+ MB: stood in for by two small ones under their SONAMEs)."""
+
+import ctypes
+import hashlib
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from engine.llama import native
+from engine.llama.cuda_runtime import MANIFEST, Runtime, driver_present
+from support import ROOT
+
+LIBS = {"nvidia-cuda-runtime": ("libcudart.so.13",),
+        "nvidia-cublas": ("libcublasLt.so.13", "libcublas.so.13")}
+
+
+def _library(folder: Path, soname: str) -> Path:
+    source = folder / f"{soname}.c"
+    symbol = soname.split(".")[0].removeprefix("lib")
+    source.write_text(f"int {symbol}_here(void) {{ return 13; }}\n")
+    subprocess.run(["cc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o",
+                    str(folder / soname), str(source)], check=True)
+    return folder / soname
+
+
+@pytest.fixture
+def index(tmp_path):
+    """A loopback index serving one wheel per package; its base URL and the wheels."""
+    served = tmp_path / "served"
+    served.mkdir()
+    wheels = {}
+    for name, sonames in LIBS.items():
+        wheel = served / f"{name.replace('-', '_')}-13.5.37-py3-none-manylinux_2_27_x86_64.whl"
+        with zipfile.ZipFile(wheel, "w") as archive:
+            for soname in sonames:
+                archive.write(_library(tmp_path, soname), f"nvidia/cu13/lib/{soname}")
+        wheels[name] = wheel
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), lambda *a: Quiet(*a, directory=str(served)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", wheels
+    server.shutdown()
+
+
+def _module_folder(tmp_path, index, tamper: str = "") -> Path:
+    """A lib folder as the bundle's: the manifest portable_llama writes beside the module."""
+    base, wheels = index
+    lib = tmp_path / "lib"
+    lib.mkdir(exist_ok=True)
+    listed = [{"name": name, "version": "13.5.37", "url": f"{base}/{wheel.name}",
+               "size": wheel.stat().st_size,
+               "sha256": hashlib.sha256(wheel.read_bytes() + tamper.encode()).hexdigest(),
+               "member_folder": "nvidia/cu13/lib", "libraries": list(LIBS[name])}
+              for name, wheel in wheels.items()]
+    (lib / MANIFEST).write_text(json.dumps({"cuda": "13.5.37", "wheels": listed}))
+    return lib
+
+
+def test_fetched_once_whole_and_loaded_first(tmp_path, index):
+    runtime = Runtime.beside(_module_folder(tmp_path, index), tmp_path / "cache")
+    assert not runtime.ready() and not runtime.preload()
+    seen = []
+    runtime.fetch(lambda done, total: seen.append((done, total)))
+    assert runtime.ready()
+    assert seen[-1] == (runtime.size, runtime.size)
+    assert [done for done, _ in seen] == sorted(done for done, _ in seen)
+    assert sorted(p.name for p in runtime.folder.iterdir()) == sorted(
+        soname for sonames in LIBS.values() for soname in sonames)
+    assert runtime.preload()
+    maps = Path("/proc/self/maps").read_text()
+    assert all(str(path) in maps for path in runtime.libraries)
+    # by SONAME, as the CUDA module asks for it: the loaded one, not a search
+    assert ctypes.CDLL("libcublas.so.13").cublas_here() == 13
+
+
+def test_a_file_not_the_one_built_against_is_refused_and_nothing_kept(tmp_path, index):
+    runtime = Runtime.beside(_module_folder(tmp_path, index, tamper="x"), tmp_path / "cache")
+    with pytest.raises(ValueError, match="not the file the bundle was built against"):
+        runtime.fetch()
+    assert not runtime.ready() and not runtime.folder.exists()
+    assert not list((tmp_path / "cache").iterdir())  # no partial folder left behind
+
+
+def test_no_module_no_runtime(tmp_path):
+    assert Runtime.beside(tmp_path, tmp_path / "cache") is None
+
+
+def _command(lib: Path, home: Path, *argv: str) -> subprocess.CompletedProcess:
+    """`homerack ARGV` with the bundle's lib folder at `lib` (its own process: the
+    command makes its files private, process-wide)."""
+    code = ("import sys; from pathlib import Path; import engine.llama.native as n; "
+            f"n.LIB_DIR = Path({str(lib)!r}); from app.cli import main; "
+            f"sys.exit(main({list(argv)!r}))")
+    env = {k: v for k, v in os.environ.items() if k != native.CUDA_RUNTIME_ENV}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120, env={**env, "HOMERACK_HOME": str(home)})
+
+
+def test_the_command_says_then_fetches(tmp_path, index):
+    lib, home = _module_folder(tmp_path, index), tmp_path / "home"
+    said = _command(lib, home, "gpu-runtime")
+    assert said.returncode == 1, said.stderr
+    assert "is not fetched" in said.stdout and "homerack gpu-runtime --fetch" in said.stdout
+    fetched = _command(lib, home, "gpu-runtime", "--fetch")
+    assert fetched.returncode == 0 and "runtime is here" in fetched.stderr, fetched.stderr
+    again = _command(lib, home, "gpu-runtime")
+    assert again.returncode == 0 and str(home / "cache" / "gpu-runtime") in again.stdout
+
+
+def test_a_build_without_the_module_has_nothing_to_fetch(tmp_path):
+    said = _command(tmp_path, tmp_path / "home", "gpu-runtime")
+    assert said.returncode == 0 and "no CUDA module in this build" in said.stdout
+
+
+@pytest.mark.skipif(driver_present(), reason="an NVIDIA driver is here")
+def test_without_the_driver_the_module_stays_out_and_says_so(tmp_path, index, monkeypatch):
+    monkeypatch.setattr(native, "LIB_DIR", _module_folder(tmp_path, index))
+    assert native._why_not("cuda") == "no NVIDIA driver (libcuda.so.1)"
