@@ -36,6 +36,7 @@ from .catalog.shelf import Shelf
 from .errors import HomerackError, NotSupported, TemplateStopped
 from .events import Asked, Event, GenerationRequest, Job, Rendered
 from .fleet import Fleet
+from .llama.native import fetch_cuda_runtime
 from .llama.probe import probe
 from .machine.planner import Preferences
 from .model.embeddings import Embedder
@@ -85,6 +86,7 @@ class Engine:
         self.library = Library(settings.documents, self, store)  # the user's documents
         self.home = Household(settings.home)  # the paired devices, their use and limits
         self._voice: Voice | None = None
+        self.gpu_runtime = fetch_cuda_runtime()  # the packaged app's, on an NVIDIA machine
         if settings.documents is not None:  # search_documents, offered as a tool
             self.tools.builtins[DOCUMENTS] = DocumentSearch(
                 lambda name, query, top_k: self.documents.search(name, query, top_k),

@@ -17,6 +17,7 @@ def engine_status(engine) -> dict:
         "flash_attn": loaded.llama.flash_attn if loaded else None,
         "offload": offload(loaded, host.cluster),
         "no_gpu_driver": bool(host.hardware and host.hardware.no_gpu_driver),
+        "gpu_runtime": engine.gpu_runtime.status() if engine.gpu_runtime else None,
         "busy": bool(batching.get("active")),
         "memory": loaded.memory if loaded else None,
         "load_notes": list(loaded.notes) if loaded else [],

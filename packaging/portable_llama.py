@@ -40,6 +40,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -80,6 +81,7 @@ CUDA_FLAGS = (
 CUDA_MODULE = f"{MODULE_PREFIX}cuda{MODULE_SUFFIX}"
 RUNTIME_MANIFEST = "cuda-runtime.json"  # engine/llama/cuda_runtime.py reads it
 PYPI = "https://pypi.org/pypi"
+FILES = "https://files.pythonhosted.org/packages"  # PyPI's file host
 
 
 def gpu_flags() -> tuple[tuple[str, ...], list[str]]:
@@ -198,20 +200,26 @@ def cuda_problem() -> str | None:
 
 def runtime_manifest() -> dict:
     """The CUDA runtime wheels the module was built against, as the package index lists
-    them (the manylinux x86-64 file: its URL, size and sha256), and the libraries each
-    gives: what the app fetches and checks at first use."""
+    them (the manylinux x86-64 file: its size and sha256; where to get it: PyPI's file
+    host, at the path its blake2b digest gives, then the URL the index gave), and the
+    libraries each gives: what the app fetches and checks at first use."""
     wanted = {"nvidia-cuda-runtime": gpu.RUNTIME_LIBS[:1], "nvidia-cublas": gpu.RUNTIME_LIBS[1:]}
     wheels = []
     for pin in gpu.CUDA_WHEELS:
         name, version = pin.split("==")
         if name not in wanted:
             continue
-        with urllib.request.urlopen(f"{PYPI}/{name}/{version}/json", timeout=60) as reply:
-            files = json.load(reply)["urls"]
+        listing = f"{PYPI}/{name}/json"
+        with urllib.request.urlopen(listing, timeout=60) as reply:
+            files = json.load(reply)["releases"][version]
         wheel = next(f for f in files if f["filename"].endswith(".whl")
                      and "manylinux" in f["filename"] and "x86_64" in f["filename"])
-        wheels.append({"name": name, "version": version, "url": wheel["url"],
-                       "size": wheel["size"], "sha256": wheel["digests"]["sha256"],
+        blake = wheel["digests"]["blake2b_256"]
+        hosted = f"{FILES}/{blake[:2]}/{blake[2:4]}/{blake[4:]}/{wheel['filename']}"
+        given = urllib.parse.urljoin(listing, wheel["url"])
+        wheels.append({"name": name, "version": version, "size": wheel["size"],
+                       "sha256": wheel["digests"]["sha256"],
+                       "urls": list(dict.fromkeys((hosted, given))),
                        "member_folder": "nvidia/cu13/lib", "libraries": list(wanted[name])})
     return {"cuda": gpu.CUDA_RELEASE, "architectures": CUDA_ARCHITECTURES, "wheels": wheels}
 

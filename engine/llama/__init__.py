@@ -2,6 +2,7 @@
 loads it (contracts keep the planner, the conversation and the routes off it).
 
   native.py    the native libraries: the best build for this CPU, found and loaded
+  cuda_runtime.py  NVIDIA's runtime for the packaged app's CUDA module, fetched once
   backend.py   the backend, started once, and its log (where loads are measured)
   probe.py     the devices as llama.cpp sees them (ctypes on ggml's registry)
   rpc.py       llama.cpp's RPC server and client devices, for workers

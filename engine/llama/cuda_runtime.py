@@ -19,6 +19,7 @@ import hashlib
 import json
 import shutil
 import tempfile
+import threading
 import urllib.request
 import zipfile
 from collections.abc import Callable
@@ -34,7 +35,7 @@ CHUNK = 1 << 20
 class Wheel:
     name: str
     version: str
-    url: str
+    urls: tuple[str, ...]        # where to get it, tried in order (the sha256 decides)
     size: int
     sha256: str
     member_folder: str           # where the libraries are inside the wheel
@@ -55,8 +56,8 @@ class Runtime:
             manifest = json.loads((lib_dir / MANIFEST).read_text())
         except FileNotFoundError:
             return None
-        wheels = tuple(Wheel(w["name"], w["version"], w["url"], int(w["size"]), w["sha256"],
-                             w["member_folder"], tuple(w["libraries"]))
+        wheels = tuple(Wheel(w["name"], w["version"], tuple(w["urls"]), int(w["size"]),
+                             w["sha256"], w["member_folder"], tuple(w["libraries"]))
                        for w in manifest["wheels"])
         key = hashlib.sha256("".join(w.sha256 for w in wheels).encode()).hexdigest()[:12]
         return cls(manifest["cuda"], wheels, cache / f"cuda-runtime-{manifest['cuda']}-{key}")
@@ -100,6 +101,31 @@ class Runtime:
         partial.rename(self.folder)
 
 
+class Fetching:
+    """The runtime fetched in the background while the engine serves on what it has
+    (Vulkan, or the CPU): its state for GET /health, which the window shows and acts on
+    (the engine restarted, once idle, loads the CUDA module)."""
+
+    def __init__(self, runtime: Runtime):
+        self.runtime = runtime
+        self.state, self.done, self.error = "fetching", 0, None
+        threading.Thread(target=self._run, name="cuda-runtime", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self.runtime.fetch(self._progress)
+            self.state = "ready"
+        except (OSError, ValueError, zipfile.BadZipFile, KeyError) as exc:
+            self.state, self.error = "failed", str(exc)
+
+    def _progress(self, done: int, _total: int) -> None:
+        self.done = done
+
+    def status(self) -> dict:
+        return {"state": self.state, "cuda": self.runtime.cuda, "done_bytes": self.done,
+                "total_bytes": self.runtime.size, "error": self.error}
+
+
 def _extract(wheel: Wheel, file, into: Path) -> None:
     with zipfile.ZipFile(file) as archive:
         for name in wheel.libraries:
@@ -110,9 +136,23 @@ def _extract(wheel: Wheel, file, into: Path) -> None:
 
 def _download(wheel: Wheel, file, done: int, total: int,
               progress: Callable[[int, int], None]) -> int:
+    """The wheel from the first of its URLs that serves the very file, into `file`."""
+    failures = []
+    for url in wheel.urls:
+        file.seek(0)
+        file.truncate()
+        try:
+            return _download_from(url, wheel, file, done, total, progress)
+        except (OSError, ValueError) as exc:
+            failures.append(f"{url}: {exc}")
+    raise ValueError("; ".join(failures))
+
+
+def _download_from(url: str, wheel: Wheel, file, done: int, total: int,
+                   progress: Callable[[int, int], None]) -> int:
     digest = hashlib.sha256()
     got = 0
-    with urllib.request.urlopen(wheel.url, timeout=60) as reply:
+    with urllib.request.urlopen(url, timeout=60) as reply:
         while chunk := reply.read(CHUNK):
             got += len(chunk)
             if got > wheel.size:
@@ -121,9 +161,9 @@ def _download(wheel: Wheel, file, done: int, total: int,
             file.write(chunk)
             progress(done + got, total)
     if got != wheel.size or digest.hexdigest() != wheel.sha256:
-        raise ValueError(f"{wheel.url}: not the file the bundle was built against "
-                         f"({got} bytes, sha256 {digest.hexdigest()[:16]}...; expected "
-                         f"{wheel.size} bytes, {wheel.sha256[:16]}...)")
+        raise ValueError(f"not the file the bundle was built against ({got} bytes, sha256 "
+                         f"{digest.hexdigest()[:16]}...; expected {wheel.size} bytes, "
+                         f"{wheel.sha256[:16]}...)")
     file.seek(0)
     return done + got
 

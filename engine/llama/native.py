@@ -25,7 +25,7 @@ from pathlib import Path
 import llama_cpp
 
 from ..errors import BackendLoadFailed
-from .cuda_runtime import Runtime, driver_present
+from .cuda_runtime import Fetching, Runtime, driver_present
 
 LIB_DIR = Path(llama_cpp.__file__).parent / "lib"
 CPU_VARIANT_ENV = "HOMERACK_CPU_VARIANT"
@@ -102,6 +102,15 @@ def cuda_runtime() -> Runtime | None:
     module, or no folder named)."""
     folder = os.environ.get(CUDA_RUNTIME_ENV)
     return Runtime.beside(LIB_DIR, Path(folder)) if folder else None
+
+
+def fetch_cuda_runtime() -> Fetching | None:
+    """The CUDA runtime's fetch, started where this build has the CUDA module, NVIDIA's
+    driver is there and the runtime is not (None: nothing to fetch)."""
+    runtime = cuda_runtime()
+    if runtime is None or runtime.ready() or not driver_present():
+        return None
+    return Fetching(runtime)
 
 
 def registered(ggml) -> tuple[str, ...]:

@@ -63,7 +63,9 @@ def _module_folder(tmp_path, index, tamper: str = "") -> Path:
     base, wheels = index
     lib = tmp_path / "lib"
     lib.mkdir(exist_ok=True)
-    listed = [{"name": name, "version": "13.5.37", "url": f"{base}/{wheel.name}",
+    listed = [{"name": name, "version": "13.5.37",
+               # a host that is down first: the next one serves it
+               "urls": [f"{base}/gone/{wheel.name}", f"{base}/{wheel.name}"],
                "size": wheel.stat().st_size,
                "sha256": hashlib.sha256(wheel.read_bytes() + tamper.encode()).hexdigest(),
                "member_folder": "nvidia/cu13/lib", "libraries": list(LIBS[name])}
@@ -132,3 +134,35 @@ def test_a_build_without_the_module_has_nothing_to_fetch(tmp_path):
 def test_without_the_driver_the_module_stays_out_and_says_so(tmp_path, index, monkeypatch):
     monkeypatch.setattr(native, "LIB_DIR", _module_folder(tmp_path, index))
     assert native._why_not("cuda") == "no NVIDIA driver (libcuda.so.1)"
+
+
+def test_the_engine_fetches_it_in_the_background_where_the_driver_is(tmp_path, index,
+                                                                       monkeypatch):
+    """Where the CUDA module and NVIDIA's driver are there (the driver, which cannot be
+    here, stood in for) and the runtime is not, the engine's fetch runs in the background
+    and /health's state goes from fetching to ready; nothing starts without the driver, or
+    once the runtime is there."""
+    import time
+
+    from engine.llama import cuda_runtime
+
+    monkeypatch.setattr(native, "LIB_DIR", _module_folder(tmp_path, index))
+    monkeypatch.setenv(native.CUDA_RUNTIME_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(native, "driver_present", lambda: False)
+    assert native.fetch_cuda_runtime() is None
+    monkeypatch.setattr(native, "driver_present", lambda: True)
+    fetching = native.fetch_cuda_runtime()
+    assert fetching.status()["total_bytes"] == fetching.runtime.size
+    deadline = time.monotonic() + 60
+    while fetching.status()["state"] == "fetching" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fetching.status() == {"state": "ready", "cuda": "13.5.37", "error": None,
+                                 "done_bytes": fetching.runtime.size,
+                                 "total_bytes": fetching.runtime.size}
+    assert native.fetch_cuda_runtime() is None  # here now: nothing more to fetch
+    broken = cuda_runtime.Fetching(Runtime.beside(_module_folder(tmp_path, index, tamper="x"),
+                                                  tmp_path / "other"))
+    while broken.status()["state"] == "fetching" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert broken.status()["state"] == "failed"
+    assert "not the file the bundle was built against" in broken.status()["error"]

@@ -130,3 +130,50 @@ def test_a_stale_engine_file_is_checked_before_the_token_is_sent(tmp_path):
     finally:
         alive.kill()
         listener.shutdown()
+
+
+class _Supervisor:
+    """The supervisor's interface, counting what the link asks of it."""
+    def __init__(self, owned: bool):
+        self.owned, self.stops, self.starts = owned, 0, 0
+
+    def stop(self):
+        self.stops += 1
+
+    def start(self):
+        self.starts += 1
+        raise RuntimeError("not started in this test")
+
+    def check(self):
+        return None
+
+
+FETCHING = {"state": "fetching", "cuda": "13.5.37", "done_bytes": 120_000_000,
+            "total_bytes": 430_000_000, "error": None}
+
+
+def test_the_app_restarts_its_own_engine_once_the_cuda_runtime_is_fetched_and_idle(qtbot):
+    """The packaged app's engine fetched NVIDIA's runtime in the background: the status bar
+    says how far; once fetched and idle, the app's own engine is restarted (once), so the
+    model loads on CUDA; one busy, or one the app only attached to, is left alone."""
+    from ui.shell.engine_link import EngineLink, describe_gpu_runtime
+
+    assert describe_gpu_runtime(FETCHING) == (
+        "Fetching NVIDIA's CUDA 13.5.37 runtime for the GPU: 120 of 430 MB (runs as before "
+        "meanwhile)")
+    ready = {**FETCHING, "state": "ready", "done_bytes": 430_000_000}
+    busy = {"gpu_runtime": ready, "batching": {"active": 2}}
+    idle = {"gpu_runtime": ready, "batching": {"active": 0}}
+    for owned, health, restarts in ((True, busy, 0), (False, idle, 0), (True, idle, 1)):
+        supervisor = _Supervisor(owned)
+        link = EngineLink(supervisor)
+        shown = []
+        link.gpu_runtime.connect(shown.append)
+        failed = []
+        link.failed.connect(failed.append)
+        link._on_checked((None, health))
+        if restarts:
+            qtbot.waitUntil(lambda: bool(failed), timeout=5000)
+        assert (supervisor.stops, supervisor.starts) == (restarts, restarts)
+        assert shown == [ready]
+    assert "restarts to use the GPU when idle" in describe_gpu_runtime(ready)

@@ -1,6 +1,8 @@
 """The window's engine: started (or found running) by app.supervisor off the UI thread,
 waited for until its model is loaded, and watched twice a second. It says in signals what
-happened; the window decides what to show."""
+happened; the window decides what to show. One thing it does itself: when the packaged
+app's engine has fetched NVIDIA's CUDA runtime (engine/llama/cuda_runtime.py), it
+restarts its own engine once idle, so the model loads on CUDA."""
 
 from __future__ import annotations
 
@@ -14,6 +16,23 @@ from app.supervisor import EngineSupervisor
 from ..tasks import Task, start_task
 
 LOAD_WAIT_S = 120
+
+
+def describe_gpu_runtime(status: dict) -> str:
+    """The CUDA runtime's fetch, for the status bar."""
+    total = status["total_bytes"] / 1e6
+    if status["state"] == "fetching":
+        return (f"Fetching NVIDIA's CUDA {status['cuda']} runtime for the GPU: "
+                f"{status['done_bytes'] / 1e6:,.0f} of {total:,.0f} MB (runs as before meanwhile)")
+    if status["state"] == "failed":
+        return f"NVIDIA's CUDA runtime could not be fetched ({status['error']}): runs as before"
+    return "NVIDIA's CUDA runtime is here: the engine restarts to use the GPU when idle"
+
+
+def restart_for_cuda(health: dict, owned: bool) -> bool:
+    """The runtime is fetched, nothing is running, and the engine is the app's own."""
+    fetched = (health.get("gpu_runtime") or {}).get("state") == "ready"
+    return fetched and owned and not (health.get("batching") or {}).get("active")
 
 
 def _wait_for_model(task: Task, client: EngineClient) -> dict:
@@ -35,6 +54,7 @@ class EngineLink(QObject):
     died = Signal(str)  # why it died (it is being restarted)
     batching = Signal(dict)  # what the engine does now
     progress = Signal(str)  # what it is doing, for the status bar
+    gpu_runtime = Signal(dict)  # NVIDIA's CUDA runtime, being fetched or fetched
 
     def __init__(self, supervisor: EngineSupervisor, parent=None):
         super().__init__(parent)
@@ -73,20 +93,31 @@ class EngineLink(QObject):
 
         def check(_task) -> tuple[str | None, dict | None]:
             death = self.supervisor.check()
-            return death, (client.health().get("batching") if client and not death else None)
+            return death, (client.health() if client and not death else None)
 
         start_task(check, on_done=self._on_checked,
                    on_error=lambda _e: setattr(self, "_checking", False), owner=self)
 
     def _on_checked(self, result: tuple[str | None, dict | None]) -> None:
         self._checking = False
-        death, batching = result
-        if batching:
-            self.batching.emit(batching)
+        death, health = result
+        if health and health.get("batching"):
+            self.batching.emit(health["batching"])
+        if health and health.get("gpu_runtime"):
+            self.gpu_runtime.emit(health["gpu_runtime"])
+            if restart_for_cuda(health, self.supervisor.owned):
+                self.restart()
         if death and self.client is not None:
             self.last_death = death
             self.died.emit(death)
             self.start()
+
+    def restart(self) -> None:
+        """Stops the app's own engine and starts it again (its model loads again)."""
+        self.client = None
+        self.watchdog.stop()
+        start_task(lambda _task: self.supervisor.stop(), on_done=lambda _r: self.start(),
+                   on_error=self.failed.emit, owner=self)
 
     def stop(self) -> None:
         self.watchdog.stop()

@@ -32,7 +32,7 @@ from ..state import WindowState
 from ..theme import choose_scheme
 from .banner import Banner
 from .drawer import Drawer
-from .engine_link import EngineLink
+from .engine_link import EngineLink, describe_gpu_runtime
 from .menus import build_menus
 from .metrics import MetricsBar, describe_batching
 from .sidebar import Sidebar
@@ -144,6 +144,8 @@ class MainWindow(QMainWindow):
         self.engine.failed.connect(self._on_engine_failed)
         self.engine.died.connect(self._on_engine_died)
         self.engine.batching.connect(lambda b: self.metrics.set("batch", describe_batching(b)))
+        self.engine.gpu_runtime.connect(
+            lambda status: self.statusBar().showMessage(describe_gpu_runtime(status), 2000))
 
     def _wire_models(self) -> None:
         control, bar = self.control, self.statusBar()
