@@ -21,6 +21,7 @@ Prints the sizes and timings; exit status 0 when every check passed.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -145,6 +146,25 @@ def check_cuda(exe: Path, home: Path) -> str:
             f"{took:.0f} s ({size / 2**20:.0f} MiB kept)")
 
 
+def check_speech(exe: Path, home: Path) -> str:
+    """eSpeak NG from the bundle, in its own child as the engine starts it: a sentence
+    spoken (its library and voices once missed the bundle, and the window said the
+    engine could not start)."""
+    request = json.dumps({"text": "Hello from the bundle.", "voice": "en-us", "speed": 1.0})
+    done = subprocess.run([str(exe), "-m", "engine.voice.espeak", str(512 << 20)],
+                          input=request.encode() + b"\n", capture_output=True, timeout=60,
+                          env=clean_env(home), cwd=tempfile.gettempdir())
+    head, _, samples = done.stdout.partition(b"\n")
+    try:
+        said = json.loads(head)
+    except ValueError:
+        raise Failed(f"the speech child answered no JSON (exit {done.returncode}):\n"
+                     f"{done.stderr.decode(errors='replace')[-1500:]}") from None
+    if not said.get("bytes") or len(samples) < said["bytes"]:
+        raise Failed(f"the speech child spoke nothing: {said}")
+    return f"{said['bytes'] // 2 / said['rate']:.1f} s of speech at {said['rate']} Hz"
+
+
 def check_worker(exe: Path, home: Path) -> str:
     worker = subprocess.Popen([str(exe), "worker", "--host", "127.0.0.1", "--port", "0",
                                "--code", "246810", "--no-advertise"],
@@ -245,6 +265,7 @@ def main() -> int:
 
     check("a lower CPU variant answers", forced)
     check("the Vulkan module on a Vulkan device", lambda: check_vulkan(exe, OUT / "home-vulkan"))
+    check("speech (eSpeak NG) from the bundle", lambda: check_speech(exe, OUT / "home-speech"))
     check("the CUDA module, without a driver", lambda: check_cuda(exe, OUT / "home-cuda"))
     check("homerack worker runs from the bundle", lambda: check_worker(exe, OUT / "home-worker"))
     check("the window under Xvfb",

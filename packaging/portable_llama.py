@@ -231,8 +231,6 @@ def ensure_cuda() -> Path | None:
     if problem:
         print(problem, file=sys.stderr, flush=True)
         return None
-    root = gpu.install_cuda()
-    flags = CUDA_FLAGS + tuple(gpu.cuda_cmake_args(root).split())
     into = _cached({"version": VERSION, "cuda": gpu.CUDA_RELEASE, "flags": CUDA_FLAGS},
                    f"cuda-{VERSION}")
     lib = into / "lib"
@@ -240,24 +238,31 @@ def ensure_cuda() -> Path | None:
         print(f"building llama.cpp {VERSION}'s CUDA module for {CUDA_ARCHITECTURES} (hours "
               "on 2 cores the first time; an interrupted build goes on where it stopped) ...",
               file=sys.stderr, flush=True)
-        work = into / "work"
-        work.mkdir(parents=True, exist_ok=True)
-        binary = work / "build"
-        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-        subprocess.run(["cmake", "-S", str(_source(work)), "-B", str(binary), *generator,
-                        *flags], check=True)
-        subprocess.run(["cmake", "--build", str(binary), "--target", "ggml-cuda", "--parallel",
-                        str(os.cpu_count() or 2)], check=True)
-        staging = into / "lib.partial"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
-        shutil.copy2(binary / "bin" / CUDA_MODULE, staging / CUDA_MODULE)
-        (staging / RUNTIME_MANIFEST).write_text(json.dumps(runtime_manifest(), indent=1))
-        staging.rename(lib)
-        shutil.rmtree(work, ignore_errors=True)
+        build_cuda(into, lib)
     size = (lib / CUDA_MODULE).stat().st_size / 2**20
     print(f"CUDA module: {CUDA_ARCHITECTURES}, {size:.0f} MiB", file=sys.stderr, flush=True)
     return lib
+
+
+def build_cuda(into: Path, lib: Path) -> None:
+    """Compiles the CUDA module in `into`/work (kept until done: ninja goes on where an
+    interrupted build stopped), then `lib` gets it and the runtime's manifest, whole."""
+    root = gpu.install_cuda()
+    work = into / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    binary = work / "build"
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    subprocess.run(["cmake", "-S", str(_source(work)), "-B", str(binary), *generator,
+                    *CUDA_FLAGS, *gpu.cuda_cmake_args(root).split()], check=True)
+    subprocess.run(["cmake", "--build", str(binary), "--target", "ggml-cuda", "--parallel",
+                    str(os.cpu_count() or 2)], check=True)
+    staging = into / "lib.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    shutil.copy2(binary / "bin" / CUDA_MODULE, staging / CUDA_MODULE)
+    (staging / RUNTIME_MANIFEST).write_text(json.dumps(runtime_manifest(), indent=1))
+    staging.rename(lib)
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def ensure() -> Path:

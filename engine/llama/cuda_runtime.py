@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import logging
 import shutil
 import tempfile
 import threading
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+log = logging.getLogger("homerack.engine")
 MANIFEST = "cuda-runtime.json"
 DRIVER = "libcuda.so.1"
 CHUNK = 1 << 20
@@ -112,11 +114,16 @@ class Fetching:
         threading.Thread(target=self._run, name="cuda-runtime", daemon=True).start()
 
     def _run(self) -> None:
+        log.info("fetching NVIDIA's CUDA %s runtime (%.0f MB) for the CUDA module",
+                 self.runtime.cuda, self.runtime.size / 1e6)
         try:
             self.runtime.fetch(self._progress)
             self.state = "ready"
+            log.info("NVIDIA's CUDA runtime is in %s: the engine's next start uses the GPU "
+                     "through it", self.runtime.folder)
         except (OSError, ValueError, zipfile.BadZipFile, KeyError) as exc:
             self.state, self.error = "failed", str(exc)
+            log.warning("NVIDIA's CUDA runtime could not be fetched: %s", exc)
 
     def _progress(self, done: int, _total: int) -> None:
         self.done = done

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import ModelNotFound
+from ..errors import ModelNotFound, SpeechFailed
 from . import speaker, transcriber
 from .speaker import Speaker
 from .transcriber import Transcriber
@@ -39,12 +39,18 @@ class Voice:
                             f"{speaker.MODEL_ID})", param="model")
 
     def models(self) -> list[dict]:
+        """The speech models as /v1/models lists them; a synthesizer that cannot start
+        is listed as not loaded, with why, and never fails the list."""
         base = {"object": "model", "created": 0, "owned_by": "homerack"}
+        try:
+            voices, problem = self.speaker.voices(), {}
+        except SpeechFailed as exc:
+            voices, problem = [], {"error": exc.message}
         return [{**base, "id": transcriber.MODEL_ID, "kind": "transcription",
                  "loaded": self.transcriber.loaded, "aliases": list(TRANSCRIPTION_ALIASES),
                  "capabilities": ["transcription", "translation"],
                  "size_bytes": transcriber.MODEL_BYTES,
                  "resident_bytes": self.transcriber.bytes},
-                {**base, "id": speaker.MODEL_ID, "kind": "speech", "loaded": True,
+                {**base, "id": speaker.MODEL_ID, "kind": "speech", "loaded": not problem,
                  "aliases": list(SPEECH_ALIASES), "capabilities": ["speech"], "size_bytes": 0,
-                 "voices": self.speaker.voices()}]
+                 "voices": voices, **problem}]

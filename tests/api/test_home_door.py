@@ -69,6 +69,26 @@ def test_a_dead_synthesizer_fails_its_request_alone():
         speaker.close()
 
 
+def test_a_synthesizer_that_cannot_start_never_fails_the_model_list(tmp_path, monkeypatch):
+    """The packaged app once shipped without eSpeak NG's library: its child exited at
+    once, /v1/models failed with it, and the window said the engine could not start.
+    The list names the speech model as not loaded, and why."""
+    import sys
+
+    from engine.voice import speaker
+    from engine.voice.voice import Voice
+
+    monkeypatch.setattr(speaker, "module_command",
+                        lambda *_a: [sys.executable, "-c", "raise SystemExit(1)"])
+    voice = Voice(tmp_path, 1)
+    try:
+        speech = next(m for m in voice.models() if m["kind"] == "speech")
+    finally:
+        voice.speaker.close()
+    assert speech["loaded"] is False and speech["voices"] == []
+    assert "eSpeak NG" in speech["error"] and "exit status 1" in speech["error"]
+
+
 def test_a_device_generates_but_does_not_manage_models(owner, lan):
     key = pair(owner, lan, "manager")
     answers(owner)  # the owner's model loaded
