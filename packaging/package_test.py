@@ -141,9 +141,14 @@ def check_cuda(exe: Path, home: Path) -> str:
     size = sum(p.stat().st_size for p in runtime.iterdir())
     if "runtime is here" not in fetched:
         raise Failed(f"gpu-runtime --fetch:\n{fetched}")
+    # the runtime is loaded before the backends now (it loads without a driver); the
+    # module still stays out, for the driver
+    again = run([str(exe), "hardware"], clean_env(home))
+    if refused not in again:
+        raise Failed(f"hardware with the runtime fetched:\n{again}")
     module = (lib / "libggml-cuda.so").stat().st_size / 2**20
     return (f"module {module:.0f} MiB; {refused.strip()}; runtime fetched and checked in "
-            f"{took:.0f} s ({size / 2**20:.0f} MiB kept)")
+            f"{took:.0f} s ({size / 2**20:.0f} MiB kept), loaded before the backends")
 
 
 def check_speech(exe: Path, home: Path) -> str:
