@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     follow_parent(lambda: os.kill(os.getpid(), signal.SIGTERM))  # a child of ours dies with us
     make_private(paths())
-    from engine.llama.native import CUDA_RUNTIME_ENV  # read there, and by the engine we start
+    from engine.llama.cuda_runtime import CUDA_RUNTIME_ENV  # no llama.cpp: the window runs this
 
     os.environ.setdefault(CUDA_RUNTIME_ENV, str(paths().gpu_runtime))
     if args.command is None:

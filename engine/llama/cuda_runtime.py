@@ -29,6 +29,7 @@ from pathlib import Path
 
 log = logging.getLogger("homerack.engine")
 MANIFEST = "cuda-runtime.json"
+CUDA_RUNTIME_ENV = "HOMERACK_CUDA_RUNTIME"  # the folder the app keeps the runtime in
 DRIVER = "libcuda.so.1"
 CHUNK = 1 << 20
 

@@ -25,11 +25,10 @@ from pathlib import Path
 import llama_cpp
 
 from ..errors import BackendLoadFailed
-from .cuda_runtime import Fetching, Runtime, driver_present
+from .cuda_runtime import CUDA_RUNTIME_ENV, Fetching, Runtime, driver_present
 
 LIB_DIR = Path(llama_cpp.__file__).parent / "lib"
 CPU_VARIANT_ENV = "HOMERACK_CPU_VARIANT"
-CUDA_RUNTIME_ENV = "HOMERACK_CUDA_RUNTIME"  # the folder the app keeps CUDA's runtime in
 
 
 def _names(name: str) -> list[str]:
