@@ -159,8 +159,7 @@ def test_the_app_restarts_its_own_engine_once_the_cuda_runtime_is_fetched_and_id
     from ui.shell.engine_link import EngineLink, describe_gpu_runtime
 
     assert describe_gpu_runtime(FETCHING) == (
-        "Fetching NVIDIA's CUDA 13.5.37 runtime for the GPU: 120 of 430 MB (runs as before "
-        "meanwhile)")
+        "Fetching NVIDIA's CUDA 13.5.37 runtime for the GPU: 120 of 430 MB")
     ready = {**FETCHING, "state": "ready", "done_bytes": 430_000_000}
     busy = {"gpu_runtime": ready, "batching": {"active": 2}}
     idle = {"gpu_runtime": ready, "batching": {"active": 0}}
@@ -176,4 +175,4 @@ def test_the_app_restarts_its_own_engine_once_the_cuda_runtime_is_fetched_and_id
             qtbot.waitUntil(lambda: bool(failed), timeout=5000)
         assert (supervisor.stops, supervisor.starts) == (restarts, restarts)
         assert shown == [ready]
-    assert "restarts to use the GPU when idle" in describe_gpu_runtime(ready)
+    assert "the engine restarts on it when idle" in describe_gpu_runtime(ready)

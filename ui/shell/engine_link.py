@@ -23,10 +23,10 @@ def describe_gpu_runtime(status: dict) -> str:
     total = status["total_bytes"] / 1e6
     if status["state"] == "fetching":
         return (f"Fetching NVIDIA's CUDA {status['cuda']} runtime for the GPU: "
-                f"{status['done_bytes'] / 1e6:,.0f} of {total:,.0f} MB (runs as before meanwhile)")
+                f"{status['done_bytes'] / 1e6:,.0f} of {total:,.0f} MB")
     if status["state"] == "failed":
-        return f"NVIDIA's CUDA runtime could not be fetched ({status['error']}): runs as before"
-    return "NVIDIA's CUDA runtime is here: the engine restarts to use the GPU when idle"
+        return f"NVIDIA's CUDA runtime could not be fetched: {status['error']}"
+    return "NVIDIA's CUDA runtime is here: the engine restarts on it when idle"
 
 
 def restart_for_cuda(health: dict, owned: bool) -> bool:
