@@ -3,8 +3,8 @@
 The bundle carries llama.cpp's CUDA backend as a module (libggml-cuda.so) but not the
 400+ MB of NVIDIA's runtime it links (cudart, cuBLAS): every download would carry it,
 NVIDIA or not. Beside the module, `cuda-runtime.json` (packaging/portable_llama.py) names
-the wheels it was built against, each with the URL, size and sha256 the package index
-gave at build time. On a machine whose NVIDIA driver is there (libcuda.so.1 loads) and
+the wheels it was built against, each with its size and sha256 from the package index at
+build time and the places to get it (tried in order). On a machine whose NVIDIA driver is there (libcuda.so.1 loads) and
 whose cache lacks them, `fetch` downloads those wheels, checks each against the bundle's
 own sha256 (not the index's word at run time), and keeps the libraries; `preload` loads
 them, globally, before ggml loads its backends, so the module finds them by SONAME as
