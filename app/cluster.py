@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 
@@ -18,6 +17,7 @@ from .paths import paths
 
 EXIT_REPLAN = 75  # the engine child's "a worker was lost: start me again"
 MAX_RESTARTS_A_MINUTE = 5
+STOP_GRACE_S = 60  # what a stopping engine child gets to save its conversations
 
 
 def announced(seconds: float):
@@ -95,25 +95,33 @@ def supervise(args, argv: list[str], on_ready) -> int:
     host, port = sock.getsockname()[:2]
     on_ready(f"http://{host}:{port}")
     child = None
+    stopping = threading.Event()
 
     def stop(*_):
-        if child and child.poll() is None:
+        # Only signals here: the loop below is inside child.wait(), which holds the
+        # Popen's wait lock, so a wait in this handler could never reap the child (it
+        # spun out its whole timeout: a stopped cluster took a minute to exit).
+        stopping.set()
+        if child is not None:
             child.terminate()  # it saves its conversations first (it dies with this process)
-            try:
-                child.wait(60)
-            except subprocess.TimeoutExpired:
-                child.kill()
-        sys.exit(0)
+            deadline = threading.Timer(STOP_GRACE_S, child.kill)
+            deadline.daemon = True
+            deadline.start()
 
     signal.signal(signal.SIGTERM, stop)
     restarts: list[float] = []
-    while True:
+    while not stopping.is_set():
         child = subprocess.Popen(module_command("app", *argv, "--fd", str(sock.fileno())),
                                  pass_fds=[sock.fileno()], env=child_env())
+        if stopping.is_set():  # the signal came while it started
+            stop()
         try:
             code = child.wait()
         except KeyboardInterrupt:
             stop()
+            code = child.wait()
+        if stopping.is_set():
+            break
         if code != EXIT_REPLAN and code >= 0:
             return code  # stopped, or could not start: starting it again would not help
         now = time.monotonic()
@@ -123,4 +131,5 @@ def supervise(args, argv: list[str], on_ready) -> int:
             return 1
         why = "a worker was lost" if code == EXIT_REPLAN else describe_exit(code)
         print(f"cluster: {why}; restarting the engine", flush=True)
+    return 0
 

@@ -470,8 +470,14 @@ def test_an_engine_that_dies_is_started_again_on_the_same_address(home, workers)
         engine.kill()
         assert ask(address, STARTER, PARIS_QUESTION) == first
         assert any("engine was killed" in line for line in process.output), process.output
+        (engine,) = psutil.Process(process.process.pid).children()
     finally:
         process.stop()
+    # stopped (SIGTERM), the supervisor ends by itself once its engine has: not killed
+    # after the wait (a wait in its signal handler could never reap the child)
+    assert process.process.returncode == 0, process.output[-5:]
+    assert not engine.is_running()
+    assert not (home / "host-crash" / "run" / "engine.json").exists()
 
 
 @pytest.mark.slow
