@@ -19,8 +19,8 @@ from zeroconf import IPVersion, ServiceBrowser, ServiceInfo, ServiceStateChange,
 
 from .protocol import SERVICE
 
-TTL_S = 20
-CHECK_S = 5
+TTL_S = 10  # refreshed at 80-95% of it: four tries before a lost answer drops a live worker
+CHECK_S = 3
 
 
 @dataclass(frozen=True)
