@@ -141,13 +141,18 @@ def _source(work: Path) -> Path:
                         ":all:", "-d", str(work), f"{PACKAGE}=={VERSION}"], check=True)
         with tarfile.open(work / f"llama_cpp_python-{VERSION}.tar.gz") as archive:
             archive.extractall(work, filter="data")
-    lists = tree / "vendor" / "llama.cpp" / "ggml" / "src" / "CMakeLists.txt"
+    return without_excluded_variants(tree / "vendor" / "llama.cpp")
+
+
+def without_excluded_variants(source: Path) -> Path:
+    """llama.cpp's tree at `source` with the AMX variant taken out of the variant list."""
+    lists = source / "ggml" / "src" / "CMakeLists.txt"
     text = lists.read_text()
     kept = [line for line in text.splitlines(keepends=True)
             if not any(f"ggml_add_cpu_backend_variant({name} " in line
                        for name in EXCLUDED_VARIANTS)]
     lists.write_text("".join(kept))
-    return tree / "vendor" / "llama.cpp"
+    return source
 
 
 def build(into: Path, gpu_modules: tuple[str, ...] = ()) -> Path:
@@ -289,9 +294,29 @@ def ensure() -> Path:
     return lib
 
 
+def build_on_gpu_machine(source: Path, into: Path, architectures: str) -> Path:
+    """What the bundle carries (every CPU variant and the CUDA module, as modules), built
+    in one tree from llama.cpp at `source` by this machine's own CUDA toolkit for
+    `architectures`: packaging/device_bundle_check.sh, on a GPU machine that reaches no
+    package index (so neither `build`'s sdist nor `build_cuda`'s toolkit from PyPI)."""
+    binary = into / "build"
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    subprocess.run(["cmake", "-S", str(without_excluded_variants(source)), "-B", str(binary),
+                    *generator, *CMAKE_FLAGS, "-DGGML_CUDA=ON",
+                    f"-DCMAKE_CUDA_ARCHITECTURES={architectures}"], check=True)
+    subprocess.run(["cmake", "--build", str(binary), "--target", "llama", "ggml", "mtmd",
+                    "ggml-cuda", "--parallel", str(os.cpu_count() or 2)], check=True)
+    return collect(binary / "bin", into / "lib")
+
+
 def main() -> int:
-    """The CPU (and Vulkan) build's folder, then the CUDA module's (`--cuda`)."""
-    print(ensure_cuda() if "--cuda" in sys.argv[1:] else ensure())
+    """The CPU (and Vulkan) build's folder, then the CUDA module's (`--cuda`); on a GPU
+    machine, `--here SOURCE INTO ARCHITECTURES` (build_on_gpu_machine)."""
+    if sys.argv[1:2] == ["--here"]:
+        source, into, architectures = sys.argv[2:5]
+        print(build_on_gpu_machine(Path(source), Path(into), architectures))
+    else:
+        print(ensure_cuda() if "--cuda" in sys.argv[1:] else ensure())
     return 0
 
 
