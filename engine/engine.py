@@ -316,7 +316,7 @@ class Engine:
             self.replicas.close()
         self.fleet.close()
         if self.answers:
-            self.answers.flush()
+            self.answers.close()
         self.embedder.close()
         self.vocabularies.close()
 

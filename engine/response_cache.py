@@ -150,6 +150,12 @@ class ResponseCache:
         self._writes.put(("mark", done))
         done.wait(timeout)
 
+    def close(self, timeout: float = 10.0) -> None:
+        """The writes queued so far are made; then the writer thread ends (an engine
+        closed in a process that goes on, as in the tests, left one behind each time)."""
+        self.flush(timeout)
+        self._writes.put(("stop",))
+
     def status(self) -> dict:
         return {"entries": self._count(), "bytes": self._bytes, "max_bytes": self.max_bytes,
                 "path": str(self.path), "problem": self.problem, **self.stats}
@@ -159,6 +165,8 @@ class ResponseCache:
     def _write_loop(self) -> None:
         while True:
             op, *args = self._writes.get()
+            if op == "stop":
+                return
             if op == "mark":
                 args[0].set()
                 continue

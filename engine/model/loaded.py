@@ -64,7 +64,7 @@ class Loaded:
 
     def close(self) -> None:
         if self.cache:
-            self.cache.flush()  # states being written survive a clean shutdown
+            self.cache.close()  # states being written survive a clean shutdown
         for drafter in self.drafters.values():
             drafter.close()
         if self.vision.projector:

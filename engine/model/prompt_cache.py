@@ -143,6 +143,17 @@ class PromptCache:
         while self._writes.unfinished_tasks and time.monotonic() < deadline:
             time.sleep(0.01)
 
+    def close(self, timeout: float = 30.0) -> None:
+        """Writes under way finish, then the writer thread ends and the RAM tier is let
+        go: a model unloaded and loaded again gets a new cache, and the old one's thread
+        would otherwise hold it, and every state in RAM, for the life of the process."""
+        self.flush(timeout)
+        if self.folder:
+            self._writes.put(None)
+        with self._lock:
+            self._entries.clear()
+            self._index.clear()
+
     def ram_bytes(self) -> int:
         with self._lock:
             return sum(e.size for e in self._entries.values() if e.state is not None)
@@ -220,8 +231,8 @@ class PromptCache:
     # -- disk format ------------------------------------------------------------------
 
     def _write_loop(self) -> None:
-        while True:
-            entry, state = self._writes.get()
+        while (job := self._writes.get()) is not None:
+            entry, state = job
             try:
                 self._write(entry, state)
             except OSError as exc:  # a full disk loses a cache entry, nothing else

@@ -67,6 +67,28 @@ def test_disk_tier_survives_a_new_cache_and_verifies(tmp_path):
     assert second.stats["hits_disk"] == 1
 
 
+def test_a_closed_cache_ends_its_writer_and_lets_its_states_go(tmp_path):
+    """A model unloaded and loaded again gets a new cache: the old one's writer thread
+    kept it, and every state it held in RAM, for the life of the process."""
+    import gc
+    import threading
+    import weakref
+
+    before = set(threading.enumerate())
+    first = cache(tmp_path)
+    (writer,) = set(threading.enumerate()) - before
+    first.save(tokens(1, 64), state(MiB, 7))
+    first.close()
+    writer.join(5)
+    assert not writer.is_alive() and first.ram_bytes() == 0
+    gone = weakref.ref(first)
+    del first
+    gc.collect()
+    assert gone() is None
+    hit = cache(tmp_path).best(tokens(1, 64))  # what it was writing was written first
+    assert hit and hit.entry.path is not None
+
+
 def test_states_saved_under_adapters_are_found_only_under_them_in_both_tiers(tmp_path):
     first = cache(tmp_path)
     first.save(tokens(1, 64), state(1000, 7), salt="+persona*1.0")
@@ -217,10 +239,18 @@ def test_a_split_cache_full_of_residents_serves_a_shared_prefix_in_place(tiny_st
 
 
 def test_engine_restart_reuses_the_disk_tier(tiny_store, tmp_path):
+    import threading
+
     model = tiny_store.resolve("tiny")
-    first = make_engine(tiny_store, tmp_path, cached=True)
+    before = set(threading.enumerate())
+    first = make_engine(tiny_store, tmp_path, cached=True, response_cache=tmp_path / "a.db")
     run(first, model=model, prompt=A, max_tokens=8, sampling=GREEDY)
+    writers = {t for t in set(threading.enumerate()) - before
+               if t.name in ("homerack-kv-writer", "homerack-answers")}
     first.close()  # waits for the background write
+    for writer in writers:
+        writer.join(5)
+    assert len(writers) == 2 and not any(t.is_alive() for t in writers)  # none outlives it
     second = make_engine(tiny_store, tmp_path, cached=True)
     _, _, done = run(second, model=model, prompt=A + " the", max_tokens=4, sampling=GREEDY)
     assert done.usage.cached_tokens >= done.usage.prompt_tokens - 4
