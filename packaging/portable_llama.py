@@ -313,7 +313,9 @@ def main() -> int:
     """The CPU (and Vulkan) build's folder, then the CUDA module's (`--cuda`); on a GPU
     machine, `--here SOURCE INTO ARCHITECTURES` (build_on_gpu_machine)."""
     if sys.argv[1:2] == ["--here"]:
-        source, into, architectures = sys.argv[2:5]
+        if len(sys.argv) != 5:
+            raise SystemExit("usage: portable_llama.py --here LLAMA_CPP_SOURCE INTO ARCHITECTURES")
+        source, into, architectures = sys.argv[2:]
         print(build_on_gpu_machine(Path(source), Path(into), architectures))
     else:
         print(ensure_cuda() if "--cuda" in sys.argv[1:] else ensure())
