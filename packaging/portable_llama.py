@@ -155,11 +155,12 @@ def without_excluded_variants(source: Path) -> Path:
     return source
 
 
-def build(into: Path, gpu_modules: tuple[str, ...] = ()) -> Path:
-    """Compile and collect the libraries into `into`/lib; returns that folder."""
+def build(into: Path, gpu_modules: tuple[str, ...] = (), source: Path | None = None) -> Path:
+    """Compile and collect the libraries into `into`/lib; returns that folder. `source`:
+    a llama.cpp tree already here (default: the vendored one, from PyPI's sdist)."""
     work = into / "work"
     work.mkdir(parents=True, exist_ok=True)
-    source = _source(work)
+    source = without_excluded_variants(source) if source else _source(work)
     binary = work / "build"
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     subprocess.run(["cmake", "-S", str(source), "-B", str(binary), *generator, *CMAKE_FLAGS,
@@ -294,29 +295,17 @@ def ensure() -> Path:
     return lib
 
 
-def build_on_gpu_machine(source: Path, into: Path, architectures: str) -> Path:
-    """What the bundle carries (every CPU variant and the CUDA module, as modules), built
-    in one tree from llama.cpp at `source` by this machine's own CUDA toolkit for
-    `architectures`: packaging/device_bundle_check.sh, on a GPU machine that reaches no
-    package index (so neither `build`'s sdist nor `build_cuda`'s toolkit from PyPI)."""
-    binary = into / "build"
-    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    subprocess.run(["cmake", "-S", str(without_excluded_variants(source)), "-B", str(binary),
-                    *generator, *CMAKE_FLAGS, "-DGGML_CUDA=ON",
-                    f"-DCMAKE_CUDA_ARCHITECTURES={architectures}"], check=True)
-    subprocess.run(["cmake", "--build", str(binary), "--target", "llama", "ggml", "mtmd",
-                    "ggml-cuda", "--parallel", str(os.cpu_count() or 2)], check=True)
-    return collect(binary / "bin", into / "lib")
-
-
 def main() -> int:
-    """The CPU (and Vulkan) build's folder, then the CUDA module's (`--cuda`); on a GPU
-    machine, `--here SOURCE INTO ARCHITECTURES` (build_on_gpu_machine)."""
+    """The CPU (and Vulkan) build's folder, then the CUDA module's (`--cuda`). On a GPU
+    machine that reaches no package index (packaging/device_bundle_check.sh), `--here
+    SOURCE INTO ARCHITECTURES`: what the bundle carries, the CUDA module built in the same
+    tree by that machine's own toolkit, from llama.cpp at SOURCE."""
     if sys.argv[1:2] == ["--here"]:
         if len(sys.argv) != 5:
             raise SystemExit("usage: portable_llama.py --here LLAMA_CPP_SOURCE INTO ARCHITECTURES")
         source, into, architectures = sys.argv[2:]
-        print(build_on_gpu_machine(Path(source), Path(into), architectures))
+        print(build(Path(into), ("-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={architectures}"),
+                    Path(source)))
     else:
         print(ensure_cuda() if "--cuda" in sys.argv[1:] else ensure())
     return 0
