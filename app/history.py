@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS messages (
     conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
     role TEXT NOT NULL,
     content TEXT NOT NULL,
-    status TEXT NOT NULL DEFAULT 'complete'  -- or 'interrupted', 'stopped'
+    status TEXT NOT NULL DEFAULT 'complete'  -- or 'interrupted', 'stopped', 'failed'
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 CREATE TABLE IF NOT EXISTS attachments (  -- a message's files and pictures, in their order

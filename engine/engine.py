@@ -146,7 +146,21 @@ class Engine:
         return replace(request, rendered=Rendered(text, chat_format))
 
     def _put(self, job: Job) -> None:
+        job.request = self._tokenized(job.request)
         self.fleet.put(job)
+
+    def _tokenized(self, request: GenerationRequest) -> GenerationRequest:
+        """The prompt's tokens, here on the request's thread (the model's vocabulary
+        alone): a long prompt tokenized on the model's worker stopped every stream for
+        as long (24 s for 14 MiB). One longer than any context is refused having read
+        its beginning only. Pictures are the projector's to tokenize, at admission."""
+        if not request.generates or request.pictures or request.tokens is not None:
+            return request
+        trained = self.store.inspector.inspect(request.model.path).context_length or 0
+        limit = max(trained, self.settings.load.n_ctx or 0) or None
+        with self.vocabularies.of(request.model) as vocab:
+            tokens, _ = prompt_tokens(request, vocab, limit)
+        return replace(request, tokens=tuple(tokens))
 
     def preload(self, model: LocalModel, emit: Callable[[Event], None] = lambda _e: None,
                 default: bool = True) -> Job:

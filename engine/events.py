@@ -17,6 +17,11 @@ from .catalog.models import AdapterUse, LocalModel
 # counted by the planner): one per prompt chunk, or one per verified draft position; 32
 # covers the longest draft.
 MAX_OUTPUTS = 32
+# The client of the requests through the tokenless Ollama door (serve --ollama-port): any
+# program on this computer, so none of the owner's cached prompts or answers (they would
+# tell it, in cached_tokens and speed, what the owner asked), though no paired device
+# either. A device's name cannot hold a colon (home/devices.py).
+LOCAL_DOOR = "local:ollama-door"
 
 
 @dataclass(frozen=True)
@@ -112,7 +117,9 @@ class GenerationRequest:
     template_kwargs: dict = field(default_factory=dict)  # to the chat template (thinking...)
     thinking_budget: int | None = None  # reasoning tokens at most, then its closing marker
     pictures: tuple = ()  # conversation.images.Picture, in the order of the markers in the messages
-    client: str | None = None  # the paired device that asked (engine/home); None: the owner
+    tokens: tuple[int, ...] | None = None  # the prompt's, tokenized by Engine.submit
+    client: str | None = None  # the paired device that asked (engine/home), or LOCAL_DOOR;
+                               # None: the owner (its KV, prompt and answer caches its own)
     precedence: bool = False   # admitted before the devices' (the owner's, when chosen)
 
     @property

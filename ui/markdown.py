@@ -23,6 +23,7 @@ from .theme import Colors, colors
 
 ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System"}
 STATUS_NOTES = {"interrupted": "interrupted: the engine stopped", "stopped": "stopped",
+                "failed": "failed: the engine could not answer it (the banner says why)",
                 "unsaved": "not saved: the history could not be written"}
 
 

@@ -14,11 +14,15 @@ from ..conversation.conversation import Conversation, Message
 from ..conversation.images import MARKER
 from ..engine import Engine
 from ..errors import Forbidden, InvalidRequest
+from ..events import LOCAL_DOOR
 
 TOP_K = 5
 # cosine similarity below which a passage is not relevant (MiniLM's unrelated pairs sit
 # under 0.2, a passage that answers the question above 0.35)
 MIN_SIMILARITY = 0.3
+# A search embeds its query whole, and embedders read 512 tokens (MiniLM, BERT): about
+# 2,000 characters of English
+QUERY_CHARS = 1500
 WHOLE_CHARS = 6000  # a file this short goes in whole (about 1,500 tokens)
 INSTRUCTION = ("Passages from the user's documents follow, numbered. Answer from them when "
                "they hold the answer and cite each passage you use as [n]. If they do not "
@@ -33,31 +37,49 @@ class Grounded:
 
 
 def ground(engine: Engine, collections: list[str], conversation: Conversation,
-           device: str | None) -> Grounded:
-    if device:
+           client: str | None) -> Grounded:
+    if client == LOCAL_DOOR:
+        raise Forbidden("collections: the owner's documents are not offered through "
+                        "Ollama's API without the token", param="collections")
+    if client:
         raise Forbidden("the owner's documents are not shared with this home's devices",
                         param="collections")
     question = _question(conversation)
     if not question.strip():
         raise InvalidRequest("collections: the last user message has no text to search "
                              "with", param="collections")
+    query, notes = _query(question)
     found = []
     for i, name in enumerate(collections):
         try:
-            found += engine.documents.search(name, question[:4000], TOP_K)
+            found += engine.documents.search(name, query, TOP_K, cut=True)
         except InvalidRequest as exc:
             raise InvalidRequest(f"collections[{i}]: {exc.message}",
                                  param=f"collections[{i}]") from None
     relevant = sorted((f for f in found if f["similarity"] >= MIN_SIMILARITY),
                       key=lambda f: -f["similarity"])[:TOP_K]
     if not relevant:
-        return Grounded(conversation, [], [f"nothing in {', '.join(collections)} matched "
-                                           "the question: answered without the documents"])
-    relevant, notes = _whole(engine, relevant)
+        return Grounded(conversation, [], notes + [
+            f"nothing in {', '.join(collections)} matched the question: answered without "
+            "the documents"])
+    relevant, whole = _whole(engine, relevant)
+    notes += whole
     citations = [{"index": n, **passage} for n, passage in enumerate(relevant, 1)]
     blocks = [f"[{c['index']}] {c['path']}{_place(c)}:\n{c['text']}" for c in citations]
     text = INSTRUCTION + "\n\n" + "\n\n".join(blocks)
     return Grounded(_with_passages(conversation, text), citations, notes)
+
+
+def _query(question: str) -> tuple[str, list[str]]:
+    """What the documents are searched with: a long message's last QUERY_CHARS (a
+    question asked about a paste comes after it), which the embedder takes whole or, in a
+    script of many tokens a character, cut to its context (the search's `cut`)."""
+    question = question.strip()
+    if len(question) <= QUERY_CHARS:
+        return question, []
+    return question[-QUERY_CHARS:], [
+        f"the message is {len(question):,} characters: the documents were searched with its "
+        f"last {QUERY_CHARS:,} (what the embedder reads at once)"]
 
 
 def _question(conversation: Conversation) -> str:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import AsyncIterator, Callable
 
 
-from ..conversation.conversation import Conversation, checked
+from ..conversation.conversation import Conversation, checked, known_tools
 from ..formats.parsed import CallArgs, CallStart, Reasoning, Text
 from ..formats.stream import FormatStream, Reading
 from ..engine import Engine
@@ -47,6 +47,7 @@ class Turn:
         self.notes: list[str] = []  # for the answer, beside the engine's own
         self.citations: list[dict] | None = None  # grounding.py's, when collections were asked
         self.job = None  # once submitted
+        self.tools = ()  # the conversation's, kept as checked once the turn has started
         self._cancelled = False  # a Stop that came while it was being submitted
 
     async def start(self) -> Started:
@@ -55,7 +56,7 @@ class Turn:
         self.channel = Channel()
         request = replace(self.request, response_cache=cache_mode(
             self.caller.cache_control, self.request.response_cache),
-            client=self.caller.device)
+            client=self.caller.client)
         # off the event loop: a cache lookup renders the prompt and may read the model's
         # header the first time
         self.job = await asyncio.to_thread(self.engine.submit, request, self.channel.emit)
@@ -67,6 +68,7 @@ class Turn:
         if isinstance(first, Finished):  # stopped (cancel) before its first token
             raise StoppedBeforeStart("stopped before the answer began")
         self.started = first
+        known_tools.remember(self.tools)
         if self.reading is not None:  # the prompt as rendered says whether it opened thinking
             self.reader = FormatStream(replace(
                 self.reading, opened=self.job.request.rendered.opens_thinking()))
@@ -152,10 +154,11 @@ def asked_turn(engine: Engine, asked: Asked, conv: Conversation | Callable[[], C
     """A conversation's turn from what was asked (the web chat builds its `Asked` and
     its conversation from stored rows, no request body)."""
     conv = checked(conv() if callable(conv) else conv, asked.choice_param)
-    grounded = ground(engine, collections, conv, caller.device) if collections else None
+    grounded = ground(engine, collections, conv, caller.client) if collections else None
     conv = grounded.conversation if grounded else conv
     taken = engine.take(asked, conv)
     turn = Turn(engine, taken.request, caller, taken.reading)
+    turn.tools = conv.tools
     turn.notes = conv.notes() + list(taken.notes) + (grounded.notes if grounded else [])
     turn.citations = grounded.citations if grounded else None
     return turn

@@ -11,7 +11,7 @@ from typing import Awaitable, Callable
 
 from fastapi.responses import JSONResponse
 
-from ..events import Started
+from ..events import LOCAL_DOOR, Started
 
 
 def device_of(http) -> str | None:
@@ -24,20 +24,32 @@ async def _never_gone() -> bool:
     return False
 
 
+def through_door(http) -> bool:
+    """The request came through the tokenless Ollama door (set by its app, factory.py)."""
+    return getattr(http.state, "door", False)
+
+
 @dataclass(frozen=True)
 class Caller:
-    """Who asks for a turn, as the turn needs it: the device (None: the owner), the HTTP
-    Cache-Control it sent, and whether it has gone (a turn it leaves stops). Read from
-    the HTTP request once (`of`); the web chat's replies outlive the page, so theirs
-    never goes."""
+    """Who asks for a turn, as the turn needs it: the device (None: the owner or a
+    program through the Ollama door, `door`), the HTTP Cache-Control it sent, and whether
+    it has gone (a turn it leaves stops). Read from the HTTP request once (`of`); the web
+    chat's replies outlive the page, so theirs never goes."""
     device: str | None = None
     cache_control: str = ""
     gone: Callable[[], Awaitable[bool]] = _never_gone
+    door: bool = False
+
+    @property
+    def client(self) -> str | None:
+        """Whose caches the turn uses (GenerationRequest.client): the device's, the
+        door's, or (None) the owner's."""
+        return LOCAL_DOOR if self.door and self.device is None else self.device
 
     @classmethod
     def of(cls, http) -> "Caller":
         return cls(device_of(http), http.headers.get("cache-control", ""),
-                   http.is_disconnected)
+                   http.is_disconnected, through_door(http))
 
 
 def extension(started: Started, notes: list[str] = ()) -> dict:

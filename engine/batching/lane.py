@@ -24,7 +24,7 @@ from ..model.host import ModelHost
 from ..settings import EngineSettings
 from ..catalog.models import ModelStore
 from .fairness import FairQueue
-from .scheduler import Scheduler
+from .scheduler import Scheduler, as_error
 
 PUBLISH_S = 0.1  # how often the worker refreshes the figures other threads read
 IDLE_SAVE_S = 1.0  # idle this long, the worker saves resident conversations to the cache
@@ -233,9 +233,10 @@ class Lane:
                 return True
             return self.scheduler.admit(job)
         except Exception as exc:  # a bad request or a failed load must not kill the worker
+            # nor end its neighbours: whatever raised (a tokenizer's UnicodeEncodeError
+            # once did), it was this job's work; the cells it may have touched are checked
+            # by residency's guard before any prompt trusts them
             job.emit(Failed(as_error(exc)))
-            if not isinstance(exc, HomerackError) and self.host.loaded:
-                self.scheduler.fail_all(as_error(exc))
             return True
 
     def _guarded(self, work: Callable[[], object]) -> None:
@@ -257,6 +258,3 @@ class Lane:
         """Tokens evaluated so far (the cluster's per-token link figures count from it)."""
         return self.scheduler.figures.evaluated_tokens()
 
-
-def as_error(exc: Exception) -> HomerackError:
-    return exc if isinstance(exc, HomerackError) else HomerackError(f"internal error: {exc!r}")

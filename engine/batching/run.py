@@ -99,11 +99,11 @@ class Runner:
         for slot, end in asked:
             try:
                 token = slot.sampler.sample(llama, end)
-            except (GrammarTooSlow, NonFiniteLogits) as exc:
-                picks.failed.append((slot, exc))
+                if slot.job.request.measure_confidence:
+                    slot.output.weigh(llama.logits(end), token)
+            except Exception as exc:  # a grammar too slow, logits no numbers, any other:
+                picks.failed.append((slot, exc))  # this pick's alone
                 continue
-            if slot.job.request.measure_confidence:
-                slot.output.weigh(llama.logits(end), token)
             picks.tokens.append((slot, (token,)))
 
     def _draft_round(self, slot: Slot) -> Picks:

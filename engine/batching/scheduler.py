@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from ..errors import MemoryFull, NonFiniteLogits
+from ..errors import HomerackError, MemoryFull, NonFiniteLogits
 from ..events import CANCELLED, Failed, Job, Started
 from ..llama.sampler import Sampler
 from ..machine.planner import lanes
@@ -102,13 +102,19 @@ class Scheduler:
         slot = self.residency.seat(prompt, request, stale)
         if slot is None:
             return False
-        # a grammar llama.cpp rejects fails the request alone; its seat stays an idle
-        # resident, holding what it truly holds
-        sampler = Sampler(request.sampling, loaded.llama.n_vocab, request.grammar,
-                          loaded.llama.vocab)
-        slot.begin(job, held, sampler, spec, Output(
-            job, loaded.llama, loaded.chat_format.turn_ends, loaded.turn_end_tokens, max_tokens,
-            loaded.marker_tokens if request.messages is not None else frozenset(), budget))
+        # a grammar llama.cpp rejects (or any error past here) fails the request alone;
+        # its seat stays an idle resident, holding what it truly holds
+        try:
+            sampler = Sampler(request.sampling, loaded.llama.n_vocab, request.grammar,
+                              loaded.llama.vocab)
+            slot.begin(job, held, sampler, spec, Output(
+                job, loaded.llama, loaded.chat_format.turn_ends, loaded.turn_end_tokens,
+                max_tokens, loaded.marker_tokens if request.messages is not None
+                else frozenset(), budget))
+        except BaseException:
+            slot.held = None  # the caller closes the prompt it holds
+            slot.end()
+            raise
         answering = "+".join([loaded.model.id, *(use.adapter.id for use in request.adapters)])
         slot.started = Started(answering, len(prompt), slot.n_cached, max_tokens,
                                loaded.llama.n_ctx,
@@ -154,9 +160,12 @@ class Scheduler:
         """Each picked token into its request's stream; failed picks end their sequences;
         when the memory was outgrown, one sequence leaves so the others go on."""
         for slot, tokens in picks.tokens:
-            for token in tokens:
-                if not self._advance(slot, token):
-                    break
+            try:
+                for token in tokens:
+                    if not self._advance(slot, token):
+                        break
+            except Exception as exc:  # its text, its stream: this request's alone
+                self._fail(slot, as_error(exc))
         for slot, error in picks.failed:
             self._fail(slot, error)
         if picks.outgrown:  # those still running, or any running when all of them ended
@@ -225,7 +234,7 @@ class Scheduler:
         numbers leave cells that are none either: nothing of it is kept)."""
         if isinstance(error, NonFiniteLogits):
             error = self._model_error(error, len(slot.tokens))
-        slot.job.emit(Failed(error))
+        slot.job.emit(Failed(as_error(error)))
         self.residency.release(slot)
 
     def _model_error(self, error: NonFiniteLogits, position: int) -> NonFiniteLogits:
@@ -262,3 +271,8 @@ class Scheduler:
                 "decode_ms_per_step": self.figures.decode_ms_per_step(),
                 "graphs_reused": loaded.llama.graphs_reused if (loaded := self.host.loaded) else 0,
                 **self.figures.totals}
+
+
+def as_error(exc: Exception) -> HomerackError:
+    """What a request fails with: the engine's own error, or any other said as internal."""
+    return exc if isinstance(exc, HomerackError) else HomerackError(f"internal error: {exc!r}")

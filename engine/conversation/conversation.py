@@ -4,9 +4,11 @@ remembering where it was in the request so errors can name the field."""
 
 from __future__ import annotations
 
-import functools
 import json
-from dataclasses import dataclass, field
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from ..errors import InvalidRequest
 from .images import Picture
@@ -37,6 +39,7 @@ class Tool:
     description: str
     parameters: dict
     unenforced: tuple[str, ...] = ()  # schema keywords the grammar leaves out (reported)
+    key: tuple | None = field(default=None, compare=False, repr=False)  # KnownTools'
 
 
 @dataclass(frozen=True)
@@ -55,11 +58,64 @@ class Conversation:
     choice: Choice = field(default_factory=Choice)
     schema: dict | None = None  # the answer's JSON Schema (response_format)
 
+    @cached_property
+    def call_names(self) -> dict[str, str]:
+        """Each earlier call's name by its id, built once (a tool result's name is looked
+        up per message: a scan each was quadratic in a conversation's calls)."""
+        return {call.id: call.name for m in self.messages for call in m.calls}
+
     def notes(self) -> list[str]:
         """What the answer should know: tool schema keywords no grammar enforces."""
         places = [p for t in self.tools for p in t.unenforced]
         return [f"not enforced in tool calls (the grammar cannot): {', '.join(places)}"] \
             if places and self.choice.mode != "none" else []
+
+
+# Checked tools kept by their text, bounded in bytes, not entries: a 13.6 MiB schema
+# counted as one of 1,024 entries once kept 470 MiB a request. A kept tool's parsed schema
+# takes about six times its JSON text in Python objects (measured on agents' tools), so it
+# is charged so; a schema over TOOL_KEPT_MAX is checked each time and never kept.
+TOOLS_KEPT_BYTES = 32 << 20
+TOOL_KEPT_MAX = 256 << 10
+_WEIGHT = 6
+
+
+class KnownTools:
+    """Tools already checked (an agent sends the same 20-odd on every turn: checking them
+    was 8 ms of a 12k-token turn's 45), least recently used first out. A tool is looked
+    up here when a request is read but kept only once its request has started
+    (`remember`): nothing is kept for a request that fails (a 404 model, a 400 elsewhere).
+    Errors are never kept: they raise each time."""
+
+    def __init__(self, budget: int = TOOLS_KEPT_BYTES):
+        self.budget, self.used = budget, 0
+        self._kept: OrderedDict[tuple, Tool] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> Tool | None:
+        with self._lock:
+            found = self._kept.get(key)
+            if found is not None:
+                self._kept.move_to_end(key)
+            return found
+
+    def remember(self, tools) -> None:
+        with self._lock:
+            for t in tools:
+                cost = _cost(t.key) if t.key is not None else 0
+                if not cost or cost > TOOL_KEPT_MAX * _WEIGHT or t.key in self._kept:
+                    continue
+                self._kept[t.key] = t
+                self.used += cost
+                while self.used > self.budget:
+                    self.used -= _cost(self._kept.popitem(last=False)[0])
+
+
+def _cost(key: tuple) -> int:
+    return _WEIGHT * sum(len(part) for part in key)
+
+
+known_tools = KnownTools()
 
 
 def tool(name: str, description: str | None, parameters: dict | None, where: str) -> Tool:
@@ -69,23 +125,13 @@ def tool(name: str, description: str | None, parameters: dict | None, where: str
     try:
         schema = json.dumps(parameters)  # its order kept: the model reads it in order
     except (TypeError, ValueError, RecursionError):  # check names what is wrong
-        schema = None
-    if schema is None:
         return _checked_tool(name, description or "", parameters, where)
-    return _known_tool(name, description or "", schema, where)
-
-
-@functools.lru_cache(maxsize=1024)
-def _known_tool(name: str, description: str, schema: str, where: str) -> Tool:
-    """An agent sends the same 20-odd tools on every turn: each is checked once (checking
-    them was 8 ms of a 12k-token turn's 45). Errors are not cached: they raise each time."""
-    return _checked_tool(name, description, json.loads(schema), where)
-
-
-def _checked_tool(name: str, description: str, parameters, where: str) -> Tool:
-    parameters, loosened = bounded(parameters, where)
-    return Tool(name, description, parameters,
-                tuple(loosened + check(parameters, where, strict=False)))
+    key = (name, description or "", schema, where)
+    found = known_tools.get(key)
+    if found is not None:
+        return found
+    made = _checked_tool(name, description or "", parameters, where)
+    return replace(made, key=key) if len(schema) <= TOOL_KEPT_MAX else made
 
 
 def checked(conversation: Conversation, choice_param: str) -> Conversation:

@@ -50,13 +50,13 @@ def _native_message(message: Message, conv: Conversation) -> dict:
                              for c in message.calls]
     if message.role == "tool":
         out["tool_call_id"] = message.call_id
-        out["name"] = _call_name(conv, message.call_id)
+        out["name"] = conv.call_names.get(message.call_id, "")
     return out
 
 
 def _generic_message(message: Message, conv: Conversation) -> dict:
     if message.role == "tool":
-        body = {"tool_response": {"tool": _call_name(conv, message.call_id),
+        body = {"tool_response": {"tool": conv.call_names.get(message.call_id, ""),
                                   "content": message.content}}
         return {"role": "user", "content": json.dumps(body)}
     if message.calls:
@@ -123,14 +123,6 @@ def _call_schema(tools: tuple[Tool, ...], arguments_key: str = "arguments",
 def _openai_tool(tool: Tool) -> dict:
     return {"type": "function", "function": {"name": tool.name, "description": tool.description,
                                              "parameters": tool.parameters}}
-
-
-def _call_name(conv: Conversation, call_id: str | None) -> str:
-    for message in conv.messages:
-        for call in message.calls:
-            if call.id == call_id:
-                return call.name
-    return ""
 
 
 def _with_system(messages: list[dict], text: str) -> list[dict]:

@@ -60,7 +60,7 @@ class Embedding:
     """How passages become vectors: the embedding model's id, its batch embedder and its
     token counter (its own vocabulary)."""
     model: str
-    embed: Callable[[list[str]], np.ndarray]
+    embed: Callable[..., np.ndarray]  # (texts, truncate=False): cut to the context
     count: Callable[[str], int]
     rank: Callable[[str, str, list[str]], np.ndarray]  # (reranker id, query, passages)
     prefixes: tuple[str, str] = field(init=False)
@@ -132,10 +132,11 @@ class Collections:
         return {**found, "failed": self.index.failures(name)}
 
     def search(self, name: str, query: str, top_k: int = 5, mode: str = "hybrid",
-               reranker: str | None = None) -> list[dict]:
+               reranker: str | None = None, cut: bool = False) -> list[dict]:
         """Passages best first. `mode`: "hybrid" (BM25 and embeddings fused by reciprocal
         rank), or one of them alone ("keyword", "embedding": what the benchmark compares).
-        `reranker`: a reranker's id, which orders the first candidates again."""
+        `reranker`: a reranker's id, which orders the first candidates again. `cut`: a
+        query longer than the embedder reads is cut to it (else a 400 says so)."""
         collection = self.index.collection(name)  # a 400 naming it when there is none
         if not isinstance(query, str) or not query.strip():
             raise InvalidRequest("query is empty", param="query")
@@ -146,7 +147,7 @@ class Collections:
         embedding = self._embedding(collection["model"])
         wide = max(top_k * 4, 20)
         by_words = self.index.keyword(name, query, wide)
-        vector = embedding.embed([embedding.prefixes[0] + query])[0]
+        vector = embedding.embed([embedding.prefixes[0] + query], truncate=cut)[0]
         ids, similarity = self.index.similar(name, vector)
         by_meaning = [int(ids[i]) for i in np.argsort(-similarity)[:wide]]
         scores: dict[int, float] = {}

@@ -59,7 +59,8 @@ class Library:
         if self._store.kind_of(model) != "embedding":
             raise InvalidRequest(f"{model.id} is not an embedding model: pick one whose kind "
                                  "is embedding in /v1/models", param="model")
-        return Embedding(model.id, lambda texts: models.embedder.embed(model, texts)[0],
+        return Embedding(model.id, lambda texts, truncate=False:
+                         models.embedder.embed(model, texts, truncate)[0],
                          lambda text: len(models.tokenize(model, text)),
                          lambda ranker, query, texts: models.embedder.rank(
                              models.resolve(ranker), query, texts))

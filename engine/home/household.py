@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..errors import Forbidden, InvalidRequest
+from ..events import LOCAL_DOOR
 from ..files import write_atomic
 from .conversations import Conversations
 from .devices import Device, Devices
@@ -79,6 +80,8 @@ class Household:
             if self.choices.owner_first:
                 job.request = replace(job.request, precedence=True)
             return
+        if client == LOCAL_DOOR:  # a program of this computer: no device's limits
+            return
         self.check_shared(job.request.model.id)
         if job.request.draft_model is not None:
             self.check_shared(job.request.draft_model.id, "draft_model")
@@ -93,7 +96,7 @@ class Household:
         (`charge.tokens`, set by the route) counts against its tokens a minute. The
         owner's (`client` None) passes as it is."""
         charge = Charge()
-        if client is None:
+        if client is None or client == LOCAL_DOOR:
             yield charge
             return
         if model_id is not None:
@@ -106,7 +109,7 @@ class Household:
 
     def release(self, job) -> None:
         """A device's request that never reached a lane is no longer in flight."""
-        if job.request.client is not None:
+        if job.request.client not in (None, LOCAL_DOOR):
             self.meter.ended(job.request.client, job.id, 0, 0.0)
 
     def check_shared(self, model_id: str, param: str = "model") -> None:

@@ -4,18 +4,24 @@ tokenized a turn at a time (TurnTokens)."""
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
+from array import array
 from collections import OrderedDict
 from pathlib import Path
 
 import llama_cpp as llama
 
-from ..errors import ModelLoadFailed
+from ..errors import InvalidRequest, ModelLoadFailed
 from .backend import ensure_backend
 
 
 def _tokenize(vocab, text: str, add_special: bool, parse_special: bool) -> list[int]:
-    data = text.encode("utf-8")
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # the API refuses these where they arrive: a guard
+        raise InvalidRequest(f"the text holds a lone surrogate at character {exc.start}, "
+                             "which is not Unicode text", param="messages") from None
     capacity = len(data) + 8
     buf = (llama.llama_token * capacity)()
     n = llama.llama_tokenize(vocab, data, len(data), buf, capacity, add_special, parse_special)
@@ -38,7 +44,8 @@ def piece_of(vocab, token: int, special: bool = False) -> bytes:
 
 
 SEGMENTED_FROM = 8192  # characters: a shorter text is tokenized whole
-HELD_CHARS = 16 << 20  # the turns' texts TurnTokens keeps tokens for, at most
+HELD_BYTES = 32 << 20  # what TurnTokens keeps at most: the turns' texts and their tokens
+HELD_PIECE = 4 << 20  # a turn larger than this is tokenized each time, never kept
 _SEGMENTABLE = (llama.LLAMA_VOCAB_TYPE_BPE, llama.LLAMA_VOCAB_TYPE_SPM)
 _SPECIAL = llama.LLAMA_TOKEN_ATTR_CONTROL | llama.LLAMA_TOKEN_ATTR_USER_DEFINED
 
@@ -50,15 +57,21 @@ class TurnTokens:
     prefix follows any special token), so cut before the special token that opens each
     turn, the pieces' tokens end to end are the whole's. A coding agent resends 50 KB of
     tools and instructions every turn (16 ms to tokenize on 2 cores, a third of a cached
-    turn's time to first token): only turns not seen lately are tokenized. Each marker is
-    checked once against the whole text's tokens before it is trusted."""
+    turn's time to first token): only turns not seen lately are tokenized.
+
+    A marker is trusted only where the cut is exact for every text, not just the first
+    one seen: no other special token may contain or overlap it (llama.cpp matches the
+    longer first: Gemma's user-defined "\n" inside its "\n\n" once made every later
+    prompt with paragraphs tokenize apart), and its first use is checked against the
+    whole text's tokens. What is kept is bounded in bytes (HELD_BYTES), texts and tokens."""
 
     def __init__(self, vocab):
         self.vocab = vocab
         self._lock = threading.Lock()
-        self._held: OrderedDict[str, tuple[int, ...]] = OrderedDict()
-        self._chars = 0
+        self._held: OrderedDict[str, array] = OrderedDict()
+        self.held_bytes = 0
         self._markers: dict[str, bool] = {}  # marker -> whether cutting there is exact
+        self._specials: list[str] | None = None  # every special token's text, once
         self.segmentable = llama.llama_vocab_type(vocab) in _SEGMENTABLE
 
     def tokenize(self, text: str) -> list[int]:
@@ -76,33 +89,68 @@ class TurnTokens:
 
     def _marker(self, text: str) -> str | None:
         """The special token the text's turns open with: of those in its first few hundred
-        characters (no left-stripping one: it would eat the piece before), the most
-        frequent, if it recurs."""
+        characters (no left-stripping one: it would eat the piece before; none another
+        special token contains or overlaps), the most frequent, if it recurs."""
         found = {}
         for token in _tokenize(self.vocab, text[:512], False, True):
             attr = llama.llama_vocab_get_attr(self.vocab, token)
             if attr & _SPECIAL and not attr & llama.LLAMA_TOKEN_ATTR_LSTRIP:
                 mark = piece_of(self.vocab, token, True).decode("utf-8", "replace")
-                if mark and mark not in found and self._markers.get(mark, True):
+                if mark and mark not in found and self._trusted(mark):
                     found[mark] = text.count(mark)
         best = max(found, key=found.get, default=None)
         return best if best is not None and found[best] >= 2 else None
 
-    def _piece(self, piece: str) -> tuple[int, ...]:
+    def _trusted(self, mark: str) -> bool:
+        if mark not in self._markers and not self._alone(mark):
+            self._markers[mark] = False
+        return self._markers.get(mark, True)
+
+    def _alone(self, mark: str) -> bool:
+        """No other special token holds `mark` or overlaps it at either end."""
+        if self._specials is None:
+            self._specials = _special_texts(self.vocab)
+        for other in self._specials:
+            if other == mark:
+                continue
+            if mark in other or any(other.endswith(mark[:k]) or other.startswith(mark[-k:])
+                                    for k in range(1, min(len(mark), len(other) + 1))):
+                return False
+        return True
+
+    def _piece(self, piece: str) -> array:
         with self._lock:
             tokens = self._held.get(piece)
             if tokens is not None:
                 self._held.move_to_end(piece)
                 return tokens
-        tokens = tuple(_tokenize(self.vocab, piece, False, True))
+        tokens = array("i", _tokenize(self.vocab, piece, False, True))
+        cost = _cost(piece, tokens)
+        if cost > HELD_PIECE:
+            return tokens
         with self._lock:
             if piece not in self._held:
                 self._held[piece] = tokens
-                self._chars += len(piece)
-            while self._chars > HELD_CHARS:
-                old, _ = self._held.popitem(last=False)
-                self._chars -= len(old)
+                self.held_bytes += cost
+            while self.held_bytes > HELD_BYTES:
+                old, kept = self._held.popitem(last=False)
+                self.held_bytes -= _cost(old, kept)
         return tokens
+
+
+def _cost(piece: str, tokens: array) -> int:
+    return sys.getsizeof(piece) + tokens.itemsize * len(tokens)
+
+
+def _special_texts(vocab) -> list[str]:
+    """The text of every control or user-defined token of the vocabulary."""
+    out = []
+    for token in range(llama.llama_vocab_n_tokens(vocab)):
+        if llama.llama_vocab_get_attr(vocab, token) & _SPECIAL:
+            text = piece_of(vocab, token, True).decode("utf-8", "replace")
+            if text:
+                out.append(text)
+    return out
 
 
 class Tokens:

@@ -44,9 +44,11 @@ class Embedder:
         """What the loaded embedding model holds (llama.cpp's buffers)."""
         return sum(sum(llama.buffers.values()) for _, llama in list(self._held.values()))
 
-    def embed(self, model: LocalModel, inputs: list[str] | list[list[int]]
-              ) -> tuple[np.ndarray, int]:
-        """L2-normalised vectors, in input order, and the tokens they took."""
+    def embed(self, model: LocalModel, inputs: list[str] | list[list[int]],
+              truncate: bool = False) -> tuple[np.ndarray, int]:
+        """L2-normalised vectors, in input order, and the tokens they took. `truncate`:
+        an input longer than the model's context is cut to it (its last token, the
+        separator a BERT reads, kept), else refused naming it."""
         info = self.store.inspector.inspect(model.path)
         if not info.embedding:
             raise InvalidRequest(
@@ -57,6 +59,9 @@ class Embedder:
             llama = self._ensure(model, info)
             lists = [t if isinstance(t, list) else
                      llama.tokenize(t, add_special=True, parse_special=False) for t in inputs]
+            if truncate:
+                lists = [t if len(t) <= llama.n_ctx else [*t[:llama.n_ctx - 1], t[-1]]
+                         for t in lists]
             for i, tokens in enumerate(lists):
                 if not tokens:
                     raise InvalidRequest(f"input[{i}] is empty", param=f"input[{i}]")

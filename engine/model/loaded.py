@@ -79,8 +79,11 @@ class Loaded:
                 drafter.tokens = []
 
     def prompt(self, request: GenerationRequest) -> Prompt:
-        """The request's prompt as tokens, its images through the projector."""
+        """The request's prompt as tokens (tokenized on its way in: Engine.submit), its
+        images through the projector."""
         if not request.pictures:
+            if request.tokens is not None:
+                return Prompt(list(request.tokens), format_notes(request))
             return Prompt(*prompt_tokens(request, self.llama))
         projector = self.vision.projector
         if projector is None:
@@ -120,24 +123,54 @@ class Loaded:
         return wanted, []
 
 
-def prompt_tokens(request: GenerationRequest, tokenizer) -> tuple[list[int], list[str]]:
+# A prompt's first characters tokenized to bound it: past the context, the whole is not
+# (a 14 MiB prompt was 8.2M tokens, 24 s of tokenizing and 480 MiB kept, to be refused).
+# English takes about 4 characters a token: 8 leaves room for any text dense in tokens;
+# one sparser than that is tokenized whole, as before.
+CHARS_A_TOKEN = 8
+
+
+def prompt_tokens(request: GenerationRequest, tokenizer,
+                  limit: int | None = None) -> tuple[list[int], list[str]]:
     """The request's prompt as tokens (a chat as Engine.submit rendered it), and notes for
-    the answer. `tokenizer`: the loaded model, or its Vocabulary alone (counting)."""
-    notes = []
+    the answer. `tokenizer`: the loaded model, or its Vocabulary alone (counting).
+    `limit`: the most tokens any context of the model holds; a prompt whose beginning
+    alone is longer is refused before the rest is read."""
     if request.messages is not None:
         rendered = request.rendered
         if rendered is None:  # every chat passes Engine._render on its way in
             raise RuntimeError("a chat reached the model without its rendered prompt")
-        if rendered.chat_format.fallback:
-            notes.append(f"chat format: {rendered.chat_format.describe()}")
+        _bounded(tokenizer, rendered.text, False, limit)
         tokens = tokenizer.tokenize(rendered.text, add_special=False, parse_special=True)
         if tokenizer.add_bos and (not tokens or tokens[0] != tokenizer.bos):
             tokens.insert(0, tokenizer.bos)
     else:
+        _bounded(tokenizer, request.prompt or "", True, limit)
         tokens = tokenizer.tokenize(request.prompt or "", add_special=True, parse_special=True)
     if not tokens:
         raise InvalidRequest("the prompt is empty", param="prompt")
-    return tokens, notes
+    return tokens, format_notes(request)
+
+
+def format_notes(request: GenerationRequest) -> list[str]:
+    """What the answer says of the chat format (a fallback when the model has none)."""
+    rendered = request.rendered
+    if request.messages is not None and rendered and rendered.chat_format.fallback:
+        return [f"chat format: {rendered.chat_format.describe()}"]
+    return []
+
+
+def _bounded(tokenizer, text: str, add_special: bool, limit: int | None) -> None:
+    head = limit * CHARS_A_TOKEN + 4096 if limit else None
+    if head is None or len(text) <= head:
+        return
+    # a cut at a word may merge differently from the whole: a few tokens of margin
+    n = len(tokenizer.tokenize(text[:head], add_special=add_special, parse_special=True))
+    if n > limit + 16:
+        raise ContextLengthExceeded(
+            f"the prompt has more than {limit:,} tokens, the most this model's context "
+            f"holds (its first {head:,} of {len(text):,} characters alone are {n:,}); "
+            "shorten it")
 
 
 def single_tokens(llama, texts) -> frozenset[int]:

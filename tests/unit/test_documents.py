@@ -90,7 +90,7 @@ def _collections(tmp_path):
     """Collections with a word-count embedder (the index's bookkeeping is the subject)."""
     from engine.documents.collections import Collections, Embedding
 
-    def embed(texts):
+    def embed(texts, truncate=False):
         return np.array([[len(t.split()), 1.0] for t in texts], dtype=np.float32)
 
     return Collections(tmp_path / "docs.sqlite", lambda model: Embedding(

@@ -251,10 +251,13 @@ class ChatPage(QWidget):
                 self.view, "The reply is complete: " + done.text[:300]))
 
     def _on_failed(self, conversation_id: int, error) -> None:
-        self._finish(conversation_id, "interrupted")
+        alive = self.engine.client is not None and self.engine.last_death is None
+        # "interrupted" says the engine stopped: only when it did (a request the engine
+        # refused, with the engine running, failed, and the banner says why)
+        self._finish(conversation_id, "failed" if alive else "interrupted")
         if self.conversation and self.conversation.id == conversation_id:
             self.voice.reply_ended("")
-        if self.engine.client is not None and self.engine.last_death is None:
+        if alive:
             self.error.emit(f"The reply failed: {error}")
 
     def _finish(self, conversation_id: int, status: str, model: str | None = None,

@@ -36,9 +36,11 @@ class SourcesPanel(QWidget):
         self.door.toggled.connect(lambda on: switch(self.data, OLLAMA_DOOR, on))
         door_note = Label(
             f"On 127.0.0.1:{OLLAMA_PORT}, Ollama's port, for apps that cannot send a token "
-            "(Open WebUI, editor plugins…): any program on this computer can then use your "
-            "models; other computers cannot. Off by default; applies the next time Homerack "
-            "starts.", objectName="muted",
+            "(Open WebUI, editor plugins…): any program on this computer can then chat with "
+            "your models and load or unload them; other computers and web pages of other "
+            "sites cannot. It never sees your documents, your tools or your own cached "
+            "conversations. Off by default; applies the next time Homerack starts.",
+            objectName="muted",
             wordWrap=True)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)

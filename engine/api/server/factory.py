@@ -29,6 +29,7 @@ from .error_replies import answer_errors
 from .front_door import FrontDoor
 from .guard import GENERATION_ONLY, RequestGuard
 from .home_door import MDNS_NAME, DeviceGate, HomeDoor
+from .origins import DoorOrigins
 
 
 def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
@@ -63,8 +64,9 @@ def create_app(engine: Engine, token: str, on_startup=None, routers: tuple = (),
     if engine.replicas is not None:  # inside the guard: bodies capped, Host checked first
         app.add_middleware(FrontDoor, engine=engine, replicas=engine.replicas,
                            token_given=token_in)
-    app.add_middleware(RequestGuard, names=host_names, error_for=lambda path, status, message:
-                       error_body(path, status, message, "invalid_request_error", None),
+    app.add_middleware(RequestGuard, names=host_names,
+                       error_for=lambda path, status, message, param=None:
+                       error_body(path, status, message, "invalid_request_error", param),
                        routes=GENERATION_ONLY if generation_only else None)
 
     def require_token(request: Request) -> None:
@@ -94,11 +96,14 @@ def create_ollama_app(engine: Engine) -> FastAPI:
     """Ollama's routes without the token, for apps that cannot send one (`serve
     --ollama-port`, off by default), with the OpenAI-compatible `/v1` Ollama serves
     beside them: served on loopback only, the Host header checked (a web page cannot
-    reach it through DNS rebinding), bodies capped."""
+    reach it through DNS rebinding), a page's Origin checked as Ollama does (origins.py),
+    bodies capped. Its requests are a client of their own (events.LOCAL_DOOR): none of the
+    owner's cached prompts or answers, no documents, no MCP tools."""
     app = FastAPI(title="Homerack engine (Ollama's API)", openapi_url=None, docs_url=None,
                   redoc_url=None)
-    app.add_middleware(RequestGuard, names=frozenset(), error_for=lambda path, status, message:
-                       ollama_error(message))
+    app.add_middleware(DoorOrigins)  # inside the guard: Host and body checked first
+    app.add_middleware(RequestGuard, names=frozenset(),
+                       error_for=lambda path, status, message, param=None: ollama_error(message))
     answer_errors(app)
     # and OpenAI's API, as Ollama serves it on its own port (Codex, opencode and other
     # tools probe /v1 there); MCP tools, which reach the owner's servers, are refused
@@ -117,8 +122,8 @@ def create_share_app(engine: Engine) -> FastAPI:
                   redoc_url=None)
     app.add_middleware(DeviceGate, engine=engine)
     app.add_middleware(RequestGuard, names=frozenset({MDNS_NAME}),
-                       error_for=lambda path, status, message:
-                       error_body(path, status, message, "invalid_request_error", None))
+                       error_for=lambda path, status, message, param=None:
+                       error_body(path, status, message, "invalid_request_error", param))
     answer_errors(app, devices=True)
     for router in (home_routes.router(engine), openai_routes.router(engine),
                    anthropic_routes.router(engine), embeddings_routes.router(engine),

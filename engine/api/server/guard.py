@@ -1,5 +1,6 @@
 """What every request passes before FastAPI reads it: the Host it names, the size of
-its body, and (an engine serving generation only) its route.
+its body, its text (text_check.py: no lone surrogate in a JSON string), and (an engine
+serving generation only) its route.
 
 FastAPI parses a body before a route's dependencies (the token check) run, so without a
 cap here an unauthenticated client could make the engine buffer without bound. And a
@@ -15,6 +16,8 @@ import json
 from typing import Callable
 
 from starlette.exceptions import HTTPException
+
+from .text_check import lone_surrogate, refusal
 
 MAX_BODY_BYTES = 16 * 1024 * 1024  # a 128k-token conversation is ~1 MB of JSON
 AUDIO_BODY_BYTES = 26 * 1024 * 1024  # a 25 MiB recording, as OpenAI's API takes, and its form
@@ -52,11 +55,11 @@ def asgi_headers(scope) -> dict[str, str]:
 
 class RequestGuard:
     """ASGI middleware: 421 for a Host that is not ours, 413 for a body over the cap
-    (announced: refused here; counted as it arrives: BodyTooLarge), 404 for a route
-    outside `routes` when given. `error_for(path, status, message)` gives the body in
-    the route's error shape."""
+    (announced: refused here; counted as it arrives: BodyTooLarge), 400 for a body whose
+    text is no Unicode, 404 for a route outside `routes` when given. `error_for(path,
+    status, message, param)` gives the body in the route's error shape."""
 
-    def __init__(self, app, error_for: Callable[[str, int, str], dict],
+    def __init__(self, app, error_for: Callable[..., dict],
                  names: frozenset[str] = frozenset(), max_body: int = MAX_BODY_BYTES,
                  routes: frozenset[tuple[str, str]] | None = None):
         self.app, self.error_for, self.names, self.max_body = app, error_for, names, max_body
@@ -77,6 +80,9 @@ class RequestGuard:
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > max_body:
             return await self._refuse(scope, send, 413, self._too_large(max_body))
+        if scope["method"] in ("POST", "PUT", "PATCH") and \
+                not headers.get("content-type", "").startswith("multipart/"):
+            return await self._checked(scope, receive, send, max_body)
         seen = 0
 
         async def counting_receive():
@@ -89,12 +95,42 @@ class RequestGuard:
 
         await self.app(scope, counting_receive, send)
 
+    async def _checked(self, scope, receive, send, max_body: int) -> None:
+        """A body read whole (FastAPI reads it whole too), its text checked, then handed
+        on; what the app receives after it (a disconnect) comes from the client."""
+        parts, seen, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client left while sending
+                return
+            parts.append(message.get("body", b""))
+            seen += len(parts[-1])
+            if seen > max_body:  # a body sent without Content-Length (chunked)
+                return await self._refuse(scope, send, 413, self._too_large(max_body))
+            more = message.get("more_body", False)
+        body = b"".join(parts)
+        field = lone_surrogate(body)
+        if field is not None:
+            return await self._refuse(scope, send, 400, refusal(field), param=field)
+        given = False
+
+        async def replay():
+            nonlocal given
+            if not given:
+                given = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
     @staticmethod
     def _too_large(max_body: int) -> str:
         return f"the request body is over {max_body // (1024 * 1024)} MiB"
 
-    async def _refuse(self, scope, send, status: int, message: str) -> None:
-        body = json.dumps(self.error_for(scope.get("path", ""), status, message)).encode()
+    async def _refuse(self, scope, send, status: int, message: str,
+                      param: str | None = None) -> None:
+        body = json.dumps(self.error_for(scope.get("path", ""), status, message, param),
+                          ensure_ascii=True).encode()
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(body)).encode()),

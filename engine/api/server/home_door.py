@@ -148,21 +148,21 @@ class HomeDoor:
         self._server: BesideServer | None = None
         self._task: asyncio.Task | None = None
         self._mdns = None
-        self.caps: DoorCaps | None = None  # made when the door first opens
+        self.caps: DoorCaps | None = None  # made at each opening
 
     async def open(self, host: str | None, port: int) -> str:
         """Listen on `host` (None: this machine's LAN address, not every interface)."""
         if self._server is not None:
             await self.close()
-        if self.caps is None:  # a quarter of the files the engine may open
-            self.caps = self.engine.home.door = DoorCaps(
-                min(MAX_CONNECTIONS, open_files() // 4), PER_ADDRESS, HEADERS_S, BODY_S)
+        # a quarter of the files the engine may open; counted afresh at each opening
+        self.caps = self.engine.home.door = DoorCaps(
+            min(MAX_CONNECTIONS, open_files() // 4), PER_ADDRESS, HEADERS_S, BODY_S)
         sock = bind(host or lan_address(), port)
         bound_host, bound_port = sock.getsockname()[:2]
         shown = lan_address() if bound_host in ("0.0.0.0", "::") else bound_host
         url = f"http://{shown}:{bound_port}"
         self._server = BesideServer(uvicorn.Config(self.share_app(),
-                                              http=capped(self.caps),
+                                              http=capped(self.caps), ws="none",
                                               log_level="warning", access_log=False,
                                               lifespan="off", timeout_graceful_shutdown=1))
         self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))

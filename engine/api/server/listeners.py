@@ -47,14 +47,18 @@ class BesideServer(uvicorn.Server):
 
 class DoorCaps:
     """What the sharing listener lets the LAN hold: connections in all and from one
-    address, and how long a request's headers and body may take to arrive. Past a cap a
-    connection is closed as it is accepted; a slow request is cut off. Without them, an
-    unpaired client holding 1,100 half-sent requests took the engine's file descriptors
-    (the owner's loopback API with them: it shares the process)."""
+    address, how long a request's headers and body may take to arrive, and how long an
+    answer may wait for a client that does not read it (`unread_s`). Past a cap a
+    connection is closed as it is accepted; a slow request, or a client that stopped
+    reading, is cut off. Without them, an unpaired client holding 1,100 half-sent
+    requests took the engine's file descriptors (the owner's loopback API with them: it
+    shares the process), and 32 connections of pipelined requests never read were held
+    for ever."""
 
-    def __init__(self, total: int, per_address: int, headers_s: float, body_s: float):
+    def __init__(self, total: int, per_address: int, headers_s: float, body_s: float,
+                 unread_s: float = 30.0):
         self.total, self.per_address = total, per_address
-        self.headers_s, self.body_s = headers_s, body_s
+        self.headers_s, self.body_s, self.unread_s = headers_s, body_s, unread_s
         self.open: Counter[str] = Counter()
         self.refused = self.cut_off = 0
 
@@ -77,13 +81,17 @@ class DoorCaps:
 
 
 def capped(caps: DoorCaps) -> type:
-    """uvicorn's HTTP/1.1 protocol held to `caps` (Config(http=...))."""
+    """uvicorn's HTTP/1.1 protocol held to `caps` (Config(http=...)). Its slot is given
+    back on every way a connection ends: lost, cut off, or handed to another protocol
+    (a websocket upgrade, which the listener does not serve: Config(ws="none"); uvicorn
+    never tells the first protocol the connection is lost then)."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class Capped(H11Protocol):
         _address: str | None = None
         _timer = None
+        _unread = None  # armed while the client does not read what was written
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
@@ -95,12 +103,38 @@ def capped(caps: DoorCaps) -> type:
             self._arm(caps.headers_s)
 
         def connection_lost(self, exc) -> None:
-            if self._timer is not None:
-                self._timer.cancel()
+            self._leave()
+            super().connection_lost(exc)
+
+        def handle_websocket_upgrade(self, event) -> None:
+            self._leave()
+            super().handle_websocket_upgrade(event)
+
+        def _leave(self) -> None:
+            for timer in (self._timer, self._unread):
+                if timer is not None:
+                    timer.cancel()
+            self._timer = self._unread = None
             if self._address is not None:
                 caps.leave(self._address)
                 self._address = None
-            super().connection_lost(exc)
+
+        def pause_writing(self) -> None:
+            """The client is not reading: it has `unread_s` to start again."""
+            super().pause_writing()
+            if self._unread is None:
+                self._unread = self.loop.call_later(caps.unread_s, self._not_read)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            if self._unread is not None:
+                self._unread.cancel()
+                self._unread = None
+
+        def _not_read(self) -> None:
+            self._unread = None
+            caps.cut_off += 1
+            self.transport.abort()  # close() would wait to send what it never reads
 
         def on_response_complete(self) -> None:
             super().on_response_complete()

@@ -94,22 +94,27 @@ def conversation(body: MessagesRequest) -> Conversation:
     systems = [text_of(body.system, "system")] if body.system else []
     messages: list[Message] = []
     held: list[str] = []  # system texts waiting for the next user turn
+    tail: list[str] = []  # system texts joining the user turn just before them
+    seen_user = False
     for i, message in enumerate(body.messages):
         where = f"messages[{i}]"
         if message.role == "system":
             text = text_of(message.content, f"{where}.content")
-            if not any(m.role == "user" for m in messages):
+            if not seen_user:
                 systems.append(text)
             elif messages[-1].role == "user":
-                messages[-1] = replace(messages[-1], content=f"{messages[-1].content}\n\n{text}")
+                tail.append(text)
             else:
                 held.append(text)
             continue
+        _join_tail(messages, tail)
         turn = _messages(message, where)
         if held and message.role == "user" and turn and turn[-1].role == "user":
             turn[-1] = replace(turn[-1], content="\n\n".join([*held, turn[-1].content]))
             held = []
         messages += turn
+        seen_user = seen_user or any(m.role == "user" for m in turn)
+    _join_tail(messages, tail)
     if held:
         messages.append(Message("user", "\n\n".join(held), where="messages"))
     if systems:
@@ -122,6 +127,15 @@ def conversation(body: MessagesRequest) -> Conversation:
                                  param=f"tools[{i}]")
         tools.append(tool(t.name, t.description, t.input_schema, f"tools[{i}].input_schema"))
     return Conversation(tuple(messages), tuple(tools), _choice(body.tool_choice))
+
+
+def _join_tail(messages: list[Message], tail: list[str]) -> None:
+    """The system texts sent after the last user turn, joined to it once (appended one
+    by one, each copy of the text was quadratic in their number)."""
+    if tail:
+        last = messages[-1]
+        messages[-1] = replace(last, content="\n\n".join([last.content, *tail]))
+        tail.clear()
 
 
 def _choice(choice: AnthropicChoice | None) -> Choice:

@@ -12,6 +12,8 @@ Errors answer in Ollama's shape, {"error": "..."} (factory.py)."""
 
 from __future__ import annotations
 
+from collections import deque
+
 import asyncio
 from functools import partial
 import json
@@ -155,30 +157,55 @@ def _not_here(verb: str):
 def _conversation(body: OllamaChat) -> Conversation:
     """Ollama's messages as a conversation: its tool calls carry no ids, so each gets
     one, and a tool's result answers the earliest unanswered call of its name."""
-    messages, waiting, n = [], [], 0
+    messages, waiting = [], _Unanswered()
     for i, m in enumerate(body.messages):
         where = f"messages[{i}]"
-        calls = []
-        for call in m.tool_calls or ():
-            n += 1
-            calls.append(ToolCall(f"call_{n}", call.function.name, call.function.arguments))
-            waiting.append(calls[-1])
+        calls = tuple(waiting.add(call.function.name, call.function.arguments)
+                      for call in m.tool_calls or ())
         call_id = None
         if m.role == "tool":
-            match = next((c for c in waiting if c.name == m.tool_name), None) or \
-                (waiting[0] if waiting else None)
-            if match is None:
+            call_id = waiting.answer(m.tool_name)
+            if call_id is None:
                 raise InvalidRequest(f"{where}: a tool result answers no earlier tool call",
                                      param=where)
-            waiting.remove(match)
-            call_id = match.id
         text, pictures = _with_images(m.content or "", m.images, f"{where}.images")
-        messages.append(Message(m.role, text, tuple(calls), call_id, where,
+        messages.append(Message(m.role, text, calls, call_id, where,
                                 m.thinking or "", pictures))
     if not messages:
         raise InvalidRequest("messages is empty", param="messages")
     return Conversation(messages=tuple(messages), tools=_tools(body.tools),
                         choice=tool_choice(None), schema=body.schema())
+
+
+class _Unanswered:
+    """The calls no result has answered yet, in order and by name: each result finds its
+    call in constant time (a scan per result was quadratic in a conversation's calls)."""
+
+    def __init__(self):
+        self._order: dict[str, str] = {}  # id -> name, oldest first
+        self._by_name: dict[str, deque[str]] = {}
+        self._n = 0
+
+    def add(self, name: str, arguments: dict) -> ToolCall:
+        self._n += 1
+        call = ToolCall(f"call_{self._n}", name, arguments)
+        self._order[call.id] = name
+        self._by_name.setdefault(name, deque()).append(call.id)
+        return call
+
+    def answer(self, name: str | None) -> str | None:
+        """The id of the earliest unanswered call of `name`, else of any; None: none."""
+        named = self._by_name.get(name) if name is not None else None
+        while named and named[0] not in self._order:  # answered by a result without name
+            named.popleft()
+        if named:
+            call_id = named.popleft()
+        elif self._order:
+            call_id = next(iter(self._order))
+        else:
+            return None
+        del self._order[call_id]
+        return call_id
 
 
 def _prompt_conversation(body: OllamaGenerate) -> Conversation:

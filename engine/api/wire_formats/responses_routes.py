@@ -165,15 +165,24 @@ def _message(item: dict, where: str) -> list[Message]:
 
 
 def _with_reasoning(messages: list[Message]) -> list[Message]:
-    """A reasoning item joins the assistant turn that follows it (its reasoning)."""
+    """Reasoning items join the assistant turn that follows them (its reasoning), their
+    texts joined once (added one by one, each copy was quadratic in their number)."""
     out: list[Message] = []
+    held: list[Message] = []  # reasoning items waiting for their turn
     for message in messages:
-        held = out[-1] if out else None
-        if held and held.role == "assistant" and not held.content and not held.calls \
-                and message.role == "assistant":
-            out[-1] = replace(message, reasoning=held.reasoning + message.reasoning)
-        else:
-            out.append(message)
+        if message.role == "assistant" and not message.content and not message.calls:
+            held.append(message)
+            continue
+        if held:
+            joined = "".join(m.reasoning for m in held)
+            if message.role == "assistant":
+                message = replace(message, reasoning=joined + message.reasoning)
+            else:
+                out.append(replace(held[-1], reasoning=joined))
+            held = []
+        out.append(message)
+    if held:
+        out.append(replace(held[-1], reasoning="".join(m.reasoning for m in held)))
     return out
 
 
