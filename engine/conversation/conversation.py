@@ -134,6 +134,12 @@ def tool(name: str, description: str | None, parameters: dict | None, where: str
     return replace(made, key=key) if len(schema) <= TOOL_KEPT_MAX else made
 
 
+def _checked_tool(name: str, description: str, parameters, where: str) -> Tool:
+    parameters, loosened = bounded(parameters, where)
+    return Tool(name, description, parameters,
+                tuple(loosened + check(parameters, where, strict=False)))
+
+
 def checked(conversation: Conversation, choice_param: str) -> Conversation:
     """Refuses what cannot work: a named choice that is not among the tools, a choice
     that needs tools without any, a tool result that answers no earlier call."""

@@ -65,3 +65,37 @@ def test_a_turn_seen_before_is_not_tokenized_again(starters_dir, monkeypatch):
         assert sum(len(t) for t in seen) < 600, [len(t) for t in seen]
     finally:
         vocabulary.close()
+
+
+def test_a_marker_another_special_token_holds_is_never_trusted(starters_dir):
+    """Gemma's "\\n" is a user-defined token, and so is "\\n\\n" (llama.cpp matches the
+    longer first): a first text without paragraphs once made "\\n" trusted, and every
+    later prompt with paragraphs tokenized "\\n", "\\n" where the whole gives "\\n\\n"."""
+    vocabulary = Vocabulary(starters_dir / f"{GEMMA}.gguf")
+    try:
+        lines = "a line of the log\n" * 600  # "\n" recurs; no paragraph in it
+        paragraphs = "A paragraph of prose.\n\nAnother one, after it.\n\n" * 300
+        for text in (lines, paragraphs, lines + paragraphs):
+            assert len(text) >= SEGMENTED_FROM
+            assert vocabulary.tokenize(text, parse_special=True) == \
+                _tokenize(vocabulary.vocab, text, False, True)
+        assert vocabulary._turns._markers.get("\n") is not True
+    finally:
+        vocabulary.close()
+
+
+def test_what_is_kept_is_bounded_in_bytes(starters_dir, monkeypatch):
+    """Turns' texts and tokens together, and a turn too large to keep is not kept."""
+    monkeypatch.setattr(vocab_module, "HELD_BYTES", 64 << 10)
+    monkeypatch.setattr(vocab_module, "HELD_PIECE", 16 << 10)
+    vocabulary = Vocabulary(starters_dir / f"{STARTER}.gguf")
+    try:
+        for seed in range(6):
+            text = chat(random.Random(seed), "<|im_start|>", "<|im_end|>", turns=30)
+            assert vocabulary.tokenize(text, parse_special=True) == \
+                _tokenize(vocabulary.vocab, text, False, True)
+        turns = vocabulary._turns
+        assert 0 < turns.held_bytes <= 64 << 10
+        assert all(len(piece) < 16 << 10 for piece in turns._held)
+    finally:
+        vocabulary.close()
