@@ -17,17 +17,27 @@ class TaskSignals(QObject):
     progress = Signal(object)
     done = Signal(object)
     failed = Signal(object)
+    ended = Signal()  # after done or failed: the task may go (on the UI thread)
 
 
 class Task(QRunnable):
-    _running: set["Task"] = set()  # keeps Python wrappers alive until they finish
+    """Kept alive (`_running`) until its end has reached the UI thread: let go on the pool
+    thread as soon as it returned, a task and its signals' QObject were freed there, a Qt
+    object deleted outside its thread while its queued results were still on their way,
+    and a garbage collection then aborted the app ("deallocating None": a refcount
+    error; every few seconds with Speak's partial recognitions, one task each 1.5 s)."""
+    _running: set["Task"] = set()
 
     def __init__(self, fn: Callable[..., Any], *args):
         super().__init__()
         self.setAutoDelete(False)
         self.signals = TaskSignals()
+        self.signals.ended.connect(self._release)  # queued to the signals' thread
         self.cancelled = threading.Event()
         self._fn, self._args = fn, args
+
+    def _release(self) -> None:
+        Task._running.discard(self)
 
     def report(self, value) -> None:
         self.signals.progress.emit(value)
@@ -43,7 +53,7 @@ class Task(QRunnable):
         else:
             self.signals.done.emit(result)
         finally:
-            Task._running.discard(self)
+            self.signals.ended.emit()
 
 
 # The tasks wait on the engine (HTTP), not on the CPU, but Qt's global pool has one

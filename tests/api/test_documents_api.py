@@ -120,6 +120,21 @@ def test_a_chat_with_the_collection_cites_its_source(served):
     assert "nothing in home matched" in " ".join(unrelated.model_extra["homerack"]["notes"])
 
 
+def test_a_long_message_is_searched_with_what_the_embedder_reads(served):
+    """A 4,800-character paste with a question at its end (1,000 tokens, MiniLM reads
+    512): answered with the documents, its note saying how the search read it (the
+    whole reply failed, "input[0] has 1480 tokens")."""
+    http, *_ = served
+    paste = "The log of the week follows, line by line, as it was kept. " * 80
+    reply = http.post("/v1/chat/completions", json={
+        "model": STARTER, "max_tokens": 4, "collections": ["home"], "messages": [
+            {"role": "user", "content": paste + "What torque do the wheel bolts need?"}]})
+    assert reply.status_code == 200, reply.text
+    notes = " ".join(reply.json()["homerack"]["notes"])
+    assert "searched with its last 1,500" in notes, notes
+    assert "citations" in reply.json()  # searched, found or not (the note says which)
+
+
 def test_a_streamed_answer_carries_its_sources_first(served):
     http, *_ = served
     with http.stream("POST", "/v1/chat/completions", json={

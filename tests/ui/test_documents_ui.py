@@ -48,6 +48,14 @@ def test_an_answer_from_a_folder_cites_the_page_it_came_from(qtbot, gui_home, op
     qtbot.waitUntil(lambda: window.chat.current_reply() is None, timeout=120_000)
     unrelated = window.history.messages(window.state.now.conversation.id)[-1]
     assert unrelated.sources == [] and "nothing in your documents matched" in unrelated.detail
+    # a reply the engine refuses failed, and says so: the engine did not stop
+    window.state.update(collections=("no-such-collection",))
+    window.chat.send("How tight are the wheel bolts?")
+    qtbot.waitUntil(lambda: window.chat.current_reply() is None, timeout=120_000)
+    refused = window.history.messages(window.state.now.conversation.id)[-1]
+    assert refused.status == "failed"
+    assert "the engine stopped" not in window.chat.view.toPlainText()
+    assert "no-such-collection" in window.banner.label.text()
 
 
 def _page_text(window) -> str:

@@ -102,10 +102,28 @@ def test_hands_free_a_question_is_taken_when_its_speaker_pauses(qtbot, client):
     voice.talk.setChecked(False)
 
 
-def test_a_machine_without_a_microphone_says_so(qtbot, client):
-    microphone = Microphone()
-    if microphone.available():
-        pytest.skip("this machine has a microphone")
-    _, voice, _ = controls(qtbot, client, microphone)
-    voice.check_devices()
-    assert not voice.speak.isEnabled() and "No microphone" in voice.speak.toolTip()
+def test_a_machine_without_audio_devices_says_so_and_stays_usable(qtbot, client):
+    """Speak, Talk and Read aloud where Qt Multimedia finds no device (this machine, no
+    PulseAudio): the window is told once each, Speak turns off, nothing is recorded or
+    sent to be recognised, and the controls stay alive (Speak there once aborted the app:
+    tests/ui/test_qt_refcounts.py)."""
+    from ui.chat.sound_devices import Speakers
+
+    microphone, speakers = Microphone(), Speakers()
+    if microphone.available() or speakers.available():
+        pytest.skip("this machine has audio devices")
+    composer = QPlainTextEdit()
+    qtbot.addWidget(composer)
+    voice = VoiceControls(composer, lambda: client, microphone, speakers)
+    said = []
+    voice.error.connect(said.append)
+    voice.speak.setChecked(True)  # clicked
+    assert not voice.speak.isChecked() and not voice.speak.isEnabled()
+    assert "No microphone" in voice.speak.toolTip() and "No microphone" in said[0]
+    voice.talk.setChecked(True)
+    voice.read_aloud("A first sentence. A second one.")
+    voice.reply_grew("An answer streams. It goes on.")
+    qtbot.wait(500)
+    assert len(said) == 2 and "No speakers" in said[1]
+    assert voice._asked == 0 and voice._made == 0  # nothing recognised, nothing synthesised
+    voice.talk.setChecked(False)

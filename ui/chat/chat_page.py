@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QStackedWidget, QVBoxLayout, QWidget
 
 from app.attachments import (IMAGE_SUFFIXES, Attachment, AttachmentError, fitted,
                              read_image, read_picture, read_text)
-from app.client import EngineClient, StreamedReply
+from app.client import EngineClient, EngineError, StreamedReply
 from app.history import History, SavedConversation
 from app.session import NotSaved, Sessions
 from app.paths import TOOL_APPROVALS
@@ -252,9 +252,10 @@ class ChatPage(QWidget):
 
     def _on_failed(self, conversation_id: int, error) -> None:
         alive = self.engine.client is not None and self.engine.last_death is None
-        # "interrupted" says the engine stopped: only when it did (a request the engine
-        # refused, with the engine running, failed, and the banner says why)
-        self._finish(conversation_id, "failed" if alive else "interrupted")
+        # "interrupted" says the engine stopped: only when the answer was cut off (a
+        # request the engine answered with an error failed, and the banner says why)
+        self._finish(conversation_id, "failed" if isinstance(error, EngineError)
+                     else "interrupted")
         if self.conversation and self.conversation.id == conversation_id:
             self.voice.reply_ended("")
         if alive:

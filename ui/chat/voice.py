@@ -49,31 +49,39 @@ class VoiceControls(QObject):
         self._timer = QTimer(self, interval=PARTIAL_MS)
         self._timer.timeout.connect(self._partial)
         self._checked_devices = False
+        self._speakers_found: bool | None = None  # asked when first wanted
         self._turns: Turns | None = None  # listening hands-free
         self._replying = False  # an answer is being made
         self._listener = QTimer(self, interval=LISTEN_MS)
         self._listener.timeout.connect(self._listened)
 
-    def check_devices(self) -> None:
-        """Said once, when first wanted: a machine without a microphone says so."""
+    def check_devices(self) -> bool:
+        """Whether there is a microphone; found wanting, it is said once in the window
+        and Speak is turned off (most desktops have no microphone plugged in)."""
         if not self._checked_devices:
             self._checked_devices = True
             if not self.microphone.available():
                 self.speak.setEnabled(False)
+                self.speak.setChecked(False)  # (its handler sees it disabled: nothing heard)
                 self.speak.setToolTip("No microphone was found on this computer")
+                self.error.emit("No microphone was found on this computer: Speak and the "
+                                "voice conversation need one (answers can still be read "
+                                "aloud)")
+        return self.speak.isEnabled()
 
     # -- speech in -------------------------------------------------------------------
 
     def _speaking(self, on: bool) -> None:
         if on:
-            self.check_devices()
+            if not self.check_devices():
+                return
             self.output.stop()  # speaking over an answer stops it, and what was coming
             self._reset()
             self._listener.stop()
             self._before = self.composer.toPlainText().rstrip()
             self.microphone.start()
             self._timer.start()
-        else:
+        elif self.speak.isEnabled():
             self._timer.stop()
             self._recognise(self.microphone.stop(), final=True)
             self._talking(self.talk.isChecked())
@@ -148,6 +156,8 @@ class VoiceControls(QObject):
     # -- speech out ------------------------------------------------------------------
 
     def read_aloud(self, text: str) -> None:
+        if not self._speakers():
+            return
         self.output.stop()
         self._reset()
         for sentence in (s for s in SENTENCE_END.split(text) if s.strip()):
@@ -173,9 +183,18 @@ class VoiceControls(QObject):
         self._spoken, self._pieces, self._made, self._played = 0, {}, 0, 0
         self._round += 1
 
+    def _speakers(self) -> bool:
+        """Whether there are speakers; without them, said once, and nothing is made."""
+        if self._speakers_found is None:
+            self._speakers_found = self.output.available()
+            if not self._speakers_found:
+                self.error.emit("No speakers were found on this computer: answers cannot "
+                                "be read aloud")
+        return self._speakers_found
+
     def _say(self, text: str) -> None:
         client = self.client()
-        if client is None:
+        if client is None or not self._speakers():
             return
         index, self._made, round_ = self._made, self._made + 1, self._round
         start_task(lambda _t: client.speech(text.strip()),
