@@ -18,6 +18,8 @@ cache from Debian's archive and the build reads them; the loader stays the syste
 
 from __future__ import annotations
 
+import base64
+import csv
 import hashlib
 import os
 import re
@@ -38,7 +40,8 @@ CUDA_MIN_DRIVER = (13, 0)  # the CUDA version the driver must support
 RUNTIME_LIBS = ("libcudart.so.13", "libcublasLt.so.13", "libcublas.so.13")
 VULKAN_PACKAGES = "glslc libvulkan-dev spirv-headers mesa-vulkan-drivers"
 VULKAN_MIN_HEADER = 268  # VK_HEADER_VERSION that has VK_EXT_layer_settings
-VULKAN_HEADERS_DEB = ("http://deb.debian.org/debian/pool/main/v/vulkan-loader/"
+VULKAN_DEB_MAX = 16 << 20  # the package is 1.3 MB
+VULKAN_HEADERS_DEB = ("https://deb.debian.org/debian/pool/main/v/vulkan-loader/"
                       "libvulkan-dev_1.4.309.0-1_amd64.deb",
                       "8d329d465e16168afff58b1bd0dd6db46aac2cc3f56054a481b25a04e90b345a")
 PCI_VENDORS = {"0x1002": "AMD", "0x8086": "Intel", "0x10de": "NVIDIA"}
@@ -121,6 +124,25 @@ def cache_base() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
 
 
+def private_folder(folder: Path) -> Path:
+    """`folder` and Homerack's folders above it in the cache made, and kept, 0700: what
+    they hold is code this environment installs or loads at every start."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ours = cache_base() / "homerack"
+    for path in (folder, *folder.parents):
+        if path == ours or ours in path.parents:
+            path.chmod(0o700)
+    return folder
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def cuda_home(cache: Path | None = None) -> Path:
     return (cache or cache_base()) / "homerack" / f"cuda-{CUDA_RELEASE}"
 
@@ -131,15 +153,21 @@ def cuda_root(cache: Path | None = None) -> Path:
 
 
 def install_cuda(wheels=CUDA_WHEELS, cache: Path | None = None) -> Path:
-    """CUDA from PyPI into the cache (once; pip checks each wheel's hash against the
-    index): the toolkit's root, `nvidia/cu13`, with the unversioned library names CMake
-    links against."""
-    home, root = cuda_home(cache), cuda_root(cache)
+    """CUDA from PyPI into the cache (pip checks each wheel's hash against the index):
+    the toolkit's root, `nvidia/cu13`, with the unversioned library names CMake links
+    against. Installed once, and checked at every setup against the sha256 pip recorded
+    of each file (the wheels' RECORD): a marker file alone once stood for a toolkit
+    whatever its files had become."""
+    home, root = private_folder(cuda_home(cache)), cuda_root(cache)
     done = home / ".installed"
-    if not (done.exists() and done.read_text() == " ".join(wheels)):
+    if not (done.exists() and done.read_text() == " ".join(wheels)) or toolkit_damage(home):
         print(f"CUDA {CUDA_RELEASE} from PyPI into {home} (once: about 1 GB)...", flush=True)
+        done.unlink(missing_ok=True)
         subprocess.run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check",
-                        "--no-deps", "--upgrade", "--target", str(home), *wheels], check=True)
+                        "--no-deps", "--upgrade", "--force-reinstall", "--target", str(home),
+                        *wheels], check=True)
+        if damage := toolkit_damage(home):
+            raise SystemExit(f"CUDA from PyPI in {home} is not what pip installed: {damage}")
         done.write_text(" ".join(wheels))
     driver_stub(root)
     for versioned in (root / "lib").glob("lib*.so.*"):
@@ -147,6 +175,26 @@ def install_cuda(wheels=CUDA_WHEELS, cache: Path | None = None) -> Path:
         if not plain.exists():
             plain.symlink_to(versioned.name)
     return root
+
+
+def toolkit_damage(home: Path) -> str | None:
+    """The first file of the installed wheels that is not as their RECORD has it (its
+    sha256 and size), or None when all are; a toolkit without RECORDs is damaged."""
+    records = list(home.glob("*.dist-info/RECORD"))
+    if not records:
+        return "no wheel's RECORD"
+    for record in records:
+        for row in csv.reader(record.read_text().splitlines()):
+            if len(row) < 3 or not row[1].startswith("sha256="):
+                continue  # the RECORD itself, and .pyc files, carry no hash
+            path = home / row[0]
+            expected = base64.urlsafe_b64decode(row[1][7:] + "==").hex()
+            try:
+                if path.stat().st_size != int(row[2]) or sha256_of(path) != expected:
+                    return f"{row[0]} differs"
+            except (OSError, ValueError):
+                return f"{row[0]} is missing"
+    return None
 
 
 def cuda_cmake_args(root: Path) -> str:
@@ -177,10 +225,18 @@ def driver_stub(root: Path) -> Path:
 def preload_line(root: Path) -> str:
     """A .pth line for the environment: CUDA's libraries from the cache loaded at start
     (globally, so llama.cpp's CUDA library finds them by name), as PyTorch loads its
-    nvidia wheels; nothing happens where they are gone."""
-    libs = [str(root / "lib" / name) for name in RUNTIME_LIBS]
-    return ("import ctypes, os; [ctypes.CDLL(p, mode=ctypes.RTLD_GLOBAL) for p in "
-            f"{libs!r} if os.path.exists(p)]\n")
+    nvidia wheels; nothing happens where they are gone. Each is loaded only while it is
+    the file setup checked (hashed against pip's RECORD): its size and modification time
+    then, compared at each start (hashing 500 MB at every start would cost a second)."""
+    libs = []
+    for name in RUNTIME_LIBS:
+        path = root / "lib" / name
+        if path.exists():
+            stat = path.resolve().stat()
+            libs.append((str(path), stat.st_size, stat.st_mtime_ns))
+    return ("import ctypes, os; [ctypes.CDLL(p, mode=ctypes.RTLD_GLOBAL) for p, n, t in "
+            f"{libs!r} if os.path.exists(p) and (os.stat(p).st_size, os.stat(p).st_mtime_ns)"
+            " == (n, t)]\n")
 
 
 def system_vulkan_header(include: Path = Path("/usr/include")) -> int | None:
@@ -205,21 +261,28 @@ def vulkan_headers_home(cache: Path | None = None) -> Path:
     return (cache or cache_base()) / "homerack" / "vulkan-headers-1.4.309"
 
 
-def install_vulkan_headers(cache: Path | None = None) -> Path:
-    """Debian 13's Vulkan headers into the cache (once): the .deb checked against its
-    hash, its files unpacked with dpkg-deb."""
-    home = vulkan_headers_home(cache)
+def install_vulkan_headers(cache: Path | None = None, source=None) -> Path:
+    """Debian 13's Vulkan headers into the cache (once): the .deb fetched over HTTPS into
+    a file (at most VULKAN_DEB_MAX bytes: never read whole into memory), checked against
+    its hash before anything reads it, its files unpacked with dpkg-deb. `source`: the
+    (url, sha256) to use (the tests' own server)."""
+    home = private_folder(vulkan_headers_home(cache))
     include = home / "usr" / "include"
     if (include / "vulkan" / "vulkan.hpp").exists():
         return include
-    url, digest = VULKAN_HEADERS_DEB
+    url, digest = source or VULKAN_HEADERS_DEB
     print(f"Vulkan headers 1.4.309 from Debian's archive into {home}...", flush=True)
-    with urllib.request.urlopen(url, timeout=120) as reply:
-        data = reply.read()
-    if hashlib.sha256(data).hexdigest() != digest:
-        raise SystemExit(f"{url} does not have the expected SHA-256: not used")
-    with tempfile.NamedTemporaryFile(suffix=".deb") as deb:
-        deb.write(data)
+    with tempfile.NamedTemporaryFile(suffix=".deb", dir=home) as deb:
+        sha256, size = hashlib.sha256(), 0
+        with urllib.request.urlopen(url, timeout=120) as reply:
+            while chunk := reply.read(1 << 20):
+                size += len(chunk)
+                if size > VULKAN_DEB_MAX:
+                    raise SystemExit(f"{url} is larger than the package: not used")
+                sha256.update(chunk)
+                deb.write(chunk)
+        if sha256.hexdigest() != digest:
+            raise SystemExit(f"{url} does not have the expected SHA-256: not used")
         deb.flush()
         subprocess.run(["dpkg-deb", "-x", deb.name, str(home)], check=True)
     return include

@@ -219,10 +219,10 @@ def cache_dir(build: Build) -> Path:
 
 
 def build_wheel(build: Build, into: Path) -> Path:
-    into.mkdir(parents=True, exist_ok=True)
-    wheels = sorted(into.glob("llama_cpp_python-*.whl"))
-    if wheels:
-        return wheels[-1]
+    gpu.private_folder(into)
+    cached = cached_wheel(into)
+    if cached is not None:
+        return cached
     if "-DCUDAToolkit_ROOT=" in build.cmake_args:  # CUDA from PyPI, fetched now
         gpu.install_cuda()
     if "-DVulkan_INCLUDE_DIR=" in build.cmake_args:  # newer Vulkan headers, fetched now
@@ -235,7 +235,29 @@ def build_wheel(build: Build, into: Path) -> Path:
          "--no-binary", PACKAGE, "-w", str(into), f"{PACKAGE}=={VERSION}"],
         env=env, check=True,
     )
-    return sorted(into.glob("llama_cpp_python-*.whl"))[-1]
+    wheel = sorted(into.glob("llama_cpp_python-*.whl"))[-1]
+    (into / WHEEL_HASH).write_text(json.dumps({"wheel": wheel.name,
+                                               "sha256": gpu.sha256_of(wheel)}))
+    return wheel
+
+
+WHEEL_HASH = "wheel.sha256.json"  # beside a built wheel: its name and sha256, when built
+
+
+def cached_wheel(into: Path) -> Path | None:
+    """The wheel built into `into` before, if it is still the very file built (its
+    sha256 recorded then): a cache trusted on presence installed whatever wheel lay there
+    into the environment. Anything else there is cleared for a new build."""
+    try:
+        made = json.loads((into / WHEEL_HASH).read_text())
+        wheel = into / made["wheel"]
+        if wheel.parent == into and gpu.sha256_of(wheel) == made["sha256"]:
+            return wheel
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    for stale in into.glob("llama_cpp_python-*.whl"):
+        stale.unlink()
+    return None
 
 
 def _preload_cuda(build: Build) -> None:
@@ -243,7 +265,7 @@ def _preload_cuda(build: Build) -> None:
     them at start (gpu_toolchain.preload_line); other builds have none."""
     pth = Path(sysconfig_purelib()) / "homerack_cuda.pth"
     if "-DCUDAToolkit_ROOT=" in build.cmake_args:
-        pth.write_text(gpu.preload_line(gpu.cuda_root()))
+        pth.write_text(gpu.preload_line(gpu.install_cuda()))  # checked again, then named
     else:
         pth.unlink(missing_ok=True)
 

@@ -6,8 +6,8 @@ NVIDIA or not. Beside the module, `cuda-runtime.json` (packaging/portable_llama.
 the wheels it was built against, each with its size and sha256 from the package index at
 build time and the places to get it (tried in order). On a machine whose NVIDIA driver is there (libcuda.so.1 loads) and
 whose cache lacks them, `fetch` downloads those wheels, checks each against the bundle's
-own sha256 (not the index's word at run time), and keeps the libraries; `preload` loads
-them, globally, before ggml loads its backends, so the module finds them by SONAME as
+own sha256 (not the index's word at run time), and keeps the libraries with their sha256;
+`preload` checks each library against it and loads them, globally, before ggml loads its backends, so the module finds them by SONAME as
 PyTorch's nvidia wheels are found. Without the driver or the runtime the module does not
 load (ggml skips it) and the GPU runs through Vulkan, or the model on the CPU.
 """
@@ -24,11 +24,13 @@ import threading
 import urllib.request
 import zipfile
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger("homerack.engine")
 MANIFEST = "cuda-runtime.json"
+HASHES = "sha256.json"  # beside the libraries: each one's sha256, from its checked wheel
 CUDA_RUNTIME_ENV = "HOMERACK_CUDA_RUNTIME"  # the folder the app keeps the runtime in
 DRIVER = "libcuda.so.1"
 CHUNK = 1 << 20
@@ -74,11 +76,20 @@ class Runtime:
         return sum(wheel.size for wheel in self.wheels)
 
     def ready(self) -> bool:
-        return all(path.exists() for path in self.libraries)
+        """Every library there, each the very file its checked wheel held (its sha256,
+        recorded when it was kept, read again here): a fetch cut short once left a
+        truncated library that a presence check accepted, and loading it killed the
+        process with SIGBUS."""
+        try:
+            expected = json.loads((self.folder / HASHES).read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(expected, dict) and all(
+            _intact(path, expected.get(path.name)) for path in self.libraries)
 
     def preload(self) -> bool:
         """Loads the runtime globally (before ggml loads the CUDA module); False where it
-        is not fetched."""
+        is not fetched, or not whole."""
         if not self.ready():
             return False
         for path in self.libraries:
@@ -87,21 +98,35 @@ class Runtime:
 
     def fetch(self, progress: Callable[[int, int], None] = lambda done, total: None) -> None:
         """Downloads each wheel, checks its size and sha256 against the bundle's manifest,
-        and keeps its libraries; the folder appears whole or not at all."""
-        partial = self.folder.with_name(self.folder.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-        try:
-            done = 0
-            for wheel in self.wheels:
-                with tempfile.TemporaryFile(dir=partial) as file:
-                    done = _download(wheel, file, done, self.size, progress)
-                    _extract(wheel, file, partial)
-        except BaseException:
-            shutil.rmtree(partial, ignore_errors=True)
-            raise
-        shutil.rmtree(self.folder, ignore_errors=True)
-        partial.rename(self.folder)
+        and keeps its libraries with their sha256; the folder appears whole or not at all.
+        One fetch at a time (a lock beside the folder, across processes), each in a
+        private folder of its own, so two never write the same files."""
+        cache = self.folder.parent
+        cache.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with _locked(cache / f"{self.folder.name}.lock"):
+            if self.ready():  # another fetch kept it meanwhile
+                return
+            for stale in cache.glob(f"{self.folder.name}.partial*"):  # a fetch killed
+                shutil.rmtree(stale, ignore_errors=True)
+            partial = Path(tempfile.mkdtemp(dir=cache, prefix=f"{self.folder.name}.partial-"))
+            try:
+                self._fetch_into(partial, progress)
+            except BaseException:
+                shutil.rmtree(partial, ignore_errors=True)
+                raise
+            shutil.rmtree(self.folder, ignore_errors=True)
+            partial.rename(self.folder)
+
+    def _fetch_into(self, partial: Path, progress: Callable[[int, int], None]) -> None:
+        done, hashes = 0, {}
+        for wheel in self.wheels:
+            with tempfile.TemporaryFile(dir=partial) as file:
+                done = _download(wheel, file, done, self.size, progress)
+                hashes.update(_extract(wheel, file, partial))
+        for name, sha256 in hashes.items():  # what reached the disk, read back
+            if _sha256(partial / name) != sha256:
+                raise OSError(f"{name} was not written whole")
+        (partial / HASHES).write_text(json.dumps(hashes))
 
 
 class Fetching:
@@ -134,12 +159,57 @@ class Fetching:
                 "total_bytes": self.runtime.size, "error": self.error}
 
 
-def _extract(wheel: Wheel, file, into: Path) -> None:
+def _extract(wheel: Wheel, file, into: Path) -> dict[str, str]:
+    """The wheel's libraries into the folder, and the sha256 of each as the wheel held it."""
+    hashes = {}
     with zipfile.ZipFile(file) as archive:
         for name in wheel.libraries:
+            digest = hashlib.sha256()
             with archive.open(f"{wheel.member_folder}/{name}") as source, \
                     (into / name).open("wb") as target:
-                shutil.copyfileobj(source, target, CHUNK)
+                while chunk := source.read(CHUNK):
+                    digest.update(chunk)
+                    target.write(chunk)
+            hashes[name] = digest.hexdigest()
+    return hashes
+
+
+_checked: dict[tuple, bool] = {}  # (path, size, mtime, sha256) -> it matched: read once
+
+
+def _intact(path: Path, sha256: str | None) -> bool:
+    try:
+        stat = path.stat()
+    except OSError:
+        return False
+    key = (str(path), stat.st_size, stat.st_mtime_ns, sha256)
+    if key not in _checked:
+        _checked[key] = sha256 is not None and _sha256(path) == sha256
+    return _checked[key]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while chunk := file.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@contextmanager
+def _locked(path: Path):
+    """An exclusive lock on `path`, held by this process while the block runs."""
+    with path.open("a") as handle:
+        try:
+            import fcntl
+        except ImportError:  # (not Linux: one process fetches there)
+            yield
+            return
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _download(wheel: Wheel, file, done: int, total: int,

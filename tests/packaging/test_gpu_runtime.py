@@ -83,7 +83,7 @@ def test_fetched_once_whole_and_loaded_first(tmp_path, index):
     assert seen[-1] == (runtime.size, runtime.size)
     assert [done for done, _ in seen] == sorted(done for done, _ in seen)
     assert sorted(p.name for p in runtime.folder.iterdir()) == sorted(
-        soname for sonames in LIBS.values() for soname in sonames)
+        [*(soname for sonames in LIBS.values() for soname in sonames), "sha256.json"])
     assert runtime.preload()
     maps = Path("/proc/self/maps").read_text()
     assert all(str(path) in maps for path in runtime.libraries)
@@ -96,7 +96,8 @@ def test_a_file_not_the_one_built_against_is_refused_and_nothing_kept(tmp_path, 
     with pytest.raises(ValueError, match="not the file the bundle was built against"):
         runtime.fetch()
     assert not runtime.ready() and not runtime.folder.exists()
-    assert not list((tmp_path / "cache").iterdir())  # no partial folder left behind
+    assert not [p for p in (tmp_path / "cache").iterdir()
+                if p.is_dir()]  # no partial folder left behind (the lock's file stays)
 
 
 def test_no_module_no_runtime(tmp_path):
@@ -166,3 +167,43 @@ def test_the_engine_fetches_it_in_the_background_where_the_driver_is(tmp_path, i
         time.sleep(0.05)
     assert broken.status()["state"] == "failed"
     assert "not the file the bundle was built against" in broken.status()["error"]
+
+
+def test_two_fetches_at_once_keep_one_whole_runtime(tmp_path, index):
+    """Two processes' fetches (threads here, the lock is the file's) write no file twice:
+    one fetches, the other finds it kept; no partial folder is left."""
+    lib = _module_folder(tmp_path, index)
+    runtimes = [Runtime.beside(lib, tmp_path / "cache") for _ in range(2)]
+    errors = []
+    threads = [threading.Thread(target=lambda r=r: _catching(r.fetch, errors)) for r in runtimes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == [] and all(r.ready() for r in runtimes)
+    assert [p.name for p in (tmp_path / "cache").iterdir() if p.is_dir()] == \
+        [runtimes[0].folder.name]
+
+
+def _catching(call, errors):
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001 (what failed is the test's to show)
+        errors.append(exc)
+
+
+def test_a_runtime_cut_short_is_not_ready_nor_loaded_and_fetched_again(tmp_path, index):
+    """A library truncated (a fetch killed as the folder was written, a disk that filled)
+    is never loaded: loading it killed a new process with SIGBUS; the next fetch replaces
+    it, and what a killed fetch left is cleared."""
+    runtime = Runtime.beside(_module_folder(tmp_path, index), tmp_path / "cache")
+    runtime.fetch()
+    cut = runtime.libraries[-1]
+    data = cut.read_bytes()
+    cut.write_bytes(data[:len(data) // 2])
+    assert not runtime.ready() and not runtime.preload()
+    left = tmp_path / "cache" / f"{runtime.folder.name}.partial-killed"
+    left.mkdir()
+    runtime.fetch()
+    assert runtime.ready() and cut.read_bytes() == data and not left.exists()
+    assert (runtime.folder.stat().st_mode & 0o777) == 0o700

@@ -302,3 +302,102 @@ def test_a_smoke_test_that_cannot_run_stops_setup_without_blaming_the_build(
     with pytest.raises(SystemExit, match="could not run.*typing_extensions"):
         backend.main()
     assert not list((tmp_path / "cache").rglob("smoke-failed.txt"))
+
+
+# -- the build's caches, checked by hash (issue 80) -----------------------------------
+
+def test_a_cached_wheel_is_used_only_while_it_is_the_file_built(backend, monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    into = backend.gpu.private_folder(tmp_path / "cache" / "homerack" / "wheels" / "k")
+    wheel = into / "llama_cpp_python-0.3.36-cp311-cp311-linux_x86_64.whl"
+    wheel.write_bytes(b"the wheel as built")
+    assert backend.cached_wheel(into) is None and not wheel.exists()  # no record: not trusted
+    wheel.write_bytes(b"the wheel as built")
+    (into / backend.WHEEL_HASH).write_text(json.dumps(
+        {"wheel": wheel.name, "sha256": backend.gpu.sha256_of(wheel)}))
+    assert backend.cached_wheel(into) == wheel
+    wheel.write_bytes(b"a wheel put there since")
+    assert backend.cached_wheel(into) is None and not wheel.exists()
+    for folder in (into, into.parent, into.parent.parent):  # code lives here: the user's
+        assert folder.stat().st_mode & 0o777 == 0o700
+
+
+def _target_install(home, files: dict) -> None:
+    """A `pip install --target` as pip leaves it: the files and the RECORD of their hashes."""
+    import base64
+    import hashlib
+
+    info = home / "nvidia_cuda_runtime-13.5.37.dist-info"
+    info.mkdir(parents=True)
+    rows = []
+    for name, data in files.items():
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_bytes(data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        rows.append(f"{name},sha256={digest},{len(data)}")
+    (info / "RECORD").write_text("\n".join([*rows, f"{info.name}/RECORD,,"]) + "\n")
+
+
+def test_the_cuda_toolkit_is_checked_against_pips_record(backend, tmp_path):
+    home = tmp_path / "cuda"
+    _target_install(home, {"nvidia/cu13/lib/libcudart.so.13": b"\x7fELF runtime",
+                           "nvidia/cu13/bin/nvcc": b"#!nvcc"})
+    assert backend.gpu.toolkit_damage(home) is None
+    (home / "nvidia/cu13/bin/nvcc").write_bytes(b"#!something else")
+    assert "nvidia/cu13/bin/nvcc differs" == backend.gpu.toolkit_damage(home)
+    (home / "nvidia/cu13/bin/nvcc").unlink()
+    assert "missing" in backend.gpu.toolkit_damage(home)
+    assert backend.gpu.toolkit_damage(tmp_path / "empty") == "no wheel's RECORD"
+
+
+def test_the_start_loads_only_the_libraries_setup_checked(backend, tmp_path):
+    import subprocess
+
+    lib = tmp_path / "nvidia" / "cu13" / "lib"
+    lib.mkdir(parents=True)
+    source = tmp_path / "r.c"
+    source.write_text("int cudart_here(void) { return 13; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-o",
+                    str(lib / "libcudart.so.13"), str(source)],
+                   check=True)
+    line = backend.gpu.preload_line(tmp_path / "nvidia" / "cu13")
+    loaded = subprocess.run([sys.executable, "-c", line + "import ctypes; "
+                             "print(ctypes.CDLL('libcudart.so.13').cudart_here())"],
+                            capture_output=True, text=True, timeout=60)
+    assert loaded.stdout.strip() == "13", loaded.stderr
+    (lib / "libcudart.so.13").write_bytes(b"not the library setup checked")
+    skipped = subprocess.run([sys.executable, "-c", line], capture_output=True, text=True,
+                             timeout=60)
+    assert skipped.returncode == 0, skipped.stderr  # not loaded (loading it would fail)
+
+
+def test_the_vulkan_headers_are_fetched_over_https_and_checked_before_use(backend, tmp_path,
+                                                                            monkeypatch):
+    import hashlib
+    import http.server
+    import threading
+
+    assert backend.gpu.VULKAN_HEADERS_DEB[0].startswith("https://")
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "vulkan.deb").write_bytes(b"not the package" * 1000)
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             lambda *a: Quiet(*a, directory=str(served)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/vulkan.deb"
+    try:
+        with pytest.raises(SystemExit, match="expected SHA-256"):
+            backend.gpu.install_vulkan_headers(tmp_path / "c1", (url, "0" * 64))
+        monkeypatch.setattr(backend.gpu, "VULKAN_DEB_MAX", 4096)
+        right = hashlib.sha256((served / "vulkan.deb").read_bytes()).hexdigest()
+        with pytest.raises(SystemExit, match="larger than the package"):
+            backend.gpu.install_vulkan_headers(tmp_path / "c2", (url, right))
+    finally:
+        server.shutdown()
+    home = backend.gpu.vulkan_headers_home(tmp_path / "c1")
+    assert not (home / "usr").exists() and not list(home.glob("*.deb"))
