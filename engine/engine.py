@@ -156,11 +156,15 @@ class Engine:
         its beginning only. Pictures are the projector's to tokenize, at admission."""
         if not request.generates or request.pictures or request.tokens is not None:
             return request
-        trained = self.store.inspector.inspect(request.model.path).context_length or 0
-        limit = max(trained, self.settings.load.n_ctx or 0) or None
         with self.vocabularies.of(request.model) as vocab:
-            tokens, _ = prompt_tokens(request, vocab, limit)
+            tokens, _ = prompt_tokens(request, vocab, self._most_tokens(request.model))
         return replace(request, tokens=tuple(tokens))
+
+    def _most_tokens(self, model: LocalModel) -> int | None:
+        """The most tokens any context of the model holds: what it was trained for, or
+        the context the engine was told to give it."""
+        trained = self.store.inspector.inspect(model.path).context_length or 0
+        return max(trained, self.settings.load.n_ctx or 0) or None
 
     def preload(self, model: LocalModel, emit: Callable[[Event], None] = lambda _e: None,
                 default: bool = True) -> Job:
@@ -212,7 +216,7 @@ class Engine:
             request = replace(request, rendered=replace(
                 request.rendered, text=request.rendered.text.replace(MARKER, "")))
         with self.vocabularies.of(request.model) as vocab:
-            text = prompt_tokens(request, vocab)[0]
+            text = prompt_tokens(request, vocab, self._most_tokens(request.model))[0]
         return len(text) + image_tokens(request.model, request.pictures)
 
     def tokenize(self, model: LocalModel, text: str) -> list[int]:

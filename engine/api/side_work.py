@@ -1,5 +1,6 @@
-"""The routes' work that is no chat turn (speech, hearing, embeddings): threads of their
-own, and a device's such requests checked and metered (home/household.py `working`).
+"""The routes' work off the event loop that others than the owner could pile up: speech,
+hearing, embeddings, and the guests' turns before their first token (turn_work), on
+threads of their own, a device's checked and metered (home/household.py `working`).
 
 Threads of their own for the work that waits on a one-at-a-time lock or a child process:
 speech (eSpeak's child), hearing (Whisper), decoding (the audio decoder's child) and
@@ -17,10 +18,10 @@ from functools import partial
 
 from ..engine import Engine
 from ..errors import InvalidRequest
-from .wire import device_of
+from .wire import Caller, device_of
 
 MAX_INPUTS = 2048  # embedding inputs a request, as OpenAI's API
-_POOLS = {"speech": 1, "hearing": 1, "decoding": 2, "embedding": 1}
+_POOLS = {"speech": 1, "hearing": 1, "decoding": 2, "embedding": 1, "guests": 2}
 _made: dict[str, ThreadPoolExecutor] = {}
 
 
@@ -31,6 +32,19 @@ async def off_loop(pool: str, call, *args):
         executor = _made[pool] = ThreadPoolExecutor(_POOLS[pool],
                                                     thread_name_prefix=f"homerack-{pool}")
     return await asyncio.get_running_loop().run_in_executor(executor, partial(call, *args))
+
+
+async def turn_work(engine: Engine, caller: Caller, call, *args, **kwargs):
+    """A turn's work before its first token (its conversation built, checked, grounded,
+    rendered, submitted): the owner's on asyncio's pool, as before; a device's or the
+    Ollama door's on a pool of their own ("guests"), so no number of them can fill the
+    pool the owner's chat waits on (six bodies of 40,000 calls held it past a minute).
+    A device's is first admitted and counted in flight against its limits (a 429 before
+    any of it runs)."""
+    if caller.client is None:
+        return await asyncio.to_thread(call, *args, **kwargs)
+    with engine.home.working(caller.device, None, counted=False):
+        return await off_loop("guests", partial(call, *args, **kwargs))
 
 
 async def embedded(engine: Engine, model, inputs: list, http) -> tuple:

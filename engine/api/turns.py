@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import AsyncIterator, Callable
 
 
@@ -18,6 +19,7 @@ from ..events import Asked, Delta, Failed, Finished, GenerationRequest, Started,
 from .channel import Channel
 from .grounding import ground
 from .schemas import Groundable
+from .side_work import off_loop
 from .thinking import Thinking
 from .wire import Caller
 
@@ -58,8 +60,10 @@ class Turn:
             self.caller.cache_control, self.request.response_cache),
             client=self.caller.client)
         # off the event loop: a cache lookup renders the prompt and may read the model's
-        # header the first time
-        self.job = await asyncio.to_thread(self.engine.submit, request, self.channel.emit)
+        # header the first time, and the prompt is tokenized; a guest's on its own threads
+        submit = partial(self.engine.submit, request, self.channel.emit)
+        self.job = await (asyncio.to_thread(submit) if self.caller.client is None
+                          else off_loop("guests", submit))
         if self._cancelled:
             self.job.cancel()
         first = await self.channel.next(self.job, self.caller.gone)

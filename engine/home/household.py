@@ -89,19 +89,21 @@ class Household:
         job.emit = Metered(job.emit, self.meter, client, job.id)
 
     @contextmanager
-    def working(self, client: str | None, model_id: str | None, param: str = "model"):
+    def working(self, client: str | None, model_id: str | None, param: str = "model",
+                counted: bool = True):
         """A device's request that generates no chat (speech, a transcription, embeddings,
         a token count): its model checked against what is shared, and the request
         counted in flight against the device's limits while it runs; what it used
         (`charge.tokens`, set by the route) counts against its tokens a minute. The
-        owner's (`client` None) passes as it is."""
+        owner's (`client` None) passes as it is. `counted`: a request of its own today
+        (a turn being built is counted when it is submitted)."""
         charge = Charge()
         if client is None or client == LOCAL_DOOR:
             yield charge
             return
         if model_id is not None:
             self.check_shared(model_id, param)
-        self.meter.take(client, charge, self.limits_of(self.devices.get(client)))
+        self.meter.take(client, charge, self.limits_of(self.devices.get(client)), counted)
         try:
             yield charge
         finally:

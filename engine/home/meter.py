@@ -45,8 +45,9 @@ class Meter:
         self._lock = threading.Lock()
         self._use: dict[str, _Use] = defaultdict(lambda: _Use({}, deque()))
 
-    def take(self, client: str, job, limits: Limits) -> None:
-        """Count `job` as in flight for `client`, or refuse it (RateLimited)."""
+    def take(self, client: str, job, limits: Limits, counted: bool = True) -> None:
+        """Count `job` as in flight for `client`, or refuse it (RateLimited); `counted`:
+        one of its requests today (not the building of a turn it then submits)."""
         now = time.monotonic()
         with self._lock:
             use = self._use[client]
@@ -60,7 +61,8 @@ class Meter:
                                   f"limit is {limits.tokens_per_minute:,}",
                                   retry_after_s=max(1, math.ceil(wait)))
             use.jobs[job.id] = job
-            self._today(use).requests_today += 1
+            if counted:
+                self._today(use).requests_today += 1
 
     def ended(self, client: str, job_id: int, tokens: int, wait_s: float) -> None:
         with self._lock:

@@ -21,6 +21,7 @@ from ...errors import HomerackError, InvalidRequest
 from ..schemas import Groundable, SamplingFields, content_of, text_of
 from ..thinking import Thinking
 from ..turns import Done, conversation_turn, guarded
+from ..side_work import turn_work
 from ..wire import Caller, anthropic_error, cited, device_of, extension
 
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
@@ -188,8 +189,10 @@ def router(engine: Engine) -> APIRouter:
 
     @api.post("/v1/messages")
     async def messages(body: MessagesRequest, http: Request):
-        turn = await asyncio.to_thread(conversation_turn, engine, body, partial(conversation, body),
-                                       Caller.of(http), "tool_choice", "toolu_", body.reasoning())
+        caller = Caller.of(http)
+        turn = await turn_work(engine, caller, conversation_turn, engine, body,
+                               partial(conversation, body), caller, "tool_choice", "toolu_",
+                               body.reasoning())
         try:
             started = await turn.start()
         except asyncio.CancelledError:

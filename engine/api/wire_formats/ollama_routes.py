@@ -38,6 +38,7 @@ from ..schemas import tool_choice
 from ..thinking import Thinking
 from ..turns import Done, Turn, completion_turn, conversation_turn, guarded
 from ..side_work import embedded
+from ..side_work import turn_work
 from ..wire import Caller, cancelled, cited, device_of, ollama_error
 
 VERSION = "0.13.5"  # the Ollama API these routes answer as (clients check it for features:
@@ -74,9 +75,10 @@ def router(engine: Engine) -> APIRouter:
 
     @api.post("/api/chat")
     async def chat(body: OllamaChat, http: Request):
-        turn = await asyncio.to_thread(conversation_turn, engine, openai_body(body),
-                                       partial(_conversation, body),
-                                       Caller.of(http), thinking=_thinking(body.think))
+        caller = Caller.of(http)
+        turn = await turn_work(engine, caller, conversation_turn, engine, openai_body(body),
+                               partial(_conversation, body), caller,
+                               thinking=_thinking(body.think))
         return await _answer(engine, body, turn, "message")
 
     @api.post("/api/generate")
@@ -97,9 +99,10 @@ def router(engine: Engine) -> APIRouter:
                                      "model's template places them)", param="images")
             turn = completion_turn(engine, openai_body(body), body.prompt, Caller.of(http))
         else:
-            turn = await asyncio.to_thread(conversation_turn, engine, openai_body(body),
-                                           partial(_prompt_conversation, body), Caller.of(http),
-                                           thinking=_thinking(body.think))
+            caller = Caller.of(http)
+            turn = await turn_work(engine, caller, conversation_turn, engine, openai_body(body),
+                                   partial(_prompt_conversation, body), caller,
+                                   thinking=_thinking(body.think))
         return await _answer(engine, body, turn, "response")
 
     @api.post("/api/embed")

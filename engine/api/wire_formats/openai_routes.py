@@ -16,6 +16,7 @@ from ...engine import Engine
 from ...events import Started, Usage
 from ..schemas import ChatCompletionRequest, CompletionRequest, chat_conversation
 from ..turns import Done, Turn, completion_turn, conversation_turn, guarded
+from ..side_work import turn_work
 from ..wire import Caller, cancelled, cited, extension, openai_error, sse
 
 FINGERPRINT = "homerack-0.1"
@@ -53,9 +54,9 @@ def router(engine: Engine) -> APIRouter:
 
     @api.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, http: Request):
-        turn = await asyncio.to_thread(conversation_turn, engine, body,
-                                       partial(chat_conversation, body), Caller.of(http),
-                                       thinking=body.thinking())
+        caller = Caller.of(http)
+        turn = await turn_work(engine, caller, conversation_turn, engine, body,
+                               partial(chat_conversation, body), caller, thinking=body.thinking())
         try:
             started = await turn.start()
         except asyncio.CancelledError:

@@ -25,6 +25,7 @@ from . import mcp_responses
 from ..schemas import Groundable, SamplingFields, content_of, text_of
 from ..thinking import Thinking
 from ..turns import Done, Turn, conversation_turn, guarded
+from ..side_work import turn_work
 from ..wire import Caller, cancelled, cited, extension
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
@@ -268,8 +269,9 @@ def router(engine: Engine, mcp: bool = True) -> APIRouter:
                 raise Forbidden("tools: mcp tools reach the owner's MCP servers, on the "
                                 "owner's API (with its token) only", param="tools")
             return await _with_mcp(engine, body, http)
-        turn = await asyncio.to_thread(conversation_turn, engine, body, partial(conversation, body),
-                                       Caller.of(http), thinking=body.thinking())
+        caller = Caller.of(http)
+        turn = await turn_work(engine, caller, conversation_turn, engine, body,
+                               partial(conversation, body), caller, thinking=body.thinking())
         turn.notes += left_out(body)
         try:
             started = await turn.start()
@@ -300,9 +302,10 @@ async def _with_mcp(engine: Engine, body: ResponsesRequest, http: Request):
     sources: dict = {}
 
     async def run_round(round_body: ResponsesRequest):
-        turn = await asyncio.to_thread(conversation_turn, engine, round_body,
-                                       partial(conversation, round_body), Caller.of(http),
-                                       thinking=round_body.thinking())
+        caller = Caller.of(http)
+        turn = await turn_work(engine, caller, conversation_turn, engine, round_body,
+                               partial(conversation, round_body), caller,
+                               thinking=round_body.thinking())
         sources.update(cited(turn))  # each round grounded alike: the last one's kept
         return await turn.start(), await turn.collect()
 
