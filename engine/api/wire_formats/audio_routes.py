@@ -135,7 +135,7 @@ def router(engine: Engine) -> APIRouter:
 
     @api.post("/v1/audio/speech")
     async def speech(body: SpeechRequest, http: Request):
-        voice = engine.voice.speech_model(body.model)
+        voice = engine.voice.speech_model(body.model, body.voice)
         pieces = voice.sentences(body.input, body.voice, body.speed)
         metered = engine.home.working(device_of(http), None)
         charge = metered.__enter__()  # left when the last sentence is out
