@@ -33,7 +33,8 @@ from .catalog.facts import image_tokens
 from .cascade import Cascade
 from .catalog.models import LocalModel, ModelStore
 from .catalog.shelf import Shelf
-from .errors import HomerackError, NotSupported, TemplateStopped
+from .errors import (HomerackError, InvalidModelFile, ModelLoadFailed, NotSupported,
+                     TemplateStopped)
 from .events import Asked, Event, GenerationRequest, Job, Rendered
 from .fleet import Fleet
 from .llama.native import fetch_cuda_runtime
@@ -156,8 +157,12 @@ class Engine:
         its beginning only. Pictures are the projector's to tokenize, at admission."""
         if not request.generates or request.pictures or request.tokens is not None:
             return request
-        with self.vocabularies.of(request.model) as vocab:
-            tokens, _ = prompt_tokens(request, vocab, self._most_tokens(request.model))
+        try:
+            limit = self._most_tokens(request.model)
+            with self.vocabularies.of(request.model) as vocab:
+                tokens, _ = prompt_tokens(request, vocab, limit)
+        except (InvalidModelFile, ModelLoadFailed):  # no model (an adapter, a damaged
+            return request  # file): its lane's load fails it, saying why
         return replace(request, tokens=tuple(tokens))
 
     def _most_tokens(self, model: LocalModel) -> int | None:

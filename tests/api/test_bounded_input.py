@@ -20,7 +20,7 @@ import pytest
 
 from support.crafted import crafted_gguf, one_bit_png
 from support.engines import api_client, models_once_read, start_engine
-from support.models import with_template
+from support.models import linked_models, with_template
 
 pytestmark = pytest.mark.slow
 TINY = "tiny"
@@ -62,11 +62,7 @@ class PeakMemory:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, starters_dir, tiny_model, door_port):
     home = tmp_path_factory.mktemp("bounded")
-    models = home / "data" / "models"
-    models.mkdir(parents=True)
-    for path in starters_dir.iterdir():
-        (models / path.name).symlink_to(path)
-    (models / f"{TINY}.gguf").symlink_to(tiny_model)
+    models = linked_models(home, starters_dir, tiny_model)  # tiny.gguf: TINY
     for name, template in TEMPLATES.items():
         with_template(tiny_model, models / f"{name}.gguf", template)
     process, address, _ = start_engine(home, "bounded", [

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from support.engines import api_client, models_once_read, start_engine
-from support.models import STARTER
+from support.models import STARTER, linked_models
 
 pytestmark = pytest.mark.slow
 TINY = "tiny"
@@ -29,11 +29,7 @@ OWNER_STREAM = {"model": STARTER, "max_tokens": 48, "temperature": 0, "ignore_eo
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, starters_dir, tiny_model, door_port):
     home = tmp_path_factory.mktemp("hardening5")
-    models = home / "data" / "models"
-    models.mkdir(parents=True)
-    for path in starters_dir.iterdir():
-        (models / path.name).symlink_to(path)
-    (models / f"{TINY}.gguf").symlink_to(tiny_model)
+    linked_models(home, starters_dir, tiny_model)  # tiny.gguf: "tiny"
     notes = home / "notes"
     notes.mkdir()
     (notes / "locker.md").write_text("The locker code is 5531. It opens the blue locker.\n")

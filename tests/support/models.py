@@ -20,6 +20,16 @@ PARIS_QUESTION = "What is the capital of France? Answer in one sentence."
 ADAPTER = "smol-persona"  # a LoRA adapter for the starter (conftest.py's lora_server)
 
 
+def linked_models(home: Path, starters_dir: Path, *others: Path) -> Path:
+    """`home`'s models folder (data/models, made), holding links to the starters and to
+    `others` (a model file each, by its name)."""
+    models = home / "data" / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    for path in (*starters_dir.iterdir(), *others):
+        (models / path.name).symlink_to(path)
+    return models
+
+
 def with_template(source: Path, target: Path, template: str,
                   rename: dict[int, str] | None = None) -> Path:
     """A copy of a GGUF model with another chat template in its metadata; `rename` gives

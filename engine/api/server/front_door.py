@@ -25,7 +25,7 @@ import httpx
 
 from ...cluster.replicas import Replicas, opening_key
 from ...engine import Engine
-from .guard import asgi_headers
+from .guard import asgi_headers, replayed
 from ..wire import is_anthropic
 
 ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses"})
@@ -56,7 +56,7 @@ class FrontDoor:
         request = _json(body)
         if not self.token_given(headers) or request is None or \
                 not isinstance(request.get("model"), str):
-            return await self.app(scope, _replay(body, receive), send)  # the routes answer
+            return await self.app(scope, replayed(body, receive), send)  # the routes answer
         key = opening_key(request)
         for name in self._replicas_to_try(request["model"], key, headers.get(HEADER)):
             self.replicas.begin(name)
@@ -69,7 +69,7 @@ class FrontDoor:
         self.replicas.remember(key, self.here)
         self.replicas.begin(self.here)
         try:
-            await self.app(scope, _replay(body, receive), _naming(send, self.here))
+            await self.app(scope, replayed(body, receive), _naming(send, self.here))
         finally:
             self.replicas.end(self.here)
 
@@ -182,19 +182,6 @@ async def _read(receive) -> bytes:
         chunks.append(message.get("body", b""))
         if not message.get("more_body"):
             return b"".join(chunks)
-
-
-def _replay(body: bytes, receive):
-    """The body read here, then the client's own messages (its disconnect ends a stream)."""
-    sent = False
-
-    async def replayed():
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-    return replayed
 
 
 def _json(body: bytes) -> dict | None:

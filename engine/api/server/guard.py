@@ -112,16 +112,7 @@ class RequestGuard:
         field = lone_surrogate(body)
         if field is not None:
             return await self._refuse(scope, send, 400, refusal(field), param=field)
-        given = False
-
-        async def replay():
-            nonlocal given
-            if not given:
-                given = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replayed(body, receive), send)
 
     @staticmethod
     def _too_large(max_body: int) -> str:
@@ -136,6 +127,20 @@ class RequestGuard:
                                 (b"content-length", str(len(body)).encode()),
                                 (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body})
+
+
+def replayed(body: bytes, receive):
+    """An ASGI receive giving the body read already, then the client's own messages (its
+    disconnect ends a stream)."""
+    sent = False
+
+    async def replay():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+    return replay
 
 
 class BodyTooLarge(HTTPException):
