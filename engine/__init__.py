@@ -19,5 +19,6 @@ machine/, model/, speculation/, tools/, voice/; and on the floor beside them:
   files.py           small files written whole, read back checked
   outbound.py        connections to addresses a request names: public ones only, pinned
   prefix.py          how many leading tokens two token lists share (batching, caches, drafts)
+  kept.py            caches of what requests bring, bounded in bytes (schemas, turns, templates)
   spawn.py           starting one of this installation's modules as a child
 """

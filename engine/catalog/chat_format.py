@@ -10,12 +10,12 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
 
 from jinja2 import TemplateError, nodes
 from jinja2.ext import Extension
 
 from ..errors import InvalidRequest, TemplateStopped
+from ..kept import Kept
 from ..formats.families import GENERIC, Family, detect
 from .gguf_file import GGUFInfo
 from .template_budget import BoundedEnvironment, BudgetExceeded, render
@@ -143,8 +143,20 @@ def _raise_exception(message: str):
     raise TemplateError(message)
 
 
-@lru_cache(maxsize=16)
+# Compiled templates, bounded in bytes: a template is a model file's (or a request's)
+# text of any size, and its compiled code takes about ten times it.
+_compiled: Kept = Kept(64 << 20)
+
+
 def _compile(template: str):
+    found = _compiled.get(template)
+    if found is None:
+        found = _compiled_anew(template)
+        _compiled.put(template, found, 10 * len(template))
+    return found
+
+
+def _compiled_anew(template: str):
     # The same environment settings Hugging Face uses for chat templates.
     env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True,
                              extensions=["jinja2.ext.loopcontrols", _Generation])

@@ -5,12 +5,11 @@ remembering where it was in the request so errors can name the field."""
 from __future__ import annotations
 
 import json
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from ..errors import InvalidRequest
+from ..kept import Kept
 from .images import Picture
 from .json_schema import bounded, check
 
@@ -71,10 +70,9 @@ class Conversation:
             if places and self.choice.mode != "none" else []
 
 
-# Checked tools kept by their text, bounded in bytes, not entries: a 13.6 MiB schema
-# counted as one of 1,024 entries once kept 470 MiB a request. A kept tool's parsed schema
-# takes about six times its JSON text in Python objects (measured on agents' tools), so it
-# is charged so; a schema over TOOL_KEPT_MAX is checked each time and never kept.
+# Checked tools kept by their text, bounded in bytes (kept.py). A kept tool's parsed
+# schema takes about six times its JSON text in Python objects (measured on agents'
+# tools), so it is charged so; a schema over TOOL_KEPT_MAX is checked each time.
 TOOLS_KEPT_BYTES = 32 << 20
 TOOL_KEPT_MAX = 256 << 10
 _WEIGHT = 6
@@ -82,37 +80,20 @@ _WEIGHT = 6
 
 class KnownTools:
     """Tools already checked (an agent sends the same 20-odd on every turn: checking them
-    was 8 ms of a 12k-token turn's 45), least recently used first out. A tool is looked
-    up here when a request is read but kept only once its request has started
-    (`remember`): nothing is kept for a request that fails (a 404 model, a 400 elsewhere).
-    Errors are never kept: they raise each time."""
+    was 8 ms of a 12k-token turn's 45). A tool is looked up here when a request is read
+    but kept only once its request has started (`remember`): nothing is kept for a
+    request that fails (a 404 model, a 400 elsewhere). Errors are never kept."""
 
     def __init__(self, budget: int = TOOLS_KEPT_BYTES):
-        self.budget, self.used = budget, 0
-        self._kept: OrderedDict[tuple, Tool] = OrderedDict()
-        self._lock = threading.Lock()
+        self.kept: Kept[Tool] = Kept(budget, TOOL_KEPT_MAX * _WEIGHT)
 
     def get(self, key: tuple) -> Tool | None:
-        with self._lock:
-            found = self._kept.get(key)
-            if found is not None:
-                self._kept.move_to_end(key)
-            return found
+        return self.kept.get(key)
 
     def remember(self, tools) -> None:
-        with self._lock:
-            for t in tools:
-                cost = _cost(t.key) if t.key is not None else 0
-                if not cost or cost > TOOL_KEPT_MAX * _WEIGHT or t.key in self._kept:
-                    continue
-                self._kept[t.key] = t
-                self.used += cost
-                while self.used > self.budget:
-                    self.used -= _cost(self._kept.popitem(last=False)[0])
-
-
-def _cost(key: tuple) -> int:
-    return _WEIGHT * sum(len(part) for part in key)
+        for t in tools:
+            if t.key is not None:
+                self.kept.put(t.key, t, _WEIGHT * sum(len(part) for part in t.key))
 
 
 known_tools = KnownTools()

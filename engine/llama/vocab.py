@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import ctypes
 import sys
-import threading
 from array import array
-from collections import OrderedDict
 from pathlib import Path
 
 import llama_cpp as llama
 
 from ..errors import InvalidRequest, ModelLoadFailed
+from ..kept import Kept
 from .backend import ensure_backend
 
 
@@ -67,9 +66,7 @@ class TurnTokens:
 
     def __init__(self, vocab):
         self.vocab = vocab
-        self._lock = threading.Lock()
-        self._held: OrderedDict[str, array] = OrderedDict()
-        self.held_bytes = 0
+        self.held: Kept[array] = Kept(HELD_BYTES, HELD_PIECE)
         self._markers: dict[str, bool] = {}  # marker -> whether cutting there is exact
         self._specials: list[str] | None = None  # every special token's text, once
         self.segmentable = llama.llama_vocab_type(vocab) in _SEGMENTABLE
@@ -119,27 +116,11 @@ class TurnTokens:
         return True
 
     def _piece(self, piece: str) -> array:
-        with self._lock:
-            tokens = self._held.get(piece)
-            if tokens is not None:
-                self._held.move_to_end(piece)
-                return tokens
-        tokens = array("i", _tokenize(self.vocab, piece, False, True))
-        cost = _cost(piece, tokens)
-        if cost > HELD_PIECE:
-            return tokens
-        with self._lock:
-            if piece not in self._held:
-                self._held[piece] = tokens
-                self.held_bytes += cost
-            while self.held_bytes > HELD_BYTES:
-                old, kept = self._held.popitem(last=False)
-                self.held_bytes -= _cost(old, kept)
+        tokens = self.held.get(piece)
+        if tokens is None:
+            tokens = array("i", _tokenize(self.vocab, piece, False, True))
+            self.held.put(piece, tokens, sys.getsizeof(piece) + tokens.itemsize * len(tokens))
         return tokens
-
-
-def _cost(piece: str, tokens: array) -> int:
-    return sys.getsizeof(piece) + tokens.itemsize * len(tokens)
 
 
 def _special_texts(vocab) -> list[str]:

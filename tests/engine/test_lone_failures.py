@@ -78,4 +78,4 @@ def test_a_prompt_longer_than_any_context_is_refused_before_the_worker_sees_it(e
         engine.submit(GenerationRequest(model=model, prompt=huge, max_tokens=4), Collector())
     assert owner.result()[2].finish_reason == "length"
     turns = engine.fleet.main.host.loaded.llama._turns
-    assert turns is None or turns.held_bytes < 1 << 20
+    assert turns is None or turns.held.used < 1 << 20

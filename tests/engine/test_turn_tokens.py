@@ -94,8 +94,8 @@ def test_what_is_kept_is_bounded_in_bytes(starters_dir, monkeypatch):
             text = chat(random.Random(seed), "<|im_start|>", "<|im_end|>", turns=30)
             assert vocabulary.tokenize(text, parse_special=True) == \
                 _tokenize(vocabulary.vocab, text, False, True)
-        turns = vocabulary._turns
-        assert 0 < turns.held_bytes <= 64 << 10
-        assert all(len(piece) < 16 << 10 for piece in turns._held)
+        held = vocabulary._turns.held
+        assert 0 < held.used <= 64 << 10 and len(held) > 1
+        assert all(len(piece) < 16 << 10 for piece in held)
     finally:
         vocabulary.close()
