@@ -249,7 +249,7 @@ def main() -> int:
         report("piper", "Talk's first audio", talk * 1000, "ms")
         return 0
     own_piper = statistics.median(in_own_process(piper_own_call, 3) for _ in range(args.rounds))
-    share_piper = ratio(own_piper, piper, "Piper through the API / piper-onnx's own", 0.3, 3.0)
+    share_piper = ratio(piper, own_piper, "Piper through the API / piper-onnx's own", 0.3, 3.0)
     print(f"piper-onnx's own Piper.create: real-time factor {own_piper:.2f}x; the API "
           f"{share_piper:.3f}x of it (target >= 0.95x)")
     direct_s = statistics.median(directly(audio, args.threads)[0] for _ in range(args.rounds))
