@@ -82,7 +82,7 @@ def test_a_synthesizer_that_cannot_start_never_fails_the_model_list(tmp_path, mo
                         lambda *_a: [sys.executable, "-c", "raise SystemExit(1)"])
     voice = Voice(tmp_path, 1)
     try:
-        speech = next(m for m in voice.models() if m["kind"] == "speech")
+        speech = next(m for m in voice.models() if m["id"] == "espeak-ng")
     finally:
         voice.speaker.close()
     assert speech["loaded"] is False and speech["voices"] == []
