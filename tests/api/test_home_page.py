@@ -225,7 +225,7 @@ def test_speech_in_and_out_from_a_phone(house, shots, tmp_path):
     that device captures under load is too uneven to assert words on.)"""
     owner, lan, _ = house
     question = owner.post("/v1/audio/speech", json={
-        "input": "Good morning. What is the weather like in Paris today?", "voice": "alloy",
+        "input": "Good morning. What is the weather like in Paris today?", "voice": "en-us",
         "speed": 0.9,
         "response_format": "wav"}).content
     (tmp_path / "question.wav").write_bytes(question)
