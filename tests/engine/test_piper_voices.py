@@ -46,6 +46,8 @@ def test_the_english_voice_speaks_each_sentence(voices):
     slow = b"".join(voices.sentences("Good morning.", "en_US-joe-medium", speed=0.5))
     fast = b"".join(voices.sentences("Good morning.", "en_US-joe-medium", speed=2.0))
     assert len(slow) > 1.8 * len(fast)  # (its pauses do not scale: 2.5x measured)
+    # a run of letters and dots that once killed eSpeak NG, which phonemizes for Piper
+    assert b"".join(voices.sentences("a." * 100, "alloy"))
 
 
 @pytest.mark.parametrize("name, said", [
