@@ -61,7 +61,9 @@ BENCHES = (
     Bench("gpu", "the plan, 1/4/16 streams, a 3,000-token prompt and TTFT at 16 clients "
           "with the defaults vs llama-server -np 16 and llama-bench; GPU memory vs the plan"),
     Bench("voice", "Whisper's real-time factor through the API vs faster-whisper's own "
-          "transcribe; first audio of a spoken answer vs eSpeak NG's own call",
+          "transcribe; first audio of a spoken answer vs eSpeak NG's own call; Piper's "
+          "real-time factor through the API vs piper-onnx's own call, and Talk's first "
+          "audio (docs/voice.md)",
           takes_model=False),
 )
 SUITE = tuple(b for b in BENCHES if b.suite_models)
