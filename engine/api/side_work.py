@@ -34,17 +34,21 @@ async def off_loop(pool: str, call, *args):
     return await asyncio.get_running_loop().run_in_executor(executor, partial(call, *args))
 
 
-async def turn_work(engine: Engine, caller: Caller, call, *args, **kwargs):
+async def callers_threads(caller: Caller, call, *args, **kwargs):
     """A turn's work before its first token (its conversation built, checked, grounded,
-    rendered, submitted): the owner's on asyncio's pool, as before; a device's or the
+    rendered; then submitted): the owner's on asyncio's pool, as before; a device's or the
     Ollama door's on a pool of their own ("guests"), so no number of them can fill the
-    pool the owner's chat waits on (six bodies of 40,000 calls held it past a minute).
-    A device's is first admitted and counted in flight against its limits (a 429 before
-    any of it runs)."""
+    pool the owner's chat waits on (six bodies of 40,000 calls held it past a minute)."""
     if caller.client is None:
         return await asyncio.to_thread(call, *args, **kwargs)
+    return await off_loop("guests", partial(call, *args, **kwargs))
+
+
+async def turn_work(engine: Engine, caller: Caller, call, *args, **kwargs):
+    """A turn built on the caller's threads (callers_threads), a device's first admitted
+    and counted in flight against its limits (a 429 before any of it runs)."""
     with engine.home.working(caller.device, None, counted=False):
-        return await off_loop("guests", partial(call, *args, **kwargs))
+        return await callers_threads(caller, call, *args, **kwargs)
 
 
 async def embedded(engine: Engine, model, inputs: list, http) -> tuple:

@@ -4,9 +4,7 @@ their wire shapes."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import AsyncIterator, Callable
 
 
@@ -19,7 +17,7 @@ from ..events import Asked, Delta, Failed, Finished, GenerationRequest, Started,
 from .channel import Channel
 from .grounding import ground
 from .schemas import Groundable
-from .side_work import off_loop
+from .side_work import callers_threads
 from .thinking import Thinking
 from .wire import Caller
 
@@ -61,9 +59,8 @@ class Turn:
             client=self.caller.client)
         # off the event loop: a cache lookup renders the prompt and may read the model's
         # header the first time, and the prompt is tokenized; a guest's on its own threads
-        submit = partial(self.engine.submit, request, self.channel.emit)
-        self.job = await (asyncio.to_thread(submit) if self.caller.client is None
-                          else off_loop("guests", submit))
+        self.job = await callers_threads(self.caller, self.engine.submit, request,
+                                         self.channel.emit)
         if self._cancelled:
             self.job.cancel()
         first = await self.channel.next(self.job, self.caller.gone)

@@ -76,11 +76,9 @@ class Household:
         """A request on its way to a lane: the owner's given precedence when chosen; a
         device's checked against what is shared and its limits, then metered."""
         client = job.request.client
-        if client is None:
-            if self.choices.owner_first:
-                job.request = replace(job.request, precedence=True)
-            return
-        if client == LOCAL_DOOR:  # a program of this computer: no device's limits
+        if client is None and self.choices.owner_first:
+            job.request = replace(job.request, precedence=True)
+        if not is_device(client):
             return
         self.check_shared(job.request.model.id)
         if job.request.draft_model is not None:
@@ -95,10 +93,10 @@ class Household:
         a token count): its model checked against what is shared, and the request
         counted in flight against the device's limits while it runs; what it used
         (`charge.tokens`, set by the route) counts against its tokens a minute. The
-        owner's (`client` None) passes as it is. `counted`: a request of its own today
-        (a turn being built is counted when it is submitted)."""
+        owner's (`client` None) and the Ollama door's pass as they are. `counted`: one of
+        its requests today (a turn being built is counted when it is submitted)."""
         charge = Charge()
-        if client is None or client == LOCAL_DOOR:
+        if not is_device(client):
             yield charge
             return
         if model_id is not None:
@@ -111,7 +109,7 @@ class Household:
 
     def release(self, job) -> None:
         """A device's request that never reached a lane is no longer in flight."""
-        if job.request.client not in (None, LOCAL_DOOR):
+        if is_device(job.request.client):
             self.meter.ended(job.request.client, job.id, 0, 0.0)
 
     def check_shared(self, model_id: str, param: str = "model") -> None:
@@ -146,6 +144,12 @@ class Charge:
 
     def cancel(self) -> None:
         """(A revoked key: the work ends on its own, in bounded time.)"""
+
+
+def is_device(client: str | None) -> bool:
+    """A request's client is a paired device (checked, metered): not the owner (None),
+    nor a program of this computer through the Ollama door (LOCAL_DOOR)."""
+    return client is not None and client != LOCAL_DOOR
 
 
 def _count(value, name: str, least: int) -> int:

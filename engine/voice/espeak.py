@@ -46,6 +46,9 @@ class ESpeak:
         self._voice: str | None = None  # the voice eSpeak has set
         lib = ctypes.CDLL(espeakng_loader.get_library_path())
         lib.espeak_ListVoices.restype = ctypes.POINTER(ctypes.POINTER(_Voice))
+        lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
+        lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
+                                              ctypes.c_int]
         self.rate = lib.espeak_Initialize(_SYNCHRONOUS, 0,
                                           espeakng_loader.get_data_path().encode(), 0)
         if self.rate <= 0:
@@ -72,9 +75,6 @@ class ESpeak:
         reads a clause at a time: the rest of a text is read on the next call)."""
         lib = self._lib
         self._set(voice)
-        lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
-        lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
-                                              ctypes.c_int]
         data = ctypes.create_string_buffer(clause.encode("utf-8", "replace"))
         pointer, out = ctypes.c_void_p(ctypes.addressof(data)), []
         while pointer.value:

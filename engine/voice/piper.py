@@ -2,7 +2,6 @@
 MEMORY_BYTES`, the same protocol as the eSpeak child (espeak.py), a voice named by its
 `.onnx` file:
 
-    {"voices": true}                          -> {"voices": [...], "rate": R}
     {"text": T, "voice": PATH, "speed": S}    -> {"bytes": N, "rate": R} + N bytes (int16)
                                               or {"error": "...", "param": "voice"}
 
@@ -31,6 +30,7 @@ from .espeak import ESpeak, _send
 CLAUSE = re.compile(r"([^,.!?;:]+)([,.!?;:]*)")
 RATES = (16000, 22050, 24000, 44100, 48000)  # what Piper's voices are made at
 INPUTS = {"input", "input_lengths", "scales"}
+VOICES_HELD = 2  # voices whose sessions stay loaded in the child
 
 
 class BadVoice(Exception):
@@ -112,12 +112,11 @@ def serve(requests, out) -> None:
     espeak, voices = ESpeak(), {}
     for line in requests:
         asked = json.loads(line)
-        if asked.get("voices"):
-            _send(out, {"voices": [], "rate": 22050})
-            continue
         model = Path(asked["voice"])
         try:
             if model not in voices:
+                while len(voices) >= VOICES_HELD:  # each session ~200 MiB: the oldest goes
+                    del voices[next(iter(voices))]
                 voices[model] = PiperVoice(model)
             voice = voices[model]
             samples = voice.say(espeak, asked["text"], float(asked["speed"]))

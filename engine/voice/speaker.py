@@ -189,6 +189,8 @@ class PiperSpeaker(Speaker):
     def __init__(self, files: dict[str, Path]):
         super().__init__()
         self.files = files  # voice name -> its .onnx, the default first
+        self.languages = {name: _language(path) for name, path in files.items()}
+        self.size = sum(path.stat().st_size for path in files.values())
 
     def voices(self) -> list[str]:
         return list(OPENAI_VOICES) + list(self.files)
@@ -204,17 +206,16 @@ class PiperSpeaker(Speaker):
         raise InvalidRequest(f"voice: Piper has no voice {name!r} (its voices: "
                              f"{', '.join(self.files)})", param="voice")
 
-    def languages(self) -> dict[str, str]:
-        """Each voice's language, from its JSON (as the file names it: en_US)."""
-        out = {}
-        for name, path in self.files.items():
-            try:
-                config = json.loads(path.with_name(path.name + ".json").read_text())
-                out[name] = config.get("language", {}).get("code") or \
-                    config.get("espeak", {}).get("voice", "")
-            except (OSError, ValueError, AttributeError):
-                out[name] = ""
-        return out
+
+
+def _language(model: Path) -> str:
+    """A Piper voice's language, from its JSON (as the file names it: en_US)."""
+    try:
+        config = json.loads(model.with_name(model.name + ".json").read_text())
+        return config.get("language", {}).get("code") or \
+            config.get("espeak", {}).get("voice", "")
+    except (OSError, ValueError, AttributeError):
+        return ""
 
 
 def piper_voices(folder: Path | None) -> dict[str, Path]:

@@ -61,11 +61,10 @@ class Voice:
                    "size_bytes": transcriber.MODEL_BYTES,
                    "resident_bytes": self.transcriber.bytes}]
         if self.piper:
-            languages = self.piper.languages()
             listed.append({**base, "id": self.piper.model_id, "kind": "speech", "loaded": True,
                            "aliases": list(SPEECH_ALIASES), "capabilities": ["speech"],
-                           "size_bytes": sum(p.stat().st_size for p in self.piper.files.values()),
-                           "voices": self.piper.voices(), "languages": languages})
+                           "size_bytes": self.piper.size, "voices": self.piper.voices(),
+                           "languages": self.piper.languages})
         listed.append({**base, "id": speaker.MODEL_ID, "kind": "speech", "loaded": not problem,
                        "aliases": [] if self.piper else list(SPEECH_ALIASES),
                        "capabilities": ["speech"], "size_bytes": 0, "voices": voices,
